@@ -1,0 +1,85 @@
+# strata build. `make` builds build/strata and build/libstrata.a; `make test`
+# builds and runs every Criterion suite; `make bench` runs the benchmarks.
+# The build says what it found: OpenMP, oneDNN, cJSON, Criterion, nvcc.
+
+CC      ?= gcc
+NVCC    ?= nvcc
+BUILD   ?= build
+OPT     ?= -O3 -march=native
+WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
+CFLAGS  += -std=gnu11 $(OPT) $(WARN) -g -fno-fast-math -Isrc -I/usr/include/cjson -MMD -MP
+LDLIBS  += -ldnnl -lcjson -lm -lpthread
+
+# --- OpenMP -----------------------------------------------------------------
+HAVE_OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(HAVE_OPENMP),1)
+CFLAGS  += -fopenmp
+LDFLAGS += -fopenmp
+endif
+
+# --- CUDA (compiled whenever nvcc exists; runs only where a GPU exists) -------
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+CU_SRC  := $(wildcard src/ops/cuda/*.cu)
+ifeq ($(HAVE_NVCC),1)
+CFLAGS  += -DST_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVFLAGS := -O3 -std=c++17 -Isrc -arch=sm_90 -Xcompiler -fPIC -DST_HAVE_CUDA=1
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
+endif
+
+SRC     := $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c))
+CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cli/*.c))
+OBJ     := $(SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+LIB     := $(BUILD)/libstrata.a
+BIN     := $(BUILD)/strata
+
+TEST_SRC  := $(wildcard tests/test_*.c)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all test bench clean info refdata
+all: info $(BIN)
+
+info:
+	@echo "strata build: cc=$(CC) openmp=$(if $(HAVE_OPENMP),yes,NO) matmul=oneDNN cjson=yes cuda=$(if $(HAVE_NVCC),yes ($(CUDA_HOME)),no (nvcc not found: CPU backend only))"
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB): $(OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN): $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) -lcriterion
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
+
+# Each suite runs in its own process, one at a time (they use both cores).
+test: $(BIN) $(TEST_BIN)
+	@STRATA_BIN=$(abspath $(BIN)) sh tests/run-all.sh $(TEST_BIN)
+
+bench: $(BIN) $(BENCH_BIN)
+	sh bench/run.sh
+
+# Regenerate the whole-model gradient reference data (needs PyTorch).
+refdata:
+	python3 scripts/gradref.py --out tests/data/gradref
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(OBJ:.o=.d) $(CLI_OBJ:.o=.d)

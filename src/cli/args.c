@@ -1,0 +1,88 @@
+/* The shared argument parser; see cli.h. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "util/check.h"
+
+int cli_parse(struct cli_args *a, int argc, char **argv)
+{
+	memset(a, 0, sizeof *a);
+	for (int i = 0; i < argc; i++) {
+		const char *s = argv[i];
+		ST_CHECK(s[0] == '-' && s[1] == '-' && s[2], "flags look like --name value",
+			 "unexpected argument '%s'", s);
+		ST_CHECK(a->n < CLI_MAX_ARGS, NULL, "too many arguments");
+		const char *eq = strchr(s, '=');
+		if (eq) {
+			a->key[a->n] = strndup(s + 2, (size_t)(eq - s - 2));
+			a->val[a->n] = eq + 1;
+		} else {
+			a->key[a->n] = s + 2;
+			if (i + 1 < argc && !(argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
+				a->val[a->n] = argv[++i];
+			else
+				a->val[a->n] = "true";
+		}
+		a->n++;
+	}
+	return ST_OK;
+}
+
+const char *cli_get(struct cli_args *a, const char *key, const char *def)
+{
+	const char *v = def;
+	for (int i = 0; i < a->n; i++)
+		if (!strcmp(a->key[i], key)) {
+			v = a->val[i];
+			a->used[i] = 1;
+		}
+	return v;
+}
+
+int cli_has(struct cli_args *a, const char *key)
+{
+	return cli_get(a, key, NULL) != NULL;
+}
+
+int cli_get_long(struct cli_args *a, const char *key, long def, long *out)
+{
+	const char *v = cli_get(a, key, NULL);
+	*out = def;
+	if (!v)
+		return ST_OK;
+	char *end;
+	errno = 0;
+	double d = strtod(v, &end);
+	ST_CHECK(end != v && !*end && !errno && d == floor(d) && fabs(d) < 9e18, "give a whole number",
+		 "--%s: '%s' is not an integer", key, v);
+	*out = (long)d;
+	return ST_OK;
+}
+
+int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
+{
+	const char *v = cli_get(a, key, NULL);
+	*out = def;
+	if (!v)
+		return ST_OK;
+	char *end;
+	errno = 0;
+	double d = strtod(v, &end);
+	ST_CHECK(end != v && !*end && !errno && isfinite(d), "give a number",
+		 "--%s: '%s' is not a number", key, v);
+	*out = d;
+	return ST_OK;
+}
+
+int cli_check_unused(const struct cli_args *a, const char *cmd)
+{
+	for (int i = 0; i < a->n; i++) {
+		char hint[96];
+		snprintf(hint, sizeof hint, "run `strata %s --help` for its options", cmd);
+		ST_CHECK(a->used[i], hint, "strata %s: unknown option --%s", cmd, a->key[i]);
+	}
+	return ST_OK;
+}

@@ -1,0 +1,32 @@
+/* Command-line front end: one file per subcommand, a shared argument parser.
+ * Only the CLI exits; everything below returns errors up to here. */
+#ifndef ST_CLI_H
+#define ST_CLI_H
+
+#define CLI_MAX_ARGS 128
+
+/* "--key value", "--key=value" and bare "--flag" (value "true"). */
+struct cli_args {
+	int n;
+	const char *key[CLI_MAX_ARGS];
+	const char *val[CLI_MAX_ARGS];
+	int used[CLI_MAX_ARGS];
+};
+
+int cli_parse(struct cli_args *a, int argc, char **argv);
+/* Last value given for key (and marks it used), or def. */
+const char *cli_get(struct cli_args *a, const char *key, const char *def);
+int cli_has(struct cli_args *a, const char *key);
+/* Parse numbers with a clear error naming the flag. */
+int cli_get_long(struct cli_args *a, const char *key, long def, long *out);
+int cli_get_double(struct cli_args *a, const char *key, double def, double *out);
+/* Error for any flag no command looked at. */
+int cli_check_unused(const struct cli_args *a, const char *cmd);
+
+int cmd_init(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+
+#endif

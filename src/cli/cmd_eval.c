@@ -1,0 +1,84 @@
+/* strata eval: mean loss and perplexity of a model on a token shard. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "io/fsutil.h"
+#include "trainer/trainer.h"
+#include "util/check.h"
+
+static void help(void)
+{
+	printf("usage: strata eval --model DIR --data DIR|SHARD [options]\n\n"
+	       "  --model DIR        model directory, checkpoint, or run directory (its latest)\n"
+	       "  --data PATH        prepared directory (uses val.bin) or a shard file\n"
+	       "  --seq-len N        tokens per window [256]\n"
+	       "  --micro-batch N    windows per forward pass [8]\n"
+	       "  --max-tokens N     evaluate at most N tokens (0: all) [0]\n"
+	       "  --threads N        CPU threads (0: all cores) [0]\n"
+	       "  --device S         cpu | cuda | auto [auto]\n"
+	       "  --json             print the result as JSON\n");
+}
+
+/* A model directory, a checkpoint, or a run directory (its latest checkpoint). */
+int resolve_model_dir(char *out, size_t n, const char *path)
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/config.json", path);
+	if (fs_exists(p)) {
+		snprintf(out, n, "%s", path);
+		return ST_OK;
+	}
+	return ckpt_resolve(out, n, path);
+}
+
+int cmd_eval(int argc, char **argv)
+{
+	struct cli_args a;
+	ST_TRY(cli_parse(&a, argc, argv));
+	if (cli_has(&a, "help")) {
+		help();
+		return ST_OK;
+	}
+	const char *model = cli_get(&a, "model", NULL), *data = cli_get(&a, "data", NULL);
+	const char *device = cli_get(&a, "device", "auto");
+	long t, b, max_tokens, threads;
+	ST_TRY(cli_get_long(&a, "seq-len", 256, &t));
+	ST_TRY(cli_get_long(&a, "micro-batch", 8, &b));
+	ST_TRY(cli_get_long(&a, "max-tokens", 0, &max_tokens));
+	ST_TRY(cli_get_long(&a, "threads", 0, &threads));
+	int json = cli_has(&a, "json");
+	ST_TRY(cli_check_unused(&a, "eval"));
+	ST_CHECK(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
+	ST_CHECK(t > 1 && b > 0, "use positive sizes", "--seq-len must be > 1 and --micro-batch > 0");
+
+	char dir[4096];
+	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
+	const struct st_ops *ops;
+	ST_TRY(session_backend(&ops, device, (int)threads));
+	struct st_session s;
+	ST_TRY(session_open(&s, ops, dir, 0));
+	if (t > s.model.cfg.max_seq)
+		t = s.model.cfg.max_seq;
+	struct st_data d = {0};
+	const char *val = fs_is_dir(data) ? NULL : data;
+	int rc = data_open(&d, fs_is_dir(data) ? data : NULL, val, s.model.cfg.vocab_size, 0);
+	if (rc == ST_OK && !d.has_val) {
+		ST_ERROR("run strata prepare, or pass a shard file", "no val.bin in %s", data);
+		rc = ST_FAIL;
+	}
+	double loss = 0;
+	long n = 0;
+	if (rc == ST_OK)
+		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
+	if (rc == ST_OK) {
+		if (json)
+			printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"tokens\": %ld}\n", loss, exp(loss), n);
+		else
+			printf("loss %.4f | perplexity %.3f | %ld tokens | %s\n", loss, exp(loss), n, dir);
+	}
+	data_close(&d); /* safe after a failed open: data_open zeroes d */
+	session_close(&s);
+	return rc;
+}

@@ -1,0 +1,104 @@
+/* strata sample: generate text from a model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/generate.h"
+#include "io/tokenizer.h"
+#include "util/check.h"
+
+int resolve_model_dir(char *out, size_t n, const char *path); /* cmd_eval.c */
+
+static void help(void)
+{
+	printf("usage: strata sample --model DIR [options]\n\n"
+	       "  --model DIR        model directory, checkpoint, or run directory (its latest)\n"
+	       "  --prompt TEXT      text to continue [\"\\n\"]\n"
+	       "  --tokens N         tokens to generate [200]\n"
+	       "  --temperature X    0 is greedy [0.8]\n"
+	       "  --top-p X          nucleus sampling mass [0.95]\n"
+	       "  --seed N           sampling seed [1]\n"
+	       "  --context N        tokens of context per step (<= max_position_embeddings) [256]\n"
+	       "  --threads N        CPU threads (0: all cores) [0]\n"
+	       "  --device S         cpu | cuda | auto [auto]\n");
+}
+
+struct out_ctx {
+	const struct st_tokenizer *tk;
+};
+
+static void emit(int32_t tok, void *arg)
+{
+	const struct out_ctx *o = arg;
+	char buf[8];
+	int n = tokenizer_decode_one(o->tk, buf, (uint32_t)tok);
+	fwrite(buf, 1, (size_t)n, stdout);
+	fflush(stdout);
+}
+
+int cmd_sample(int argc, char **argv)
+{
+	struct cli_args a;
+	ST_TRY(cli_parse(&a, argc, argv));
+	if (cli_has(&a, "help")) {
+		help();
+		return ST_OK;
+	}
+	const char *model = cli_get(&a, "model", NULL), *prompt = cli_get(&a, "prompt", "\n");
+	const char *device = cli_get(&a, "device", "auto");
+	long n_tok, seed, ctx_len, threads;
+	double temp, top_p;
+	ST_TRY(cli_get_long(&a, "tokens", 200, &n_tok));
+	ST_TRY(cli_get_long(&a, "seed", 1, &seed));
+	ST_TRY(cli_get_long(&a, "context", 256, &ctx_len));
+	ST_TRY(cli_get_long(&a, "threads", 0, &threads));
+	ST_TRY(cli_get_double(&a, "temperature", 0.8, &temp));
+	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
+	ST_TRY(cli_check_unused(&a, "sample"));
+	ST_CHECK(model, "pass --model DIR", "strata sample: no model (--model)");
+	ST_CHECK(n_tok >= 0 && ctx_len > 1 && temp >= 0 && top_p > 0 && top_p <= 1,
+		 "check --tokens, --context, --temperature >= 0 and 0 < --top-p <= 1",
+		 "strata sample: invalid sampling options");
+
+	char dir[4096];
+	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
+	const struct st_ops *ops;
+	ST_TRY(session_backend(&ops, device, (int)threads));
+	struct st_session s;
+	ST_TRY(session_open(&s, ops, dir, 0));
+	struct st_tokenizer tk;
+	tokenizer_byte(&tk);
+	int rc = ST_OK;
+	if (s.model.cfg.vocab_size < tk.vocab_size) {
+		ST_ERROR("sample from a model made for the byte tokenizer",
+			 "the model's vocabulary (%d) is smaller than the byte tokenizer's (%d)",
+			 s.model.cfg.vocab_size, tk.vocab_size);
+		rc = ST_FAIL;
+	}
+	if (ctx_len > s.model.cfg.max_seq)
+		ctx_len = s.model.cfg.max_seq;
+	if (rc == ST_OK)
+		rc = session_exec(&s, 1, (int)ctx_len);
+	size_t plen = strlen(prompt);
+	uint32_t *ids = st_malloc((plen + 1) * sizeof *ids);
+	int32_t *ctx = st_malloc((plen + 1) * sizeof *ctx);
+	if (rc == ST_OK && ids && ctx) {
+		size_t n = tokenizer_encode(&tk, ids, prompt, plen);
+		for (size_t i = 0; i < n; i++)
+			ctx[i] = (int32_t)ids[i];
+		fwrite(prompt, 1, plen, stdout);
+		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
+					.seed = (uint64_t)seed, .stop_at_eos = 1,
+					.eos_id = tk.eos_id};
+		struct out_ctx oc = {&tk};
+		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
+		printf("\n");
+	} else if (rc == ST_OK) {
+		rc = ST_FAIL;
+	}
+	free(ids);
+	free(ctx);
+	session_close(&s);
+	return rc;
+}

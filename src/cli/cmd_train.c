@@ -1,0 +1,56 @@
+/* strata train: flags and/or a JSON config (same keys), fresh or --resume. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "trainer/trainer.h"
+#include "util/check.h"
+
+static void help(void)
+{
+	printf("usage: strata train --model DIR --data DIR --out DIR [options]\n"
+	       "       strata train --resume RUN_OR_CKPT [options to override]\n"
+	       "       strata train --config FILE.json [options]\n\n"
+	       "  --config FILE          JSON object with any of the keys below\n");
+	train_opts_help(stdout);
+	printf("\nOn --resume the checkpoint's saved options are the base; flags given\n"
+	       "override them (for example --steps to train further).\n");
+}
+
+int cmd_train(int argc, char **argv)
+{
+	struct cli_args a;
+	ST_TRY(cli_parse(&a, argc, argv));
+	if (cli_has(&a, "help")) {
+		help();
+		return ST_OK;
+	}
+	struct st_train_opts o;
+	train_opts_defaults(&o);
+	/* order of precedence: defaults < checkpoint's options < --config < flags */
+	const char *resume = cli_get(&a, "resume", NULL);
+	if (resume) {
+		char dir[4096];
+		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
+		ST_TRY(ckpt_read_options(&o, dir));
+		o.resume[0] = '\0';
+	}
+	const char *conf = cli_get(&a, "config", NULL);
+	if (conf)
+		ST_TRY(train_opts_load_json(&o, conf));
+	for (int i = 0; i < a.n; i++) {
+		if (!strcmp(a.key[i], "config"))
+			continue;
+		ST_TRY(train_opts_set(&o, a.key[i], a.val[i]));
+		a.used[i] = 1;
+	}
+	struct st_trainer tr;
+	int rc = trainer_open(&tr, &o);
+	if (rc == ST_OK)
+		rc = trainer_run(&tr);
+	if (rc == ST_OK)
+		printf("done: step %ld, train loss %.4f, val loss %.4f\n", tr.step, tr.last_loss,
+		       tr.last_val_loss);
+	trainer_close(&tr);
+	return rc;
+}

@@ -1,0 +1,41 @@
+/* strata: train and fine-tune LLaMA-family models on one machine. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: strata COMMAND [--option value ...]\n"
+		"\n"
+		"commands:\n"
+		"  init     write a randomly initialized model (HF LLaMA directory)\n"
+		"  prepare  turn text files into token shards (train.bin, val.bin)\n"
+		"  train    train a model on prepared data, with checkpoints and resume\n"
+		"  eval     loss and perplexity of a model on a token shard\n"
+		"  sample   generate text from a model\n"
+		"\n"
+		"`strata COMMAND --help` lists a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	const char *cmd = argv[1];
+	struct {
+		const char *name;
+		int (*fn)(int, char **);
+	} cmds[] = {{"init", cmd_init},   {"prepare", cmd_prepare}, {"train", cmd_train},
+		    {"eval", cmd_eval},   {"sample", cmd_sample}};
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+		if (!strcmp(cmd, cmds[i].name))
+			return cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : 1;
+	fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,106 @@
+/* Executor for one micro-batch; see exec.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/exec.h"
+#include "util/check.h"
+
+int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
+	      struct st_store *s, int b, int t)
+{
+	memset(ex, 0, sizeof *ex);
+	ex->ops = ops;
+	ex->model = m;
+	ex->store = s;
+	ex->b = b;
+	ex->t = t;
+	const int L = m->cfg.n_layers, head = model_head_unit(m);
+	float **blocks = st_calloc((size_t)L, sizeof *blocks);
+	if (!blocks)
+		return ST_FAIL;
+	int rc = ST_OK;
+	for (int l = 0; l < L && rc == ST_OK; l++) {
+		rc = store_alloc(s, 1 + l, ST_SLAB_A, ST_TIER_DEVICE,
+				 acts_layer_floats(m, b, t) * sizeof(float));
+		if (rc == ST_OK)
+			blocks[l] = store_acquire(s, 1 + l, ST_SLAB_A);
+	}
+	if (rc == ST_OK)
+		rc = store_alloc(s, head, ST_SLAB_A, ST_TIER_DEVICE,
+				 acts_rest_floats(m, b, t) * sizeof(float));
+	if (rc == ST_OK)
+		rc = acts_bind(&ex->acts, m, b, t, blocks, store_acquire(s, head, ST_SLAB_A));
+	free(blocks);
+	return rc;
+}
+
+void exec_free(struct st_exec *ex)
+{
+	acts_unbind(&ex->acts);
+	memset(ex, 0, sizeof *ex);
+}
+
+static void unit_done(struct st_exec *ex, int unit)
+{
+	if (ex->on_unit_grad)
+		ex->on_unit_grad(ex->on_unit_grad_ctx, unit);
+}
+
+double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t *targets,
+		       float loss_scale, long *n_targets)
+{
+	const struct st_ops *ops = ex->ops;
+	const struct st_model *m = ex->model;
+	struct st_store *s = ex->store;
+	struct st_acts *a = &ex->acts;
+	const int L = m->cfg.n_layers, head = model_head_unit(m);
+	const int backward = loss_scale > 0;
+
+	/* forward */
+	const float *wte = store_acquire(s, 0, ST_SLAB_W);
+	llama_embed_forward(ops, m, a, wte, tokens);
+	if (!m->cfg.tied)
+		store_release(s, 0, ST_SLAB_W, 0);
+	for (int l = 0; l < L; l++) {
+		const float *w = store_acquire(s, 1 + l, ST_SLAB_W);
+		llama_layer_forward(ops, m, a, l, w);
+		store_release(s, 1 + l, ST_SLAB_W, 0);
+	}
+	const float *wh = store_acquire(s, head, ST_SLAB_W);
+	double loss = llama_head_forward(ops, m, a, wh, m->cfg.tied ? wte : NULL, targets,
+					 backward ? loss_scale : 0.0f);
+	long count = 0;
+	for (int i = 0; i < a->b * a->t; i++)
+		count += targets[i] >= 0;
+	*n_targets = count;
+	if (!backward) {
+		store_release(s, head, ST_SLAB_W, 0);
+		if (m->cfg.tied)
+			store_release(s, 0, ST_SLAB_W, 0);
+		return loss;
+	}
+
+	/* backward */
+	float *gh = store_acquire(s, head, ST_SLAB_G);
+	float *dwte = m->cfg.tied ? store_acquire(s, 0, ST_SLAB_G) : NULL;
+	llama_head_backward(ops, m, a, wh, m->cfg.tied ? wte : NULL, gh, dwte);
+	store_release(s, head, ST_SLAB_W, 0);
+	store_release(s, head, ST_SLAB_G, 1);
+	unit_done(ex, head);
+	for (int l = L - 1; l >= 0; l--) {
+		const float *w = store_acquire(s, 1 + l, ST_SLAB_W);
+		float *g = store_acquire(s, 1 + l, ST_SLAB_G);
+		llama_layer_backward(ops, m, a, l, w, g);
+		store_release(s, 1 + l, ST_SLAB_W, 0);
+		store_release(s, 1 + l, ST_SLAB_G, 1);
+		unit_done(ex, 1 + l);
+	}
+	if (!dwte)
+		dwte = store_acquire(s, 0, ST_SLAB_G);
+	llama_embed_backward(ops, m, a, dwte, tokens);
+	if (m->cfg.tied)
+		store_release(s, 0, ST_SLAB_W, 0);
+	store_release(s, 0, ST_SLAB_G, 1);
+	unit_done(ex, 0);
+	return loss;
+}

@@ -1,0 +1,44 @@
+/* The executor: walks the model's units through forward, loss and backward
+ * for one micro-batch, asking the store for each unit's slabs just before the
+ * unit runs and handing them back right after. This is the seam where the
+ * offload issue adds prefetch of the next units' weights, activation swapping
+ * and per-unit optimizer updates overlapped with backward: on_unit_grad is
+ * called the moment a unit's gradient for the micro-batch is complete.
+ *
+ * A tied head reads the embedding's weights and adds into its gradient, so
+ * the embed unit's W and G stay acquired from the head's forward to the end
+ * of backward. */
+#ifndef ST_EXEC_H
+#define ST_EXEC_H
+
+#include <stdint.h>
+
+#include "model/llama.h"
+#include "ops/ops.h"
+#include "store/store.h"
+
+struct st_exec {
+	const struct st_ops *ops;
+	const struct st_model *model;
+	struct st_store *store;
+	struct st_acts acts;
+	int b, t;
+	/* called after each unit's backward (reverse unit order); may be NULL */
+	void (*on_unit_grad)(void *ctx, int unit);
+	void *on_unit_grad_ctx;
+};
+
+/* Allocate the activation slabs for micro-batches of b x t tokens in the
+ * device tier; reports the bytes missing when the budget is too small. */
+int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
+	      struct st_store *s, int b, int t);
+void exec_free(struct st_exec *ex);
+
+/* Forward (and, when loss_scale > 0, backward) of one micro-batch.
+ * tokens, targets: (B,T); targets < 0 are ignored. Gradients of
+ * loss_scale * sum(per-token losses) are ADDED to the G slabs. Returns the
+ * sum of the per-token losses; *n_targets gets the number of counted tokens. */
+double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t *targets,
+		       float loss_scale, long *n_targets);
+
+#endif

@@ -1,0 +1,93 @@
+/* Sampling loop; see generate.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/generate.h"
+#include "util/check.h"
+#include "util/rng.h"
+
+struct pidx {
+	float p;
+	int i;
+};
+
+static int by_prob_desc(const void *a, const void *b)
+{
+	const struct pidx *x = a, *y = b;
+	if (x->p != y->p)
+		return x->p < y->p ? 1 : -1;
+	return x->i - y->i; /* ties: lower id first, deterministic */
+}
+
+int32_t sample_logits(const float *logits, int v, double temperature, double top_p, double u,
+		      float *scratch)
+{
+	int best = 0;
+	for (int i = 1; i < v; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	if (temperature <= 0)
+		return best;
+	struct pidx *pi = (struct pidx *)scratch;
+	double sum = 0;
+	for (int i = 0; i < v; i++) {
+		pi[i].p = (float)exp((logits[i] - logits[best]) / temperature);
+		pi[i].i = i;
+		sum += pi[i].p;
+	}
+	qsort(pi, (size_t)v, sizeof *pi, by_prob_desc);
+	/* keep the smallest prefix whose mass reaches top_p, then sample in it */
+	double keep = 0;
+	int n = 0;
+	while (n < v && (n == 0 || keep < top_p * sum)) {
+		keep += pi[n].p;
+		n++;
+	}
+	double target = u * keep, acc = 0;
+	for (int j = 0; j < n; j++) {
+		acc += pi[j].p;
+		if (acc > target)
+			return pi[j].i;
+	}
+	return pi[n - 1].i;
+}
+
+int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct st_gen_opts *g,
+	     void (*emit)(int32_t tok, void *arg), void *arg)
+{
+	struct st_exec *ex = &s->exec;
+	const int T = ex->t, V = s->model.cfg.vocab_size;
+	ST_CHECK(ex->b == 1, NULL, "internal: generate needs a batch-1 executor");
+	ST_CHECK(n_ctx > 0, "give a prompt", "empty prompt");
+	int32_t *hist = st_malloc((size_t)(n_ctx + g->max_new) * sizeof *hist);
+	int32_t *tok = st_malloc((size_t)T * sizeof *tok), *tgt = st_malloc((size_t)T * sizeof *tgt);
+	float *scratch = st_malloc((size_t)V * 2 * sizeof *scratch);
+	if (!hist || !tok || !tgt || !scratch) {
+		free(hist), free(tok), free(tgt), free(scratch);
+		return ST_FAIL;
+	}
+	memcpy(hist, ctx, (size_t)n_ctx * sizeof *hist);
+	int n = n_ctx;
+	struct st_rng r;
+	rng_seed(&r, g->seed, 0x5a3e);
+	for (int k = 0; k < g->max_new; k++) {
+		/* window: the last min(n, T) tokens at positions 0..w-1; the rest is
+		 * padding that causal attention keeps from influencing position w-1 */
+		int w = n < T ? n : T;
+		for (int i = 0; i < T; i++) {
+			tok[i] = i < w ? hist[n - w + i] : 0;
+			tgt[i] = -1;
+		}
+		long unused;
+		exec_micro_step(ex, tok, tgt, 0.0f, &unused);
+		int32_t next = sample_logits(ex->acts.logits + (size_t)(w - 1) * V, V, g->temperature,
+					     g->top_p, rng_uniform(&r), scratch);
+		hist[n++] = next;
+		emit(next, arg);
+		if (g->stop_at_eos && next == g->eos_id)
+			break;
+	}
+	free(hist), free(tok), free(tgt), free(scratch);
+	return ST_OK;
+}

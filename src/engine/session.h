@@ -1,0 +1,38 @@
+/* A session: one model on one backend, with its slabs in the store and an
+ * executor for a fixed micro-batch shape. train, eval, sample and init all
+ * start from a session. */
+#ifndef ST_SESSION_H
+#define ST_SESSION_H
+
+#include "engine/exec.h"
+#include "model/llama.h"
+#include "ops/ops.h"
+#include "store/store.h"
+
+struct st_session {
+	const struct st_ops *ops;
+	struct st_model model;
+	struct st_store store;
+	struct st_exec exec;
+	int exec_ready;
+	float **w;  /* per-unit W slab pointers (resident), for load/save */
+};
+
+/* Choose the backend ("cpu", "cuda", "auto") and set the thread count
+ * (0: all cores). */
+int session_backend(const struct st_ops **ops, const char *device, int threads);
+/* Build the model from cfg and allocate its weight slabs (zeroed);
+ * with_grads also allocates gradient slabs. */
+int session_create(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
+		   int with_grads);
+/* Open a HF model directory: config.json + model.safetensors. */
+int session_open(struct st_session *s, const struct st_ops *ops, const char *dir, int with_grads);
+/* Random init of every unit (deterministic in seed). */
+void session_init_random(struct st_session *s, unsigned long seed);
+/* Allocate the executor for micro-batches of b x t (once). */
+int session_exec(struct st_session *s, int b, int t);
+/* Write config.json + model.safetensors into dir (which must exist). */
+int session_save_model(const struct st_session *s, const char *dir);
+void session_close(struct st_session *s);
+
+#endif

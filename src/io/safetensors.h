@@ -1,0 +1,77 @@
+/* safetensors: read (validated, memory-mapped) and write (fsynced).
+ *
+ * Format: u64 little-endian header length N, N bytes of JSON
+ * {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {str: str}},
+ * then the data; offsets are relative to the first byte after the header.
+ * safetensors_open() rejects, with a message naming the file and the problem:
+ * a file shorter than 8 bytes, a header length larger than the file or than
+ * 100 MB, JSON that does not parse, an unknown dtype, a shape whose byte size
+ * disagrees with its offsets, offsets past the end of the file, overlapping
+ * tensors, and duplicate names. */
+#ifndef ST_SAFETENSORS_H
+#define ST_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum st_dtype { ST_DT_F32, ST_DT_F16, ST_DT_BF16, ST_DT_F64, ST_DT_I32, ST_DT_I64, ST_DT_U8,
+		ST_DT_I8, ST_DT_U16, ST_DT__COUNT };
+
+#define ST_MAX_DIMS 8
+
+struct st_tensor_info {
+	char *name;
+	enum st_dtype dtype;
+	int ndim;
+	int64_t shape[ST_MAX_DIMS];
+	uint64_t begin, end; /* byte offsets relative to the data section */
+};
+
+struct st_safetensors {
+	char *path;
+	void *map;          /* whole file, read-only mapping */
+	size_t file_size;
+	size_t data_start;  /* 8 + header length */
+	int n;
+	struct st_tensor_info *tensors;
+	int n_meta;
+	char **meta_keys, **meta_vals;
+};
+
+/* One tensor to write. data holds numel * dtype_size bytes. */
+struct st_tensor_out {
+	const char *name;
+	enum st_dtype dtype;
+	int ndim;
+	int64_t shape[ST_MAX_DIMS];
+	const void *data;
+};
+
+size_t dtype_size(enum st_dtype dt);
+const char *dtype_name(enum st_dtype dt); /* "F32", "BF16", ... as in the format */
+int64_t tensor_numel(const struct st_tensor_info *t);
+
+int safetensors_open(struct st_safetensors *sf, const char *path);
+void safetensors_close(struct st_safetensors *sf);
+/* NULL when absent (no message: callers decide whether that is an error). */
+const struct st_tensor_info *safetensors_find(const struct st_safetensors *sf, const char *name);
+/* Pointer to the raw bytes of t inside the mapping. */
+const void *safetensors_data(const struct st_safetensors *sf, const struct st_tensor_info *t);
+/* Convert t (F32, F16, BF16 or F64) to fp32 into dst (numel floats); other dtypes fail. */
+int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor_info *t,
+			 float *dst);
+/* Look up a tensor by name, require its dtype to be convertible to fp32 and its
+ * shape to equal shape[0..ndim-1], and read it; every mismatch is an error
+ * naming the file, the tensor, and what was expected. */
+int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
+			 const int64_t *shape, float *dst);
+const char *safetensors_meta(const struct st_safetensors *sf, const char *key);
+
+/* Write tensors in the given order, 8-byte aligned header padded with spaces,
+ * with metadata pairs meta[0..2*n_meta-1] = key, value, ...; the file is
+ * written and fsynced before returning. Errors (unwritable path, full disk)
+ * are reported with the path. */
+int safetensors_write(const char *path, const struct st_tensor_out *t, int n,
+		      const char *const *meta, int n_meta);
+
+#endif

@@ -1,0 +1,245 @@
+/* Model configuration: presets (the GaLore paper's LLaMA sizes and small ones
+ * for quick runs and tests), validation, and Hugging Face config.json. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/fsutil.h"
+#include "io/tokenizer.h"
+#include "model/config.h"
+#include "util/check.h"
+
+struct preset {
+	const char *name;
+	int dim, n_layers, n_heads, n_kv_heads, ffn_dim, max_seq;
+};
+
+/* 60m/130m/350m/1b are the GaLore paper's LLaMA configurations (Zhao et al.
+ * 2024, Table 2 / Appendix); "tiny" and "small" are for quick CPU runs. */
+static const struct preset presets[] = {
+	{"tiny", 256, 4, 4, 4, 688, 256},
+	{"small", 384, 6, 6, 6, 1024, 512},
+	{"llama-60m", 512, 8, 8, 8, 1376, 1024},
+	{"llama-130m", 768, 12, 12, 12, 2048, 1024},
+	{"llama-350m", 1024, 24, 16, 16, 2736, 1024},
+	{"llama-1b", 2048, 24, 32, 32, 5461, 2048},
+	{"llama-7b", 4096, 32, 32, 32, 11008, 2048},
+};
+
+const char *config_preset_names(void)
+{
+	return "tiny, small, llama-60m, llama-130m, llama-350m, llama-1b, llama-7b";
+}
+
+int config_preset(struct st_config *cfg, const char *name)
+{
+	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+		const struct preset *p = &presets[i];
+		if (strcmp(p->name, name) != 0)
+			continue;
+		*cfg = (struct st_config){
+			.vocab_size = ST_BYTE_VOCAB,
+			.dim = p->dim,
+			.n_layers = p->n_layers,
+			.n_heads = p->n_heads,
+			.n_kv_heads = p->n_kv_heads,
+			.head_dim = p->dim / p->n_heads,
+			.ffn_dim = p->ffn_dim,
+			.max_seq = p->max_seq,
+			.rope_theta = 10000.0,
+			.norm_eps = 1e-6f,
+			.tied = 0,
+			.init_std = 0.02f,
+			.bos_id = ST_BYTE_BOS,
+			.eos_id = ST_BYTE_EOS,
+		};
+		return ST_OK;
+	}
+	ST_ERROR("use a JSON config file or one of the presets", "unknown preset '%s' (presets: %s)",
+		 name, config_preset_names());
+	return ST_FAIL;
+}
+
+int config_validate(const struct st_config *c)
+{
+	const char *hint = "fix the model config (config.json)";
+	ST_CHECK(c->vocab_size > 0, hint, "vocab_size must be positive (got %d)", c->vocab_size);
+	ST_CHECK(c->dim > 0, hint, "hidden_size must be positive (got %d)", c->dim);
+	ST_CHECK(c->n_layers > 0, hint, "num_hidden_layers must be positive (got %d)", c->n_layers);
+	ST_CHECK(c->n_heads > 0, hint, "num_attention_heads must be positive (got %d)", c->n_heads);
+	ST_CHECK(c->n_kv_heads > 0, hint, "num_key_value_heads must be positive (got %d)",
+		 c->n_kv_heads);
+	ST_CHECK(c->n_heads % c->n_kv_heads == 0, hint,
+		 "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
+		 c->n_heads);
+	ST_CHECK(c->head_dim > 0 && c->head_dim % 2 == 0, hint,
+		 "head_dim must be positive and even for RoPE (got %d)", c->head_dim);
+	/* HF LLaMA derives head_dim = hidden_size / heads when it is not given; a
+	 * given head_dim may differ, but then heads must still divide hidden_size
+	 * for the default, so only check divisibility when they agree. */
+	ST_CHECK(c->dim % c->n_heads == 0 || c->head_dim != c->dim / c->n_heads, hint,
+		 "num_attention_heads (%d) must divide hidden_size (%d)", c->n_heads, c->dim);
+	ST_CHECK(c->ffn_dim > 0, hint, "intermediate_size must be positive (got %d)", c->ffn_dim);
+	ST_CHECK(c->max_seq > 0, hint, "max_position_embeddings must be positive (got %d)",
+		 c->max_seq);
+	ST_CHECK(c->rope_theta > 0, hint, "rope_theta must be positive (got %g)", c->rope_theta);
+	ST_CHECK(c->norm_eps > 0, hint, "rms_norm_eps must be positive (got %g)", c->norm_eps);
+	/* int32 offsets in kernels: keep every weight matrix under 2^31 elements */
+	ST_CHECK((double)c->vocab_size * c->dim < 2147483647.0 &&
+			 (double)c->ffn_dim * c->dim < 2147483647.0,
+		 hint, "a weight matrix has more than 2^31 elements");
+	return ST_OK;
+}
+
+static int json_int(const cJSON *root, const char *key, int *out, int required, const char *path)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+	if (!it || cJSON_IsNull(it)) {
+		ST_CHECK(!required, "a LLaMA config.json needs this key", "%s: missing \"%s\"", path,
+			 key);
+		return ST_OK;
+	}
+	ST_CHECK(cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble) &&
+			 fabs(it->valuedouble) < 2147483647.0,
+		 "fix the value in config.json", "%s: \"%s\" must be an integer", path, key);
+	*out = (int)it->valuedouble;
+	return ST_OK;
+}
+
+static int json_num(const cJSON *root, const char *key, double *out, const char *path)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+	if (!it || cJSON_IsNull(it))
+		return ST_OK;
+	ST_CHECK(cJSON_IsNumber(it), "fix the value in config.json", "%s: \"%s\" must be a number",
+		 path, key);
+	*out = it->valuedouble;
+	return ST_OK;
+}
+
+static int config_parse(struct st_config *cfg, const cJSON *root, const char *path)
+{
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+	if (mt && cJSON_IsString(mt))
+		ST_CHECK(strcmp(mt->valuestring, "llama") == 0,
+			 "strata trains LLaMA-architecture models (model_type \"llama\")",
+			 "%s: unsupported architecture model_type \"%s\"", path, mt->valuestring);
+	*cfg = (struct st_config){.rope_theta = 10000.0, .norm_eps = 1e-6f, .init_std = 0.02f,
+				  .max_seq = 2048, .bos_id = -1, .eos_id = -1, .head_dim = 0};
+	ST_TRY(json_int(root, "vocab_size", &cfg->vocab_size, 1, path));
+	ST_TRY(json_int(root, "hidden_size", &cfg->dim, 1, path));
+	ST_TRY(json_int(root, "num_hidden_layers", &cfg->n_layers, 1, path));
+	ST_TRY(json_int(root, "num_attention_heads", &cfg->n_heads, 1, path));
+	cfg->n_kv_heads = cfg->n_heads;
+	ST_TRY(json_int(root, "num_key_value_heads", &cfg->n_kv_heads, 0, path));
+	ST_TRY(json_int(root, "intermediate_size", &cfg->ffn_dim, 1, path));
+	ST_TRY(json_int(root, "max_position_embeddings", &cfg->max_seq, 0, path));
+	ST_TRY(json_int(root, "head_dim", &cfg->head_dim, 0, path));
+	if (cfg->head_dim == 0 && cfg->n_heads > 0)
+		cfg->head_dim = cfg->dim / cfg->n_heads;
+	ST_TRY(json_int(root, "bos_token_id", &cfg->bos_id, 0, path));
+	ST_TRY(json_int(root, "eos_token_id", &cfg->eos_id, 0, path));
+	/* rope_theta: top level (older files) or inside rope_parameters (newer) */
+	ST_TRY(json_num(root, "rope_theta", &cfg->rope_theta, path));
+	const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+	if (rp && cJSON_IsObject(rp)) {
+		ST_TRY(json_num(rp, "rope_theta", &cfg->rope_theta, path));
+		const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+		ST_CHECK(!rt || !cJSON_IsString(rt) || strcmp(rt->valuestring, "default") == 0,
+			 "only plain RoPE is supported for now", "%s: unsupported rope_type \"%s\"",
+			 path, rt->valuestring);
+	}
+	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+	ST_CHECK(!rs || cJSON_IsNull(rs), "only plain RoPE is supported for now",
+		 "%s: rope_scaling is not supported", path);
+	double eps = cfg->norm_eps, std = cfg->init_std;
+	ST_TRY(json_num(root, "rms_norm_eps", &eps, path));
+	ST_TRY(json_num(root, "initializer_range", &std, path));
+	cfg->norm_eps = (float)eps;
+	cfg->init_std = (float)std;
+	const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+	cfg->tied = tie ? cJSON_IsTrue(tie) : 0;
+	const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+	ST_CHECK(!act || !cJSON_IsString(act) || strcmp(act->valuestring, "silu") == 0,
+		 "LLaMA uses SwiGLU (hidden_act \"silu\")", "%s: unsupported hidden_act \"%s\"", path,
+		 act->valuestring);
+	return ST_OK;
+}
+
+int config_load(struct st_config *cfg, const char *path)
+{
+	char *text = NULL;
+	size_t len = 0;
+	ST_TRY(fs_read_file(path, &text, &len));
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	free(text);
+	if (!root || !cJSON_IsObject(root)) {
+		cJSON_Delete(root);
+		ST_ERROR("check the file is a JSON object", "%s: not valid JSON", path);
+		return ST_FAIL;
+	}
+	int rc = config_parse(cfg, root, path);
+	cJSON_Delete(root);
+	if (rc != ST_OK)
+		return rc;
+	return config_validate(cfg);
+}
+
+int config_resolve(struct st_config *cfg, const char *preset_or_path)
+{
+	if (fs_exists(preset_or_path)) {
+		if (fs_is_dir(preset_or_path)) {
+			char p[4096];
+			snprintf(p, sizeof p, "%s/config.json", preset_or_path);
+			return config_load(cfg, p);
+		}
+		return config_load(cfg, preset_or_path);
+	}
+	if (strchr(preset_or_path, '/') || strstr(preset_or_path, ".json")) {
+		ST_ERROR("give an existing config file or a preset name", "config file %s not found",
+			 preset_or_path);
+		return ST_FAIL;
+	}
+	ST_TRY(config_preset(cfg, preset_or_path));
+	return config_validate(cfg);
+}
+
+int config_save(const struct st_config *c, const char *path)
+{
+	cJSON *r = cJSON_CreateObject();
+	cJSON *arch = cJSON_AddArrayToObject(r, "architectures");
+	cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+	cJSON_AddStringToObject(r, "model_type", "llama");
+	cJSON_AddNumberToObject(r, "vocab_size", c->vocab_size);
+	cJSON_AddNumberToObject(r, "hidden_size", c->dim);
+	cJSON_AddNumberToObject(r, "intermediate_size", c->ffn_dim);
+	cJSON_AddNumberToObject(r, "num_hidden_layers", c->n_layers);
+	cJSON_AddNumberToObject(r, "num_attention_heads", c->n_heads);
+	cJSON_AddNumberToObject(r, "num_key_value_heads", c->n_kv_heads);
+	cJSON_AddNumberToObject(r, "head_dim", c->head_dim);
+	cJSON_AddNumberToObject(r, "max_position_embeddings", c->max_seq);
+	cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+	cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
+	cJSON_AddNumberToObject(r, "initializer_range", c->init_std);
+	cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);
+	cJSON_AddStringToObject(r, "hidden_act", "silu");
+	cJSON_AddBoolToObject(r, "attention_bias", 0);
+	cJSON_AddBoolToObject(r, "mlp_bias", 0);
+	if (c->bos_id >= 0)
+		cJSON_AddNumberToObject(r, "bos_token_id", c->bos_id);
+	if (c->eos_id >= 0)
+		cJSON_AddNumberToObject(r, "eos_token_id", c->eos_id);
+	cJSON_AddStringToObject(r, "torch_dtype", "float32");
+	char *text = cJSON_Print(r);
+	cJSON_Delete(r);
+	if (!text) {
+		ST_ERROR(NULL, "out of memory formatting %s", path);
+		return ST_FAIL;
+	}
+	size_t len = strlen(text);
+	text[len] = '\0';
+	int rc = fs_write_file_atomic(path, text, len);
+	free(text);
+	return rc;
+}

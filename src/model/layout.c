@@ -1,0 +1,117 @@
+/* Parameter layout: which parameters each unit owns, their HF names, shapes,
+ * roles and offsets in the unit's slab; deterministic initialization; FLOPs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/llama.h"
+#include "util/check.h"
+#include "util/rng.h"
+
+static void add_param(struct st_model *m, int unit, const char *name, enum st_param_role role,
+		      int64_t d0, int64_t d1)
+{
+	struct st_param *p = &m->params[m->n_params++];
+	struct st_unit *u = &m->units[unit];
+	snprintf(p->name, sizeof p->name, "%s", name);
+	p->role = role;
+	p->unit = unit;
+	p->offset = u->numel;
+	p->ndim = d1 > 0 ? 2 : 1;
+	p->shape[0] = d0;
+	p->shape[1] = d1 > 0 ? d1 : 0;
+	p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+	/* keep every parameter 16-float (64-byte) aligned inside its slab */
+	u->numel += (p->numel + 15) & ~(size_t)15;
+	u->n_params++;
+}
+
+int model_build(struct st_model *m, const struct st_config *cfg)
+{
+	ST_TRY(config_validate(cfg));
+	memset(m, 0, sizeof *m);
+	m->cfg = *cfg;
+	const int L = cfg->n_layers, C = cfg->dim, F = cfg->ffn_dim, V = cfg->vocab_size;
+	const int qd = cfg->n_heads * cfg->head_dim, kvd = cfg->n_kv_heads * cfg->head_dim;
+	m->n_units = L + 2;
+	m->units = st_calloc((size_t)m->n_units, sizeof *m->units);
+	m->params = st_calloc((size_t)(L * LP__COUNT + 3), sizeof *m->params);
+	if (!m->units || !m->params)
+		return ST_FAIL;
+
+	m->units[0] = (struct st_unit){.kind = ST_UNIT_EMBED, .first_param = 0};
+	add_param(m, 0, "model.embed_tokens.weight", ST_ROLE_EMBED, V, C);
+	char name[96];
+	for (int l = 0; l < L; l++) {
+		int u = 1 + l;
+		m->units[u] = (struct st_unit){.kind = ST_UNIT_LAYER, .layer = l,
+					       .first_param = m->n_params};
+#define LNAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, (s)), name)
+		add_param(m, u, LNAME("input_layernorm.weight"), ST_ROLE_NORM, C, 0);
+		add_param(m, u, LNAME("self_attn.q_proj.weight"), ST_ROLE_ATTN, qd, C);
+		add_param(m, u, LNAME("self_attn.k_proj.weight"), ST_ROLE_ATTN, kvd, C);
+		add_param(m, u, LNAME("self_attn.v_proj.weight"), ST_ROLE_ATTN, kvd, C);
+		add_param(m, u, LNAME("self_attn.o_proj.weight"), ST_ROLE_ATTN, C, qd);
+		add_param(m, u, LNAME("post_attention_layernorm.weight"), ST_ROLE_NORM, C, 0);
+		add_param(m, u, LNAME("mlp.gate_proj.weight"), ST_ROLE_MLP, F, C);
+		add_param(m, u, LNAME("mlp.up_proj.weight"), ST_ROLE_MLP, F, C);
+		add_param(m, u, LNAME("mlp.down_proj.weight"), ST_ROLE_MLP, C, F);
+#undef LNAME
+	}
+	int h = L + 1;
+	m->units[h] = (struct st_unit){.kind = ST_UNIT_HEAD, .first_param = m->n_params};
+	add_param(m, h, "model.norm.weight", ST_ROLE_NORM, C, 0);
+	if (!cfg->tied)
+		add_param(m, h, "lm_head.weight", ST_ROLE_LMHEAD, V, C);
+
+	for (int i = 0; i < m->n_params; i++) {
+		m->numel += m->params[i].numel;
+		if (m->params[i].role != ST_ROLE_NORM && m->params[i].role != ST_ROLE_EMBED)
+			m->matmul_numel += m->params[i].numel;
+	}
+	if (cfg->tied) /* the embedding doubles as the output projection */
+		m->matmul_numel += (size_t)V * C;
+	return ST_OK;
+}
+
+void model_free(struct st_model *m)
+{
+	free(m->units);
+	free(m->params);
+	memset(m, 0, sizeof *m);
+}
+
+const struct st_param *model_find_param(const struct st_model *m, const char *name)
+{
+	for (int i = 0; i < m->n_params; i++)
+		if (strcmp(m->params[i].name, name) == 0)
+			return &m->params[i];
+	return NULL;
+}
+
+double model_flops_per_token(const struct st_model *m, int t)
+{
+	const struct st_config *c = &m->cfg;
+	double attn = 2.0 * 2.0 * c->n_heads * c->head_dim * (t + 1) / 2.0; /* fwd, per layer */
+	return 6.0 * (double)m->matmul_numel + 3.0 * attn * c->n_layers;
+}
+
+void model_init_unit(const struct st_model *m, int unit, float *w, uint64_t seed)
+{
+	const struct st_unit *u = &m->units[unit];
+	memset(w, 0, u->numel * sizeof *w);
+	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		float *x = w + p->offset;
+		if (p->role == ST_ROLE_NORM) {
+			for (size_t j = 0; j < p->numel; j++)
+				x[j] = 1.0f;
+			continue;
+		}
+		struct st_rng r;
+		rng_seed(&r, seed, (uint64_t)i);
+		for (size_t j = 0; j < p->numel; j++)
+			x[j] = (float)(m->cfg.init_std * rng_normal(&r));
+	}
+}

@@ -1,0 +1,234 @@
+/* LLaMA unit passes: embed, decoder layer, head; forward and backward, written
+ * once against the kernel table. Shapes: N = B*T rows, C model width, F the
+ * MLP width, H/Hkv query/kv heads of size hd, V vocabulary. Weights are
+ * (out,in) row-major as Hugging Face stores them, so y = x W^T. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/llama.h"
+#include "util/check.h"
+
+/* y (n,out) = x (n,in) @ w^T, w (out,in) */
+static void linear_forward(const struct st_ops *ops, float *y, const float *x, const float *w,
+			   int n, int in, int out)
+{
+	ops->matmul(y, x, w, n, out, in, 0, 1, 1.0f, 0.0f, in, in, out);
+}
+
+/* dx (n,in) (= or += when accumulate) = dy (n,out) @ w (out,in);
+ * dw (out,in) += dy^T (out,n) @ x (n,in) */
+static void linear_backward(const struct st_ops *ops, float *dx, float *dw, const float *dy,
+			    const float *x, const float *w, int n, int in, int out, int accumulate)
+{
+	ops->matmul(dx, dy, w, n, in, out, 0, 0, 1.0f, accumulate ? 1.0f : 0.0f, out, in, in);
+	ops->matmul(dw, dy, x, out, in, n, 1, 0, 1.0f, 1.0f, out, in, in);
+}
+
+/* Activation buffers, in floats, each rounded up to 16 (64 bytes). */
+#define R16(n) ((((size_t)(n)) + 15) & ~(size_t)15)
+
+size_t acts_layer_floats(const struct st_model *m, int b, int t)
+{
+	const struct st_config *c = &m->cfg;
+	const size_t N = (size_t)b * t, C = c->dim, F = c->ffn_dim;
+	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+	return 4 * R16(N * C) + 2 * R16(N) + 2 * R16(N * QD) + 2 * R16(N * KD) +
+	       R16((size_t)b * c->n_heads * t) + 3 * R16(N * F);
+}
+
+size_t acts_rest_floats(const struct st_model *m, int b, int t)
+{
+	const struct st_config *c = &m->cfg;
+	const size_t N = (size_t)b * t, C = c->dim, F = c->ffn_dim, V = c->vocab_size;
+	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+	return 5 * R16(N * C) + 2 * R16(N) + R16(N * V) + 2 * R16(N * QD) + 2 * R16(N * KD) +
+	       3 * R16(N * F) + 2 * R16((size_t)t * c->head_dim / 2);
+}
+
+int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *const *layer_blocks,
+	      float *rest_block)
+{
+	const struct st_config *c = &m->cfg;
+	memset(a, 0, sizeof *a);
+	a->b = b;
+	a->t = t;
+	a->layers = st_calloc((size_t)c->n_layers, sizeof *a->layers);
+	if (!a->layers)
+		return ST_FAIL;
+	const size_t N = (size_t)b * t, C = c->dim, F = c->ffn_dim, V = c->vocab_size;
+	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+	float *cur;
+#define TAKE(n) (cur += R16(n), cur - R16(n))
+	for (int l = 0; l < c->n_layers; l++) {
+		struct st_layer_acts *la = &a->layers[l];
+		cur = layer_blocks[l];
+		la->x = TAKE(N * C);
+		la->xn1 = TAKE(N * C);
+		la->rstd1 = TAKE(N);
+		la->q = TAKE(N * QD);
+		la->k = TAKE(N * KD);
+		la->v = TAKE(N * KD);
+		la->att = TAKE(N * QD);
+		la->lse = TAKE((size_t)b * c->n_heads * t);
+		la->xmid = TAKE(N * C);
+		la->xn2 = TAKE(N * C);
+		la->rstd2 = TAKE(N);
+		la->gate = TAKE(N * F);
+		la->up = TAKE(N * F);
+		la->h = TAKE(N * F);
+	}
+	cur = rest_block;
+	a->x_final = TAKE(N * C);
+	a->xf = TAKE(N * C);
+	a->rstd_f = TAKE(N);
+	a->logits = TAKE(N * V);
+	a->losses = TAKE(N);
+	a->dx = TAKE(N * C);
+	a->dtmp = TAKE(N * C);
+	a->dxn = TAKE(N * C);
+	a->dq = TAKE(N * QD);
+	a->dk = TAKE(N * KD);
+	a->dv = TAKE(N * KD);
+	a->datt = TAKE(N * QD);
+	a->dh = TAKE(N * F);
+	a->dgate = TAKE(N * F);
+	a->dup = TAKE(N * F);
+	a->rope_cos = TAKE((size_t)t * c->head_dim / 2);
+	a->rope_sin = TAKE((size_t)t * c->head_dim / 2);
+#undef TAKE
+	rope_table(a->rope_cos, a->rope_sin, t, c->head_dim, c->rope_theta);
+	return ST_OK;
+}
+
+void acts_unbind(struct st_acts *a)
+{
+	free(a->layers);
+	memset(a, 0, sizeof *a);
+}
+
+/* pointer to parameter i of the unit's slab */
+static const float *P(const struct st_model *m, int unit, int i, const float *w)
+{
+	return w + m->params[m->units[unit].first_param + i].offset;
+}
+static float *PG(const struct st_model *m, int unit, int i, float *g)
+{
+	return g + m->params[m->units[unit].first_param + i].offset;
+}
+
+void llama_embed_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
+			 const float *w, const int32_t *tokens)
+{
+	float *x0 = m->cfg.n_layers > 0 ? a->layers[0].x : a->x_final;
+	ops->embedding_forward(x0, tokens, w, a->b * a->t, m->cfg.dim);
+}
+
+void llama_embed_backward(const struct st_ops *ops, const struct st_model *m,
+			  struct st_acts *a, float *g, const int32_t *tokens)
+{
+	ops->embedding_backward(g, a->dx, tokens, a->b * a->t, m->cfg.dim, m->cfg.vocab_size);
+}
+
+void llama_layer_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
+			 int l, const float *w)
+{
+	const struct st_config *c = &m->cfg;
+	const int u = 1 + l, B = a->b, T = a->t, N = B * T, C = c->dim, F = c->ffn_dim;
+	const int H = c->n_heads, KH = c->n_kv_heads, hd = c->head_dim;
+	struct st_layer_acts *la = &a->layers[l];
+	float *xout = l + 1 < c->n_layers ? a->layers[l + 1].x : a->x_final;
+
+	ops->rmsnorm_forward(la->xn1, la->rstd1, la->x, P(m, u, LP_ATTN_NORM, w), N, C, c->norm_eps);
+	linear_forward(ops, la->q, la->xn1, P(m, u, LP_WQ, w), N, C, H * hd);
+	linear_forward(ops, la->k, la->xn1, P(m, u, LP_WK, w), N, C, KH * hd);
+	linear_forward(ops, la->v, la->xn1, P(m, u, LP_WV, w), N, C, KH * hd);
+	ops->rope(la->q, a->rope_cos, a->rope_sin, B, T, H, hd, +1);
+	ops->rope(la->k, a->rope_cos, a->rope_sin, B, T, KH, hd, +1);
+	ops->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, H, KH, hd);
+	/* xmid = x + att @ Wo^T */
+	memcpy(la->xmid, la->x, (size_t)N * C * sizeof(float));
+	ops->matmul(la->xmid, la->att, P(m, u, LP_WO, w), N, C, H * hd, 0, 1, 1.0f, 1.0f, H * hd,
+		    H * hd, C);
+
+	ops->rmsnorm_forward(la->xn2, la->rstd2, la->xmid, P(m, u, LP_MLP_NORM, w), N, C,
+			     c->norm_eps);
+	linear_forward(ops, la->gate, la->xn2, P(m, u, LP_WGATE, w), N, C, F);
+	linear_forward(ops, la->up, la->xn2, P(m, u, LP_WUP, w), N, C, F);
+	ops->swiglu_forward(la->h, la->gate, la->up, (size_t)N * F);
+	/* xout = xmid + h @ Wdown^T */
+	memcpy(xout, la->xmid, (size_t)N * C * sizeof(float));
+	ops->matmul(xout, la->h, P(m, u, LP_WDOWN, w), N, C, F, 0, 1, 1.0f, 1.0f, F, F, C);
+}
+
+void llama_layer_backward(const struct st_ops *ops, const struct st_model *m,
+			  struct st_acts *a, int l, const float *w, float *g)
+{
+	const struct st_config *c = &m->cfg;
+	const int u = 1 + l, B = a->b, T = a->t, N = B * T, C = c->dim, F = c->ffn_dim;
+	const int H = c->n_heads, KH = c->n_kv_heads, hd = c->head_dim;
+	struct st_layer_acts *la = &a->layers[l];
+	/* a->dx holds dL/d(xout) on entry and dL/d(x) on return. */
+
+	/* MLP: xout = xmid + down(swiglu(gate(xn2), up(xn2))) */
+	linear_backward(ops, a->dh, PG(m, u, LP_WDOWN, g), a->dx, la->h, P(m, u, LP_WDOWN, w), N, F,
+			C, 0);
+	ops->swiglu_backward(a->dgate, a->dup, a->dh, la->gate, la->up, (size_t)N * F);
+	linear_backward(ops, a->dxn, PG(m, u, LP_WGATE, g), a->dgate, la->xn2,
+			P(m, u, LP_WGATE, w), N, C, F, 0);
+	linear_backward(ops, a->dxn, PG(m, u, LP_WUP, g), a->dup, la->xn2, P(m, u, LP_WUP, w), N,
+			C, F, 1);
+	ops->rmsnorm_backward(a->dtmp, PG(m, u, LP_MLP_NORM, g), a->dxn, la->xmid,
+			      P(m, u, LP_MLP_NORM, w), la->rstd2, N, C);
+	ops->add_inplace(a->dx, a->dtmp, (size_t)N * C); /* dx = dL/d(xmid) */
+
+	/* attention: xmid = x + o(attn(rope(q(xn1)), rope(k(xn1)), v(xn1))) */
+	linear_backward(ops, a->datt, PG(m, u, LP_WO, g), a->dx, la->att, P(m, u, LP_WO, w), N,
+			H * hd, C, 0);
+	ops->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att,
+				la->lse, B, T, H, KH, hd);
+	ops->rope(a->dq, a->rope_cos, a->rope_sin, B, T, H, hd, -1);
+	ops->rope(a->dk, a->rope_cos, a->rope_sin, B, T, KH, hd, -1);
+	linear_backward(ops, a->dxn, PG(m, u, LP_WQ, g), a->dq, la->xn1, P(m, u, LP_WQ, w), N, C,
+			H * hd, 0);
+	linear_backward(ops, a->dxn, PG(m, u, LP_WK, g), a->dk, la->xn1, P(m, u, LP_WK, w), N, C,
+			KH * hd, 1);
+	linear_backward(ops, a->dxn, PG(m, u, LP_WV, g), a->dv, la->xn1, P(m, u, LP_WV, w), N, C,
+			KH * hd, 1);
+	ops->rmsnorm_backward(a->dtmp, PG(m, u, LP_ATTN_NORM, g), a->dxn, la->x,
+			      P(m, u, LP_ATTN_NORM, w), la->rstd1, N, C);
+	ops->add_inplace(a->dx, a->dtmp, (size_t)N * C); /* dx = dL/d(x) */
+}
+
+/* The output projection: lm_head, or the embedding when tied. */
+static const float *head_proj(const struct st_model *m, const float *w, const float *wte)
+{
+	return m->cfg.tied ? wte : P(m, model_head_unit(m), 1, w);
+}
+
+double llama_head_forward(const struct st_ops *ops, const struct st_model *m,
+			  struct st_acts *a, const float *w, const float *wte,
+			  const int32_t *targets, float dlogits_scale)
+{
+	const struct st_config *c = &m->cfg;
+	const int N = a->b * a->t, C = c->dim, V = c->vocab_size, u = model_head_unit(m);
+	ops->rmsnorm_forward(a->xf, a->rstd_f, a->x_final, P(m, u, 0, w), N, C, c->norm_eps);
+	linear_forward(ops, a->logits, a->xf, head_proj(m, w, wte), N, C, V);
+	ops->xent_forward_backward(dlogits_scale > 0 ? a->logits : NULL, a->losses, a->logits,
+				   targets, N, V, dlogits_scale);
+	double sum = 0; /* fixed order: reproducible */
+	for (int i = 0; i < N; i++)
+		sum += a->losses[i];
+	return sum;
+}
+
+void llama_head_backward(const struct st_ops *ops, const struct st_model *m,
+			 struct st_acts *a, const float *w, const float *wte, float *g,
+			 float *dwte)
+{
+	const struct st_config *c = &m->cfg;
+	const int N = a->b * a->t, C = c->dim, V = c->vocab_size, u = model_head_unit(m);
+	float *dproj = c->tied ? dwte : PG(m, u, 1, g);
+	linear_backward(ops, a->dxn, dproj, a->logits, a->xf, head_proj(m, w, wte), N, C, V, 0);
+	ops->rmsnorm_backward(a->dx, PG(m, u, 0, g), a->dxn, a->x_final, P(m, u, 0, w), a->rstd_f,
+			      N, C);
+}

@@ -1,0 +1,137 @@
+/* The LLaMA model: its parameter layout over units, and each unit's forward
+ * and backward written once against the kernel table (ops/ops.h).
+ *
+ * Units, in execution order: embed, layer[0..L-1], head. A unit owns one
+ * contiguous run of parameters (its W slab); each parameter has a descriptor
+ * saying its Hugging Face name, shape, offset in the slab and role, and the
+ * optimizer decides weight decay, GaLore or 8-bit state from the role, never
+ * from a position. Model code receives plain pointers to a unit's slabs and
+ * never knows in which tier they live (engine/ and store/ decide). */
+#ifndef ST_LLAMA_H
+#define ST_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+#include "ops/ops.h"
+
+enum st_param_role {
+	ST_ROLE_EMBED,  /* token embedding (V,C) */
+	ST_ROLE_NORM,   /* RMSNorm gains (C) */
+	ST_ROLE_ATTN,   /* q, k, v, o projections */
+	ST_ROLE_MLP,    /* gate, up, down projections */
+	ST_ROLE_LMHEAD, /* untied output projection (V,C) */
+};
+
+struct st_param {
+	char name[96];       /* Hugging Face name, e.g. model.layers.3.mlp.up_proj.weight */
+	enum st_param_role role;
+	int unit;
+	size_t offset;       /* in elements, within the unit's slab */
+	int ndim;
+	int64_t shape[2];    /* (out, in) for matrices, as HF stores them */
+	size_t numel;
+};
+
+enum st_unit_kind { ST_UNIT_EMBED, ST_UNIT_LAYER, ST_UNIT_HEAD };
+
+struct st_unit {
+	enum st_unit_kind kind;
+	int layer;           /* for ST_UNIT_LAYER */
+	size_t numel;        /* elements in the unit's parameter slab */
+	int first_param, n_params;
+};
+
+struct st_model {
+	struct st_config cfg;
+	int n_units;         /* n_layers + 2 */
+	struct st_unit *units;
+	int n_params;
+	struct st_param *params;
+	size_t numel;        /* all parameters (tied lm_head counted once) */
+	size_t matmul_numel; /* parameters taking part in matmuls (incl. the head) */
+};
+
+/* Indices of the layer's parameters within its unit, in slab order. */
+enum { LP_ATTN_NORM, LP_WQ, LP_WK, LP_WV, LP_WO, LP_MLP_NORM, LP_WGATE, LP_WUP, LP_WDOWN, LP__COUNT };
+
+int model_build(struct st_model *m, const struct st_config *cfg);
+void model_free(struct st_model *m);
+static inline int model_head_unit(const struct st_model *m) { return m->n_units - 1; }
+const struct st_param *model_find_param(const struct st_model *m, const char *name);
+/* Training FLOPs per token (forward + backward) at sequence length t: 6 per
+ * matmul weight, plus causal attention (QK^T and PV, on average (t+1)/2 keys). */
+double model_flops_per_token(const struct st_model *m, int t);
+
+/* Deterministic random init: normal(0, init_std) for matrices and the
+ * embedding, 1 for norm gains; each parameter from its own seeded stream, so
+ * the result does not depend on thread count or unit placement. */
+void model_init_unit(const struct st_model *m, int unit, float *w, uint64_t seed);
+
+/* Activations of one micro-batch of B sequences of T tokens. Saved tensors
+ * are per layer (the A slabs); scratch is shared by all units. */
+struct st_layer_acts {
+	float *x;      /* (N,C) residual input of the layer */
+	float *xn1;    /* (N,C) */
+	float *rstd1;  /* (N) */
+	float *q;      /* (N,H*hd) after RoPE */
+	float *k, *v;  /* (N,Hkv*hd), k after RoPE */
+	float *att;    /* (N,H*hd) attention output before o_proj */
+	float *lse;    /* (B,H,T) */
+	float *xmid;   /* (N,C) residual after attention */
+	float *xn2;    /* (N,C) */
+	float *rstd2;  /* (N) */
+	float *gate, *up, *h; /* (N,F) */
+};
+
+struct st_acts {
+	int b, t;
+	struct st_layer_acts *layers; /* L of them */
+	float *x_final;  /* (N,C) output of the last layer */
+	float *xf;       /* (N,C) after the final norm */
+	float *rstd_f;   /* (N) */
+	float *logits;   /* (N,V); holds dlogits after the loss */
+	float *losses;   /* (N) */
+	/* backward scratch */
+	float *dx;       /* (N,C) gradient of the residual stream */
+	float *dtmp;     /* (N,C) */
+	float *dxn;      /* (N,C) */
+	float *dq, *dk, *dv, *datt; /* (N,H*hd), (N,Hkv*hd) x2, (N,H*hd) */
+	float *dh, *dgate, *dup;   /* (N,F) */
+	float *rope_cos, *rope_sin; /* (T,hd/2) */
+};
+
+/* Floats of the saved activations of one layer (its A slab) and of the
+ * head's block (final norm, logits, losses and the backward scratch shared by
+ * all units), for micro-batches of b sequences of t tokens. */
+size_t acts_layer_floats(const struct st_model *m, int b, int t);
+size_t acts_rest_floats(const struct st_model *m, int b, int t);
+/* Point a's tensors into the given blocks (64-byte aligned, sized as above)
+ * and fill the RoPE tables. */
+int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *const *layer_blocks,
+	      float *rest_block);
+void acts_unbind(struct st_acts *a);
+
+/* Unit passes. w/g point at the unit's W and G slabs; the head also receives
+ * the embed unit's slabs (wte, dwte) because a tied head reads the embedding.
+ * Backward passes accumulate (+=) into g. */
+void llama_embed_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
+			 const float *w, const int32_t *tokens);
+void llama_embed_backward(const struct st_ops *ops, const struct st_model *m,
+			  struct st_acts *a, float *g, const int32_t *tokens);
+void llama_layer_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
+			 int l, const float *w);
+void llama_layer_backward(const struct st_ops *ops, const struct st_model *m,
+			  struct st_acts *a, int l, const float *w, float *g);
+/* Final norm, logits, per-token losses; with dlogits_scale > 0 also the
+ * gradient of sum(losses) * dlogits_scale w.r.t. the logits (in a->logits).
+ * Returns the sum of the losses of rows with targets >= 0. */
+double llama_head_forward(const struct st_ops *ops, const struct st_model *m,
+			  struct st_acts *a, const float *w, const float *wte,
+			  const int32_t *targets, float dlogits_scale);
+void llama_head_backward(const struct st_ops *ops, const struct st_model *m,
+			 struct st_acts *a, const float *w, const float *wte, float *g,
+			 float *dwte);
+
+#endif

@@ -1,0 +1,135 @@
+/* The kernel table: every numerical operation the model and the optimizers
+ * need, as forward/backward pairs with one signature for every backend.
+ *
+ * Model and trainer code call ops only through a `struct st_ops` table, so the
+ * CPU backend (ops/cpu) and the CUDA backend (ops/cuda) are interchangeable.
+ * Conventions (kernel signatures):
+ *   - outputs first, then inputs, then sizes; the shape of every pointer is
+ *     in a comment on the declaration, row-major, last index fastest;
+ *   - "N" is the number of token rows (B*T), "C" the model width;
+ *   - pointers are backend memory (host RAM on CPU, device memory on CUDA)
+ *     holding the backend's compute dtype: fp32 on the CPU backend;
+ *   - backward ops ACCUMULATE (+=) into parameter gradients (dw) so gradient
+ *     accumulation across micro-batches needs no extra pass, and OVERWRITE
+ *     (=) input gradients (dx) unless the comment says otherwise;
+ *   - every op is deterministic: the same inputs and thread count give the
+ *     same bits (no atomics, fixed reduction order), which resume and
+ *     offload bit-identity depend on.
+ */
+#ifndef ST_OPS_H
+#define ST_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct st_adamw_args {
+	float lr, beta1, beta2, eps, weight_decay;
+	float grad_scale; /* applied to g before use (global-norm clipping) */
+	float bc1, bc2;   /* bias corrections 1 - beta^t */
+};
+
+struct st_sgd_args {
+	float lr, momentum, weight_decay, grad_scale;
+	int first_step; /* momentum buffer is initialized to g' on the first step */
+};
+
+struct st_ops {
+	const char *name;    /* "cpu", "cuda" */
+	const char *matmul_lib; /* which library/kernel runs matmuls, for reports */
+
+	/* c = alpha * op(a) @ op(b) + beta * c, op(x) = x or x^T (ta/tb nonzero).
+	 * c (m,n) with row stride ldc; op(a) is (m,k), op(b) is (k,n); lda/ldb
+	 * are the row strides of a and b as stored. */
+	void (*matmul)(float *c, const float *a, const float *b, int m, int n, int k, int ta,
+		       int tb, float alpha, float beta, int lda, int ldb, int ldc);
+
+	/* out[i,:] = wte[tokens[i],:] */
+	void (*embedding_forward)(float *out /* (N,C) */, const int32_t *tokens /* (N) */,
+				  const float *wte /* (V,C) */, int n, int c);
+	/* dwte[tokens[i],:] += dout[i,:], summed in row order i = 0..N-1 */
+	void (*embedding_backward)(float *dwte /* (V,C) */, const float *dout /* (N,C) */,
+				   const int32_t *tokens /* (N) */, int n, int c, int v);
+
+	/* out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) (fp32 accumulation) */
+	void (*rmsnorm_forward)(float *out /* (N,C) */, float *rstd /* (N) */,
+				const float *x /* (N,C) */, const float *w /* (C) */, int n, int c,
+				float eps);
+	/* dx (=), dw (+=) */
+	void (*rmsnorm_backward)(float *dx /* (N,C) */, float *dw /* (C) */,
+				 const float *dout /* (N,C) */, const float *x /* (N,C) */,
+				 const float *w /* (C) */, const float *rstd /* (N) */, int n,
+				 int c);
+
+	/* In-place rotary embedding, Hugging Face rotate_half convention: within
+	 * each head, element i pairs with i + hd/2, angle = pos * theta^(-2i/hd),
+	 * pos = t (row index within its sequence of length T).
+	 * x (B,T,H,hd); cos/sin (T, hd/2) from rope_table(). dir = +1 forward,
+	 * -1 backward (rotation by the opposite angle is the exact transpose). */
+	void (*rope)(float *x /* (B,T,H,hd) */, const float *cos_tab /* (T,hd/2) */,
+		     const float *sin_tab /* (T,hd/2) */, int b, int t, int h, int hd, int dir);
+
+	/* Causal self-attention with grouped-query heads: query head j reads kv
+	 * head j / (H / Hkv). scale = 1/sqrt(hd). Saves only the log-sum-exp of
+	 * each score row (FlashAttention style) so backward recomputes P.
+	 * q (B,T,H,hd), k,v (B,T,Hkv,hd), out (B,T,H,hd), lse (B,H,T). */
+	void (*attention_forward)(float *out, float *lse, const float *q, const float *k,
+				  const float *v, int b, int t, int h, int hkv, int hd);
+	/* dq, dk, dv all overwritten (=). out and lse are the forward's. */
+	void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
+				   const float *q, const float *k, const float *v,
+				   const float *out, const float *lse, int b, int t, int h,
+				   int hkv, int hd);
+
+	/* out = silu(gate) * up, silu(x) = x / (1 + exp(-x)) */
+	void (*swiglu_forward)(float *out /* (N,F) */, const float *gate /* (N,F) */,
+			       const float *up /* (N,F) */, size_t n);
+	/* dgate, dup overwritten */
+	void (*swiglu_backward)(float *dgate, float *dup, const float *dout,
+				const float *gate, const float *up, size_t n);
+
+	/* y += x (residual stream and gradient accumulation) */
+	void (*add_inplace)(float *y, const float *x, size_t n);
+
+	/* Fused softmax + cross-entropy. For each row i with targets[i] >= 0:
+	 * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]], and, when
+	 * dlogits is not NULL, dlogits[i,:] = (softmax(logits[i,:]) - onehot) * scale.
+	 * Rows with targets[i] < 0 are ignored: loss 0, gradient 0.
+	 * dlogits may alias logits (the logits are not needed afterwards). */
+	void (*xent_forward_backward)(float *dlogits /* (N,V) or NULL */,
+				      float *losses /* (N) */, const float *logits /* (N,V) */,
+				      const int32_t *targets /* (N) */, int n, int v,
+				      float scale);
+
+	/* sum of squares of x, accumulated in double in a fixed order */
+	double (*sumsq)(const float *x, size_t n);
+	/* x *= s */
+	void (*scale)(float *x, float s, size_t n);
+
+	/* Optimizer kernels on flat arrays of one unit (see optim/). */
+
+	/* AdamW (Loshchilov & Hutter), decoupled weight decay, PyTorch's order:
+	 *   g' = g * grad_scale
+	 *   p -= lr * wd * p                       (if wd != 0)
+	 *   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+	 *   p -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
+	 * with bc1 = 1 - b1^t, bc2 = 1 - b2^t given by the caller. */
+	void (*adamw_step)(float *p, float *m, float *v, const float *g, size_t n,
+			   const struct st_adamw_args *a);
+	/* SGD with optional momentum (mom NULL when momentum == 0):
+	 *   g' = g * grad_scale + wd * p;  mom = momentum * mom + g' (mom = g' at t=1);
+	 *   p -= lr * (momentum ? mom : g') */
+	void (*sgd_step)(float *p, float *mom, const float *g, size_t n,
+			 const struct st_sgd_args *a);
+};
+
+/* The CPU backend's table (always available). */
+const struct st_ops *ops_cpu(void);
+/* The CUDA backend's table, or NULL when built without CUDA or no GPU found. */
+const struct st_ops *ops_cuda(void);
+
+/* Fill the RoPE tables: cos_tab[t][i] = cos(t * theta^(-2i/hd)), computed in
+ * double then rounded, so every backend sees the same angles. */
+void rope_table(float *cos_tab /* (T,hd/2) */, float *sin_tab /* (T,hd/2) */, int t, int hd,
+		double theta);
+
+#endif

@@ -1,0 +1,125 @@
+/* Batches from token shards; see data.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "io/fsutil.h"
+#include "trainer/data.h"
+#include "util/check.h"
+#include "util/rng.h"
+
+int data_check_shard(const struct st_shard *s, int vocab_size, int min_tokens)
+{
+	ST_CHECK(s->vocab_size <= (uint32_t)vocab_size,
+		 "prepare the data with the model's tokenizer, or use a model with a larger vocabulary",
+		 "%s was made by tokenizer '%s' with vocabulary %u, larger than the model's %d",
+		 s->path, s->tokenizer, s->vocab_size, vocab_size);
+	ST_CHECK(s->n_tokens >= (uint64_t)min_tokens,
+		 "use more text, or a shorter --seq-len",
+		 "%s holds %llu tokens, too few for one window of %d", s->path,
+		 (unsigned long long)s->n_tokens, min_tokens);
+	for (uint64_t i = 0; i < s->n_tokens; i++) {
+		uint32_t tok = shard_token(s, i);
+		ST_CHECK(tok < (uint32_t)vocab_size, "re-run strata prepare with the model's tokenizer",
+			 "%s: token %u at position %llu is >= the model's vocabulary size %d", s->path,
+			 tok, (unsigned long long)i, vocab_size);
+	}
+	return ST_OK;
+}
+
+int data_open(struct st_data *d, const char *data, const char *val, int vocab_size, int need_train)
+{
+	memset(d, 0, sizeof *d);
+	char train_path[4096] = "", val_path[4096] = "";
+	if (data && *data) {
+		if (fs_is_dir(data)) {
+			snprintf(train_path, sizeof train_path, "%s/train.bin", data);
+			snprintf(val_path, sizeof val_path, "%s/val.bin", data);
+		} else {
+			snprintf(train_path, sizeof train_path, "%s", data);
+		}
+	}
+	if (val && *val)
+		snprintf(val_path, sizeof val_path, "%s", val);
+	if (need_train) {
+		ST_CHECK(*train_path, "pass --data DIR (from strata prepare) or --data FILE.bin",
+			 "no training data given");
+		ST_TRY(shard_open(&d->train, train_path));
+		d->has_train = 1;
+		if (data_check_shard(&d->train, vocab_size, 2) != ST_OK) {
+			data_close(d);
+			return ST_FAIL;
+		}
+	}
+	if (*val_path && (fs_exists(val_path) || (val && *val))) {
+		if (shard_open(&d->val, val_path) != ST_OK) {
+			data_close(d);
+			return ST_FAIL;
+		}
+		d->has_val = 1;
+		if (data_check_shard(&d->val, vocab_size, 2) != ST_OK) {
+			data_close(d);
+			return ST_FAIL;
+		}
+	}
+	return ST_OK;
+}
+
+void data_close(struct st_data *d)
+{
+	if (d->has_train)
+		shard_close(&d->train);
+	if (d->has_val)
+		shard_close(&d->val);
+	memset(d, 0, sizeof *d);
+}
+
+static void window(const struct st_shard *s, int32_t *tokens, int32_t *targets, int t,
+		   uint64_t start)
+{
+	for (int i = 0; i < t; i++) {
+		tokens[i] = (int32_t)shard_token(s, start + (uint64_t)i);
+		targets[i] = (int32_t)shard_token(s, start + (uint64_t)i + 1);
+	}
+}
+
+void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
+		      uint64_t seed, long step, int micro)
+{
+	const struct st_shard *s = &d->train;
+	/* windows of t+1 tokens; the trainer checks n_tokens > t */
+	uint64_t span = s->n_tokens - (uint64_t)t;
+	for (int r = 0; r < b; r++) {
+		uint64_t h = rng_hash3(seed, (uint64_t)step, ((uint64_t)micro << 32) | (uint64_t)r);
+		window(s, tokens + (size_t)r * t, targets + (size_t)r * t, t, h % span);
+	}
+}
+
+long data_val_windows(const struct st_data *d, int t)
+{
+	if (!d->has_val || d->val.n_tokens < 2)
+		return 0;
+	if (d->val.n_tokens <= (uint64_t)t)
+		return 1; /* one short window, padded */
+	return (long)((d->val.n_tokens - 1) / (uint64_t)t);
+}
+
+void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
+		    long first)
+{
+	const struct st_shard *s = &d->val;
+	long n = data_val_windows(d, t);
+	for (int r = 0; r < b; r++) {
+		int32_t *tok = tokens + (size_t)r * t, *tgt = targets + (size_t)r * t;
+		long w = first + r;
+		for (int i = 0; i < t; i++) {
+			uint64_t pos = (uint64_t)w * (uint64_t)t + (uint64_t)i;
+			if (w < n && pos + 1 < s->n_tokens) {
+				tok[i] = (int32_t)shard_token(s, pos);
+				tgt[i] = (int32_t)shard_token(s, pos + 1);
+			} else {
+				tok[i] = 0;
+				tgt[i] = -1;
+			}
+		}
+	}
+}

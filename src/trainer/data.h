@@ -1,0 +1,36 @@
+/* Training and validation data from token shards.
+ *
+ * Training windows are chosen statelessly: the start of sequence r of
+ * micro-batch j at step s is a hash of (seed, s, j, r), so a resumed run sees
+ * exactly the data the uninterrupted run would have, with no loader state to
+ * save. Validation walks the val shard in consecutive windows. */
+#ifndef ST_DATA_H
+#define ST_DATA_H
+
+#include <stdint.h>
+
+#include "io/shard.h"
+
+struct st_data {
+	struct st_shard train, val;
+	int has_train, has_val;
+};
+
+/* Open the shards: `data` is a prepared directory (train.bin, val.bin) or a
+ * train shard; `val` overrides the validation shard. Every token is checked
+ * against vocab_size, and the shard's tokenizer vocabulary must not exceed it. */
+int data_open(struct st_data *d, const char *data, const char *val, int vocab_size, int need_train);
+void data_close(struct st_data *d);
+/* Fill tokens/targets (b,t) of micro-batch `micro` of step `step`. */
+void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
+		      uint64_t seed, long step, int micro);
+/* Number of consecutive validation windows of t+1 tokens (stride t). */
+long data_val_windows(const struct st_data *d, int t);
+/* Fill (b,t) with windows first .. first+b-1; rows past the last window get
+ * targets -1 (ignored). */
+void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
+		    long first);
+/* Check a shard's tokens are < vocab_size and that it fits the model. */
+int data_check_shard(const struct st_shard *s, int vocab_size, int min_tokens);
+
+#endif

@@ -1,0 +1,236 @@
+/* The option table and its parsers; see options.h. */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/fsutil.h"
+#include "trainer/options.h"
+#include "util/check.h"
+
+#define F(field) offsetof(struct st_train_opts, field), sizeof(((struct st_train_opts *)0)->field)
+
+const struct st_opt_desc train_opt_table[] = {
+	{"model", OT_STR, F(model), "", "model directory (config.json + model.safetensors)"},
+	{"data", OT_STR, F(data), "", "prepared data directory (train.bin, val.bin) or a train shard"},
+	{"val", OT_STR, F(val), "", "validation shard (default: val.bin beside the training data)"},
+	{"out", OT_STR, F(out), "", "run directory for checkpoints and metrics.jsonl"},
+	{"resume", OT_STR, F(resume), "", "checkpoint to continue from (a step dir or a run dir)"},
+	{"optimizer", OT_STR, F(optimizer), "adamw", "adamw | sgd"},
+	{"micro-batch", OT_INT, F(micro_batch), "8", "sequences per micro-batch"},
+	{"seq-len", OT_INT, F(seq_len), "256", "tokens per sequence"},
+	{"grad-accum", OT_INT, F(grad_accum), "1", "micro-batches per optimizer step"},
+	{"lr", OT_DOUBLE, F(lr), "1e-3", "peak learning rate"},
+	{"min-lr-ratio", OT_DOUBLE, F(min_lr_ratio), "0.1", "cosine decay floor, as a fraction of lr"},
+	{"warmup", OT_LONG, F(warmup), "-1", "linear warmup steps (-1: 10% of the steps)"},
+	{"weight-decay", OT_DOUBLE, F(weight_decay), "0.1", "decoupled weight decay on matrices"},
+	{"decay-norms", OT_BOOL, F(decay_norms), "0", "also decay RMSNorm gains"},
+	{"decay-embeddings", OT_BOOL, F(decay_embed), "0", "also decay the token embedding"},
+	{"grad-clip", OT_DOUBLE, F(grad_clip), "1.0", "global gradient-norm clip (0: off)"},
+	{"beta1", OT_DOUBLE, F(beta1), "0.9", "AdamW beta1"},
+	{"beta2", OT_DOUBLE, F(beta2), "0.95", "AdamW beta2"},
+	{"eps", OT_DOUBLE, F(eps), "1e-8", "AdamW epsilon"},
+	{"momentum", OT_DOUBLE, F(momentum), "0", "SGD momentum"},
+	{"steps", OT_LONG, F(steps), "0", "optimizer steps (0: from --max-tokens)"},
+	{"max-tokens", OT_DOUBLE, F(max_tokens), "0", "token budget, used when --steps is 0"},
+	{"eval-interval", OT_LONG, F(eval_interval), "100", "steps between evaluations (0: end only)"},
+	{"eval-tokens", OT_LONG, F(eval_tokens), "131072", "validation tokens per evaluation (0: all)"},
+	{"ckpt-interval", OT_LONG, F(ckpt_interval), "500", "steps between checkpoints (0: end only)"},
+	{"keep-ckpts", OT_INT, F(keep_ckpts), "3", "checkpoints kept in the run directory (0: all)"},
+	{"seed", OT_LONG, F(seed), "1", "seed for data order and initialization"},
+	{"threads", OT_INT, F(threads), "0", "CPU threads (0: all cores)"},
+	{"log-interval", OT_INT, F(log_interval), "1", "steps between metrics lines"},
+	{"device", OT_STR, F(device), "auto", "cpu | cuda | auto"},
+	{"progress", OT_STR, F(progress), "auto", "auto | bar | lines | none"},
+};
+const int train_opt_count = sizeof train_opt_table / sizeof train_opt_table[0];
+
+static const struct st_opt_desc *find(const char *key)
+{
+	for (int i = 0; i < train_opt_count; i++) {
+		const char *k = train_opt_table[i].key;
+		/* accept '_' for '-' so JSON files may use either spelling */
+		size_t j = 0;
+		for (; k[j] && key[j]; j++)
+			if (k[j] != key[j] && !(k[j] == '-' && key[j] == '_'))
+				break;
+		if (!k[j] && !key[j])
+			return &train_opt_table[i];
+	}
+	return NULL;
+}
+
+int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
+{
+	const struct st_opt_desc *d = find(key);
+	ST_CHECK(d, "run `strata train --help` for the list of options", "unknown option '%s'", key);
+	char *field = (char *)o + d->offset, *end = NULL;
+	errno = 0;
+	switch (d->type) {
+	case OT_INT:
+	case OT_LONG: {
+		double v = strtod(value, &end); /* accepts 1e6 for token budgets */
+		ST_CHECK(end != value && *end == '\0' && errno == 0 && v == floor(v) &&
+				 fabs(v) < (d->type == OT_INT ? 2147483647.0 : 9.2e18),
+			 "give a whole number", "option '%s': '%s' is not an integer", d->key, value);
+		if (d->type == OT_INT)
+			*(int *)field = (int)v;
+		else
+			*(long *)field = (long)v;
+		break;
+	}
+	case OT_DOUBLE: {
+		double v = strtod(value, &end);
+		ST_CHECK(end != value && *end == '\0' && errno == 0 && isfinite(v), "give a number",
+			 "option '%s': '%s' is not a number", d->key, value);
+		*(double *)field = v;
+		break;
+	}
+	case OT_BOOL:
+		if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes"))
+			*(int *)field = 1;
+		else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no"))
+			*(int *)field = 0;
+		else {
+			ST_ERROR("use true or false", "option '%s': '%s' is not a boolean", d->key,
+				 value);
+			return ST_FAIL;
+		}
+		break;
+	case OT_STR:
+		ST_CHECK(strlen(value) < d->size, "use a shorter value", "option '%s': value too long",
+			 d->key);
+		memcpy(field, value, strlen(value) + 1);
+		break;
+	}
+	return ST_OK;
+}
+
+void train_opts_defaults(struct st_train_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	for (int i = 0; i < train_opt_count; i++)
+		if (train_opts_set(o, train_opt_table[i].key, train_opt_table[i].defval) != ST_OK)
+			abort(); /* the table's own defaults must parse */
+}
+
+int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char *where)
+{
+	ST_CHECK(cJSON_IsObject(obj), "the options must be a JSON object", "%s: not a JSON object",
+		 where);
+	const cJSON *it;
+	cJSON_ArrayForEach(it, obj)
+	{
+		char buf[64];
+		const char *val = buf;
+		if (cJSON_IsString(it))
+			val = it->valuestring;
+		else if (cJSON_IsBool(it))
+			val = cJSON_IsTrue(it) ? "1" : "0";
+		else if (cJSON_IsNumber(it))
+			snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
+		else {
+			ST_ERROR("options are strings, numbers or booleans",
+				 "%s: option '%s' has an unsupported value", where, it->string);
+			return ST_FAIL;
+		}
+		if (train_opts_set(o, it->string, val) != ST_OK) {
+			ST_ERROR(NULL, "in %s", where);
+			return ST_FAIL;
+		}
+	}
+	return ST_OK;
+}
+
+int train_opts_load_json(struct st_train_opts *o, const char *path)
+{
+	char *text = NULL;
+	size_t len = 0;
+	ST_TRY(fs_read_file(path, &text, &len));
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	free(text);
+	if (!root) {
+		ST_ERROR("check the JSON syntax", "%s: not valid JSON", path);
+		return ST_FAIL;
+	}
+	int rc = train_opts_from_cjson(o, root, path);
+	cJSON_Delete(root);
+	return rc;
+}
+
+char *train_opts_to_json(const struct st_train_opts *o)
+{
+	cJSON *r = cJSON_CreateObject();
+	for (int i = 0; i < train_opt_count; i++) {
+		const struct st_opt_desc *d = &train_opt_table[i];
+		const char *field = (const char *)o + d->offset;
+		switch (d->type) {
+		case OT_INT:
+			cJSON_AddNumberToObject(r, d->key, *(const int *)field);
+			break;
+		case OT_LONG:
+			cJSON_AddNumberToObject(r, d->key, (double)*(const long *)field);
+			break;
+		case OT_DOUBLE:
+			cJSON_AddNumberToObject(r, d->key, *(const double *)field);
+			break;
+		case OT_BOOL:
+			cJSON_AddBoolToObject(r, d->key, *(const int *)field);
+			break;
+		case OT_STR:
+			cJSON_AddStringToObject(r, d->key, field);
+			break;
+		}
+	}
+	char *s = cJSON_Print(r);
+	cJSON_Delete(r);
+	return s;
+}
+
+int train_opts_validate(const struct st_train_opts *o)
+{
+	const char *h = "fix the option";
+	ST_CHECK(o->micro_batch > 0, h, "--micro-batch must be positive (got %d)", o->micro_batch);
+	ST_CHECK(o->seq_len > 1, h, "--seq-len must be at least 2 (got %d)", o->seq_len);
+	ST_CHECK(o->grad_accum > 0, h, "--grad-accum must be positive (got %d)", o->grad_accum);
+	ST_CHECK(o->lr > 0, h, "--lr must be positive (got %g)", o->lr);
+	ST_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
+	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0");
+	ST_CHECK(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
+	ST_CHECK(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1, h,
+		 "--beta1 and --beta2 must be in [0,1)");
+	ST_CHECK(o->eps > 0, h, "--eps must be positive");
+	ST_CHECK(o->momentum >= 0 && o->momentum < 1, h, "--momentum must be in [0,1)");
+	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
+		 "no training length: --steps and --max-tokens are both 0");
+	ST_CHECK(o->steps >= 0 && o->max_tokens >= 0, h, "--steps and --max-tokens must be >= 0");
+	ST_CHECK(o->eval_interval >= 0 && o->ckpt_interval >= 0 && o->eval_tokens >= 0, h,
+		 "intervals and --eval-tokens must be >= 0");
+	ST_CHECK(o->keep_ckpts >= 0, h, "--keep-ckpts must be >= 0");
+	ST_CHECK(o->threads >= 0, h, "--threads must be >= 0");
+	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive");
+	ST_CHECK(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
+		 "use --device cpu, cuda or auto", "unknown device '%s'", o->device);
+	ST_CHECK(!strcmp(o->progress, "auto") || !strcmp(o->progress, "bar") ||
+			 !strcmp(o->progress, "lines") || !strcmp(o->progress, "none"),
+		 "use --progress auto, bar, lines or none", "unknown progress mode '%s'", o->progress);
+	return ST_OK;
+}
+
+void train_opts_help(FILE *f)
+{
+	for (int i = 0; i < train_opt_count; i++) {
+		const struct st_opt_desc *d = &train_opt_table[i];
+		const char *arg = d->type == OT_BOOL ? "" : d->type == OT_STR ? " S" : " N";
+		char flag[48];
+		snprintf(flag, sizeof flag, "--%s%s", d->key, arg);
+		fprintf(f, "  %-22s %s", flag, d->help);
+		if (*d->defval && d->type != OT_STR)
+			fprintf(f, " [%s]", d->defval);
+		else if (*d->defval)
+			fprintf(f, " [%s]", d->defval);
+		fputc('\n', f);
+	}
+}

@@ -1,0 +1,60 @@
+/* Training options: one table drives the command-line flags (--micro-batch 8),
+ * the JSON config file (same keys: {"micro-batch": 8}), --help, and the copy
+ * saved in every checkpoint's trainer.json. */
+#ifndef ST_OPTIONS_H
+#define ST_OPTIONS_H
+
+#include <stdio.h>
+
+#define ST_PATH 1024
+
+struct st_train_opts {
+	char model[ST_PATH];     /* HF model directory (from strata init) */
+	char data[ST_PATH];      /* prepared data dir (train.bin, val.bin) or a train shard */
+	char val[ST_PATH];       /* validation shard (default: val.bin beside the data) */
+	char out[ST_PATH];       /* run directory: checkpoints and metrics.jsonl */
+	char resume[ST_PATH];    /* checkpoint dir, or a run dir (its latest checkpoint) */
+	char optimizer[16];
+	int micro_batch, seq_len, grad_accum;
+	double lr, min_lr_ratio;
+	long warmup;
+	double weight_decay, grad_clip, beta1, beta2, eps, momentum;
+	int decay_norms, decay_embed;
+	long steps;
+	double max_tokens;       /* token budget; sets steps when steps is 0 */
+	long eval_interval, eval_tokens, ckpt_interval;
+	int keep_ckpts;
+	long seed;
+	int threads;
+	int log_interval;
+	char device[8];          /* "cpu" | "cuda" | "auto" */
+	char progress[8];        /* "auto" | "bar" | "lines" | "none" */
+};
+
+enum st_opt_type { OT_INT, OT_LONG, OT_DOUBLE, OT_STR, OT_BOOL };
+
+struct st_opt_desc {
+	const char *key;
+	enum st_opt_type type;
+	size_t offset, size;
+	const char *defval;
+	const char *help;
+};
+
+extern const struct st_opt_desc train_opt_table[];
+extern const int train_opt_count;
+
+void train_opts_defaults(struct st_train_opts *o);
+/* Set one option from its text value; errors name the key and the value. */
+int train_opts_set(struct st_train_opts *o, const char *key, const char *value);
+/* Apply a JSON object of options (file contents) — unknown keys are errors. */
+int train_opts_load_json(struct st_train_opts *o, const char *path);
+/* JSON text of every option (for trainer.json); caller frees. */
+char *train_opts_to_json(const struct st_train_opts *o);
+/* Apply options from a parsed trainer.json object (cJSON *) */
+struct cJSON;
+int train_opts_from_cjson(struct st_train_opts *o, const struct cJSON *obj, const char *where);
+int train_opts_validate(const struct st_train_opts *o);
+void train_opts_help(FILE *f);
+
+#endif

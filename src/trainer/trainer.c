@@ -1,0 +1,304 @@
+/* The training loop; see trainer.h.
+ *
+ * Exactness under gradient accumulation and clipping: every micro-batch adds
+ * d(loss_sum * scale)/dW into the G slabs, with scale = 1 / (target tokens in
+ * the whole step), so after the last micro-batch G is the gradient of the
+ * step's mean loss whatever the split. The global norm is then summed over
+ * the units' G slabs in unit order (double), and the clip factor reaches the
+ * optimizer as grad_scale, so no extra pass rewrites the gradients. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io/fsutil.h"
+#include "trainer/progress.h"
+#include "trainer/trainer.h"
+#include "util/check.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double lr_at(const struct st_train_opts *o, long step, long total, long warmup)
+{
+	if (warmup > 0 && step <= warmup)
+		return o->lr * (double)step / (double)warmup;
+	double span = (double)(total - warmup);
+	double frac = span > 0 ? (double)(step - warmup) / span : 1.0;
+	if (frac > 1)
+		frac = 1;
+	double lo = o->lr * o->min_lr_ratio;
+	return lo + 0.5 * (o->lr - lo) * (1.0 + cos(M_PI * frac));
+}
+
+static int alloc_state(struct st_trainer *tr)
+{
+	const struct st_model *m = &tr->s.model;
+	int k = optim_state_per_param(&tr->oc);
+	tr->state = st_calloc((size_t)m->n_units, sizeof *tr->state);
+	if (!tr->state)
+		return ST_FAIL;
+	for (int u = 0; u < m->n_units && k > 0; u++) {
+		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, ST_TIER_HOST,
+				   (size_t)k * m->units[u].numel * sizeof(float)));
+		tr->state[u] = store_acquire(&tr->s.store, u, ST_SLAB_S);
+	}
+	return ST_OK;
+}
+
+static int check_run_dir(const struct st_train_opts *o, int resuming)
+{
+	ST_CHECK(*o->out, "pass --out DIR", "no run directory given (--out)");
+	if (fs_mkdir_p(o->out) != ST_OK) {
+		ST_ERROR("choose a writable --out directory", "cannot create the run directory %s",
+			 o->out);
+		return ST_FAIL;
+	}
+	char probe[4096];
+	snprintf(probe, sizeof probe, "%s/.write-test", o->out);
+	if (fs_write_file_atomic(probe, "ok", 2) != ST_OK) {
+		ST_ERROR("choose a writable --out directory", "the run directory %s is not writable",
+			 o->out);
+		return ST_FAIL;
+	}
+	unlink(probe);
+	char latest[4096];
+	snprintf(latest, sizeof latest, "%s/latest", o->out);
+	ST_CHECK(resuming || !fs_exists(latest),
+		 "resume it with --resume DIR, or pick another --out",
+		 "the run directory %s already holds checkpoints; refusing to overwrite them", o->out);
+	return ST_OK;
+}
+
+int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
+{
+	memset(tr, 0, sizeof *tr);
+	tr->o = *o;
+	tr->last_val_loss = NAN;
+	ST_TRY(train_opts_validate(&tr->o));
+	const int resuming = *tr->o.resume != 0;
+	ST_TRY(check_run_dir(&tr->o, resuming));
+
+	const struct st_ops *ops;
+	ST_TRY(session_backend(&ops, tr->o.device, tr->o.threads));
+	if (resuming) {
+		ST_TRY(ckpt_resolve(tr->ckpt_loaded, sizeof tr->ckpt_loaded, tr->o.resume));
+		ST_TRY(session_open(&tr->s, ops, tr->ckpt_loaded, 1));
+	} else {
+		ST_CHECK(*tr->o.model, "create one with `strata init --config tiny --out DIR`",
+			 "no model given (--model DIR)");
+		ST_TRY(session_open(&tr->s, ops, tr->o.model, 1));
+	}
+	const struct st_model *m = &tr->s.model;
+	ST_CHECK(tr->o.seq_len <= m->cfg.max_seq, "lower --seq-len",
+		 "--seq-len %d exceeds the model's max_position_embeddings %d", tr->o.seq_len,
+		 m->cfg.max_seq);
+
+	ST_TRY(data_open(&tr->data, tr->o.data, tr->o.val, m->cfg.vocab_size, 1));
+	ST_CHECK(tr->data.train.n_tokens > (uint64_t)tr->o.seq_len,
+		 "use more text, or a shorter --seq-len",
+		 "the training data %s holds %llu tokens, fewer than one window of %d + 1",
+		 tr->data.train.path, (unsigned long long)tr->data.train.n_tokens, tr->o.seq_len);
+	if (!tr->data.has_val)
+		st_log_warn("no validation shard: evaluation is skipped (give --val FILE)");
+
+	tr->oc = (struct st_optim_cfg){.beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
+				       .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
+				       .weight_decay = (float)tr->o.weight_decay,
+				       .decay_norms = tr->o.decay_norms,
+				       .decay_embed = tr->o.decay_embed};
+	ST_TRY(optim_parse_kind(&tr->oc.kind, tr->o.optimizer));
+	ST_TRY(alloc_state(tr));
+
+	const double tokens_per_step =
+		(double)tr->o.micro_batch * tr->o.seq_len * tr->o.grad_accum;
+	tr->total_steps = tr->o.steps > 0 ? tr->o.steps
+					   : (long)ceil(tr->o.max_tokens / tokens_per_step);
+	tr->warmup = tr->o.warmup >= 0 ? tr->o.warmup : tr->total_steps / 10;
+	if (resuming)
+		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
+
+	const size_t n = (size_t)tr->o.grad_accum * tr->o.micro_batch * tr->o.seq_len;
+	tr->tokens = st_malloc(n * sizeof *tr->tokens);
+	tr->targets = st_malloc(n * sizeof *tr->targets);
+	if (!tr->tokens || !tr->targets)
+		return ST_FAIL;
+	ST_TRY(session_exec(&tr->s, tr->o.micro_batch, tr->o.seq_len));
+
+	char path[4096];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", tr->o.out);
+	tr->metrics = fopen(path, "a");
+	ST_CHECK(tr->metrics, "choose a writable --out directory", "cannot open %s: %s", path,
+		 strerror(errno));
+	return ST_OK;
+}
+
+void trainer_close(struct st_trainer *tr)
+{
+	if (tr->metrics)
+		fclose(tr->metrics);
+	data_close(&tr->data);
+	session_close(&tr->s);
+	free(tr->state);
+	free(tr->tokens);
+	free(tr->targets);
+	memset(tr, 0, sizeof *tr);
+}
+
+int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long max_tokens,
+	     double *loss, long *n_tokens)
+{
+	ST_CHECK(d->has_val, "give a validation shard", "no validation data");
+	ST_TRY(session_exec(s, b, t));
+	long windows = data_val_windows(d, t);
+	if (max_tokens > 0 && windows > (max_tokens + t - 1) / t)
+		windows = (max_tokens + t - 1) / t;
+	int32_t *tok = st_malloc((size_t)b * t * sizeof *tok);
+	int32_t *tgt = st_malloc((size_t)b * t * sizeof *tgt);
+	if (!tok || !tgt) {
+		free(tok);
+		free(tgt);
+		return ST_FAIL;
+	}
+	double sum = 0;
+	long count = 0;
+	for (long w = 0; w < windows; w += b) {
+		data_val_batch(d, tok, tgt, b, t, w);
+		for (int r = 0; r < b; r++) /* rows past the requested windows are ignored */
+			if (w + r >= windows)
+				for (int i = 0; i < t; i++)
+					tgt[(size_t)r * t + i] = -1;
+		long c = 0;
+		sum += exec_micro_step(&s->exec, tok, tgt, 0.0f, &c);
+		count += c;
+	}
+	free(tok);
+	free(tgt);
+	ST_CHECK(count > 0, "use a longer validation shard", "no validation tokens were evaluated");
+	*loss = sum / (double)count;
+	*n_tokens = count;
+	return ST_OK;
+}
+
+static int run_eval(struct st_trainer *tr, struct st_progress *pg)
+{
+	if (!tr->data.has_val)
+		return ST_OK;
+	double loss;
+	long n;
+	ST_TRY(evaluate(&tr->s, &tr->data, tr->o.micro_batch, tr->o.seq_len, tr->o.eval_tokens,
+			&loss, &n));
+	tr->last_val_loss = loss;
+	progress_eval(pg, tr->step, loss, n);
+	fprintf(tr->metrics, "{\"step\": %ld, \"val_loss\": %.6f, \"val_ppl\": %.4f, \"val_tokens\": %ld}\n",
+		tr->step, loss, exp(loss), n);
+	fflush(tr->metrics);
+	return ST_OK;
+}
+
+/* One optimizer step: all micro-batches, norm, clip, per-unit updates. */
+static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out, double *lr_out)
+{
+	struct st_session *s = &tr->s;
+	const struct st_ops *ops = s->ops;
+	const struct st_model *m = &s->model;
+	const int B = tr->o.micro_batch, T = tr->o.seq_len, A = tr->o.grad_accum;
+	const long step = tr->step + 1;
+	const size_t per = (size_t)B * T;
+
+	long n_targets = 0;
+	for (int j = 0; j < A; j++) {
+		data_train_batch(&tr->data, tr->tokens + j * per, tr->targets + j * per, B, T,
+				 (uint64_t)tr->o.seed, step, j);
+		for (size_t i = 0; i < per; i++)
+			n_targets += tr->targets[j * per + i] >= 0;
+	}
+	for (int u = 0; u < m->n_units; u++)
+		memset(store_acquire(&s->store, u, ST_SLAB_G), 0, m->units[u].numel * sizeof(float));
+
+	const float scale = 1.0f / (float)n_targets;
+	double loss_sum = 0;
+	for (int j = 0; j < A; j++) {
+		long c;
+		loss_sum += exec_micro_step(&s->exec, tr->tokens + j * per, tr->targets + j * per,
+					    scale, &c);
+	}
+	double sumsq = 0;
+	for (int u = 0; u < m->n_units; u++)
+		sumsq += ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G), m->units[u].numel);
+	const double gnorm = sqrt(sumsq), loss = loss_sum / (double)n_targets;
+	if (!isfinite(gnorm) || !isfinite(loss)) {
+		ST_ERROR("lower --lr, or resume from the last checkpoint with different settings",
+			 "non-finite %s at step %ld (loss %g, gradient norm %g); stopping without saving",
+			 isfinite(loss) ? "gradient" : "loss", step, loss, gnorm);
+		return ST_FAIL;
+	}
+	float clip = 1.0f;
+	if (tr->o.grad_clip > 0 && gnorm > tr->o.grad_clip)
+		clip = (float)(tr->o.grad_clip / (gnorm + 1e-6));
+	const double lr = lr_at(&tr->o, step, tr->total_steps, tr->warmup);
+	for (int u = 0; u < m->n_units; u++)
+		optim_step_unit(ops, &tr->oc, m, u, s->w[u], store_acquire(&s->store, u, ST_SLAB_G),
+				tr->state[u], step, (float)lr, clip);
+	tr->step = step;
+	tr->tokens_seen += (double)per * A;
+	*loss_out = loss;
+	*gnorm_out = gnorm;
+	*lr_out = lr;
+	return ST_OK;
+}
+
+int trainer_run(struct st_trainer *tr)
+{
+	const struct st_model *m = &tr->s.model;
+	const double flops_tok = model_flops_per_token(m, tr->o.seq_len);
+	const double tok_step = (double)tr->o.micro_batch * tr->o.seq_len * tr->o.grad_accum;
+	char b1[32];
+	st_log_info("model: %zu parameters (%s), %d layers, dim %d, heads %d/%d, ffn %d, vocab %d%s",
+		    m->numel, fmt_bytes(b1, sizeof b1, (double)m->numel * 4), m->cfg.n_layers,
+		    m->cfg.dim, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.ffn_dim,
+		    m->cfg.vocab_size, m->cfg.tied ? ", tied head" : "");
+	st_log_info("backend: %s, %d threads, matmul %s", tr->s.ops->name, omp_get_max_threads(),
+		    tr->s.ops->matmul_lib);
+	st_log_info("training: %s, %ld steps of %.0f tokens (%d x %d x %d), lr %g, warmup %ld%s",
+		    tr->o.optimizer, tr->total_steps, tok_step, tr->o.micro_batch, tr->o.seq_len,
+		    tr->o.grad_accum, tr->o.lr, tr->warmup,
+		    tr->step ? ", resumed" : "");
+	if (tr->step)
+		st_log_info("resumed from %s at step %ld", tr->ckpt_loaded, tr->step);
+	store_report(&tr->s.store);
+
+	struct st_progress pg;
+	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval);
+	if (tr->step == 0 && tr->o.eval_interval > 0)
+		ST_TRY(run_eval(tr, &pg));
+	while (tr->step < tr->total_steps) {
+		double t0 = now_s(), loss, gnorm, lr;
+		ST_TRY(train_step(tr, &loss, &gnorm, &lr));
+		double dt = now_s() - t0;
+		tr->last_loss = loss;
+		fprintf(tr->metrics,
+			"{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+			"\"tokens\": %.0f, \"step_s\": %.4f, \"tok_per_s\": %.1f, \"gflops\": %.2f}\n",
+			tr->step, loss, lr, gnorm, tr->tokens_seen, dt, tok_step / dt,
+			flops_tok * tok_step / dt / 1e9);
+		progress_step(&pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
+		const int last = tr->step == tr->total_steps;
+		if (last || (tr->o.eval_interval > 0 && tr->step % tr->o.eval_interval == 0))
+			ST_TRY(run_eval(tr, &pg));
+		if (last || (tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0)) {
+			fflush(tr->metrics);
+			progress_pause(&pg);
+			ST_TRY(ckpt_save(tr));
+		}
+	}
+	progress_done(&pg);
+	fflush(tr->metrics);
+	return ST_OK;
+}

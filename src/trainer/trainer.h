@@ -1,0 +1,59 @@
+/* The training loop: data -> micro-batches -> gradient accumulation ->
+ * global-norm clipping -> per-unit optimizer updates -> lr schedule ->
+ * evaluation -> checkpoints -> resume. */
+#ifndef ST_TRAINER_H
+#define ST_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/session.h"
+#include "optim/optim.h"
+#include "trainer/data.h"
+#include "trainer/options.h"
+
+struct st_trainer {
+	struct st_train_opts o;
+	struct st_session s;
+	struct st_optim_cfg oc;
+	struct st_data data;
+	float **state;         /* per-unit optimizer state slabs (may be NULL: plain SGD) */
+	long step;             /* optimizer steps completed */
+	long total_steps, warmup;
+	double tokens_seen;
+	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
+	FILE *metrics;
+	double last_loss, last_val_loss;
+	char ckpt_loaded[4096];
+};
+
+/* Set up a run: a fresh model directory (--model) or a checkpoint (--resume,
+ * whose saved options are the base that the given ones override). */
+int trainer_open(struct st_trainer *tr, const struct st_train_opts *o);
+/* Train to total_steps; evaluates and checkpoints as configured, and once at
+ * the end. */
+int trainer_run(struct st_trainer *tr);
+void trainer_close(struct st_trainer *tr);
+
+/* Learning rate at 1-based step: linear warmup to lr over `warmup` steps,
+ * then cosine decay to lr * min_lr_ratio at total_steps. */
+double lr_at(const struct st_train_opts *o, long step, long total, long warmup);
+
+/* Mean loss over the validation windows (up to max_tokens; 0: all). */
+int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long max_tokens,
+	     double *loss, long *n_tokens);
+
+/* Checkpoints (trainer/checkpoint.c). A checkpoint is a directory
+ * out/step-NNNNNN with config.json, model.safetensors, optimizer.safetensors
+ * and trainer.json, written under a temporary name, fsynced and renamed into
+ * place, so a crash leaves either the old set of checkpoints or the new one. */
+int ckpt_save(struct st_trainer *tr);
+/* Resolve a checkpoint path: a step directory, or a run directory (its
+ * "latest"). */
+int ckpt_resolve(char *out, size_t n, const char *path);
+/* Read trainer.json's saved options into o (for resume). */
+int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir);
+/* Load weights, optimizer state and progress into an opened trainer. */
+int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir);
+
+#endif

@@ -1,0 +1,50 @@
+/* Error reporting and checked calls.
+ *
+ * Library code never exits: a failing call prints one message naming what went
+ * wrong, where (file:line), and what the user can do, then returns ST_FAIL up
+ * to the CLI, which decides the exit status. The macros keep that pattern to
+ * one line at each call site. */
+#ifndef ST_CHECK_H
+#define ST_CHECK_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ST_OK 0
+#define ST_FAIL (-1)
+
+void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void st_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void st_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Report an error with a hint for the user (hint may be NULL). */
+#define ST_ERROR(hint, ...) st_log_error(__FILE__, __LINE__, (hint), __VA_ARGS__)
+
+/* If cond is false: report and return ST_FAIL from the enclosing function. */
+#define ST_CHECK(cond, hint, ...)                                                          \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			ST_ERROR((hint), __VA_ARGS__);                                     \
+			return ST_FAIL;                                                    \
+		}                                                                          \
+	} while (0)
+
+/* Propagate a failure from a callee that already reported it. */
+#define ST_TRY(expr)                                                                       \
+	do {                                                                               \
+		if ((expr) != ST_OK)                                                       \
+			return ST_FAIL;                                                    \
+	} while (0)
+
+/* Allocation that reports the size asked for; returns NULL on failure. */
+void *st_malloc_(size_t bytes, const char *file, int line);
+void *st_calloc_(size_t n, size_t size, const char *file, int line);
+/* 64-byte aligned (cache line / AVX-512); free with free(). */
+void *st_aligned_alloc_(size_t bytes, const char *file, int line);
+#define st_malloc(b) st_malloc_((b), __FILE__, __LINE__)
+#define st_calloc(n, s) st_calloc_((n), (s), __FILE__, __LINE__)
+#define st_aligned_alloc(b) st_aligned_alloc_((b), __FILE__, __LINE__)
+
+#endif

@@ -1,0 +1,67 @@
+/* Logging and checked allocation: the only place strata writes diagnostics. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "util/check.h"
+
+void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
+{
+	va_list ap;
+	fputs("strata: error: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, " [%s:%d]\n", file, line);
+	if (hint && *hint)
+		fprintf(stderr, "  hint: %s\n", hint);
+}
+
+void st_log_warn(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("strata: warning: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void st_log_info(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void *st_malloc_(size_t bytes, const char *file, int line)
+{
+	void *p = malloc(bytes ? bytes : 1);
+	if (!p)
+		st_log_error(file, line, "lower the batch size or model size, or add memory",
+			     "out of memory allocating %zu bytes", bytes);
+	return p;
+}
+
+void *st_calloc_(size_t n, size_t size, const char *file, int line)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		st_log_error(file, line, "lower the batch size or model size, or add memory",
+			     "out of memory allocating %zu x %zu bytes", n, size);
+	return p;
+}
+
+void *st_aligned_alloc_(size_t bytes, const char *file, int line)
+{
+	void *p = NULL;
+	size_t rounded = (bytes + 63) & ~(size_t)63;
+	if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) {
+		st_log_error(file, line, "lower the batch size or model size, or add memory",
+			     "out of memory allocating %zu aligned bytes", bytes);
+		return NULL;
+	}
+	return p;
+}

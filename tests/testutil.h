@@ -1,0 +1,46 @@
+/* Small helpers shared by the test suites. */
+#ifndef ST_TESTUTIL_H
+#define ST_TESTUTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* splitmix64: fresh, reproducible random inputs per test (seed from the test). */
+static inline uint64_t tu_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+static inline double tu_uniform(uint64_t *s) /* [0,1) */
+{
+	return (double)(tu_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+static inline double tu_normal(uint64_t *s)
+{
+	double u1 = tu_uniform(s), u2 = tu_uniform(s);
+	if (u1 < 1e-300)
+		u1 = 1e-300;
+	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+static inline void tu_fill_normal(float *x, size_t n, double stddev, uint64_t *s)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(stddev * tu_normal(s));
+}
+/* Max over i of |a-b| / (|b| + floor): relative error with an absolute floor
+ * for entries near zero. */
+static inline double tu_max_relerr(const float *a, const double *b, size_t n, double floor_)
+{
+	double worst = 0;
+	for (size_t i = 0; i < n; i++) {
+		double e = fabs((double)a[i] - b[i]) / (fabs(b[i]) + floor_);
+		if (!(e <= worst)) /* catches NaN */
+			worst = isnan(e) ? INFINITY : e;
+	}
+	return worst;
+}
+
+#endif
