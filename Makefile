@@ -9,6 +9,7 @@ OPT     ?= -O3 -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=gnu11 $(OPT) $(WARN) -g -fno-fast-math -Isrc -I/usr/include/cjson -MMD -MP
 LDLIBS  += -ldnnl -lcjson -lm -lpthread
+BENCH_LIBS := -lopenblas
 
 # --- OpenMP -----------------------------------------------------------------
 HAVE_OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1)
@@ -66,7 +67,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB) tests/testutil.h
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) $(BENCH_LIBS)
 
 # Each suite runs in its own process, one at a time (they use both cores).
 test: $(BIN) $(TEST_BIN)

@@ -19,4 +19,24 @@ int fs_is_dir(const char *path);
 /* The directory containing path ("." when none), into out (size n). */
 void fs_dirname(char *out, size_t n, const char *path);
 
+/* Map a whole regular file read-only (MAP_PRIVATE); *map is NULL for an empty
+ * file. what ("token shard", "safetensors file") goes into the messages. */
+int fs_map_file(const char *path, const char *what, void **map, size_t *size);
+/* Undo fs_map_file; a NULL map is fine. */
+void fs_unmap_file(void *map, size_t size);
+
+/* Streaming form of fs_write_file_atomic, for writers that produce a file in
+ * pieces (safetensors, shards): begin creates a temp file next to path, write
+ * appends, commit fsyncs, renames over path and fsyncs the directory; abort
+ * (also called by a failing write or commit) closes and unlinks the temp file.
+ * Readers therefore see either the old file or the complete new one. */
+struct fs_atomic {
+	int fd;
+	char *path, *tmp;
+};
+int fs_atomic_begin(struct fs_atomic *a, const char *path);
+int fs_atomic_write(struct fs_atomic *a, const void *data, size_t len);
+int fs_atomic_commit(struct fs_atomic *a);
+void fs_atomic_abort(struct fs_atomic *a);
+
 #endif

@@ -22,6 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct st_adamw_args {
 	float lr, beta1, beta2, eps, weight_decay;
 	float grad_scale; /* applied to g before use (global-norm clipping) */
@@ -131,5 +135,9 @@ const struct st_ops *ops_cuda(void);
  * double then rounded, so every backend sees the same angles. */
 void rope_table(float *cos_tab /* (T,hd/2) */, float *sin_tab /* (T,hd/2) */, int t, int hd,
 		double theta);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

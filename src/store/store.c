@@ -66,12 +66,14 @@ int store_alloc(struct st_store *s, int unit, enum st_slab_kind kind, enum st_ti
 	ST_CHECK(sl->ptr == NULL, NULL, "internal: slab %s of unit %d allocated twice",
 		 slab_kind_name(kind), unit);
 	if (tu->budget && tu->used + bytes > tu->budget) {
-		char b1[32], b2[32], b3[32];
+		char b1[32], b2[32], b3[32], b4[32];
 		ST_ERROR("raise the tier's budget, or lower the batch size or model size",
-			 "%s tier budget exceeded: %s of %s needed for the %s of unit %d; %s missing",
-			 tier_name(tier), fmt_bytes(b1, sizeof b1, (double)(tu->used + bytes)),
-			 fmt_bytes(b2, sizeof b2, (double)tu->budget), slab_kind_name(kind), unit,
-			 fmt_bytes(b3, sizeof b3, (double)(tu->used + bytes - tu->budget)));
+			 "%s tier budget exceeded allocating %s for the %s of unit %d: %s already in use "
+			 "of a %s budget, %s missing",
+			 tier_name(tier), fmt_bytes(b1, sizeof b1, (double)bytes), slab_kind_name(kind),
+			 unit, fmt_bytes(b2, sizeof b2, (double)tu->used),
+			 fmt_bytes(b3, sizeof b3, (double)tu->budget),
+			 fmt_bytes(b4, sizeof b4, (double)(tu->used + bytes - tu->budget)));
 		return ST_FAIL;
 	}
 	sl->ptr = st_aligned_alloc(bytes);

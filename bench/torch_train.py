@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""PyTorch eager peer for bench/train: the same LLaMA presets, batch and
+AdamW step (fp32, CPU, same thread count), timed the same way (best of a few
+steps after a warm-up step). Writes JSON for bench/compare.py."""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+from torch_llama import forward, param_shapes  # noqa: E402
+
+PRESETS = {  # the GaLore paper's sizes (vocabulary set by --vocab)
+    "llama-60m": dict(dim=512, layers=8, heads=8, kv=8, ffn=1376),
+    "llama-130m": dict(dim=768, layers=12, heads=12, kv=12, ffn=2048),
+}
+
+
+def bench(name, B, T, steps, vocab):
+    c = dict(PRESETS[name], vocab=vocab, tied=False, theta=10000.0, eps=1e-6)
+    g = torch.Generator().manual_seed(1)
+    params = {}
+    for k, shape in param_shapes(c).items():
+        w = torch.ones(shape) if len(shape) == 1 else 0.02 * torch.randn(shape, generator=g)
+        params[k] = w.requires_grad_(True)
+    decay = [v for k, v in params.items() if v.ndim == 2 and "embed" not in k]
+    other = [v for k, v in params.items() if not (v.ndim == 2 and "embed" not in k)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+    tokens = torch.randint(0, c["vocab"], (B, T), generator=g)
+    targets = torch.randint(0, c["vocab"], (B, T), generator=g)
+    best = float("inf")
+    for it in range(steps + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        loss = forward(params, c, tokens, targets, sdpa=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        if it > 0:
+            best = min(best, dt)
+    n = sum(v.numel() for v in params.values())
+    return {"preset": name, "params": n, "step_s": best, "tok_per_s": B * T / best}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--presets", default="llama-60m,llama-130m")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    res = [bench(p, a.batch, a.seq, a.steps, a.vocab) for p in a.presets.split(",")]
+    for r in res:
+        print(f"torch {r['preset']:<11} {r['params']/1e6:6.1f}M  step {r['step_s']:.3f} s  {r['tok_per_s']:.0f} tok/s")
+    out = {"torch": torch.__version__, "vocab": a.vocab, "threads": a.threads, "batch": a.batch, "seq": a.seq,
+           "results": res}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+/* bench/train: throughput of a full training step (forward, backward, AdamW)
+ * for the GaLore paper's 60M and 130M LLaMA presets, as a ratio against the
+ * best fp32 matmul rate measured in the same run on the step's own matmul
+ * shapes (oneDNN, the library strata uses, and OpenBLAS, its alternative).
+ *
+ * usage: train [--presets llama-60m,llama-130m] [--batch 8] [--seq 256]
+ *              [--vocab 32000] [--steps 4] [--json FILE]
+ * The default vocabulary is LLaMA's 32000, so the presets have the paper's
+ * parameter counts (with strata's byte tokenizer they are smaller).
+ * Prints a table; --json writes the figures for the README. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/session.h"
+#include "optim/optim.h"
+#include "util/check.h"
+#include "util/rng.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+struct shape {
+	int m, n, k, ta, tb;
+	double count; /* how many times per step */
+};
+
+typedef void (*gemm_fn)(const struct shape *s, float *a, float *b, float *c);
+
+static void gemm_dnnl(const struct shape *s, float *a, float *b, float *c)
+{
+	const struct st_ops *ops = ops_cpu();
+	int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+	ops->matmul(c, a, b, s->m, s->n, s->k, s->ta, s->tb, 1.0f, 0.0f, lda, ldb, s->n);
+}
+
+static void gemm_openblas(const struct shape *s, float *a, float *b, float *c)
+{
+	int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+	cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
+		    s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c, s->n);
+}
+
+/* seconds per call, best of a few timed repetitions */
+static double time_gemm(gemm_fn f, const struct shape *s, float *a, float *b, float *c)
+{
+	f(s, a, b, c);
+	double best = 1e30;
+	for (int r = 0; r < 3; r++) {
+		int it = 0;
+		double t0 = now(), t;
+		do {
+			f(s, a, b, c);
+			it++;
+		} while ((t = now() - t0) < 0.15);
+		if (t / it < best)
+			best = t / it;
+	}
+	return best;
+}
+
+/* The matmuls of one training step: for each linear y = x W^T (N x out x in):
+ * forward, input gradient, weight gradient. */
+static int step_shapes(const struct st_model *m, int N, struct shape *s)
+{
+	const struct st_config *c = &m->cfg;
+	const int C = c->dim, F = c->ffn_dim, QD = c->n_heads * c->head_dim,
+		  KD = c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers;
+	int lin[][3] = {{C, QD, L}, {C, KD, 2 * L}, {QD, C, L}, {C, F, 2 * L}, {F, C, L}, {C, V, 1}};
+	int n = 0;
+	for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+		int in = lin[i][0], out = lin[i][1];
+		double cnt = lin[i][2];
+		s[n++] = (struct shape){N, out, in, 0, 1, cnt};   /* forward */
+		s[n++] = (struct shape){N, in, out, 0, 0, cnt};   /* dx */
+		s[n++] = (struct shape){out, in, N, 1, 0, cnt};   /* dW */
+	}
+	return n;
+}
+
+struct result {
+	const char *preset;
+	double params, tok_s, step_gflops, ceil_dnnl, ceil_oblas, ratio, step_s;
+	double attn_share;
+};
+
+static int bench_preset(const char *preset, int B, int T, int V, int steps, struct result *r)
+{
+	struct st_config cfg;
+	ST_TRY(config_preset(&cfg, preset));
+	cfg.max_seq = T > cfg.max_seq ? T : cfg.max_seq;
+	cfg.vocab_size = V;
+	struct st_session s;
+	ST_TRY(session_create(&s, ops_cpu(), &cfg, 1));
+	session_init_random(&s, 1);
+	ST_TRY(session_exec(&s, B, T));
+	const struct st_model *m = &s.model;
+	const int N = B * T;
+
+	/* the real step: forward + backward + AdamW over all units */
+	struct st_optim_cfg oc = {.kind = ST_OPT_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+				  .weight_decay = 0.1f};
+	float **state = calloc((size_t)m->n_units, sizeof *state);
+	for (int u = 0; u < m->n_units; u++)
+		state[u] = calloc(2 * m->units[u].numel, sizeof(float));
+	int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
+	struct st_rng rng;
+	rng_seed(&rng, 3, 0);
+	for (int i = 0; i < N; i++) {
+		tok[i] = (int32_t)(rng_next(&rng) % (uint64_t)cfg.vocab_size);
+		tgt[i] = (int32_t)(rng_next(&rng) % (uint64_t)cfg.vocab_size);
+	}
+	double best = 1e30;
+	for (int it = 0; it < steps + 1; it++) {
+		double t0 = now();
+		for (int u = 0; u < m->n_units; u++)
+			memset(store_acquire(&s.store, u, ST_SLAB_G), 0, m->units[u].numel * 4);
+		long n;
+		exec_micro_step(&s.exec, tok, tgt, 1.0f / N, &n);
+		double ss = 0;
+		for (int u = 0; u < m->n_units; u++)
+			ss += s.ops->sumsq(store_acquire(&s.store, u, ST_SLAB_G), m->units[u].numel);
+		for (int u = 0; u < m->n_units; u++)
+			optim_step_unit(s.ops, &oc, m, u, s.w[u], store_acquire(&s.store, u, ST_SLAB_G),
+					state[u], it + 1, 1e-4f, ss > 1 ? (float)(1 / sqrt(ss)) : 1.0f);
+		double dt = now() - t0;
+		if (it > 0 && dt < best) /* first step warms caches and allocators */
+			best = dt;
+	}
+	/* ceiling: the step's matmuls, each at its best measured rate (measured
+	 * after the step, so OpenBLAS's spinning threads cannot slow the step) */
+	struct shape sh[32];
+	int ns = step_shapes(m, N, sh);
+	size_t maxe = 0;
+	for (int i = 0; i < ns; i++) {
+		size_t e1 = (size_t)sh[i].m * sh[i].k, e2 = (size_t)sh[i].k * sh[i].n,
+		       e3 = (size_t)sh[i].m * sh[i].n;
+		maxe = e1 > maxe ? e1 : maxe;
+		maxe = e2 > maxe ? e2 : maxe;
+		maxe = e3 > maxe ? e3 : maxe;
+	}
+	float *a = st_aligned_alloc(maxe * 4), *b = st_aligned_alloc(maxe * 4),
+	      *c = st_aligned_alloc(maxe * 4);
+	for (size_t i = 0; i < maxe; i++)
+		a[i] = b[i] = 0.01f * (float)(i % 97);
+	double flops = 0, t_dnnl = 0, t_oblas = 0;
+	for (int i = 0; i < ns; i++) {
+		double f = 2.0 * sh[i].m * sh[i].n * sh[i].k * sh[i].count;
+		flops += f;
+		t_dnnl += time_gemm(gemm_dnnl, &sh[i], a, b, c) * sh[i].count;
+		t_oblas += time_gemm(gemm_openblas, &sh[i], a, b, c) * sh[i].count;
+	}
+	free(a), free(b), free(c);
+
+	const double model_flops = model_flops_per_token(m, T) * N;
+	r->preset = preset;
+	r->params = (double)m->numel;
+	r->step_s = best;
+	r->tok_s = N / best;
+	r->step_gflops = model_flops / best / 1e9;
+	r->ceil_dnnl = flops / t_dnnl / 1e9;
+	r->ceil_oblas = flops / t_oblas / 1e9;
+	double ceil = r->ceil_dnnl > r->ceil_oblas ? r->ceil_dnnl : r->ceil_oblas;
+	r->ratio = r->step_gflops / ceil;
+	r->attn_share = (model_flops - flops) / model_flops;
+	for (int u = 0; u < m->n_units; u++)
+		free(state[u]);
+	free(state), free(tok), free(tgt);
+	session_close(&s);
+	return ST_OK;
+}
+
+int main(int argc, char **argv)
+{
+	const char *presets = "llama-60m,llama-130m", *json = NULL;
+	int B = 8, T = 256, V = 32000, steps = 4;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--presets"))
+			presets = argv[i + 1];
+		else if (!strcmp(argv[i], "--batch"))
+			B = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--seq"))
+			T = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--vocab"))
+			V = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--steps"))
+			steps = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--json"))
+			json = argv[i + 1];
+		else {
+			fprintf(stderr, "unknown option %s\n", argv[i]);
+			return 2;
+		}
+	}
+	printf("bench/train: %d threads, B=%d T=%d V=%d, matmul %s; OpenBLAS core %s\n",
+	       omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
+	printf("%-11s %8s %9s %9s %12s %12s %12s %7s\n", "preset", "params", "step s", "tok/s",
+	       "step GFLOP/s", "oneDNN ceil", "OpenBLAS ceil", "ratio");
+	FILE *jf = json ? fopen(json, "w") : NULL;
+	if (jf)
+		fprintf(jf, "{\"threads\": %d, \"batch\": %d, \"seq\": %d, \"vocab\": %d, \"matmul\": \"%s\", \"openblas_core\": \"%s\", \"results\": [",
+			omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
+	char list[256];
+	snprintf(list, sizeof list, "%s", presets);
+	int first = 1;
+	for (char *p = strtok(list, ","); p; p = strtok(NULL, ",")) {
+		struct result r;
+		if (bench_preset(p, B, T, V, steps, &r) != ST_OK)
+			return 1;
+		printf("%-11s %7.1fM %9.3f %9.0f %12.1f %12.1f %12.1f %6.0f%%\n", r.preset, r.params / 1e6,
+		       r.step_s, r.tok_s, r.step_gflops, r.ceil_dnnl, r.ceil_oblas, 100 * r.ratio);
+		if (jf)
+			fprintf(jf, "%s{\"preset\": \"%s\", \"params\": %.0f, \"step_s\": %.4f, \"tok_per_s\": %.1f, "
+				"\"step_gflops\": %.2f, \"ceiling_onednn_gflops\": %.2f, \"ceiling_openblas_gflops\": %.2f, "
+				"\"ratio_to_best_ceiling\": %.4f}",
+				first ? "" : ", ", r.preset, r.params, r.step_s, r.tok_s, r.step_gflops,
+				r.ceil_dnnl, r.ceil_oblas, r.ratio);
+		first = 0;
+	}
+	if (jf) {
+		fprintf(jf, "]}\n");
+		fclose(jf);
+	}
+	return 0;
+}

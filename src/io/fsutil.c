@@ -1,0 +1,406 @@
+/* File-system helpers: whole-file read, atomic durable write (temp file in the
+ * same directory, fsync, rename, fsync of the directory), mkdir -p and rm -rf.
+ *
+ * Everything a checkpoint or a prepared data set puts on disk goes through the
+ * atomic writer, so a crash or a full disk leaves either the previous file or
+ * the complete new one, never a torn one. Every libc call is checked and a
+ * failure names the path and strerror(errno). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "io/fsutil.h"
+#include "util/check.h"
+
+/* Largest single write(): Linux transfers at most 0x7ffff000 bytes per call. */
+#define FS_WRITE_CHUNK ((size_t)1 << 30)
+
+static const char *space_hint(int err)
+{
+	if (err == ENOSPC || err == EDQUOT)
+		return "free some disk space (or raise the quota) and try again";
+	if (err == EACCES || err == EPERM || err == EROFS)
+		return "check that the directory exists and is writable";
+	return "check the path, its permissions and the free disk space";
+}
+
+void fs_dirname(char *out, size_t n, const char *path)
+{
+	if (n == 0)
+		return;
+	size_t len = strlen(path);
+	while (len > 1 && path[len - 1] == '/') /* trailing slashes */
+		len--;
+	while (len > 0 && path[len - 1] != '/') /* the last component */
+		len--;
+	if (len == 0) {
+		snprintf(out, n, ".");
+		return;
+	}
+	while (len > 1 && path[len - 1] == '/') /* the separator ("/" itself stays) */
+		len--;
+	size_t m = len < n - 1 ? len : n - 1;
+	memcpy(out, path, m);
+	out[m] = '\0';
+}
+
+int fs_exists(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0;
+}
+
+int fs_is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Create one directory; an existing directory is fine. */
+static int mkdir_one(const char *dir, const char *full)
+{
+	struct stat st;
+	if (stat(dir, &st) == 0) {
+		ST_CHECK(S_ISDIR(st.st_mode), "remove or rename it, or choose another path",
+			 "cannot create directory %s: %s exists and is not a directory", full, dir);
+		return ST_OK;
+	}
+	if (mkdir(dir, 0777) == 0)
+		return ST_OK;
+	int err = errno;
+	/* Lost a race with another creator: fine if what now exists is a directory. */
+	if (err == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return ST_OK;
+	ST_ERROR(space_hint(err), "cannot create directory %s: mkdir %s: %s", full, dir,
+		 strerror(err));
+	return ST_FAIL;
+}
+
+int fs_mkdir_p(const char *path)
+{
+	ST_CHECK(path && *path, "pass a directory path", "cannot create a directory with an empty name");
+	size_t len = strlen(path);
+	char *buf = st_malloc(len + 1);
+	if (!buf)
+		return ST_FAIL;
+	memcpy(buf, path, len + 1);
+	int rc = ST_OK;
+	for (size_t i = 1; i < len && rc == ST_OK; i++) {
+		if (buf[i] != '/' || buf[i - 1] == '/')
+			continue;
+		buf[i] = '\0';
+		rc = mkdir_one(buf, path);
+		buf[i] = '/';
+	}
+	if (rc == ST_OK)
+		rc = mkdir_one(buf, path);
+	free(buf);
+	return rc;
+}
+
+int fs_fsync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ST_CHECK(fd >= 0, "check that the directory exists and is readable",
+		 "cannot open directory %s to sync it: %s", path, strerror(errno));
+	/* Some file systems cannot sync a directory (EINVAL); nothing more to do there. */
+	if (fsync(fd) != 0 && errno != EINVAL) {
+		int err = errno;
+		close(fd);
+		ST_ERROR(space_hint(err), "cannot sync directory %s: %s", path, strerror(err));
+		return ST_FAIL;
+	}
+	ST_CHECK(close(fd) == 0, space_hint(errno), "cannot close directory %s: %s", path,
+		 strerror(errno));
+	return ST_OK;
+}
+
+int fs_atomic_begin(struct fs_atomic *a, const char *path)
+{
+	a->fd = -1;
+	a->path = a->tmp = NULL;
+	size_t cap = strlen(path) + 64;
+	a->path = st_malloc(strlen(path) + 1);
+	a->tmp = st_malloc(cap);
+	if (!a->path || !a->tmp) {
+		fs_atomic_abort(a);
+		return ST_FAIL;
+	}
+	strcpy(a->path, path);
+	/* O_EXCL with a pid + counter suffix rather than mkstemp: mkstemp makes
+	 * the file 0600, and the result should get the usual umask permissions. */
+	for (int k = 0; k < 1000; k++) {
+		snprintf(a->tmp, cap, "%s.tmp.%ld.%d", path, (long)getpid(), k);
+		a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (a->fd >= 0 || errno != EEXIST)
+			break;
+	}
+	if (a->fd < 0) {
+		int err = errno;
+		ST_ERROR(space_hint(err), "cannot create %s (temp file %s): %s", path, a->tmp,
+			 strerror(err));
+		free(a->tmp); /* nothing was created: nothing to unlink */
+		a->tmp = NULL;
+		fs_atomic_abort(a);
+		return ST_FAIL;
+	}
+	return ST_OK;
+}
+
+void fs_atomic_abort(struct fs_atomic *a)
+{
+	if (a->fd >= 0)
+		close(a->fd); /* the file is being thrown away: its close status is moot */
+	if (a->tmp)
+		unlink(a->tmp);
+	free(a->tmp);
+	free(a->path);
+	a->fd = -1;
+	a->path = a->tmp = NULL;
+}
+
+int fs_atomic_write(struct fs_atomic *a, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len > 0) {
+		size_t want = len < FS_WRITE_CHUNK ? len : FS_WRITE_CHUNK;
+		ssize_t w = write(a->fd, p, want);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			/* write() returning 0 for a positive count means no space. */
+			int err = w < 0 ? errno : ENOSPC;
+			ST_ERROR(space_hint(err), "cannot write %s (temp file %s): %s", a->path,
+				 a->tmp, strerror(err));
+			fs_atomic_abort(a);
+			return ST_FAIL;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return ST_OK;
+}
+
+int fs_atomic_commit(struct fs_atomic *a)
+{
+	const char *what = NULL;
+	if (fsync(a->fd) != 0) {
+		what = "fsync";
+	} else {
+		int rc = close(a->fd);
+		a->fd = -1; /* released even when close fails: never close it twice */
+		if (rc != 0)
+			what = "close";
+	}
+	if (!what && rename(a->tmp, a->path) != 0)
+		what = "rename";
+	if (what) {
+		int err = errno;
+		ST_ERROR(space_hint(err), "cannot write %s (%s of temp file %s): %s", a->path, what,
+			 a->tmp, strerror(err));
+		fs_atomic_abort(a);
+		return ST_FAIL;
+	}
+	/* The rename is only durable once the directory entry is on disk. */
+	char *dir = st_malloc(strlen(a->path) + 2);
+	int rc = ST_FAIL;
+	if (dir) {
+		fs_dirname(dir, strlen(a->path) + 2, a->path);
+		rc = fs_fsync_dir(dir);
+		free(dir);
+	}
+	free(a->tmp); /* renamed away: nothing left to unlink */
+	a->tmp = NULL;
+	fs_atomic_abort(a);
+	return rc;
+}
+
+int fs_write_file_atomic(const char *path, const void *data, size_t len)
+{
+	struct fs_atomic a;
+	ST_TRY(fs_atomic_begin(&a, path));
+	ST_TRY(fs_atomic_write(&a, data, len));
+	return fs_atomic_commit(&a);
+}
+
+int fs_read_file(const char *path, char **data, size_t *len)
+{
+	*data = NULL;
+	*len = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ST_CHECK(fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
+		 strerror(errno));
+	struct stat st;
+	int fst = fstat(fd, &st);
+	if (fst != 0 || S_ISDIR(st.st_mode)) {
+		int err = fst != 0 ? errno : EISDIR;
+		close(fd);
+		ST_ERROR("give the path of a file", "cannot read %s: %s", path, strerror(err));
+		return ST_FAIL;
+	}
+	/* Size from fstat is a first guess only: pipes and /proc files report 0. */
+	size_t cap = (S_ISREG(st.st_mode) ? (size_t)st.st_size : 0) + 4096, n = 0;
+	char *buf = st_malloc(cap);
+	for (;;) {
+		if (!buf) {
+			close(fd);
+			return ST_FAIL;
+		}
+		if (n + 1 == cap) {
+			char *grown = realloc(buf, cap * 2);
+			if (!grown) {
+				ST_ERROR("add memory or use a smaller file",
+					 "out of memory reading %s (%zu bytes so far)", path, n);
+				free(buf);
+				close(fd);
+				return ST_FAIL;
+			}
+			buf = grown;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + n, cap - 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int err = errno;
+			free(buf);
+			close(fd);
+			ST_ERROR("check the file and the device it is on", "cannot read %s: %s",
+				 path, strerror(err));
+			return ST_FAIL;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	buf[n] = '\0';
+	if (close(fd) != 0) {
+		int err = errno;
+		free(buf);
+		ST_ERROR("check the file and the device it is on", "cannot close %s: %s", path,
+			 strerror(err));
+		return ST_FAIL;
+	}
+	*data = buf;
+	*len = n;
+	return ST_OK;
+}
+
+/* rm -rf for one path: symlinks are removed, never followed. */
+static int rmtree_rec(const char *path)
+{
+	struct stat st;
+	if (lstat(path, &st) != 0) {
+		ST_CHECK(errno == ENOENT, "check the permissions of the directory",
+			 "cannot remove %s: %s", path, strerror(errno));
+		return ST_OK; /* already gone */
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		ST_CHECK(unlink(path) == 0 || errno == ENOENT, "check the permissions of the directory",
+			 "cannot remove %s: %s", path, strerror(errno));
+		return ST_OK;
+	}
+	DIR *d = opendir(path);
+	ST_CHECK(d, "check the permissions of the directory", "cannot open directory %s: %s", path,
+		 strerror(errno));
+	int rc = ST_OK;
+	size_t plen = strlen(path);
+	for (;;) {
+		errno = 0;
+		struct dirent *e = readdir(d);
+		if (!e) {
+			if (errno != 0) {
+				ST_ERROR("check the permissions of the directory",
+					 "cannot list directory %s: %s", path, strerror(errno));
+				rc = ST_FAIL;
+			}
+			break;
+		}
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char *child = st_malloc(plen + strlen(e->d_name) + 2);
+		if (!child) {
+			rc = ST_FAIL;
+			break;
+		}
+		sprintf(child, "%s/%s", path, e->d_name);
+		rc = rmtree_rec(child);
+		free(child);
+		if (rc != ST_OK)
+			break;
+	}
+	if (closedir(d) != 0 && rc == ST_OK) {
+		ST_ERROR("check the permissions of the directory", "cannot close directory %s: %s",
+			 path, strerror(errno));
+		rc = ST_FAIL;
+	}
+	if (rc == ST_OK && rmdir(path) != 0) {
+		ST_ERROR("check the permissions of the directory", "cannot remove directory %s: %s",
+			 path, strerror(errno));
+		rc = ST_FAIL;
+	}
+	return rc;
+}
+
+int fs_rmtree(const char *path)
+{
+	ST_CHECK(path && *path, "pass a directory path", "cannot remove a path with an empty name");
+	return rmtree_rec(path);
+}
+
+int fs_map_file(const char *path, const char *what, void **map, size_t *size)
+{
+	*map = NULL;
+	*size = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ST_CHECK(fd >= 0, "check the path and its permissions", "cannot open %s %s: %s", what, path,
+		 strerror(errno));
+	struct stat st;
+	const char *fail = NULL;
+	int err = 0;
+	if (fstat(fd, &st) != 0) {
+		fail = "cannot stat";
+		err = errno;
+	} else if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		ST_ERROR("give the path of a regular file", "cannot read %s %s: it is %s", what,
+			 path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+		return ST_FAIL;
+	} else if (st.st_size > 0) {
+		void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (p == MAP_FAILED) {
+			fail = "cannot map";
+			err = errno;
+		} else {
+			*map = p;
+			*size = (size_t)st.st_size;
+		}
+	}
+	/* The mapping keeps the file referenced; the descriptor is no longer needed. */
+	if (close(fd) != 0 && !fail) {
+		fail = "cannot close";
+		err = errno;
+	}
+	if (fail) {
+		fs_unmap_file(*map, *size);
+		*map = NULL;
+		*size = 0;
+		ST_ERROR("check the file and the device it is on", "%s %s %s: %s", fail, what, path,
+			 strerror(err));
+		return ST_FAIL;
+	}
+	return ST_OK;
+}
+
+void fs_unmap_file(void *map, size_t size)
+{
+	if (map)
+		munmap(map, size); /* fails only for a bad range, which would be our bug */
+}

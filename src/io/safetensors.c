@@ -1,0 +1,634 @@
+/* safetensors: the weight and checkpoint format (layout in safetensors.h).
+ *
+ * Reading maps the file read-only and validates the whole header before any
+ * tensor is touched: a file from the internet or a half-written checkpoint
+ * must fail here, with the file and the problem named, and never later as a
+ * wild read. After safetensors_open succeeds every tensor's [begin, end) lies
+ * inside the data section, matches its dtype and shape, and overlaps no other.
+ * F16/BF16/F64 are converted to fp32 by hand (subnormals, inf and NaN exact).
+ *
+ * Writing builds the JSON header with cJSON, pads it with spaces to a multiple
+ * of 8 bytes (so the data is 8-byte aligned), lays the tensors out in the given
+ * order with contiguous offsets, and goes through fs_atomic (temp file, fsync,
+ * rename), so a crash never leaves a torn file under the final name. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "io/fsutil.h"
+#include "io/safetensors.h"
+#include "util/check.h"
+
+/* The reference implementation's limit; a bigger header is an attack or junk. */
+#define ST_HEADER_MAX (100u * 1000u * 1000u)
+/* Largest integer a JSON number (a double in cJSON) holds exactly: 2^53. */
+#define JSON_INT_MAX 9007199254740992.0
+
+#define CORRUPT "the file is damaged or is not a safetensors file; re-download or re-export it"
+
+static const struct {
+	const char *name;
+	size_t size;
+} dtypes[ST_DT__COUNT] = {
+	[ST_DT_F32] = {"F32", 4}, [ST_DT_F16] = {"F16", 2}, [ST_DT_BF16] = {"BF16", 2},
+	[ST_DT_F64] = {"F64", 8}, [ST_DT_I32] = {"I32", 4}, [ST_DT_I64] = {"I64", 8},
+	[ST_DT_U8] = {"U8", 1},   [ST_DT_I8] = {"I8", 1},   [ST_DT_U16] = {"U16", 2},
+};
+
+size_t dtype_size(enum st_dtype dt)
+{
+	return (unsigned)dt < ST_DT__COUNT ? dtypes[dt].size : 0;
+}
+
+const char *dtype_name(enum st_dtype dt)
+{
+	return (unsigned)dt < ST_DT__COUNT ? dtypes[dt].name : "?";
+}
+
+static int dtype_parse(const char *s, enum st_dtype *dt)
+{
+	for (int i = 0; i < ST_DT__COUNT; i++)
+		if (!strcmp(s, dtypes[i].name)) {
+			*dt = (enum st_dtype)i;
+			return 1;
+		}
+	return 0;
+}
+
+int64_t tensor_numel(const struct st_tensor_info *t)
+{
+	int64_t n = 1;
+	for (int i = 0; i < t->ndim; i++)
+		n *= t->shape[i];
+	return n;
+}
+
+static char *dup_str(const char *s)
+{
+	char *d = st_malloc(strlen(s) + 1);
+	if (d)
+		strcpy(d, s);
+	return d;
+}
+
+/* "[2, 3]" into buf; shapes have at most ST_MAX_DIMS entries. */
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+	for (int i = 0; i < ndim && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sort names (in place) and return one that occurs twice, or NULL. */
+static const char *find_duplicate(const char **names, size_t n)
+{
+	qsort(names, n, sizeof *names, cmp_str);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(names[i - 1], names[i]))
+			return names[i];
+	return NULL;
+}
+
+/* ---- fp16 / bf16 -> fp32 ------------------------------------------------- */
+
+static float f32_from_bits(uint32_t b)
+{
+	float f;
+	memcpy(&f, &b, sizeof f);
+	return f;
+}
+
+/* IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Every value
+ * is exactly representable in fp32, so this is exact. */
+static float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+	if (exp == 0x1f) /* inf, or NaN keeping its payload and quiet bit */
+		return f32_from_bits(sign | 0x7f800000u | mant << 13);
+	if (exp != 0) /* normal: rebias 15 -> 127 */
+		return f32_from_bits(sign | (exp + 112) << 23 | mant << 13);
+	if (mant == 0)
+		return f32_from_bits(sign); /* +-0 */
+	/* Subnormal mant * 2^-24: shift the leading 1 up to the implicit bit. */
+	uint32_t e = 113; /* fp32 biased exponent of 2^-14, the smallest f16 normal */
+	while (!(mant & 0x400u)) {
+		mant <<= 1;
+		e--;
+	}
+	return f32_from_bits(sign | e << 23 | (mant & 0x3ffu) << 13);
+}
+
+/* bfloat16 is the top half of an fp32: exact for every value. */
+static float bf16_to_f32(uint16_t h)
+{
+	return f32_from_bits((uint32_t)h << 16);
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+/* A JSON number that is a non-negative integer below 2^53; 0 otherwise. */
+static int json_count(const cJSON *v, uint64_t *out)
+{
+	if (!cJSON_IsNumber(v))
+		return 0;
+	double d = v->valuedouble;
+	if (!(d >= 0 && d <= JSON_INT_MAX) || d != (double)(uint64_t)d)
+		return 0;
+	*out = (uint64_t)d;
+	return 1;
+}
+
+static int parse_metadata(struct st_safetensors *sf, const cJSON *m)
+{
+	ST_CHECK(cJSON_IsObject(m), CORRUPT, "%s: \"__metadata__\" must be an object of strings",
+		 sf->path);
+	int n = cJSON_GetArraySize(m);
+	sf->meta_keys = st_calloc((size_t)n, sizeof *sf->meta_keys);
+	sf->meta_vals = st_calloc((size_t)n, sizeof *sf->meta_vals);
+	if (!sf->meta_keys || !sf->meta_vals)
+		return ST_FAIL;
+	const cJSON *kv;
+	cJSON_ArrayForEach(kv, m) {
+		ST_CHECK(cJSON_IsString(kv), CORRUPT,
+			 "%s: \"__metadata__\" value for key '%s' is not a string", sf->path,
+			 kv->string);
+		int i = sf->n_meta++; /* counted first, so close() frees a partial entry */
+		sf->meta_keys[i] = dup_str(kv->string);
+		sf->meta_vals[i] = dup_str(kv->valuestring);
+		if (!sf->meta_keys[i] || !sf->meta_vals[i])
+			return ST_FAIL;
+	}
+	return ST_OK;
+}
+
+/* One header entry into t (t->name already set); checks its own consistency
+ * and that it lies inside the data section. */
+static int parse_entry(const struct st_safetensors *sf, const cJSON *e,
+		       struct st_tensor_info *t)
+{
+	const char *path = sf->path, *name = t->name;
+	ST_CHECK(cJSON_IsObject(e), CORRUPT, "%s: header entry '%s' is not an object", path, name);
+
+	const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+	ST_CHECK(dt, CORRUPT, "%s: tensor '%s' is missing \"dtype\"", path, name);
+	ST_CHECK(cJSON_IsString(dt), CORRUPT, "%s: tensor '%s': \"dtype\" must be a string", path,
+		 name);
+	ST_CHECK(dtype_parse(dt->valuestring, &t->dtype),
+		 "convert the tensor to F32, F16 or BF16 (strata reads F32 F16 BF16 F64 I32 I64 U8 I8 U16)",
+		 "%s: tensor '%s' has unknown dtype \"%s\"", path, name, dt->valuestring);
+
+	const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+	ST_CHECK(sh, CORRUPT, "%s: tensor '%s' is missing \"shape\"", path, name);
+	ST_CHECK(cJSON_IsArray(sh), CORRUPT, "%s: tensor '%s': \"shape\" must be an array", path,
+		 name);
+	int ndim = cJSON_GetArraySize(sh);
+	ST_CHECK(ndim <= ST_MAX_DIMS, "strata handles tensors of at most 8 dimensions",
+		 "%s: tensor '%s' has %d dimensions, more than the %d supported", path, name, ndim,
+		 ST_MAX_DIMS);
+	t->ndim = ndim;
+	/* numel * dtype size, every partial product capped at 2^53: offsets are
+	 * below 2^53, so nothing larger can match, and the cap keeps
+	 * tensor_numel's int64 product from overflowing later. */
+	uint64_t bytes = dtype_size(t->dtype);
+	int i = 0, overflow = 0;
+	const cJSON *d;
+	cJSON_ArrayForEach(d, sh) {
+		ST_CHECK(!cJSON_IsNumber(d) || d->valuedouble >= 0, CORRUPT,
+			 "%s: tensor '%s' has a negative dimension (%g) in its shape", path, name,
+			 d->valuedouble);
+		uint64_t v;
+		ST_CHECK(json_count(d, &v), CORRUPT,
+			 "%s: tensor '%s': \"shape\" must be an array of integers (entry %d is not)",
+			 path, name, i);
+		t->shape[i++] = (int64_t)v;
+		if (v && bytes > (uint64_t)JSON_INT_MAX / v)
+			overflow = 1;
+		else
+			bytes *= v;
+	}
+
+	const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+	ST_CHECK(off, CORRUPT, "%s: tensor '%s' is missing \"data_offsets\"", path, name);
+	ST_CHECK(cJSON_IsArray(off) && cJSON_GetArraySize(off) == 2 &&
+			 json_count(cJSON_GetArrayItem(off, 0), &t->begin) &&
+			 json_count(cJSON_GetArrayItem(off, 1), &t->end),
+		 CORRUPT, "%s: tensor '%s': \"data_offsets\" must be an array of two non-negative integers",
+		 path, name);
+	ST_CHECK(t->begin <= t->end, CORRUPT,
+		 "%s: tensor '%s' has data_offsets [%llu, %llu) with begin after end", path, name,
+		 (unsigned long long)t->begin, (unsigned long long)t->end);
+	char sbuf[256];
+	unsigned long long shown = overflow ? (unsigned long long)JSON_INT_MAX : bytes;
+	ST_CHECK(!overflow && bytes == t->end - t->begin, CORRUPT,
+		 "%s: tensor '%s': byte size mismatch: shape %s of %s is %s%llu bytes but data_offsets [%llu, %llu) span %llu",
+		 path, name, shape_str(sbuf, sizeof sbuf, t->ndim, t->shape), dtype_name(t->dtype),
+		 overflow ? "more than " : "", shown, (unsigned long long)t->begin, (unsigned long long)t->end,
+		 (unsigned long long)(t->end - t->begin));
+	uint64_t data_size = sf->file_size - sf->data_start;
+	ST_CHECK(t->end <= data_size, "the file is truncated or damaged; re-download or re-export it",
+		 "%s: tensor '%s' ends at byte %llu, beyond the end of the data section (%llu bytes): the file is truncated",
+		 path, name, (unsigned long long)t->end, (unsigned long long)data_size);
+	return ST_OK;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+	const struct st_tensor_info *x = *(const struct st_tensor_info *const *)a;
+	const struct st_tensor_info *y = *(const struct st_tensor_info *const *)b;
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	return (x->end > y->end) - (x->end < y->end);
+}
+
+/* No two tensors share a byte. Zero-size tensors own no bytes and are skipped.
+ * Gaps are tolerated: the reference writer leaves none, but they are harmless. */
+static int check_overlaps(const struct st_safetensors *sf)
+{
+	const struct st_tensor_info **by = st_malloc((size_t)sf->n * sizeof *by);
+	if (!by)
+		return ST_FAIL;
+	for (int i = 0; i < sf->n; i++)
+		by[i] = &sf->tensors[i];
+	qsort(by, (size_t)sf->n, sizeof *by, cmp_begin);
+	const struct st_tensor_info *last = NULL; /* the nonempty tensor reaching furthest */
+	int rc = ST_OK;
+	for (int i = 0; i < sf->n && rc == ST_OK; i++) {
+		const struct st_tensor_info *t = by[i];
+		if (t->begin == t->end)
+			continue;
+		if (last && t->begin < last->end) {
+			ST_ERROR(CORRUPT, "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
+				 sf->path, last->name, (unsigned long long)last->begin,
+				 (unsigned long long)last->end, t->name,
+				 (unsigned long long)t->begin, (unsigned long long)t->end);
+			rc = ST_FAIL;
+		}
+		if (!last || t->end > last->end)
+			last = t;
+	}
+	free(by);
+	return rc;
+}
+
+static int parse_header(struct st_safetensors *sf, const cJSON *root)
+{
+	ST_CHECK(cJSON_IsObject(root), CORRUPT, "%s: the header is not a JSON object", sf->path);
+	/* cJSON keeps repeated keys as separate items; a repeated tensor name
+	 * would make lookups ambiguous, so it is an error. */
+	int n_items = cJSON_GetArraySize(root);
+	const char **names = st_malloc((size_t)n_items * sizeof *names);
+	if (!names)
+		return ST_FAIL;
+	int k = 0;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, root) {
+		names[k++] = it->string;
+	}
+	const char *dup = find_duplicate(names, (size_t)k);
+	if (dup) {
+		ST_ERROR(CORRUPT, "%s: duplicate name '%s' in the header", sf->path, dup);
+		free(names);
+		return ST_FAIL;
+	}
+	free(names);
+
+	const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+	if (meta)
+		ST_TRY(parse_metadata(sf, meta));
+	int n = n_items - (meta != NULL);
+	sf->tensors = st_calloc((size_t)n, sizeof *sf->tensors);
+	if (!sf->tensors)
+		return ST_FAIL;
+	cJSON_ArrayForEach(it, root) {
+		if (it == meta)
+			continue;
+		struct st_tensor_info *t = &sf->tensors[sf->n++];
+		t->name = dup_str(it->string);
+		if (!t->name)
+			return ST_FAIL;
+		ST_TRY(parse_entry(sf, it, t));
+	}
+	return check_overlaps(sf);
+}
+
+/* Everything after the map: header length, JSON, entries. */
+static int open_mapped(struct st_safetensors *sf)
+{
+	const char *path = sf->path;
+	ST_CHECK(sf->file_size >= 8, CORRUPT,
+		 "%s is %zu bytes, shorter than the 8-byte header length field", path, sf->file_size);
+	const unsigned char *p = sf->map;
+	uint64_t hlen = 0;
+	for (int i = 7; i >= 0; i--)
+		hlen = hlen << 8 | p[i];
+	ST_CHECK(hlen <= ST_HEADER_MAX, CORRUPT,
+		 "%s: header length %llu exceeds the 100 MB limit", path, (unsigned long long)hlen);
+	ST_CHECK(hlen <= sf->file_size - 8, "the file is truncated or damaged; re-download or re-export it",
+		 "%s: header length %llu is larger than the rest of the file (%zu bytes): truncated or not a safetensors file",
+		 path, (unsigned long long)hlen, sf->file_size - 8);
+	sf->data_start = 8 + (size_t)hlen;
+
+	/* A NUL-terminated copy: the parser never reads past what it was given. */
+	char *text = st_malloc((size_t)hlen + 1);
+	if (!text)
+		return ST_FAIL;
+	memcpy(text, p + 8, (size_t)hlen);
+	text[hlen] = '\0';
+	const char *end = NULL;
+	cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
+	int rc = ST_OK;
+	if (!root) {
+		ST_ERROR(CORRUPT, "%s: header is not valid JSON (parse error near byte %zu of %llu)",
+			 path, end ? (size_t)(end - text) : (size_t)0, (unsigned long long)hlen);
+		rc = ST_FAIL;
+	} else {
+		/* Only the space padding may follow the JSON value. */
+		for (const char *q = end; rc == ST_OK && q < text + hlen; q++)
+			if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+				ST_ERROR(CORRUPT, "%s: header is not valid JSON (unexpected byte 0x%02x after the JSON object, at byte %zu)",
+					 path, (unsigned char)*q, (size_t)(q - text));
+				rc = ST_FAIL;
+			}
+	}
+	if (rc == ST_OK)
+		rc = parse_header(sf, root);
+	cJSON_Delete(root);
+	free(text);
+	return rc;
+}
+
+int safetensors_open(struct st_safetensors *sf, const char *path)
+{
+	memset(sf, 0, sizeof *sf);
+	sf->path = dup_str(path);
+	if (!sf->path)
+		return ST_FAIL;
+	int rc = fs_map_file(path, "safetensors file", &sf->map, &sf->file_size);
+	if (rc == ST_OK)
+		rc = open_mapped(sf);
+	if (rc != ST_OK)
+		safetensors_close(sf);
+	return rc;
+}
+
+void safetensors_close(struct st_safetensors *sf)
+{
+	for (int i = 0; i < sf->n; i++)
+		free(sf->tensors[i].name);
+	free(sf->tensors);
+	for (int i = 0; i < sf->n_meta; i++) {
+		free(sf->meta_keys[i]);
+		free(sf->meta_vals[i]);
+	}
+	free(sf->meta_keys);
+	free(sf->meta_vals);
+	fs_unmap_file(sf->map, sf->file_size);
+	free(sf->path);
+	memset(sf, 0, sizeof *sf);
+}
+
+const struct st_tensor_info *safetensors_find(const struct st_safetensors *sf, const char *name)
+{
+	for (int i = 0; i < sf->n; i++)
+		if (!strcmp(sf->tensors[i].name, name))
+			return &sf->tensors[i];
+	return NULL;
+}
+
+const void *safetensors_data(const struct st_safetensors *sf, const struct st_tensor_info *t)
+{
+	return (const char *)sf->map + sf->data_start + t->begin;
+}
+
+const char *safetensors_meta(const struct st_safetensors *sf, const char *key)
+{
+	for (int i = 0; i < sf->n_meta; i++)
+		if (!strcmp(sf->meta_keys[i], key))
+			return sf->meta_vals[i];
+	return NULL;
+}
+
+static int convertible(enum st_dtype dt)
+{
+	return dt == ST_DT_F32 || dt == ST_DT_F16 || dt == ST_DT_BF16 || dt == ST_DT_F64;
+}
+
+/* Bytes are assembled little-endian explicitly: the data need not be aligned
+ * (other writers do not pad the header) and the format is little-endian. */
+int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor_info *t,
+			 float *dst)
+{
+	ST_CHECK(convertible(t->dtype), "convert the tensor to F32, F16, BF16 or F64",
+		 "%s: tensor '%s' has wrong dtype %s: only F32, F16, BF16 and F64 convert to fp32",
+		 sf->path, t->name, dtype_name(t->dtype));
+	const unsigned char *p = safetensors_data(sf, t);
+	size_t n = (size_t)tensor_numel(t);
+	switch (t->dtype) {
+	case ST_DT_F32:
+		for (size_t i = 0; i < n; i++, p += 4)
+			dst[i] = f32_from_bits((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+					       (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+		break;
+	case ST_DT_F16:
+		for (size_t i = 0; i < n; i++, p += 2)
+			dst[i] = f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+		break;
+	case ST_DT_BF16:
+		for (size_t i = 0; i < n; i++, p += 2)
+			dst[i] = bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+		break;
+	default: /* F64: round to nearest; out of range becomes +-inf (IEEE) */
+		for (size_t i = 0; i < n; i++, p += 8) {
+			uint64_t b = 0;
+			for (int k = 7; k >= 0; k--)
+				b = b << 8 | p[k];
+			double d;
+			memcpy(&d, &b, sizeof d);
+			dst[i] = (float)d;
+		}
+		break;
+	}
+	return ST_OK;
+}
+
+int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
+			 const int64_t *shape, float *dst)
+{
+	const struct st_tensor_info *t = safetensors_find(sf, name);
+	ST_CHECK(t, "check that the file belongs to this model (config.json, checkpoint step)",
+		 "missing tensor %s in %s", name, sf->path);
+	ST_CHECK(convertible(t->dtype), "convert the tensor to F32, F16, BF16 or F64",
+		 "%s: tensor '%s' has wrong dtype %s (expected a float type: F32, F16, BF16 or F64)",
+		 sf->path, name, dtype_name(t->dtype));
+	int same = t->ndim == ndim;
+	for (int i = 0; same && i < ndim; i++)
+		same = t->shape[i] == shape[i];
+	char got[256], want[256];
+	ST_CHECK(same, "check that config.json matches the weights",
+		 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
+		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
+	return safetensors_read_f32(sf, t, dst);
+}
+
+/* ---- writing -------------------------------------------------------------- */
+
+/* Validate the inputs and compute each tensor's byte size into bytes[]. */
+static int check_outputs(const char *path, const struct st_tensor_out *t, int n,
+			 const char *const *meta, int n_meta, uint64_t *bytes)
+{
+	ST_CHECK(n >= 0 && n_meta >= 0 && (n == 0 || t) && (n_meta == 0 || meta),
+		 "this is a bug in the caller", "cannot write %s: bad tensor or metadata list", path);
+	for (int i = 0; i < n; i++) {
+		const struct st_tensor_out *o = &t[i];
+		ST_CHECK(o->name && strcmp(o->name, "__metadata__"), "this is a bug in the caller",
+			 "cannot write %s: tensor %d has no name or a reserved one", path, i);
+		ST_CHECK((unsigned)o->dtype < ST_DT__COUNT && o->ndim >= 0 && o->ndim <= ST_MAX_DIMS,
+			 "this is a bug in the caller",
+			 "cannot write %s: tensor '%s' has an invalid dtype or rank", path, o->name);
+		uint64_t b = dtype_size(o->dtype);
+		for (int d = 0; d < o->ndim; d++) {
+			ST_CHECK(o->shape[d] >= 0 && o->shape[d] < (int64_t)JSON_INT_MAX,
+				 "this is a bug in the caller",
+				 "cannot write %s: tensor '%s' has dimension %d = %lld", path, o->name,
+				 d, (long long)o->shape[d]);
+			uint64_t v = (uint64_t)o->shape[d];
+			ST_CHECK(!v || b <= (uint64_t)JSON_INT_MAX / v, "this is a bug in the caller",
+				 "cannot write %s: tensor '%s' is too large", path, o->name);
+			b *= v;
+		}
+		ST_CHECK(b == 0 || o->data, "this is a bug in the caller",
+			 "cannot write %s: tensor '%s' has no data", path, o->name);
+		bytes[i] = b;
+	}
+	for (int i = 0; i < 2 * n_meta; i++)
+		ST_CHECK(meta[i], "this is a bug in the caller",
+			 "cannot write %s: metadata entry %d is NULL", path, i);
+
+	const char **names = st_malloc(((size_t)n + (size_t)n_meta) * sizeof *names);
+	if (!names)
+		return ST_FAIL;
+	for (int i = 0; i < n; i++)
+		names[i] = t[i].name;
+	const char *dup = find_duplicate(names, (size_t)n);
+	for (int i = 0; !dup && i < n_meta; i++)
+		names[i] = meta[2 * i];
+	if (!dup)
+		dup = find_duplicate(names, (size_t)n_meta);
+	if (dup)
+		ST_ERROR("this is a bug in the caller", "cannot write %s: duplicate name '%s'", path,
+			 dup);
+	free(names);
+	return dup ? ST_FAIL : ST_OK;
+}
+
+static cJSON *json_u64_pair(uint64_t a, uint64_t b)
+{
+	cJSON *arr = cJSON_CreateArray();
+	if (!arr || !cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)a)) ||
+	    !cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)b))) {
+		cJSON_Delete(arr);
+		return NULL;
+	}
+	return arr;
+}
+
+/* The header JSON; NULL when out of memory. cJSON_AddItemTo* refuses a NULL
+ * item, so one check per add catches every failed allocation. */
+static cJSON *build_header(const struct st_tensor_out *t, int n, const char *const *meta,
+			   int n_meta, const uint64_t *bytes)
+{
+	cJSON *root = cJSON_CreateObject();
+	if (!root)
+		return NULL;
+	if (n_meta > 0) {
+		cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+		for (int i = 0; m && i < n_meta; i++)
+			if (!cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1]))
+				m = NULL;
+		if (!m)
+			goto fail;
+	}
+	uint64_t off = 0;
+	for (int i = 0; i < n; i++) {
+		cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
+		cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
+		if (!shape || !cJSON_AddStringToObject(e, "dtype", dtype_name(t[i].dtype)))
+			goto fail;
+		for (int d = 0; d < t[i].ndim; d++)
+			if (!cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d])))
+				goto fail;
+		cJSON *offs = json_u64_pair(off, off + bytes[i]);
+		if (!offs || !cJSON_AddItemToObject(e, "data_offsets", offs)) {
+			cJSON_Delete(offs);
+			goto fail;
+		}
+		off += bytes[i];
+	}
+	return root;
+fail:
+	cJSON_Delete(root);
+	return NULL;
+}
+
+int safetensors_write(const char *path, const struct st_tensor_out *t, int n,
+		      const char *const *meta, int n_meta)
+{
+	uint64_t *bytes = st_calloc((size_t)(n > 0 ? n : 1), sizeof *bytes);
+	if (!bytes)
+		return ST_FAIL;
+	char *json = NULL, *head = NULL;
+	cJSON *root = NULL;
+	int rc = check_outputs(path, t, n, meta, n_meta, bytes);
+	if (rc == ST_OK) {
+		root = build_header(t, n, meta, n_meta, bytes);
+		json = root ? cJSON_PrintUnformatted(root) : NULL;
+		if (!json) {
+			ST_ERROR("add memory", "cannot write %s: out of memory building the header",
+				 path);
+			rc = ST_FAIL;
+		}
+	}
+	size_t hlen = 0;
+	if (rc == ST_OK) {
+		/* Pad with spaces so the data section starts 8-byte aligned. */
+		hlen = (strlen(json) + 7) & ~(size_t)7;
+		if (hlen > ST_HEADER_MAX) {
+			ST_ERROR("write fewer tensors per file",
+				 "cannot write %s: header of %zu bytes exceeds the 100 MB limit", path,
+				 hlen);
+			rc = ST_FAIL;
+		}
+	}
+	if (rc == ST_OK && !(head = st_malloc(8 + hlen)))
+		rc = ST_FAIL;
+	struct fs_atomic a;
+	if (rc == ST_OK) {
+		for (int i = 0; i < 8; i++)
+			head[i] = (char)(unsigned char)((uint64_t)hlen >> (8 * i));
+		size_t jl = strlen(json);
+		memcpy(head + 8, json, jl);
+		memset(head + 8 + jl, ' ', hlen - jl);
+		rc = fs_atomic_begin(&a, path);
+	}
+	if (rc == ST_OK)
+		rc = fs_atomic_write(&a, head, 8 + hlen); /* every fs_atomic failure aborts */
+	for (int i = 0; i < n && rc == ST_OK; i++)
+		rc = fs_atomic_write(&a, t[i].data, (size_t)bytes[i]);
+	if (rc == ST_OK)
+		rc = fs_atomic_commit(&a);
+	free(head);
+	cJSON_free(json);
+	cJSON_Delete(root);
+	free(bytes);
+	return rc;
+}

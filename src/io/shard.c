@@ -1,0 +1,168 @@
+/* Token shards: the 64-byte header + packed little-endian tokens that
+ * `strata prepare` writes and the trainer memory-maps (layout in shard.h).
+ *
+ * shard_open trusts nothing in the header: the magic, version, token width and
+ * the file size implied by n_tokens are checked, and the FNV-1a 64 hash of the
+ * token bytes is recomputed, so a truncated copy or a flipped bit is refused
+ * with a message saying which file and what to do, rather than trained on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/fsutil.h"
+#include "io/shard.h"
+#include "util/check.h"
+
+#define SHARD_MAGIC "STRATOK1"
+#define SHARD_VERSION 1u
+#define REPREPARE "re-run strata prepare to rebuild the shard"
+
+/* FNV-1a 64 (Fowler/Noll/Vo): offset basis and prime from the reference. */
+#define FNV_BASIS 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= FNV_PRIME;
+	}
+	return h;
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+	return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+static void wr32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void wr64(uint8_t *p, uint64_t v)
+{
+	wr32(p, (uint32_t)v);
+	wr32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Check the mapped file against its header and fill s; s->map is set. */
+static int shard_validate(struct st_shard *s)
+{
+	const char *path = s->path;
+	const uint8_t *h = s->map;
+	ST_CHECK(s->map_size >= ST_SHARD_HEADER, REPREPARE,
+		 "%s is %zu bytes, shorter than the %d-byte token shard header (truncated or not a shard)",
+		 path, s->map_size, ST_SHARD_HEADER);
+	ST_CHECK(!memcmp(h, SHARD_MAGIC, 8),
+		 "pass a directory or .bin file written by strata prepare, or " REPREPARE,
+		 "%s is not a strata token shard: bad magic (the file does not start with \"%s\")",
+		 path, SHARD_MAGIC);
+	uint32_t version = rd32(h + 8);
+	ST_CHECK(version == SHARD_VERSION, "re-run strata prepare with this build",
+		 "%s has token shard format version %u; this build reads version %u", path, version,
+		 SHARD_VERSION);
+	s->token_bytes = rd32(h + 12);
+	ST_CHECK(s->token_bytes == 2 || s->token_bytes == 4, REPREPARE,
+		 "%s: token width %u bytes in the header is invalid (must be 2 or 4); the header is corrupt",
+		 path, s->token_bytes);
+	s->vocab_size = rd32(h + 16);
+	s->n_tokens = rd64(h + 24);
+	memcpy(s->tokenizer, h + 32, ST_SHARD_NAME);
+	s->tokenizer[ST_SHARD_NAME] = '\0';
+
+	uint64_t data = s->map_size - ST_SHARD_HEADER;
+	ST_CHECK(s->n_tokens <= data / s->token_bytes, REPREPARE,
+		 "%s is truncated: its header declares %llu tokens of %u bytes but only %llu bytes of token data follow",
+		 path, (unsigned long long)s->n_tokens, s->token_bytes, (unsigned long long)data);
+	ST_CHECK(s->n_tokens * s->token_bytes == data, REPREPARE,
+		 "%s is longer than its header says: %llu tokens of %u bytes, but %llu bytes of token data follow",
+		 path, (unsigned long long)s->n_tokens, s->token_bytes, (unsigned long long)data);
+
+	s->tokens = h + ST_SHARD_HEADER;
+	uint64_t want = rd64(h + 56), got = fnv1a(FNV_BASIS, s->tokens, (size_t)data);
+	ST_CHECK(got == want, REPREPARE,
+		 "%s is corrupt: token data hash mismatch (FNV-1a 64 of the tokens is %016llx, the header says %016llx)",
+		 path, (unsigned long long)got, (unsigned long long)want);
+	return ST_OK;
+}
+
+int shard_open(struct st_shard *s, const char *path)
+{
+	memset(s, 0, sizeof *s);
+	s->path = st_malloc(strlen(path) + 1);
+	if (!s->path)
+		return ST_FAIL;
+	strcpy(s->path, path);
+	int rc = fs_map_file(path, "token shard", &s->map, &s->map_size);
+	if (rc == ST_OK)
+		rc = shard_validate(s);
+	if (rc != ST_OK)
+		shard_close(s);
+	return rc;
+}
+
+void shard_close(struct st_shard *s)
+{
+	fs_unmap_file(s->map, s->map_size);
+	free(s->path);
+	memset(s, 0, sizeof *s);
+}
+
+int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab,
+		const char *tokenizer)
+{
+	ST_CHECK(tokenizer && strlen(tokenizer) <= ST_SHARD_NAME, "use a shorter tokenizer name",
+		 "cannot write %s: tokenizer name '%s' is longer than %d bytes", path,
+		 tokenizer ? tokenizer : "(null)", ST_SHARD_NAME);
+	ST_CHECK(vocab > 0, "this is a bug in the caller", "cannot write %s: vocabulary size 0",
+		 path);
+	uint32_t tb = vocab <= 65536 ? 2 : 4;
+	ST_CHECK(n <= (UINT64_MAX - ST_SHARD_HEADER) / tb, "split the text into several shards",
+		 "cannot write %s: %llu tokens is too many for one shard", path,
+		 (unsigned long long)n);
+
+	/* Hash the little-endian token bytes first: the hash goes in the header. */
+	uint64_t hash = FNV_BASIS;
+	for (uint64_t i = 0; i < n; i++) {
+		ST_CHECK(tokens[i] < vocab, "this is a bug in the tokenizer",
+			 "cannot write %s: token %u at position %llu is outside the vocabulary (%u)",
+			 path, tokens[i], (unsigned long long)i, vocab);
+		uint8_t b[4];
+		wr32(b, tokens[i]);
+		hash = fnv1a(hash, b, tb);
+	}
+
+	uint8_t hdr[ST_SHARD_HEADER] = {0};
+	memcpy(hdr, SHARD_MAGIC, 8);
+	wr32(hdr + 8, SHARD_VERSION);
+	wr32(hdr + 12, tb);
+	wr32(hdr + 16, vocab);
+	wr64(hdr + 24, n);
+	memcpy(hdr + 32, tokenizer, strlen(tokenizer)); /* rest stays NUL */
+	wr64(hdr + 56, hash);
+
+	struct fs_atomic a;
+	ST_TRY(fs_atomic_begin(&a, path));
+	ST_TRY(fs_atomic_write(&a, hdr, sizeof hdr));
+	enum { CHUNK = 16384 };
+	uint8_t buf[CHUNK * 4];
+	for (uint64_t i = 0; i < n; i += CHUNK) {
+		uint64_t m = n - i < CHUNK ? n - i : CHUNK;
+		for (uint64_t j = 0; j < m; j++) {
+			if (tb == 2) {
+				buf[2 * j] = (uint8_t)tokens[i + j];
+				buf[2 * j + 1] = (uint8_t)(tokens[i + j] >> 8);
+			} else {
+				wr32(buf + 4 * j, tokens[i + j]);
+			}
+		}
+		ST_TRY(fs_atomic_write(&a, buf, (size_t)m * tb)); /* aborts on failure */
+	}
+	return fs_atomic_commit(&a);
+}

@@ -1,0 +1,75 @@
+/* Running the strata binary from tests: commands, captured output, temp dirs. */
+#ifndef ST_CLIUTIL_H
+#define ST_CLIUTIL_H
+
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static inline const char *cu_bin(void)
+{
+	const char *b = getenv("STRATA_BIN");
+	return b ? b : "build/strata";
+}
+
+/* Run a shell command (printf-style); output (stdout+stderr) into out (may be
+ * NULL); returns the exit status, or 128+signal when killed. */
+static inline int cu_run(char *out, size_t out_len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static inline int cu_run(char *out, size_t out_len, const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof cmd, fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+	FILE *p = popen(cmd, "r");
+	cr_assert(p, "popen failed for %s", cmd);
+	size_t n = 0;
+	char tmp[4096];
+	size_t got;
+	while ((got = fread(tmp, 1, sizeof tmp, p)) > 0) {
+		if (out && n + 1 < out_len) {
+			size_t c = got < out_len - 1 - n ? got : out_len - 1 - n;
+			memcpy(out + n, tmp, c);
+			n += c;
+		}
+	}
+	if (out)
+		out[n] = '\0';
+	int st = pclose(p);
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return WEXITSTATUS(st);
+}
+
+/* A fresh temporary directory (removed by the OS tmp cleaner; tests are small). */
+static inline void cu_tmpdir(char *buf, size_t n, const char *tag)
+{
+	snprintf(buf, n, "/tmp/strata-test-%s-XXXXXX", tag);
+	cr_assert(mkdtemp(buf), "mkdtemp failed");
+}
+
+/* Deterministic pseudo-English text of about `bytes` bytes. */
+static inline void cu_write_text(const char *path, size_t bytes, unsigned seed)
+{
+	static const char *words[] = {"the", "and", "of", "to", "in", "a", "that", "he", "shall",
+				      "unto", "for", "his", "lord", "they", "be", "is", "with",
+				      "not", "all", "thou", "thy", "was", "god", "said", "which"};
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	size_t n = 0;
+	unsigned s = seed;
+	while (n < bytes) {
+		s = s * 1103515245u + 12345u;
+		const char *w = words[(s >> 16) % 25];
+		n += (size_t)fprintf(f, "%s%s", w, (s >> 8) % 11 == 0 ? ".\n" : " ");
+	}
+	fclose(f);
+}
+
+#endif

@@ -1,0 +1,178 @@
+/* Unit tests of the pieces between kernels and trainer: config parsing and
+ * validation, the store's budgets, the lr schedule, option parsing, the
+ * data sampler, and the sampler of generated tokens. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/generate.h"
+#include "model/llama.h"
+#include "store/store.h"
+#include "trainer/options.h"
+#include "trainer/trainer.h"
+#include "util/check.h"
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+Test(config, hf_variants)
+{
+	char dir[] = "/tmp/strata-cfg-XXXXXX", path[64];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	struct st_config c;
+	/* newer layout: rope_theta inside rope_parameters, kv heads missing */
+	write_file(path, "{\"model_type\":\"llama\",\"vocab_size\":100,\"hidden_size\":64,"
+			 "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+			 "\"rope_parameters\":{\"rope_theta\":500000.0,\"rope_type\":\"default\"},"
+			 "\"tie_word_embeddings\":true}");
+	cr_assert_eq(config_load(&c, path), 0);
+	cr_expect_eq(c.n_kv_heads, 4);
+	cr_expect_eq(c.head_dim, 16);
+	cr_expect_eq(c.rope_theta, 500000.0);
+	cr_expect_eq(c.tied, 1);
+	/* explicit head_dim, top-level rope_theta */
+	write_file(path, "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+			 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+			 "\"head_dim\":32,\"rope_theta\":10000}");
+	cr_assert_eq(config_load(&c, path), 0);
+	cr_expect_eq(c.head_dim, 32);
+	cr_expect_eq(c.n_kv_heads, 2);
+	/* unsupported architecture and malformed values are errors */
+	write_file(path, "{\"model_type\":\"gpt2\",\"vocab_size\":100,\"hidden_size\":64,"
+			 "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4}");
+	cr_expect_eq(config_load(&c, path), ST_FAIL);
+	write_file(path, "{\"vocab_size\":\"many\",\"hidden_size\":64}");
+	cr_expect_eq(config_load(&c, path), ST_FAIL);
+	write_file(path, "{not json");
+	cr_expect_eq(config_load(&c, path), ST_FAIL);
+	/* round trip through config_save */
+	cr_assert_eq(config_preset(&c, "llama-60m"), 0);
+	cr_assert_eq(config_save(&c, path), 0);
+	struct st_config d;
+	cr_assert_eq(config_load(&d, path), 0);
+	cr_expect(d.dim == 512 && d.n_layers == 8 && d.n_heads == 8 && d.ffn_dim == 1376 &&
+		  d.vocab_size == c.vocab_size && d.rope_theta == c.rope_theta && d.norm_eps == c.norm_eps);
+}
+
+Test(config, presets_match_the_galore_paper)
+{
+	struct st_config c;
+	cr_assert_eq(config_preset(&c, "llama-60m"), 0);
+	cr_expect(c.dim == 512 && c.n_layers == 8 && c.n_heads == 8 && c.ffn_dim == 1376);
+	cr_assert_eq(config_preset(&c, "llama-130m"), 0);
+	cr_expect(c.dim == 768 && c.n_layers == 12 && c.n_heads == 12 && c.ffn_dim == 2048);
+	/* with LLaMA's 32000-token vocabulary the 60M preset has ~58M parameters */
+	c.vocab_size = 32000;
+	cr_assert_eq(config_preset(&c, "llama-60m"), 0);
+	c.vocab_size = 32000;
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &c), 0);
+	cr_expect(m.numel > 55e6 && m.numel < 62e6, "60M preset has %zu parameters", m.numel);
+	model_free(&m);
+}
+
+Test(model, layout_roles_and_alignment)
+{
+	struct st_config c;
+	cr_assert_eq(config_preset(&c, "tiny"), 0);
+	c.tied = 1;
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &c), 0);
+	cr_expect_eq(m.n_units, c.n_layers + 2);
+	cr_expect_null(model_find_param(&m, "lm_head.weight"), "tied model has an lm_head");
+	const struct st_param *q = model_find_param(&m, "model.layers.1.self_attn.q_proj.weight");
+	cr_assert(q);
+	cr_expect_eq(q->role, ST_ROLE_ATTN);
+	cr_expect_eq(q->unit, 2);
+	for (int i = 0; i < m.n_params; i++)
+		cr_expect_eq(m.params[i].offset % 16, 0, "%s not 64-byte aligned", m.params[i].name);
+	model_free(&m);
+}
+
+Test(store, budgets_are_enforced)
+{
+	size_t budgets[ST_TIER__COUNT] = {1000, 0, 0};
+	struct st_store s;
+	cr_assert_eq(store_init(&s, 2, budgets), 0);
+	cr_expect_eq(store_alloc(&s, 0, ST_SLAB_W, ST_TIER_DEVICE, 600), 0);
+	cr_expect_eq(store_alloc(&s, 1, ST_SLAB_W, ST_TIER_DEVICE, 600), ST_FAIL,
+		     "allocation past the device budget succeeded");
+	cr_expect_eq(store_alloc(&s, 1, ST_SLAB_W, ST_TIER_HOST, 600), 0);
+	cr_expect_eq(s.tiers[ST_TIER_DEVICE].used, 600);
+	cr_expect_eq(s.tiers[ST_TIER_HOST].peak, 600);
+	store_alias(&s, 0, ST_SLAB_M, ST_SLAB_W);
+	cr_expect_eq(store_acquire(&s, 0, ST_SLAB_M), store_acquire(&s, 0, ST_SLAB_W));
+	store_free(&s); /* aliases must not be freed twice */
+}
+
+Test(trainer, lr_schedule)
+{
+	struct st_train_opts o;
+	train_opts_defaults(&o);
+	o.lr = 1.0;
+	o.min_lr_ratio = 0.1;
+	cr_expect_float_eq(lr_at(&o, 1, 100, 10), 0.1, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 10, 100, 10), 1.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 55, 100, 10), 0.55, 1e-12); /* cosine midpoint */
+	cr_expect_float_eq(lr_at(&o, 100, 100, 10), 0.1, 1e-12);
+	for (long s = 11; s < 100; s++)
+		cr_expect(lr_at(&o, s + 1, 100, 10) <= lr_at(&o, s, 100, 10), "lr rose at step %ld", s);
+}
+
+Test(trainer, options_flags_and_json_agree)
+{
+	struct st_train_opts a, b;
+	train_opts_defaults(&a);
+	train_opts_defaults(&b);
+	cr_assert_eq(train_opts_set(&a, "micro-batch", "4"), 0);
+	cr_assert_eq(train_opts_set(&a, "lr", "3e-4"), 0);
+	cr_assert_eq(train_opts_set(&a, "decay-norms", "true"), 0);
+	cr_assert_eq(train_opts_set(&a, "max-tokens", "1e6"), 0);
+	const char *path = "/tmp/strata-opts-test.json";
+	write_file(path, "{\"micro-batch\": 4, \"lr\": 3e-4, \"decay_norms\": true, \"max-tokens\": 1000000}");
+	cr_assert_eq(train_opts_load_json(&b, path), 0);
+	cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "flags and JSON gave different options");
+	cr_expect_eq(train_opts_set(&a, "micro-batch", "x"), ST_FAIL);
+	cr_expect_eq(train_opts_set(&a, "no-such-option", "1"), ST_FAIL);
+	write_file(path, "{\"learning_rate\": 1}");
+	cr_expect_eq(train_opts_load_json(&b, path), ST_FAIL, "unknown JSON key accepted");
+	/* and they survive the trip through trainer.json's JSON */
+	char *text = train_opts_to_json(&a);
+	write_file(path, text);
+	free(text);
+	train_opts_defaults(&b);
+	cr_assert_eq(train_opts_load_json(&b, path), 0);
+	cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "options changed through JSON");
+	unlink(path);
+}
+
+Test(generate, sampling_rules)
+{
+	float logits[5] = {0.1f, 2.0f, 1.9f, -3.0f, 0.0f}, scratch[10];
+	cr_expect_eq(sample_logits(logits, 5, 0.0, 1.0, 0.5, scratch), 1, "greedy");
+	/* top_p tiny keeps only the most likely token, whatever u is */
+	for (double u = 0; u < 1; u += 0.1)
+		cr_expect_eq(sample_logits(logits, 5, 1.0, 1e-6, u, scratch), 1);
+	/* top_p 0.6 keeps tokens 1 and 2 (p ~ 0.45, 0.41): never 0, 3 or 4 */
+	for (double u = 0; u < 1; u += 0.01) {
+		int t = sample_logits(logits, 5, 1.0, 0.6, u, scratch);
+		cr_expect(t == 1 || t == 2, "top-p sampled token %d", t);
+	}
+	/* full distribution: frequencies follow softmax */
+	int hist[5] = {0};
+	for (int i = 0; i < 10000; i++)
+		hist[sample_logits(logits, 5, 1.0, 1.0, (i + 0.5) / 10000.0, scratch)]++;
+	double z = 0;
+	for (int i = 0; i < 5; i++)
+		z += exp(logits[i]);
+	for (int i = 0; i < 5; i++)
+		cr_expect(fabs(hist[i] / 10000.0 - exp(logits[i]) / z) < 0.002, "token %d frequency", i);
+}

@@ -1,0 +1,920 @@
+/* Tests for src/io: safetensors (round trip, fp16/bf16 conversion, and one
+ * test per malformed-file rejection, each asserting the message names the
+ * right problem), token shards, the byte tokenizer and the fs helpers.
+ *
+ * Malformed files are built byte by byte in a fresh mkdtemp directory; stderr
+ * is captured around each failing call so a test fails when the wrong check
+ * fires, not only when none does. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/fsutil.h"
+#include "io/safetensors.h"
+#include "io/shard.h"
+#include "io/tokenizer.h"
+#include "testutil.h"
+#include "util/check.h"
+
+/* ---- per-test temp directory and stderr capture ----------------------------- */
+
+static char tdir[64]; /* the current test's directory (Criterion fixtures need a global) */
+
+static void tmp_setup(void)
+{
+	strcpy(tdir, "/tmp/strata_test_io_XXXXXX");
+	cr_assert(mkdtemp(tdir), "mkdtemp: %s", strerror(errno));
+}
+
+static void tmp_teardown(void)
+{
+	if (tdir[0])
+		fs_rmtree(tdir);
+}
+
+TestSuite(io, .init = tmp_setup, .fini = tmp_teardown);
+
+static const char *tpath(char *buf, const char *name)
+{
+	snprintf(buf, 256, "%s/%s", tdir, name);
+	return buf;
+}
+
+struct capture {
+	int saved;
+	char path[256];
+};
+
+static void cap_begin(struct capture *c)
+{
+	tpath(c->path, "stderr.txt");
+	fflush(stderr);
+	int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert(fd >= 0);
+	c->saved = dup(2);
+	cr_assert(c->saved >= 0 && dup2(fd, 2) == 2);
+	close(fd);
+}
+
+/* Restore stderr and return what was written to it (malloc'd). */
+static char *cap_end(struct capture *c)
+{
+	fflush(stderr);
+	cr_assert(dup2(c->saved, 2) == 2);
+	close(c->saved);
+	char *text;
+	size_t len;
+	cr_assert(fs_read_file(c->path, &text, &len) == ST_OK);
+	unlink(c->path);
+	return text;
+}
+
+static void write_bytes(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	cr_assert(f, "fopen %s", path);
+	cr_assert(len == 0 || fwrite(data, 1, len, f) == len);
+	cr_assert(fclose(f) == 0);
+}
+
+/* A safetensors file by hand: u64 LE header length, header, data bytes. */
+static void write_st_raw(const char *path, const char *header, const void *data, size_t dlen)
+{
+	size_t hlen = strlen(header);
+	unsigned char *buf = malloc(8 + hlen + dlen + 1);
+	for (int i = 0; i < 8; i++)
+		buf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+	memcpy(buf + 8, header, hlen);
+	if (dlen)
+		memcpy(buf + 8 + hlen, data, dlen);
+	write_bytes(path, buf, 8 + hlen + dlen);
+	free(buf);
+}
+
+/* safetensors_open on path must fail, print one message naming the file and
+ * containing want, and leave sf cleared. */
+static void expect_open_fail(const char *path, const char *want)
+{
+	struct st_safetensors sf;
+	struct capture c;
+	cap_begin(&c);
+	int rc = safetensors_open(&sf, path);
+	char *msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL, "open of %s should fail (stderr: %s)", path, msg);
+	cr_assert(strstr(msg, want), "expected \"%s\" in the message, got: %s", want, msg);
+	cr_assert(strstr(msg, path), "message does not name the file: %s", msg);
+	cr_assert(!sf.map && !sf.tensors && !sf.path && sf.n == 0, "sf not cleared after failure");
+	free(msg);
+}
+
+/* The header text must be rejected with want in the message (data: 16 zero bytes). */
+static void expect_header_fail(const char *header, const char *want)
+{
+	char p[256];
+	static const unsigned char zeros[16];
+	write_st_raw(tpath(p, "bad.safetensors"), header, zeros, sizeof zeros);
+	expect_open_fail(p, want);
+}
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t b;
+	memcpy(&b, &f, 4);
+	return b;
+}
+
+/* ---- safetensors: round trip ------------------------------------------------ */
+
+/* Known fp16 / bf16 bit patterns and their exact fp32 values. */
+static const struct {
+	uint16_t bits;
+	float want;
+} f16_cases[] = {
+	{0x3C00, 1.0f},	       {0xC100, -2.5f},	       {0x7BFF, 65504.0f},
+	{0x0001, 0x1p-24f},    {0x8001, -0x1p-24f},    {0x03FF, 1023 * 0x1p-24f}, /* largest subnormal */
+	{0x0400, 0x1p-14f},    {0x3555, 0.333251953125f}, {0x0000, 0.0f},
+	{0x8000, -0.0f},       {0x7C00, INFINITY},     {0xFC00, -INFINITY},
+	{0x7E00, NAN},	       {0xFE01, NAN},
+}, bf16_cases[] = {
+	{0x3F80, 1.0f},	       {0xC020, -2.5f},	       {0x0001, 0x1p-133f}, /* smallest subnormal */
+	{0x007F, 127 * 0x1p-133f}, {0x0080, 0x1p-126f}, {0x7F7F, 0x1.FEp127f}, /* largest finite */
+	{0x8000, -0.0f},       {0x7F80, INFINITY},     {0xFF80, -INFINITY},
+	{0x7FC0, NAN},	       {0xFFC1, NAN},
+};
+#define N_F16 (sizeof f16_cases / sizeof f16_cases[0])
+#define N_BF16 (sizeof bf16_cases / sizeof bf16_cases[0])
+
+static void check_known(const float *got, size_t n, int bf16)
+{
+	for (size_t i = 0; i < n; i++) {
+		float want = bf16 ? bf16_cases[i].want : f16_cases[i].want;
+		unsigned bits = bf16 ? bf16_cases[i].bits : f16_cases[i].bits;
+		if (isnan(want)) {
+			cr_assert(isnan(got[i]), "%s 0x%04x -> %g, want NaN", bf16 ? "bf16" : "f16",
+				  bits, got[i]);
+			cr_assert_eq(!!signbit(got[i]), !!(bits & 0x8000), "NaN sign lost");
+		} else {
+			cr_assert_eq(f32_bits(got[i]), f32_bits(want),
+				     "%s 0x%04x -> %a (0x%08x), want %a (0x%08x)", bf16 ? "bf16" : "f16",
+				     bits, got[i], f32_bits(got[i]), want, f32_bits(want));
+		}
+	}
+}
+
+Test(io, safetensors_round_trip)
+{
+	char p[256];
+	tpath(p, "rt.safetensors");
+	uint64_t seed = 0x5eed0001;
+	float a[2 * 3 * 4];
+	tu_fill_normal(a, 24, 1.0, &seed);
+	uint16_t h[N_F16], bh[N_BF16];
+	for (size_t i = 0; i < N_F16; i++)
+		h[i] = f16_cases[i].bits;
+	for (size_t i = 0; i < N_BF16; i++)
+		bh[i] = bf16_cases[i].bits;
+	double d[5] = {1.0, -2.5, 1e300, 1e-50, NAN};
+	int32_t ints[3] = {-7, 0, 2147483647};
+	uint8_t u8[5] = {1, 2, 3, 4, 5};
+	float scalar = 42.5f;
+	struct st_tensor_out t[] = {
+		{"a.weight", ST_DT_F32, 3, {2, 3, 4}, a},
+		{"half", ST_DT_F16, 1, {N_F16}, h},
+		{"brain", ST_DT_BF16, 1, {N_BF16}, bh},
+		{"dbl", ST_DT_F64, 2, {5, 1}, d},
+		{"ints", ST_DT_I32, 1, {3}, ints},
+		{"odd", ST_DT_U8, 1, {5}, u8}, /* 5 bytes: the next tensor starts unaligned */
+		{"scalar", ST_DT_F32, 0, {0}, &scalar},
+		{"empty", ST_DT_F32, 2, {3, 0}, NULL},
+	};
+	int n = (int)(sizeof t / sizeof t[0]);
+	const char *meta[] = {"format", "pt", "step", "12"};
+	cr_assert_eq(safetensors_write(p, t, n, meta, 2), ST_OK);
+
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_eq(sf.n, n);
+	cr_assert_eq(sf.data_start % 8, 0, "header must be padded to a multiple of 8");
+	/* Padding is spaces, right up to the data. */
+	const char *hdr = (const char *)sf.map + 8;
+	cr_assert_eq(hdr[0], '{');
+	size_t close_at = sf.data_start - 8;
+	while (close_at > 0 && hdr[close_at - 1] == ' ')
+		close_at--;
+	cr_assert_eq(hdr[close_at - 1], '}');
+	uint64_t off = 0;
+	for (int i = 0; i < n; i++) {
+		const struct st_tensor_info *ti = safetensors_find(&sf, t[i].name);
+		cr_assert(ti, "tensor %s missing", t[i].name);
+		cr_assert_eq(ti->dtype, t[i].dtype);
+		cr_assert_eq(ti->ndim, t[i].ndim);
+		for (int k = 0; k < ti->ndim; k++)
+			cr_assert_eq(ti->shape[k], t[i].shape[k]);
+		/* in the given order, contiguous */
+		cr_assert_eq(ti->begin, off, "%s begins at %llu, want %llu", t[i].name,
+			     (unsigned long long)ti->begin, (unsigned long long)off);
+		size_t bytes = (size_t)tensor_numel(ti) * dtype_size(ti->dtype);
+		cr_assert_eq(ti->end - ti->begin, bytes);
+		if (bytes)
+			cr_assert(!memcmp(safetensors_data(&sf, ti), t[i].data, bytes));
+		off = ti->end;
+	}
+	cr_assert_eq(sf.file_size, sf.data_start + off, "no trailing bytes");
+	cr_assert_null(safetensors_find(&sf, "nope"));
+
+	float got[32];
+	int64_t shape[3] = {2, 3, 4};
+	cr_assert_eq(safetensors_load_f32(&sf, "a.weight", 3, shape, got), ST_OK);
+	cr_assert(!memcmp(got, a, sizeof a), "F32 must round-trip bit-exactly");
+	cr_assert_eq(safetensors_read_f32(&sf, safetensors_find(&sf, "half"), got), ST_OK);
+	check_known(got, N_F16, 0);
+	cr_assert_eq(safetensors_read_f32(&sf, safetensors_find(&sf, "brain"), got), ST_OK);
+	check_known(got, N_BF16, 1);
+	int64_t dshape[2] = {5, 1};
+	cr_assert_eq(safetensors_load_f32(&sf, "dbl", 2, dshape, got), ST_OK);
+	cr_assert_eq(got[0], 1.0f);
+	cr_assert_eq(got[1], -2.5f);
+	cr_assert(isinf(got[2]) && got[2] > 0, "1e300 -> +inf");
+	cr_assert_eq(got[3], 0.0f);
+	cr_assert(isnan(got[4]));
+	cr_assert_eq(safetensors_load_f32(&sf, "scalar", 0, NULL, got), ST_OK);
+	cr_assert_eq(got[0], 42.5f);
+	int64_t eshape[2] = {3, 0};
+	cr_assert_eq(safetensors_load_f32(&sf, "empty", 2, eshape, got), ST_OK);
+
+	cr_assert_str_eq(safetensors_meta(&sf, "format"), "pt");
+	cr_assert_str_eq(safetensors_meta(&sf, "step"), "12");
+	cr_assert_null(safetensors_meta(&sf, "nope"));
+	safetensors_close(&sf);
+	cr_assert_null(sf.map);
+}
+
+/* Every one of the 65536 fp16 patterns against the compiler's own conversion. */
+Test(io, f16_exhaustive)
+{
+#ifdef __FLT16_MAX__
+	char p[256];
+	tpath(p, "f16.safetensors");
+	uint16_t *h = malloc(65536 * 2);
+	float *got = malloc(65536 * 4);
+	for (uint32_t i = 0; i < 65536; i++)
+		h[i] = (uint16_t)i;
+	struct st_tensor_out t = {"all", ST_DT_F16, 1, {65536}, h};
+	cr_assert_eq(safetensors_write(p, &t, 1, NULL, 0), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_eq(safetensors_read_f32(&sf, &sf.tensors[0], got), ST_OK);
+	for (uint32_t i = 0; i < 65536; i++) {
+		_Float16 x;
+		memcpy(&x, &h[i], 2);
+		float want = (float)x;
+		if (isnan(want))
+			cr_assert(isnan(got[i]), "0x%04x", i);
+		else
+			cr_assert_eq(f32_bits(got[i]), f32_bits(want), "0x%04x -> %a, want %a", i,
+				     got[i], want);
+	}
+	safetensors_close(&sf);
+	free(h);
+	free(got);
+#else
+	cr_skip_test("no _Float16 in this compiler");
+#endif
+}
+
+Test(io, safetensors_metadata_round_trip)
+{
+	char p[256];
+	tpath(p, "meta.safetensors");
+	const char *meta[] = {"quote\"and\\slash", "line\nbreak\ttab", "utf8 ключ", "värde 🙂",
+			      "empty", ""};
+	cr_assert_eq(safetensors_write(p, NULL, 0, meta, 3), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_eq(sf.n, 0);
+	cr_assert_eq(sf.n_meta, 3);
+	for (int i = 0; i < 3; i++)
+		cr_assert_str_eq(safetensors_meta(&sf, meta[2 * i]), meta[2 * i + 1]);
+	safetensors_close(&sf);
+
+	/* No metadata at all: no __metadata__ key. */
+	cr_assert_eq(safetensors_write(p, NULL, 0, NULL, 0), ST_OK);
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_eq(sf.n_meta, 0);
+	cr_assert_null(safetensors_meta(&sf, "format"));
+	safetensors_close(&sf);
+}
+
+Test(io, safetensors_overwrite_is_atomic)
+{
+	char p[256];
+	tpath(p, "w.safetensors");
+	float x[4] = {1, 2, 3, 4}, y[2] = {5, 6};
+	struct st_tensor_out t = {"x", ST_DT_F32, 1, {4}, x};
+	cr_assert_eq(safetensors_write(p, &t, 1, NULL, 0), ST_OK);
+	t = (struct st_tensor_out){"y", ST_DT_F32, 1, {2}, y};
+	cr_assert_eq(safetensors_write(p, &t, 1, NULL, 0), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_eq(sf.n, 1);
+	cr_assert_str_eq(sf.tensors[0].name, "y");
+	safetensors_close(&sf);
+	/* only the file itself is left: no temp files */
+	DIR *d = opendir(tdir);
+	int entries = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		entries += e->d_name[0] != '.';
+	closedir(d);
+	cr_assert_eq(entries, 1);
+}
+
+Test(io, safetensors_write_errors)
+{
+	char p[256];
+	float x = 1;
+	struct st_tensor_out t[2] = {{"x", ST_DT_F32, 0, {0}, &x}, {"x", ST_DT_F32, 0, {0}, &x}};
+	struct capture c;
+
+	cap_begin(&c);
+	int rc = safetensors_write(tpath(p, "no/such/dir/f.safetensors"), t, 1, NULL, 0);
+	char *msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL);
+	cr_assert(strstr(msg, p) && strstr(msg, "No such file"), "got: %s", msg);
+	free(msg);
+
+	cap_begin(&c);
+	rc = safetensors_write(tpath(p, "dup.safetensors"), t, 2, NULL, 0);
+	msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL);
+	cr_assert(strstr(msg, "duplicate name 'x'"), "got: %s", msg);
+	cr_assert(!fs_exists(p), "nothing written on failure");
+	free(msg);
+}
+
+/* ---- safetensors: rejections ------------------------------------------------ */
+
+Test(io, reject_shorter_than_8_bytes)
+{
+	char p[256];
+	write_bytes(tpath(p, "short.safetensors"), "\x10\0\0\0\0", 5);
+	expect_open_fail(p, "shorter than the 8-byte header length");
+	write_bytes(p, "", 0);
+	expect_open_fail(p, "shorter than the 8-byte header length");
+}
+
+Test(io, reject_header_length_larger_than_file)
+{
+	char p[256];
+	unsigned char b[8 + 20] = {40}; /* says 40 header bytes, 20 follow */
+	memcpy(b + 8, "{\"__metadata__\":{}} ", 20);
+	write_bytes(tpath(p, "hl.safetensors"), b, sizeof b);
+	expect_open_fail(p, "larger than the rest of the file");
+}
+
+Test(io, reject_header_over_100mb)
+{
+	char p[256];
+	unsigned char b[16] = {0};
+	uint64_t hlen = 100000001;
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(hlen >> (8 * i));
+	write_bytes(tpath(p, "huge.safetensors"), b, sizeof b);
+	expect_open_fail(p, "exceeds the 100 MB limit");
+}
+
+Test(io, reject_invalid_json)
+{
+	expect_header_fail("{\"a\": {\"dtype\": ", "not valid JSON");
+	expect_header_fail("", "not valid JSON");
+	expect_header_fail("{} x", "not valid JSON"); /* junk after the object */
+	/* a NUL inside the declared header (strlen would stop there; the parser must not) */
+	char p[256];
+	unsigned char b[8 + 8] = {8, 0, 0, 0, 0, 0, 0, 0, '{', '}', 0, ' ', ' ', ' ', ' ', ' '};
+	write_bytes(tpath(p, "nul.safetensors"), b, sizeof b);
+	expect_open_fail(p, "not valid JSON");
+}
+
+Test(io, reject_json_not_object)
+{
+	expect_header_fail("[1, 2]  ", "not a JSON object");
+	expect_header_fail("\"str\"  ", "not a JSON object");
+}
+
+Test(io, reject_entry_not_object)
+{
+	expect_header_fail("{\"a\": [1]}", "entry 'a' is not an object");
+}
+
+Test(io, reject_missing_fields)
+{
+	expect_header_fail("{\"a\": {\"shape\": [1], \"data_offsets\": [0, 4]}}",
+			   "tensor 'a' is missing \"dtype\"");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"data_offsets\": [0, 4]}}",
+			   "tensor 'a' is missing \"shape\"");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [1]}}",
+			   "tensor 'a' is missing \"data_offsets\"");
+}
+
+Test(io, reject_wrong_json_types)
+{
+	expect_header_fail("{\"a\": {\"dtype\": 7, \"shape\": [1], \"data_offsets\": [0, 4]}}",
+			   "\"dtype\" must be a string");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": 1, \"data_offsets\": [0, 4]}}",
+			   "\"shape\" must be an array");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [\"1\"], \"data_offsets\": [0, 4]}}",
+			   "\"shape\" must be an array of integers");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [1.5], \"data_offsets\": [0, 4]}}",
+			   "\"shape\" must be an array of integers");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}",
+			   "\"data_offsets\" must be an array of two");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": \"0,4\"}}",
+			   "\"data_offsets\" must be an array of two");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [-4, 0]}}",
+			   "\"data_offsets\" must be an array of two non-negative");
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 4]}}",
+			   "begin after end");
+}
+
+Test(io, reject_unknown_dtype)
+{
+	expect_header_fail("{\"a\": {\"dtype\": \"Q4_K\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+			   "unknown dtype \"Q4_K\"");
+	expect_header_fail("{\"a\": {\"dtype\": \"f32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+			   "unknown dtype \"f32\"");
+}
+
+Test(io, reject_negative_dim)
+{
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [2, -1], \"data_offsets\": [0, 4]}}",
+			   "negative dimension");
+}
+
+Test(io, reject_more_than_8_dims)
+{
+	expect_header_fail("{\"a\": {\"dtype\": \"U8\", \"shape\": [1,1,1,1,1,1,1,1,1], "
+			   "\"data_offsets\": [0, 1]}}",
+			   "9 dimensions, more than the 8 supported");
+}
+
+Test(io, reject_byte_size_mismatch)
+{
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}",
+			   "byte size mismatch");
+	expect_header_fail("{\"a\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [0, 16]}}",
+			   "byte size mismatch");
+	/* numel * size overflowing 64 bits must not wrap around to a match */
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], "
+			   "\"data_offsets\": [0, 0]}}",
+			   "byte size mismatch");
+	/* past the 2^53 cap, the partial product (8 bytes) must not count as a match */
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [2, 9007199254740992], "
+			   "\"data_offsets\": [0, 8]}}",
+			   "byte size mismatch");
+}
+
+Test(io, reject_end_beyond_data)
+{
+	/* 16 data bytes; the tensor claims [8, 24) */
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [8, 24]}}",
+			   "beyond the end of the data section");
+}
+
+Test(io, reject_overlap)
+{
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+			   " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
+			   "overlap");
+	/* listed out of order, and one fully inside another */
+	expect_header_fail("{\"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [12, 14]},"
+			   " \"a\": {\"dtype\": \"U8\", \"shape\": [16], \"data_offsets\": [0, 16]}}",
+			   "overlap");
+}
+
+Test(io, reject_duplicate_names)
+{
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+			   " \"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
+			   "duplicate name 'a'");
+	expect_header_fail("{\"__metadata__\": {}, \"__metadata__\": {}}",
+			   "duplicate name '__metadata__'");
+}
+
+Test(io, reject_bad_metadata)
+{
+	expect_header_fail("{\"__metadata__\": [\"a\"]}", "\"__metadata__\" must be an object");
+	expect_header_fail("{\"__metadata__\": {\"k\": \"v\", \"n\": 1}}",
+			   "\"__metadata__\" value for key 'n' is not a string");
+}
+
+Test(io, reject_truncated_file)
+{
+	char p[256];
+	tpath(p, "trunc.safetensors");
+	float x[64];
+	uint64_t seed = 7;
+	tu_fill_normal(x, 64, 1.0, &seed);
+	struct st_tensor_out t[2] = {{"x", ST_DT_F32, 2, {8, 4}, x}, {"y", ST_DT_F32, 1, {32}, x + 32}};
+	cr_assert_eq(safetensors_write(p, t, 2, NULL, 0), ST_OK);
+	struct stat st;
+	cr_assert_eq(stat(p, &st), 0);
+	cr_assert_eq(truncate(p, st.st_size - 100), 0); /* cut in the middle of y */
+	expect_open_fail(p, "tensor 'y' ends at byte 256, beyond the end of the data section");
+}
+
+Test(io, reject_not_a_file)
+{
+	char p[256];
+	expect_open_fail(tpath(p, "missing.safetensors"), "No such file");
+	expect_open_fail(tdir, "is a directory");
+}
+
+Test(io, zero_size_tensors_are_legal)
+{
+	char p[256];
+	static const unsigned char data[8];
+	/* Zero-size tensors may share an offset with each other and sit inside
+	 * another tensor's range: they own no bytes. */
+	write_st_raw(tpath(p, "zero.safetensors"),
+		     "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+		     " \"e1\": {\"dtype\": \"F16\", \"shape\": [0], \"data_offsets\": [4, 4]},"
+		     " \"e2\": {\"dtype\": \"F32\", \"shape\": [3, 0, 2], \"data_offsets\": [4, 4]},"
+		     " \"e3\": {\"dtype\": \"I64\", \"shape\": [0], \"data_offsets\": [8, 8]}}",
+		     data, sizeof data);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_eq(sf.n, 4);
+	cr_assert_eq(tensor_numel(safetensors_find(&sf, "e2")), 0);
+	safetensors_close(&sf);
+}
+
+Test(io, load_f32_errors)
+{
+	char p[256];
+	tpath(p, "load.safetensors");
+	float x[6] = {1, 2, 3, 4, 5, 6};
+	int32_t i[2] = {1, 2};
+	struct st_tensor_out t[2] = {{"x", ST_DT_F32, 2, {2, 3}, x}, {"i", ST_DT_I32, 1, {2}, i}};
+	cr_assert_eq(safetensors_write(p, t, 2, NULL, 0), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	float got[6];
+	int64_t want32[2] = {3, 2}, want2[1] = {2};
+	struct capture c;
+	char *msg, expect[512];
+
+	cap_begin(&c);
+	cr_assert_eq(safetensors_load_f32(&sf, "nope", 1, want2, got), ST_FAIL);
+	msg = cap_end(&c);
+	snprintf(expect, sizeof expect, "missing tensor nope in %s", p);
+	cr_assert(strstr(msg, expect), "got: %s", msg);
+	free(msg);
+
+	cap_begin(&c);
+	cr_assert_eq(safetensors_load_f32(&sf, "i", 1, want2, got), ST_FAIL);
+	msg = cap_end(&c);
+	cr_assert(strstr(msg, "wrong dtype I32") && strstr(msg, p), "got: %s", msg);
+	free(msg);
+
+	cap_begin(&c);
+	cr_assert_eq(safetensors_read_f32(&sf, safetensors_find(&sf, "i"), got), ST_FAIL);
+	msg = cap_end(&c);
+	cr_assert(strstr(msg, "wrong dtype I32"), "got: %s", msg);
+	free(msg);
+
+	cap_begin(&c);
+	cr_assert_eq(safetensors_load_f32(&sf, "x", 2, want32, got), ST_FAIL);
+	msg = cap_end(&c);
+	cr_assert(strstr(msg, "'x' has shape [2, 3], expected [3, 2]"), "got: %s", msg);
+	free(msg);
+
+	cap_begin(&c);
+	cr_assert_eq(safetensors_load_f32(&sf, "x", 1, want2, got), ST_FAIL);
+	msg = cap_end(&c);
+	cr_assert(strstr(msg, "has shape [2, 3], expected [2]"), "got: %s", msg);
+	free(msg);
+	safetensors_close(&sf);
+}
+
+/* ---- shards ---------------------------------------------------------------- */
+
+static uint64_t ref_fnv1a(const uint8_t *p, size_t n)
+{
+	uint64_t h = 14695981039346656037ULL;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 1099511628211ULL;
+	return h;
+}
+
+static uint64_t rd64le(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void shard_round_trip(uint32_t vocab, uint32_t want_tb, uint64_t n)
+{
+	char p[256];
+	tpath(p, "s.bin");
+	uint32_t *tok = malloc((size_t)(n ? n : 1) * 4);
+	uint64_t seed = 0x5ead + vocab;
+	for (uint64_t i = 0; i < n; i++)
+		tok[i] = (uint32_t)(tu_next(&seed) % vocab);
+	if (n > 1)
+		tok[1] = vocab - 1; /* the largest id survives */
+	cr_assert_eq(shard_write(p, tok, n, vocab, "byte"), ST_OK);
+
+	/* the on-disk layout, byte by byte */
+	char *raw;
+	size_t len;
+	cr_assert_eq(fs_read_file(p, &raw, &len), ST_OK);
+	const uint8_t *b = (const uint8_t *)raw;
+	cr_assert_eq(len, 64 + n * want_tb);
+	cr_assert(!memcmp(b, "STRATOK1", 8));
+	cr_assert_eq(b[8], 1);
+	cr_assert_eq(b[12], want_tb);
+	cr_assert_eq(rd64le(b + 24), n);
+	cr_assert_str_eq((const char *)b + 32, "byte");
+	cr_assert_eq(rd64le(b + 56), ref_fnv1a(b + 64, len - 64));
+	free(raw);
+
+	struct st_shard s;
+	cr_assert_eq(shard_open(&s, p), ST_OK);
+	cr_assert_eq(s.token_bytes, want_tb);
+	cr_assert_eq(s.vocab_size, vocab);
+	cr_assert_eq(s.n_tokens, n);
+	cr_assert_str_eq(s.tokenizer, "byte");
+	cr_assert_str_eq(s.path, p);
+	for (uint64_t i = 0; i < n; i++)
+		cr_assert_eq(shard_token(&s, i), tok[i], "token %llu", (unsigned long long)i);
+	shard_close(&s);
+	cr_assert_null(s.map);
+	free(tok);
+}
+
+Test(io, shard_round_trip_2byte)
+{
+	shard_round_trip(ST_BYTE_VOCAB, 2, 10007);
+	shard_round_trip(65536, 2, 1000);
+}
+
+Test(io, shard_round_trip_4byte)
+{
+	shard_round_trip(65537, 4, 1000);
+	shard_round_trip(128256, 4, 10007);
+}
+
+Test(io, shard_empty)
+{
+	shard_round_trip(ST_BYTE_VOCAB, 2, 0);
+}
+
+static void expect_shard_fail(const char *path, const char *want)
+{
+	struct st_shard s;
+	struct capture c;
+	cap_begin(&c);
+	int rc = shard_open(&s, path);
+	char *msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL, "shard_open(%s) should fail", path);
+	cr_assert(strstr(msg, want), "expected \"%s\" in the message, got: %s", want, msg);
+	cr_assert(strstr(msg, path), "message does not name the file: %s", msg);
+	cr_assert(!s.map && !s.path, "s not cleared after failure");
+	free(msg);
+}
+
+/* A valid 100-token shard at tdir/name, returned as raw bytes for tampering. */
+static char *good_shard(char *p, const char *name, size_t *len)
+{
+	uint32_t tok[100];
+	for (int i = 0; i < 100; i++)
+		tok[i] = (uint32_t)(i * 7 % ST_BYTE_VOCAB);
+	cr_assert_eq(shard_write(tpath(p, name), tok, 100, ST_BYTE_VOCAB, "byte"), ST_OK);
+	char *raw;
+	cr_assert_eq(fs_read_file(p, &raw, len), ST_OK);
+	return raw;
+}
+
+Test(io, shard_corrupt_token_byte)
+{
+	char p[256];
+	size_t len;
+	char *raw = good_shard(p, "c.bin", &len);
+	raw[64 + 77] ^= 0x10;
+	write_bytes(p, raw, len);
+	expect_shard_fail(p, "token data hash mismatch");
+	/* and the hint says what to do */
+	struct st_shard s;
+	struct capture c;
+	cap_begin(&c);
+	shard_open(&s, p);
+	char *msg = cap_end(&c);
+	cr_assert(strstr(msg, "re-run strata prepare"), "got: %s", msg);
+	free(msg);
+	free(raw);
+}
+
+Test(io, shard_truncated)
+{
+	char p[256];
+	size_t len;
+	char *raw = good_shard(p, "t.bin", &len);
+	write_bytes(p, raw, len - 1);
+	expect_shard_fail(p, "is truncated");
+	write_bytes(p, raw, 40);
+	expect_shard_fail(p, "shorter than the 64-byte token shard header");
+	write_bytes(p, raw, 0);
+	expect_shard_fail(p, "shorter than the 64-byte token shard header");
+	char *longer = malloc(len + 2);
+	memcpy(longer, raw, len);
+	longer[len] = longer[len + 1] = 0;
+	write_bytes(p, longer, len + 2);
+	expect_shard_fail(p, "longer than its header says");
+	free(longer);
+	free(raw);
+}
+
+Test(io, shard_bad_header)
+{
+	char p[256];
+	size_t len;
+	char *raw = good_shard(p, "h.bin", &len);
+	raw[3] = 'X';
+	write_bytes(p, raw, len);
+	expect_shard_fail(p, "bad magic");
+	raw[3] = 'A';
+	raw[8] = 2;
+	write_bytes(p, raw, len);
+	expect_shard_fail(p, "format version 2");
+	raw[8] = 1;
+	raw[12] = 3;
+	write_bytes(p, raw, len);
+	expect_shard_fail(p, "token width 3 bytes");
+	raw[12] = 2;
+	write_bytes(p, raw, len);
+	struct st_shard s;
+	cr_assert_eq(shard_open(&s, p), ST_OK, "restored header must open again");
+	shard_close(&s);
+	free(raw);
+}
+
+Test(io, shard_write_rejects_bad_tokens)
+{
+	char p[256];
+	uint32_t tok[3] = {1, 300, 2};
+	struct capture c;
+	cap_begin(&c);
+	int rc = shard_write(tpath(p, "x.bin"), tok, 3, ST_BYTE_VOCAB, "byte");
+	char *msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL);
+	cr_assert(strstr(msg, "token 300 at position 1"), "got: %s", msg);
+	cr_assert(!fs_exists(p));
+	free(msg);
+}
+
+/* ---- tokenizer ------------------------------------------------------------- */
+
+Test(io, byte_tokenizer_round_trip)
+{
+	struct st_tokenizer tk;
+	tokenizer_byte(&tk);
+	cr_assert_str_eq(tk.name, "byte");
+	cr_assert_eq(tk.vocab_size, 258);
+	cr_assert_eq(tk.bos_id, 256);
+	cr_assert_eq(tk.eos_id, 257);
+	const char *text = "héllo, wörld — 世界 🙂\n\x01\xff";
+	size_t len = strlen(text);
+	uint32_t ids[64];
+	cr_assert_eq(tokenizer_encode(&tk, ids, text, len), len);
+	char out[128];
+	size_t k = 0;
+	for (size_t i = 0; i < len; i++) {
+		cr_assert_lt(ids[i], 256);
+		k += (size_t)tokenizer_decode_one(&tk, out + k, ids[i]);
+	}
+	cr_assert_eq(k, len);
+	cr_assert(!memcmp(out, text, len));
+	cr_assert_eq(ids[1], 0xC3, "é is two bytes: C3 A9");
+	cr_assert_eq(ids[2], 0xA9);
+	char buf[8];
+	cr_assert_eq(tokenizer_decode_one(&tk, buf, ST_BYTE_BOS), 0);
+	cr_assert_eq(tokenizer_decode_one(&tk, buf, ST_BYTE_EOS), 0);
+	cr_assert_eq(tokenizer_decode_one(&tk, buf, 100000), 0);
+}
+
+/* ---- fsutil ---------------------------------------------------------------- */
+
+static void expect_file(const char *path, const char *want)
+{
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK);
+	cr_assert_eq(len, strlen(want));
+	cr_assert_str_eq(text, want);
+	free(text);
+}
+
+Test(io, atomic_write_old_or_new)
+{
+	char p[256];
+	tpath(p, "f.txt");
+	cr_assert_eq(fs_write_file_atomic(p, "old content", 11), ST_OK);
+	expect_file(p, "old content");
+	cr_assert_eq(fs_write_file_atomic(p, "new", 3), ST_OK);
+	expect_file(p, "new");
+	/* A writer that dies before commit leaves the old file and no temp file. */
+	struct fs_atomic a;
+	cr_assert_eq(fs_atomic_begin(&a, p), ST_OK);
+	cr_assert_eq(fs_atomic_write(&a, "partial", 7), ST_OK);
+	expect_file(p, "new");
+	fs_atomic_abort(&a);
+	expect_file(p, "new");
+	DIR *d = opendir(tdir);
+	int entries = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		entries += e->d_name[0] != '.';
+	closedir(d);
+	cr_assert_eq(entries, 1, "temp file left behind");
+	cr_assert_eq(fs_write_file_atomic(p, "", 0), ST_OK);
+	expect_file(p, "");
+}
+
+Test(io, mkdir_p_nested)
+{
+	char p[256], f[256];
+	tpath(p, "a/b//c/d/");
+	cr_assert_eq(fs_mkdir_p(p), ST_OK);
+	cr_assert(fs_is_dir(p));
+	cr_assert_eq(fs_mkdir_p(p), ST_OK, "existing directories are fine");
+	cr_assert_eq(fs_write_file_atomic(tpath(f, "a/b/file"), "x", 1), ST_OK);
+	cr_assert(fs_exists(f) && !fs_is_dir(f));
+	struct capture c;
+	cap_begin(&c);
+	int rc = fs_mkdir_p(tpath(p, "a/b/file/sub"));
+	char *msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL);
+	cr_assert(strstr(msg, "exists and is not a directory") && strstr(msg, p), "got: %s", msg);
+	free(msg);
+}
+
+Test(io, rmtree_removes_tree_not_symlink_targets)
+{
+	char p[256], q[256], keep[256];
+	cr_assert_eq(fs_mkdir_p(tpath(p, "tree/x/y")), ST_OK);
+	cr_assert_eq(fs_mkdir_p(tpath(keep, "keep")), ST_OK);
+	cr_assert_eq(fs_write_file_atomic(tpath(q, "keep/precious"), "1", 1), ST_OK);
+	cr_assert_eq(fs_write_file_atomic(tpath(q, "tree/x/y/f"), "1", 1), ST_OK);
+	cr_assert_eq(fs_write_file_atomic(tpath(q, "tree/g"), "1", 1), ST_OK);
+	cr_assert_eq(symlink(keep, tpath(q, "tree/x/link")), 0);
+	cr_assert_eq(fs_rmtree(tpath(p, "tree")), ST_OK);
+	cr_assert(!fs_exists(p));
+	cr_assert(fs_exists(tpath(q, "keep/precious")), "rmtree followed a symlink");
+	cr_assert_eq(fs_rmtree(p), ST_OK, "removing what is gone is fine");
+	cr_assert_eq(fs_rmtree(q), ST_OK, "a plain file is removed too");
+	cr_assert(!fs_exists(q));
+}
+
+Test(io, read_file_errors)
+{
+	char p[256];
+	struct capture c;
+	char *text, *msg;
+	size_t len;
+	cap_begin(&c);
+	int rc = fs_read_file(tpath(p, "absent"), &text, &len);
+	msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL);
+	cr_assert(strstr(msg, p) && strstr(msg, "No such file"), "got: %s", msg);
+	cr_assert_null(text);
+	free(msg);
+	cap_begin(&c);
+	rc = fs_read_file(tdir, &text, &len);
+	msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL);
+	cr_assert(strstr(msg, "Is a directory"), "got: %s", msg);
+	free(msg);
+}
+
+Test(io, dirname_cases)
+{
+	static const char *cases[][2] = {
+		{"a/b/c", "a/b"}, {"c", "."},	  {"/c", "/"},	   {"/", "/"},
+		{"a/b/", "a"},	  {"a//b", "a"},  {"", "."},	   {"./x", "."},
+	};
+	char out[64];
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		fs_dirname(out, sizeof out, cases[i][0]);
+		cr_assert_str_eq(out, cases[i][1], "dirname(\"%s\")", cases[i][0]);
+	}
+	fs_dirname(out, 3, "abcdef/g");
+	cr_assert_str_eq(out, "ab", "truncated to the buffer");
+}
