@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/ops.h"
 #include "testutil.h"
 
@@ -163,6 +164,30 @@ static void fd_grad(const struct ref_op *op, int which, const double *dout, doub
 	free(out);
 }
 
+/* ---- the CPU backend's vectorizable exp ----------------------------------- */
+
+/* Within 2 ulp of exp on [-87, 88] (the polynomial is good to ~1 ulp), 0 and
+ * inf outside, NaN propagated. Softmax, sigmoid and xent rest on it. */
+Test(ops, cpu_expf_accuracy)
+{
+	double worst = 0, at = 0;
+	for (long i = 0; i <= 2000000; i++) {
+		float x = (float)(-87.0 + 175.0 * (double)i / 2000000.0);
+		double e = exp((double)x), got = cpu_expf(x);
+		double ulp = (double)nextafterf((float)e, INFINITY) - (double)(float)e;
+		double err = fabs(got - e) / ulp;
+		if (!(err <= worst))
+			worst = err, at = x;
+	}
+	cr_expect(worst <= 2.0, "cpu_expf: %.3g ulp from exp at x = %.9g", worst, at);
+	cr_expect(cpu_expf(0.0f) == 1.0f);
+	cr_expect(isnan(cpu_expf(NAN)), "cpu_expf(NaN) must be NaN");
+	cr_expect(cpu_expf(-87.5f) == 0.0f && cpu_expf(-INFINITY) == 0.0f,
+		  "cpu_expf below -87 must flush to 0");
+	cr_expect(cpu_expf(88.5f) == INFINITY && cpu_expf(INFINITY) == INFINITY,
+		  "cpu_expf above 88 must overflow to inf");
+}
+
 /* ---- matmul ---------------------------------------------------------------- */
 
 /* c = alpha op(a) op(b) + beta c for all four transpose combinations, with row
@@ -280,6 +305,8 @@ Test(ops, rmsnorm)
 	const float eps = 1e-5f;
 	const size_t nc = (size_t)n * c;
 	float *x = frand(nc, 1, &seed), *w = frand((size_t)c, 1, &seed);
+	for (int j = 0; j < c; j++) /* row 1: mean(x^2) ~ eps, so eps matters */
+		x[c + j] *= 3e-3f;
 	float *out = fnan(nc), *rstd = fnan((size_t)n);
 	ops()->rmsnorm_forward(out, rstd, x, w, n, c, eps);
 	struct ref_op op = { .f = ref_rmsnorm, .in = { todouble(x, nc), todouble(w, (size_t)c) },
@@ -521,6 +548,22 @@ Test(ops, swiglu)
 	free(dout), free(dgate), free(dup), free(dd);
 }
 
+/* Saturated gates: silu(g) -> g for g >> 0 and -> 0 for g << 0, without NaN
+ * where exp(-g) overflows fp32. */
+Test(ops, swiglu_saturates)
+{
+	const float gv[4] = { 100.0f, -100.0f, 1e30f, -1e30f };
+	float one[4] = { 1, 1, 1, 1 }, out[4], dg[4], du[4];
+	ops()->swiglu_forward(out, gv, one, 4);
+	ops()->swiglu_backward(dg, du, one, gv, one, 4);
+	for (int i = 0; i < 4; i++) {
+		double want = gv[i] > 0 ? gv[i] : 0.0, dwant = gv[i] > 0 ? 1.0 : 0.0;
+		cr_expect(fabs(out[i] - want) <= 1e-6 * fabs(want) + 1e-30 &&
+				  fabs(dg[i] - dwant) <= 1e-6 && fabs(du[i] - want) <= 1e-6 * fabs(want) + 1e-30,
+			  "swiglu at gate %g: out %g dgate %g dup %g", gv[i], out[i], dg[i], du[i]);
+	}
+}
+
 /* ---- elementwise ---------------------------------------------------------------- */
 
 /* fp32 add and multiply are correctly rounded, and the double result of two
@@ -620,8 +663,18 @@ Test(ops, xent)
 	ops()->xent_forward_backward(alias, l2, alias, tgt, n, v, scale);
 	cr_expect(!memcmp(l2, losses, (size_t)n * sizeof(float)), "xent aliased: losses differ");
 	cr_expect(!memcmp(alias, dl, nv * sizeof(float)), "xent aliased: dlogits differ");
+
+	/* logits around 100: exp would overflow fp32 without the max shift */
+	for (size_t i = 0; i < nv; i++)
+		alias[i] = logits[i] + 100.0f;
+	double *shifted = todouble(alias, nv);
+	struct ref_op op2 = op;
+	op2.in[0] = shifted;
+	ref_xent(&op2, ref);
+	ops()->xent_forward_backward(NULL, l2, alias, tgt, n, v, scale);
+	expect_close("xent losses, logits + 100", l2, ref, (size_t)n, 1, FWD_TOL);
 	free(logits), free(dl), free(losses), free(op.in[0]), free(ref), free(g), free(dd);
-	free(l2), free(alias);
+	free(l2), free(alias), free(shifted);
 }
 
 /* ---- optimizers ---------------------------------------------------------------- */

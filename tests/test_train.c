@@ -123,7 +123,8 @@ Test(train, sgd_lr1_moves_by_minus_gradient)
 
 /* Loss falls on the real corpus (KJV via scripts/get-corpus): a 2-layer model
  * trained for 150 steps of 4096 bytes reaches a held-out loss below 2.3 nats
- * per byte (uniform over 258 tokens is 5.55; measured here: ~1.95). */
+ * per byte, from ln(258) = 5.55 for the untrained model (measured on the
+ * 2-core build machine: 1.81). */
 Test(train, loss_falls_on_real_corpus, .timeout = 900)
 {
 	char dir[256];
@@ -135,17 +136,19 @@ Test(train, loss_falls_on_real_corpus, .timeout = 900)
 		    "printf '{\"vocab_size\":258,\"hidden_size\":128,\"intermediate_size\":344,"
 		    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"max_position_embeddings\":256}' > %s/cfg.json && "
 		    "%s init --config %s/cfg.json --out %s/init && "
+		    "%s eval --model %s/init --data %s/data --seq-len 256 --max-tokens 65536 --json",
+		    dir, cu_bin(), dir, dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "init/eval failed: %s", out);
+	double first = atof(strstr(out, "\"loss\": ") + 8);
+	rc = cu_run(out, sizeof out,
 		    "%s train --model %s/init --data %s/data --out %s/run --steps 150 --micro-batch 16 "
 		    "--seq-len 256 --lr 3e-3 --warmup 15 --eval-interval 0 --eval-tokens 65536 --progress lines --log-interval 50",
-		    dir, cu_bin(), dir, dir, cu_bin(), dir, dir, dir);
+		    cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "training failed: %s", out);
-	double first = NAN, last = NAN;
 	char *p = strstr(out, "val loss ");
-	if (p)
-		first = atof(p + 9);
-	for (char *q = p; q && (q = strstr(q + 1, "val loss "));)
-		last = atof(q + 9);
-	cr_expect(first > 5.0, "initial val loss %.3f should be near ln(258) = 5.55", first);
+	cr_assert(p, "no final evaluation in: %s", out);
+	double last = atof(p + 9);
+	cr_expect(first > 5.0 && first < 6.2, "initial val loss %.3f should be near ln(258) = 5.55", first);
 	cr_expect(last < 2.3, "val loss after 150 steps is %.3f, expected < 2.3\n%s", last, out);
 }
 
@@ -178,8 +181,8 @@ Test(train, bad_model_files)
 	expect_fail("corrupt safetensors", "model.safetensors",
 		    cu_run(out, sizeof out, run, cu_bin(), dir, dir, dir));
 	/* weights that disagree with the config */
-	cu_run(NULL, 0, "cp %s/init/model.safetensors %s/m/ && sed -i 's/\"intermediate_size\": 96/\"intermediate_size\": 97/' %s/m/config.json",
-	       dir, dir, dir);
+	cu_run(NULL, 0, "cp %s/init/model.safetensors %s/m/ && sed -i -E 's/(\"intermediate_size\":[[:space:]]*)96/\\197/' %s/m/config.json && grep -q 97 %s/m/config.json",
+	       dir, dir, dir, dir);
 	expect_fail("shape mismatch", "mlp.", cu_run(out, sizeof out, run, cu_bin(), dir, dir, dir));
 }
 
@@ -190,13 +193,13 @@ Test(train, impossible_configs)
 	struct {
 		const char *json, *needle;
 	} cases[] = {
-		{"\"hidden_size\":60,\"num_attention_heads\":8,\"num_key_value_heads\":8", "must divide hidden_size"},
-		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3", "must divide num_attention_heads"},
+		{"\"hidden_size\":60,\"num_attention_heads\":8,\"num_hidden_layers\":2", "must divide hidden_size"},
+		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"num_hidden_layers\":2", "must divide num_attention_heads"},
 		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":0", "num_hidden_layers must be positive"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out,
-				"printf '{\"vocab_size\":258,\"intermediate_size\":96,\"num_hidden_layers\":2,%s}' > %s/c.json && "
+				"printf '{\"vocab_size\":258,\"intermediate_size\":96,%s}' > %s/c.json && "
 				"%s init --config %s/c.json --out %s/m%zu",
 				cases[i].json, dir, cu_bin(), dir, dir, i);
 		expect_fail("impossible config", cases[i].needle, rc);
@@ -299,7 +302,7 @@ Test(train, eval_and_sample_cli)
 	cr_assert_eq(rc, 0, "%s", out);
 	double loss = atof(strstr(out, "\"loss\": ") + 8);
 	cr_expect(loss > 5.0 && loss < 6.2, "untrained loss %.3f should be near ln(258) = 5.55", loss);
-	char a[4096];
+	static char a[1 << 16];
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3", cu_bin(), dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	snprintf(a, sizeof a, "%s", out);

@@ -76,19 +76,31 @@ int cmd_prepare(int argc, char **argv)
 	struct st_tokenizer tk;
 	tokenizer_byte(&tk);
 
-	struct buf train = {0}, val = {0};
-	long period = val_frac > 0 ? (long)lround(1.0 / val_frac) : 0;
-	long chunk_idx = 0;
+	/* read every input first: small corpora get smaller chunks, so that the
+	 * validation split still has about 20 chunks to draw from */
+	char **texts = st_calloc((size_t)n_in, sizeof *texts);
+	size_t *lens = st_calloc((size_t)n_in, sizeof *lens);
 	size_t total_bytes = 0;
-	int rc = ST_OK;
-	uint32_t *ids = st_malloc((size_t)chunk * 4 + 64 * 1024 * 4 + 16);
+	int rc = texts && lens ? ST_OK : ST_FAIL;
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
-		char *text = NULL;
-		size_t len = 0;
-		if ((rc = fs_read_file(inputs[f], &text, &len)) != ST_OK)
-			break;
-		total_bytes += len;
-		size_t pos = 0;
+		rc = fs_read_file(inputs[f], &texts[f], &lens[f]);
+		total_bytes += lens[f];
+	}
+	long period = val_frac > 0 ? (long)lround(1.0 / val_frac) : 0;
+	if (period > 1 && (long)(total_bytes / (size_t)chunk) < 20 * period) {
+		chunk = (long)(total_bytes / (size_t)(20 * period));
+		if (chunk < 256)
+			chunk = 256;
+	}
+
+	struct buf train = {0}, val = {0};
+	long chunk_idx = 0;
+	uint32_t *ids = rc == ST_OK ? st_malloc(((size_t)chunk + 65536 + 4) * sizeof *ids) : NULL;
+	if (!ids)
+		rc = ST_FAIL;
+	for (int f = 0; f < n_in && rc == ST_OK; f++) {
+		const char *text = texts[f];
+		size_t len = lens[f], pos = 0;
 		while (pos < len && rc == ST_OK) {
 			size_t end = pos + (size_t)chunk < len ? pos + (size_t)chunk : len;
 			/* extend to the end of the line (bounded, for files without newlines) */
@@ -103,9 +115,12 @@ int cmd_prepare(int argc, char **argv)
 		uint32_t eos = (uint32_t)tk.eos_id;
 		if (rc == ST_OK && len > 0)
 			rc = push(&train, &eos, 1);
-		free(text);
 	}
 	free(ids);
+	for (int f = 0; texts && f < n_in; f++)
+		free(texts[f]);
+	free(texts);
+	free(lens);
 	if (rc == ST_OK && total_bytes == 0) {
 		ST_ERROR("give a non-empty text file", "strata prepare: the input text is empty");
 		rc = ST_FAIL;

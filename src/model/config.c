@@ -75,11 +75,6 @@ int config_validate(const struct st_config *c)
 		 c->n_heads);
 	ST_CHECK(c->head_dim > 0 && c->head_dim % 2 == 0, hint,
 		 "head_dim must be positive and even for RoPE (got %d)", c->head_dim);
-	/* HF LLaMA derives head_dim = hidden_size / heads when it is not given; a
-	 * given head_dim may differ, but then heads must still divide hidden_size
-	 * for the default, so only check divisibility when they agree. */
-	ST_CHECK(c->dim % c->n_heads == 0 || c->head_dim != c->dim / c->n_heads, hint,
-		 "num_attention_heads (%d) must divide hidden_size (%d)", c->n_heads, c->dim);
 	ST_CHECK(c->ffn_dim > 0, hint, "intermediate_size must be positive (got %d)", c->ffn_dim);
 	ST_CHECK(c->max_seq > 0, hint, "max_position_embeddings must be positive (got %d)",
 		 c->max_seq);
@@ -136,8 +131,13 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	ST_TRY(json_int(root, "intermediate_size", &cfg->ffn_dim, 1, path));
 	ST_TRY(json_int(root, "max_position_embeddings", &cfg->max_seq, 0, path));
 	ST_TRY(json_int(root, "head_dim", &cfg->head_dim, 0, path));
-	if (cfg->head_dim == 0 && cfg->n_heads > 0)
+	if (cfg->head_dim == 0 && cfg->n_heads > 0) {
+		/* HF derives head_dim = hidden_size / heads when it is not given */
+		ST_CHECK(cfg->dim % cfg->n_heads == 0, "fix the model config (config.json)",
+			 "%s: num_attention_heads (%d) must divide hidden_size (%d)", path,
+			 cfg->n_heads, cfg->dim);
 		cfg->head_dim = cfg->dim / cfg->n_heads;
+	}
 	ST_TRY(json_int(root, "bos_token_id", &cfg->bos_id, 0, path));
 	ST_TRY(json_int(root, "eos_token_id", &cfg->eos_id, 0, path));
 	/* rope_theta: top level (older files) or inside rope_parameters (newer) */

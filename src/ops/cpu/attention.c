@@ -2,36 +2,40 @@
  * the log-sum-exp of each score row, and the backward recomputes the
  * probabilities P from q, k and lse instead of storing (B,H,T,T).
  *
- * Work is cut into blocks of ATT_BQ query rows of one (batch, head). For a
- * block of rows [q0,q1) the causal prefix of keys is [0,q1); the scores
- * S = scale Q K^T (bq x q1) go to a per-thread scratch buffer and the matmuls
- * run through dnnl_sgemm directly on the strided (B,T,H,hd) tensors (row
- * stride H*hd for q/out, Hkv*hd for k/v), so no head is ever copied out.
- * Unlike GPU FlashAttention the whole prefix row fits in scratch (64 x T
- * floats, 64 KiB at T = 256), so the softmax is exact in one pass and needs no
- * online rescaling.
+ * Work is cut into blocks of ATT_BQ query rows of one (batch, head). For rows
+ * [q0,q1) the causal prefix of keys is [0,q1): the scores S = scale Q K^T
+ * (bq x q1) go to a per-thread scratch buffer, and the matmuls run through
+ * dnnl_sgemm directly on the strided (B,T,H,hd) tensors (row stride H*hd for
+ * q/out, Hkv*hd for k/v), so no head is ever copied out. Unlike GPU
+ * FlashAttention the whole prefix row fits in scratch (64 x T floats, 64 KiB
+ * at T = 256), so the softmax is exact in one pass, with no online rescaling.
+ * exp is cpu_expf, which vectorizes; with glibc's scalar expf it was 16% of
+ * the time.
  *
- * Threads: the loops over blocks are OpenMP-parallel and every dnnl_sgemm is
- * called from inside that parallel region, where oneDNN (OpenMP runtime) runs
- * it on the calling thread. Measured on the 2-core dev box for the forward at
- * B=8,T=256,H=8,hd=64: see the timing note at the end of this comment.
- * Because each block is computed by one thread with sequential sgemm calls
- * in a fixed order, the result is the same for any thread count.
+ * Threads: the loops over blocks are OpenMP-parallel and each dnnl_sgemm is
+ * called from inside that parallel region, where oneDNN (OpenMP runtime)
+ * runs it on the calling thread without a nested team. Checked on the 2-core
+ * dev box (oneDNN 2.6): a 1024^3 sgemm took 15 ms from serial code with 2
+ * threads, 26 ms with 1, and 26 ms when called by one thread of a 2-thread
+ * region; no extra OS threads appear, even with OMP_MAX_ACTIVE_LEVELS=4.
+ * Blocks are independent and each is computed by one thread with
+ * single-threaded sgemm calls in a fixed order, so the result is the same for
+ * any thread count (a top-level sgemm is not: its bits depend on the thread
+ * count), and the schedule can be dynamic (causal blocks differ in cost, and
+ * a shared VM steals time unevenly).
  *
- * Backward, per (batch, query head), query blocks in order:
+ * Backward, per (batch, kv head): for each of its rep = H/Hkv query heads in
+ * order, for each query block in order:
  *   P  = exp(S - lse)              (0 above the diagonal)
  *   dP = dO V^T,   D_i = <dO_i, O_i>,   dS = P (dP - D)
  *   dq  = scale dS K               (each block's rows written once)
  *   dk += scale dS^T Q,   dv += P^T dO   (over the causal prefix)
- * With GQA (rep = H/Hkv > 1) several query heads add into one kv head, so
- * each (batch, query head) accumulates into its own partial dk/dv in scratch,
- * and a second pass sums the rep partials in head order: fixed order, no
- * atomics, parallel over B*H instead of only B*Hkv. With rep = 1 the partial
- * is dk/dv itself.
- *
- * Timing note (2-core AMD EPYC, AVX2): dnnl_sgemm of 64x256x64 called inside
- * a 2-thread parallel region takes the same time per call as with
- * OMP_NUM_THREADS=1, i.e. it does not spawn a nested team. */
+ * One thread owns a kv head's dk/dv, so the query heads that share it (GQA)
+ * add into it in a fixed order, with no atomics and no scratch. The price is
+ * parallelism B*Hkv instead of B*H: cores beyond B*Hkv idle in the backward.
+ * Per-query-head partials reduced in head order were tried first; their
+ * per-call 2*(B,H,T,hd) allocation (page faults) made the backward 20-40%
+ * slower at B=8,T=256,H=8,Hkv=2 on the 2-core box. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +43,9 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "util/check.h"
 
-/* Query rows per block: 64 keeps S (64 x T) in L2 up to T ~ 2K and gives
- * sgemm a reasonable m; causal waste (the upper triangle of the diagonal
- * block) is 1/2 block per row of blocks. */
+/* Query rows per block. S is 64 x T floats (512 KiB at T = 2K, inside a
+ * 1 MiB L2). At B=8,T=256,H=8,hd=64 on the dev box 32 and 64 were equal
+ * within noise and 128 was 20% slower (more work above the diagonal). */
 #define ATT_BQ 64
 
 static float *att_scratch(size_t floats)
@@ -68,7 +72,7 @@ void cpu_attention_forward(float *out, float *lse, const float *q, const float *
 #pragma omp parallel
 	{
 		float *s = att_scratch((size_t)ATT_BQ * lds);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
 		for (int it = 0; it < items; it++) {
 			int qb = it % nqb, bh = it / nqb, hh = bh % h, bb = bh / h, g = hh / rep;
 			int q0 = qb * ATT_BQ, q1 = q0 + ATT_BQ < t ? q0 + ATT_BQ : t;
@@ -114,96 +118,58 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 	const int rep = h / hkv, nqb = (t + ATT_BQ - 1) / ATT_BQ;
 	const int qs = h * hd, ks = hkv * hd, lds = att_ld(t);
 	const float scale = 1.0f / sqrtf((float)hd);
-	const int items = b * h;
-	/* GQA: per-(batch, query head) partial dk/dv, (B,H,T,hd) each */
-	float *pk = NULL, *pv = NULL;
-	if (rep > 1) {
-		pk = att_scratch((size_t)items * t * hd);
-		pv = att_scratch((size_t)items * t * hd);
-	}
+	const int items = b * hkv;
 #pragma omp parallel
 	{
 		float *p = att_scratch((size_t)ATT_BQ * lds);
 		float *ds = att_scratch((size_t)ATT_BQ * lds);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
 		for (int it = 0; it < items; it++) {
-			int hh = it % h, bb = it / h, g = hh / rep;
-			const float *K = k + ((size_t)bb * t * hkv + g) * hd;
-			const float *V = v + ((size_t)bb * t * hkv + g) * hd;
-			float *DK, *DV;
-			int ldk;
-			if (rep > 1) {
-				DK = pk + (size_t)it * t * hd;
-				DV = pv + (size_t)it * t * hd;
-				ldk = hd;
-			} else {
-				DK = dk + ((size_t)bb * t * hkv + g) * hd;
-				DV = dv + ((size_t)bb * t * hkv + g) * hd;
-				ldk = ks;
-			}
+			int g = it % hkv, bb = it / hkv;
+			size_t kvoff = ((size_t)bb * t * hkv + g) * hd;
+			const float *K = k + kvoff, *V = v + kvoff;
+			float *DK = dk + kvoff, *DV = dv + kvoff;
 			for (int r = 0; r < t; r++) {
-				memset(DK + (size_t)r * ldk, 0, (size_t)hd * sizeof(float));
-				memset(DV + (size_t)r * ldk, 0, (size_t)hd * sizeof(float));
+				memset(DK + (size_t)r * ks, 0, (size_t)hd * sizeof(float));
+				memset(DV + (size_t)r * ks, 0, (size_t)hd * sizeof(float));
 			}
-			for (int qb = 0; qb < nqb; qb++) {
-				int q0 = qb * ATT_BQ, q1 = q0 + ATT_BQ < t ? q0 + ATT_BQ : t;
-				int bq = q1 - q0, nk = q1;
-				size_t off = ((size_t)(bb * t + q0) * h + hh) * hd;
-				const float *Q = q + off, *O = out + off, *dO = dout + off;
-				const float *L = lse + ((size_t)bb * h + hh) * t + q0;
+			for (int hh = g * rep; hh < (g + 1) * rep; hh++)
+				for (int qb = 0; qb < nqb; qb++) {
+					int q0 = qb * ATT_BQ, q1 = q0 + ATT_BQ < t ? q0 + ATT_BQ : t;
+					int bq = q1 - q0, nk = q1;
+					size_t off = ((size_t)(bb * t + q0) * h + hh) * hd;
+					const float *Q = q + off, *O = out + off, *dO = dout + off;
+					const float *L = lse + ((size_t)bb * h + hh) * t + q0;
 
-				cpu_matmul(p, Q, K, bq, nk, hd, 0, 1, scale, 0.0f, qs, ks, lds);
-				cpu_matmul(ds, dO, V, bq, nk, hd, 0, 1, 1.0f, 0.0f, qs, ks, lds);
-				for (int r = 0; r < bq; r++) {
-					float *restrict prow = p + (size_t)r * lds;
-					float *restrict drow = ds + (size_t)r * lds;
-					const float *dOr = dO + (size_t)r * qs, *Or = O + (size_t)r * qs;
-					int nv = q0 + r + 1;
-					float D = 0.0f;
+					cpu_matmul(p, Q, K, bq, nk, hd, 0, 1, scale, 0.0f, qs, ks, lds);
+					cpu_matmul(ds, dO, V, bq, nk, hd, 0, 1, 1.0f, 0.0f, qs, ks, lds);
+					for (int r = 0; r < bq; r++) {
+						float *restrict prow = p + (size_t)r * lds;
+						float *restrict drow = ds + (size_t)r * lds;
+						const float *dOr = dO + (size_t)r * qs, *Or = O + (size_t)r * qs;
+						int nv = q0 + r + 1;
+						float D = 0.0f;
 #pragma omp simd reduction(+ : D)
-					for (int d = 0; d < hd; d++)
-						D += dOr[d] * Or[d];
-					float l = L[r];
-					for (int j = 0; j < nv; j++) {
-						float pj = cpu_expf(prow[j] - l);
-						prow[j] = pj;
-						drow[j] = pj * (drow[j] - D);
+						for (int d = 0; d < hd; d++)
+							D += dOr[d] * Or[d];
+						float l = L[r];
+						for (int j = 0; j < nv; j++) {
+							float pj = cpu_expf(prow[j] - l);
+							prow[j] = pj;
+							drow[j] = pj * (drow[j] - D);
+						}
+						for (int j = nv; j < nk; j++) {
+							prow[j] = 0.0f;
+							drow[j] = 0.0f;
+						}
 					}
-					for (int j = nv; j < nk; j++) {
-						prow[j] = 0.0f;
-						drow[j] = 0.0f;
-					}
+					cpu_matmul(dq + off, ds, K, bq, hd, nk, 0, 0, scale, 0.0f, lds, ks,
+						   qs);
+					cpu_matmul(DK, ds, Q, nk, hd, bq, 1, 0, scale, 1.0f, lds, qs, ks);
+					cpu_matmul(DV, p, dO, nk, hd, bq, 1, 0, 1.0f, 1.0f, lds, qs, ks);
 				}
-				cpu_matmul(dq + off, ds, K, bq, hd, nk, 0, 0, scale, 0.0f, lds, ks, qs);
-				cpu_matmul(DK, ds, Q, nk, hd, bq, 1, 0, scale, 1.0f, lds, qs, ldk);
-				cpu_matmul(DV, p, dO, nk, hd, bq, 1, 0, 1.0f, 1.0f, lds, qs, ldk);
-			}
 		}
 		free(p);
 		free(ds);
-		if (rep > 1) {
-			/* dk[b,s,g,:] = sum over r = 0..rep-1 of the partial of head g*rep+r */
-#pragma omp for schedule(static)
-			for (int row = 0; row < b * t; row++) {
-				int bb = row / t, s = row % t;
-				for (int g = 0; g < hkv; g++) {
-					float *dkr = dk + ((size_t)row * hkv + g) * hd;
-					float *dvr = dv + ((size_t)row * hkv + g) * hd;
-					size_t h0 = ((size_t)bb * h + (size_t)g * rep) * t + s;
-					memcpy(dkr, pk + h0 * hd, (size_t)hd * sizeof(float));
-					memcpy(dvr, pv + h0 * hd, (size_t)hd * sizeof(float));
-					for (int r = 1; r < rep; r++) {
-						const float *a = pk + (h0 + (size_t)r * t) * hd;
-						const float *c = pv + (h0 + (size_t)r * t) * hd;
-						for (int d = 0; d < hd; d++) {
-							dkr[d] += a[d];
-							dvr[d] += c[d];
-						}
-					}
-				}
-			}
-		}
 	}
-	free(pk);
-	free(pv);
 }

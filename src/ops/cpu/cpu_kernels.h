@@ -21,15 +21,15 @@
  * it: 16% of attention time, most of xent's). Cody-Waite reduction
  * x = n ln2 + r, |r| <= ln2/2, then Cephes' degree-6 polynomial for e^r and
  * 2^n built in the exponent bits: within 1.02 ulp of exp on [-87, 88]
- * (measured on 2e7 points; tests/test_ops.c checks 2 ulp).
+ * (measured on 2e7 points; tests/test_ops.c checks 2 ulp). Outside: 0 below
+ * -87 (flushing what would be ~1e-38 or subnormal), +inf above 88 (fp32
+ * overflows at 88.72), NaN for NaN, so saturating sigmoids get exact 0 and 1.
  *
- * x is clamped to [-87, 88] (+-inf included; NaN stays NaN): below, it is
- * e^-87 ~ 1.6e-38 instead of a subnormal or 0, which no softmax or sigmoid
- * can see next to their O(1) terms; above, it stays finite. Callers that need
- * exact zeros (masked attention scores) write them explicitly. The clamp is
- * done on the float's bits with integer min (unsigned for the negative side,
- * where larger bits mean more negative; signed for the positive side): float
- * compares would need -fno-trapping-math to be if-converted and vectorized. */
+ * Everything is branch-free integer work on the float's bits: a float
+ * compare or a select makes gcc branch around the trapping arithmetic, which
+ * it then cannot if-convert (no -fno-trapping-math), so the loop would not
+ * vectorize. Unsigned bits order negative floats (larger = more negative),
+ * signed bits order positive ones. */
 static inline float cpu_expf(float x)
 {
 	union bits {
@@ -53,12 +53,14 @@ static inline float cpu_expf(float x)
 	p = p * r + 1.6666665459e-1f;
 	p = p * r + 5.0000001201e-1f;
 	p = p * r * r + r + 1.0f;
-	v.i = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127] */
+	v.i = ((int32_t)n + 127) << 23; /* 2^n, n in [-125, 127] */
 	out.f = p * v.f;
-	/* NaN in, NaN out, so a diverged loss still shows as NaN. Branch-free
-	 * (a select here gets turned into a branch around the whole body):
-	 * |x| bits > 0x7f800000 exactly when adding 0x7fffff carries into bit 31. */
-	uint32_t nan = 0u - (((in.u & 0x7fffffffu) + 0x007fffffu) >> 31);
+	/* all-ones masks where x < -87, x > 88, x is NaN (|x| bits > inf's) */
+	uint32_t under = 0u - (uint32_t)(in.u > 0xc2ae0000u);
+	uint32_t over = 0u - (uint32_t)(in.i > 0x42b00000);
+	uint32_t nan = 0u - (uint32_t)((in.u & 0x7fffffffu) > 0x7f800000u);
+	out.u &= ~under;
+	out.u = (out.u & ~over) | (0x7f800000u & over);
 	out.u = (out.u & ~nan) | (in.u & nan);
 	return out.f;
 }

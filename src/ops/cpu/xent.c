@@ -1,11 +1,15 @@
 /* Fused softmax + cross-entropy over the vocabulary, one row per token.
  *
- * Per row: m = max, sum of exp(x - m) accumulated in double (V is tens of
- * thousands of terms), lse = m + log(sum); loss = lse - x[target]; then the
- * gradient (softmax - onehot) * scale in a second pass. exp is the
- * vectorizable cpu_expf: at V = 32K the two exp passes are the whole cost. dlogits may alias logits: each element is read before it is written
- * and x[target] is read before the row is overwritten. Rows are independent,
- * so they are split across threads and the result does not depend on the
+ * Per row: m = max, z = sum of exp(x - m) accumulated in double (V is tens of
+ * thousands of terms); loss = (m - x[target]) + log z, added in double so a
+ * small loss next to large logits keeps its digits; then the gradient
+ * exp(x - m) * (scale / z), minus scale at the target, in a second pass (no
+ * rounded lse inside the exp). exp is the vectorizable cpu_expf: at V = 32K
+ * the two exp passes are the whole cost.
+ *
+ * dlogits may alias logits: each element is read before it is written, and
+ * x[target] is read before the row is overwritten. Rows are independent, so
+ * they are split across threads and the result does not depend on the
  * thread count. */
 #include <math.h>
 #include <string.h>
@@ -34,16 +38,16 @@ void cpu_xent_forward_backward(float *dlogits, float *losses, const float *logit
 #pragma omp simd reduction(+ : sum)
 		for (int j = 0; j < v; j++)
 			sum += (double)cpu_expf(x[j] - m);
-		float lse = m + (float)log(sum);
-		losses[i] = lse - x[tgt];
+		losses[i] = (float)((double)(m - x[tgt]) + log(sum));
 		if (!d)
 			continue;
+		const float k = (float)(scale / sum);
 		/* simd: d is x or disjoint from it, so there is no dependence
 		 * between iterations; without the pragma the aliased call (the
 		 * usual one) would fall back to the scalar loop */
 #pragma omp simd
 		for (int j = 0; j < v; j++)
-			d[j] = cpu_expf(x[j] - lse) * scale;
+			d[j] = cpu_expf(x[j] - m) * k;
 		d[tgt] -= scale;
 	}
 }
