@@ -7,7 +7,7 @@ NVCC    ?= nvcc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
-CFLAGS  += -std=gnu11 $(OPT) $(WARN) -g -fno-fast-math -Isrc -I/usr/include/cjson -MMD -MP
+CFLAGS  += -std=gnu11 $(OPT) $(WARN) -g -fno-fast-math -fno-math-errno -Isrc -I/usr/include/cjson -MMD -MP
 LDLIBS  += -ldnnl -lcjson -lm -lpthread
 BENCH_LIBS := -lopenblas
 

@@ -111,7 +111,8 @@ struct st_ops {
 
 	/* Optimizer kernels on flat arrays of one unit (see optim/). */
 
-	/* AdamW (Loshchilov & Hutter), decoupled weight decay, PyTorch's order:
+	/* AdamW (Loshchilov & Hutter), decoupled weight decay, in PyTorch's order
+	 * (same math as torch.optim.AdamW; the last bits of rounding may differ):
 	 *   g' = g * grad_scale
 	 *   p -= lr * wd * p                       (if wd != 0)
 	 *   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
