@@ -29,6 +29,9 @@ CASES = {
                      tied=True, theta=500.0, eps=1e-5, B=3, T=5),
     "odd_mqa_headdim": dict(vocab=31, dim=20, layers=3, heads=5, kv=1, ffn=33, head_dim=6,
                             tied=False, theta=10000.0, eps=1e-6, B=1, T=9),
+    "stable_embedding": dict(vocab=33, dim=16, layers=1, heads=2, kv=1, ffn=24, head_dim=None,
+                             tied=True, theta=10000.0, eps=1e-6, B=2, T=6,
+                             stable_embedding=True),
 }
 
 
@@ -86,6 +89,8 @@ def main():
             cfg["rope_theta"] = c["theta"]
         if c["head_dim"]:
             cfg["head_dim"] = c["head_dim"]
+        if c.get("stable_embedding"):
+            cfg["stable_embedding"] = True
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=1)
         write_safetensors(os.path.join(d, "model.safetensors"),

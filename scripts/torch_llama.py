@@ -20,6 +20,9 @@ def param_shapes(c):
     hd = head_dim(c)
     qd, kd = c["heads"] * hd, c["kv"] * hd
     s = {"model.embed_tokens.weight": (V, C)}
+    if c.get("stable_embedding"):
+        s["model.embed_norm.weight"] = (C,)
+        s["model.embed_norm.bias"] = (C,)
     for l in range(c["layers"]):
         pre = f"model.layers.{l}."
         s[pre + "input_layernorm.weight"] = (C,)
@@ -60,6 +63,9 @@ def forward(p, c, tokens, targets, sdpa=False):
     B, T = tokens.shape
     H, KV, hd = c["heads"], c["kv"], head_dim(c)
     x = p["model.embed_tokens.weight"][tokens]
+    if c.get("stable_embedding"):  # LayerNorm after the embedding (Dettmers et al. 2.3)
+        x = F.layer_norm(x, (c["dim"],), p["model.embed_norm.weight"],
+                         p["model.embed_norm.bias"], eps=1e-5)
     cos, sin = rope_tables(T, hd, c["theta"], x.dtype)
     mask = torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)
     for l in range(c["layers"]):

@@ -75,6 +75,7 @@ static void check_case(const char *name)
 Test(model, grad_gqa_untied) { check_case("gqa_untied"); }
 Test(model, grad_mha_tied) { check_case("mha_tied"); }
 Test(model, grad_odd_mqa_headdim) { check_case("odd_mqa_headdim"); }
+Test(model, grad_stable_embedding_tied) { check_case("stable_embedding"); }
 
 /* Two micro-batches with scale 1/total equal one batch of both, up to fp32
  * summation order (the design's accumulation contract). */

@@ -331,6 +331,78 @@ Test(ops, rmsnorm)
 	free(rref), free(dout), free(dx), free(dw), free(dwref), free(gx), free(gw), free(dd);
 }
 
+/* ---- layernorm ------------------------------------------------------------ */
+
+static void ref_layernorm_stats(const double *x, double *mean, double *rstd, int n, int c,
+				double eps)
+{
+	for (int i = 0; i < n; i++) {
+		double s = 0, v = 0;
+		for (int j = 0; j < c; j++)
+			s += x[(size_t)i * c + j];
+		double mu = s / c;
+		for (int j = 0; j < c; j++)
+			v += (x[(size_t)i * c + j] - mu) * (x[(size_t)i * c + j] - mu);
+		mean[i] = mu;
+		rstd[i] = 1.0 / sqrt(v / c + eps);
+	}
+}
+
+static void ref_layernorm(const struct ref_op *op, double *out)
+{
+	int n = op->d[0], c = op->d[1];
+	double *mean = dmalloc((size_t)n), *rstd = dmalloc((size_t)n);
+	ref_layernorm_stats(op->in[0], mean, rstd, n, c, op->eps);
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < c; j++)
+			out[(size_t)i * c + j] = (op->in[0][(size_t)i * c + j] - mean[i]) * rstd[i] *
+							 op->in[1][j] +
+						 op->in[2][j];
+	free(mean), free(rstd);
+}
+
+Test(ops, layernorm)
+{
+	uint64_t seed = 0x35;
+	const int n = 6, c = 70;
+	const float eps = 1e-5f;
+	const size_t nc = (size_t)n * c;
+	float *x = frand(nc, 1, &seed), *w = frand((size_t)c, 1, &seed), *b = frand((size_t)c, 1, &seed);
+	for (int j = 0; j < c; j++) /* row 1: offset mean, variance ~ eps */
+		x[c + j] = 2.0f + 3e-3f * x[c + j];
+	float *out = fnan(nc), *mean = fnan((size_t)n), *rstd = fnan((size_t)n);
+	ops()->layernorm_forward(out, mean, rstd, x, w, b, n, c, eps);
+	struct ref_op op = { .f = ref_layernorm,
+			     .in = { todouble(x, nc), todouble(w, (size_t)c), todouble(b, (size_t)c) },
+			     .in_n = { nc, (size_t)c, (size_t)c }, .out_n = nc, .d = { n, c }, .eps = eps };
+	double *ref = dmalloc(nc), *mref = dmalloc((size_t)n), *rref = dmalloc((size_t)n);
+	ref_layernorm(&op, ref);
+	ref_layernorm_stats(op.in[0], mref, rref, n, c, eps);
+	expect_close("layernorm_forward out", out, ref, nc, 1, FWD_TOL);
+	expect_close("layernorm_forward rstd", rstd, rref, (size_t)n, 1, FWD_TOL);
+	expect_close("layernorm_forward mean", mean, mref, (size_t)n, 1, FWD_TOL);
+
+	float *dout = frand(nc, 1, &seed), *dx = fnan(nc);
+	float *dw = frand((size_t)c, 1, &seed), *db = frand((size_t)c, 1, &seed);
+	double *dwref = todouble(dw, (size_t)c), *dbref = todouble(db, (size_t)c);
+	double *gx = dmalloc(nc), *gw = dmalloc((size_t)c), *gb = dmalloc((size_t)c);
+	ops()->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, n, c);
+	double *dd = todouble(dout, nc);
+	fd_grad(&op, 0, dd, gx, 1);
+	fd_grad(&op, 1, dd, gw, 1);
+	fd_grad(&op, 2, dd, gb, 1);
+	for (int j = 0; j < c; j++) {
+		dwref[j] += gw[j];
+		dbref[j] += gb[j];
+	}
+	expect_close("layernorm_backward dx", dx, gx, nc, 1, GRAD_TOL);
+	expect_close("layernorm_backward dw (+=)", dw, dwref, (size_t)c, 1, GRAD_TOL);
+	expect_close("layernorm_backward db (+=)", db, dbref, (size_t)c, 1, GRAD_TOL);
+	free(x), free(w), free(b), free(out), free(mean), free(rstd), free(op.in[0]), free(op.in[1]);
+	free(op.in[2]), free(ref), free(mref), free(rref), free(dout), free(dx), free(dw), free(db);
+	free(dwref), free(dbref), free(gx), free(gw), free(gb), free(dd);
+}
+
 /* ---- rope ---------------------------------------------------------------- */
 
 #define ROPE_THETA 10000.0

@@ -97,9 +97,11 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	}
 	if (!dwte)
 		dwte = store_acquire(s, 0, ST_SLAB_G);
-	llama_embed_backward(ops, m, a, dwte, tokens);
-	if (m->cfg.tied)
-		store_release(s, 0, ST_SLAB_W, 0);
+	/* a tied head still holds the embed weights; otherwise acquire them again
+	 * (the stable embedding's LayerNorm needs its gains in backward) */
+	const float *we = m->cfg.tied ? wte : store_acquire(s, 0, ST_SLAB_W);
+	llama_embed_backward(ops, m, a, we, dwte, tokens);
+	store_release(s, 0, ST_SLAB_W, 0);
 	store_release(s, 0, ST_SLAB_G, 1);
 	unit_done(ex, 0);
 	return loss;

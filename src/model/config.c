@@ -160,6 +160,8 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	cfg->init_std = (float)std;
 	const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
 	cfg->tied = tie ? cJSON_IsTrue(tie) : 0;
+	const cJSON *se = cJSON_GetObjectItemCaseSensitive(root, "stable_embedding");
+	cfg->stable_embedding = se ? cJSON_IsTrue(se) : 0;
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
 	ST_CHECK(!act || !cJSON_IsString(act) || strcmp(act->valuestring, "silu") == 0,
 		 "LLaMA uses SwiGLU (hidden_act \"silu\")", "%s: unsupported hidden_act \"%s\"", path,
@@ -231,6 +233,8 @@ int config_save(const struct st_config *c, const char *path)
 	if (c->eos_id >= 0)
 		cJSON_AddNumberToObject(r, "eos_token_id", c->eos_id);
 	cJSON_AddStringToObject(r, "torch_dtype", "float32");
+	if (c->stable_embedding)
+		cJSON_AddBoolToObject(r, "stable_embedding", 1);
 	char *text = cJSON_Print(r);
 	cJSON_Delete(r);
 	if (!text) {

@@ -17,6 +17,10 @@ struct st_config {
 	int tied;         /* tie_word_embeddings */
 	float init_std;   /* initializer_range */
 	int bos_id, eos_id;
+	/* strata extension (config.json "stable_embedding"): LayerNorm after the
+	 * token embedding and Xavier-uniform embedding init (Dettmers et al. 2021,
+	 * section 2.3), for 8-bit optimizer stability */
+	int stable_embedding;
 };
 
 /* Fill cfg from a preset name ("tiny", "llama-60m", "llama-130m", ...);

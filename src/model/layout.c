@@ -16,6 +16,7 @@ static void add_param(struct st_model *m, int unit, const char *name, enum st_pa
 	struct st_unit *u = &m->units[unit];
 	snprintf(p->name, sizeof p->name, "%s", name);
 	p->role = role;
+	p->init = role == ST_ROLE_NORM ? ST_INIT_ONES : ST_INIT_NORMAL;
 	p->unit = unit;
 	p->offset = u->numel;
 	p->ndim = d1 > 0 ? 2 : 1;
@@ -36,12 +37,18 @@ int model_build(struct st_model *m, const struct st_config *cfg)
 	const int qd = cfg->n_heads * cfg->head_dim, kvd = cfg->n_kv_heads * cfg->head_dim;
 	m->n_units = L + 2;
 	m->units = st_calloc((size_t)m->n_units, sizeof *m->units);
-	m->params = st_calloc((size_t)(L * LP__COUNT + 3), sizeof *m->params);
+	m->params = st_calloc((size_t)(L * LP__COUNT + 5), sizeof *m->params);
 	if (!m->units || !m->params)
 		return ST_FAIL;
 
 	m->units[0] = (struct st_unit){.kind = ST_UNIT_EMBED, .first_param = 0};
 	add_param(m, 0, "model.embed_tokens.weight", ST_ROLE_EMBED, V, C);
+	if (cfg->stable_embedding) {
+		m->params[0].init = ST_INIT_XAVIER;
+		add_param(m, 0, "model.embed_norm.weight", ST_ROLE_NORM, C, 0);
+		add_param(m, 0, "model.embed_norm.bias", ST_ROLE_NORM, C, 0);
+		m->params[2].init = ST_INIT_ZEROS;
+	}
 	char name[96];
 	for (int l = 0; l < L; l++) {
 		int u = 1 + l;
@@ -104,14 +111,24 @@ void model_init_unit(const struct st_model *m, int unit, float *w, uint64_t seed
 	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		float *x = w + p->offset;
-		if (p->role == ST_ROLE_NORM) {
-			for (size_t j = 0; j < p->numel; j++)
-				x[j] = 1.0f;
-			continue;
-		}
 		struct st_rng r;
 		rng_seed(&r, seed, (uint64_t)i);
-		for (size_t j = 0; j < p->numel; j++)
-			x[j] = (float)(m->cfg.init_std * rng_normal(&r));
+		const double a = sqrt(6.0 / (double)(p->shape[0] + p->shape[1]));
+		for (size_t j = 0; j < p->numel; j++) {
+			switch (p->init) {
+			case ST_INIT_ONES:
+				x[j] = 1.0f;
+				break;
+			case ST_INIT_ZEROS:
+				x[j] = 0.0f;
+				break;
+			case ST_INIT_XAVIER:
+				x[j] = (float)(a * (2.0 * rng_uniform(&r) - 1.0));
+				break;
+			case ST_INIT_NORMAL:
+				x[j] = (float)(m->cfg.init_std * rng_normal(&r));
+				break;
+			}
+		}
 	}
 }

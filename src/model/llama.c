@@ -42,7 +42,8 @@ size_t acts_rest_floats(const struct st_model *m, int b, int t)
 	const size_t N = (size_t)b * t, C = c->dim, F = c->ffn_dim, V = c->vocab_size;
 	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
 	return 5 * R16(N * C) + 2 * R16(N) + R16(N * V) + 2 * R16(N * QD) + 2 * R16(N * KD) +
-	       3 * R16(N * F) + 2 * R16((size_t)t * c->head_dim / 2);
+	       3 * R16(N * F) + 2 * R16((size_t)t * c->head_dim / 2) +
+	       (c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0);
 }
 
 int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *const *layer_blocks,
@@ -95,6 +96,11 @@ int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *
 	a->dup = TAKE(N * F);
 	a->rope_cos = TAKE((size_t)t * c->head_dim / 2);
 	a->rope_sin = TAKE((size_t)t * c->head_dim / 2);
+	if (c->stable_embedding) {
+		a->emb = TAKE(N * C);
+		a->emb_mean = TAKE(N);
+		a->emb_rstd = TAKE(N);
+	}
 #undef TAKE
 	rope_table(a->rope_cos, a->rope_sin, t, c->head_dim, c->rope_theta);
 	return ST_OK;
@@ -119,14 +125,29 @@ static float *PG(const struct st_model *m, int unit, int i, float *g)
 void llama_embed_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
 			 const float *w, const int32_t *tokens)
 {
-	float *x0 = m->cfg.n_layers > 0 ? a->layers[0].x : a->x_final;
-	ops->embedding_forward(x0, tokens, w, a->b * a->t, m->cfg.dim);
+	const int N = a->b * a->t, C = m->cfg.dim;
+	float *x0 = a->layers[0].x;
+	if (!m->cfg.stable_embedding) {
+		ops->embedding_forward(x0, tokens, w, N, C);
+		return;
+	}
+	/* stable embedding: x0 = LayerNorm(wte[tokens]) */
+	ops->embedding_forward(a->emb, tokens, w, N, C);
+	ops->layernorm_forward(x0, a->emb_mean, a->emb_rstd, a->emb, P(m, 0, 1, w), P(m, 0, 2, w), N,
+			       C, 1e-5f);
 }
 
 void llama_embed_backward(const struct st_ops *ops, const struct st_model *m,
-			  struct st_acts *a, float *g, const int32_t *tokens)
+			  struct st_acts *a, const float *w, float *g, const int32_t *tokens)
 {
-	ops->embedding_backward(g, a->dx, tokens, a->b * a->t, m->cfg.dim, m->cfg.vocab_size);
+	const int N = a->b * a->t, C = m->cfg.dim;
+	const float *dx0 = a->dx;
+	if (m->cfg.stable_embedding) {
+		ops->layernorm_backward(a->dtmp, PG(m, 0, 1, g), PG(m, 0, 2, g), a->dx, a->emb,
+					P(m, 0, 1, w), a->emb_mean, a->emb_rstd, N, C);
+		dx0 = a->dtmp;
+	}
+	ops->embedding_backward(g, dx0, tokens, N, C, m->cfg.vocab_size);
 }
 
 void llama_layer_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,

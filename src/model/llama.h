@@ -18,15 +18,23 @@
 
 enum st_param_role {
 	ST_ROLE_EMBED,  /* token embedding (V,C) */
-	ST_ROLE_NORM,   /* RMSNorm gains (C) */
+	ST_ROLE_NORM,   /* norm gains and biases (C) */
 	ST_ROLE_ATTN,   /* q, k, v, o projections */
 	ST_ROLE_MLP,    /* gate, up, down projections */
 	ST_ROLE_LMHEAD, /* untied output projection (V,C) */
 };
 
+enum st_param_init {
+	ST_INIT_NORMAL,  /* normal(0, initializer_range) */
+	ST_INIT_XAVIER,  /* uniform(-a, a), a = sqrt(6 / (fan_in + fan_out)) */
+	ST_INIT_ONES,
+	ST_INIT_ZEROS,
+};
+
 struct st_param {
 	char name[96];       /* Hugging Face name, e.g. model.layers.3.mlp.up_proj.weight */
 	enum st_param_role role;
+	enum st_param_init init;
 	int unit;
 	size_t offset;       /* in elements, within the unit's slab */
 	int ndim;
@@ -87,6 +95,8 @@ struct st_layer_acts {
 
 struct st_acts {
 	int b, t;
+	float *emb;      /* (N,C) raw embedding rows (stable embedding only) */
+	float *emb_mean, *emb_rstd; /* (N) */
 	struct st_layer_acts *layers; /* L of them */
 	float *x_final;  /* (N,C) output of the last layer */
 	float *xf;       /* (N,C) after the final norm */
@@ -119,7 +129,7 @@ void acts_unbind(struct st_acts *a);
 void llama_embed_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
 			 const float *w, const int32_t *tokens);
 void llama_embed_backward(const struct st_ops *ops, const struct st_model *m,
-			  struct st_acts *a, float *g, const int32_t *tokens);
+			  struct st_acts *a, const float *w, float *g, const int32_t *tokens);
 void llama_layer_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
 			 int l, const float *w);
 void llama_layer_backward(const struct st_ops *ops, const struct st_model *m,

@@ -64,6 +64,18 @@ struct st_ops {
 				 const float *w /* (C) */, const float *rstd /* (N) */, int n,
 				 int c);
 
+	/* LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps),
+	 * biased variance over the row (fp32 accumulation). */
+	void (*layernorm_forward)(float *out /* (N,C) */, float *mean /* (N) */,
+				  float *rstd /* (N) */, const float *x /* (N,C) */,
+				  const float *w /* (C) */, const float *b /* (C) */, int n, int c,
+				  float eps);
+	/* dx (=), dw and db (+=) */
+	void (*layernorm_backward)(float *dx /* (N,C) */, float *dw /* (C) */, float *db /* (C) */,
+				   const float *dout /* (N,C) */, const float *x /* (N,C) */,
+				   const float *w /* (C) */, const float *mean /* (N) */,
+				   const float *rstd /* (N) */, int n, int c);
+
 	/* In-place rotary embedding, Hugging Face rotate_half convention: within
 	 * each head, element i pairs with i + hd/2, angle = pos * theta^(-2i/hd),
 	 * pos = t (row index within its sequence of length T).

@@ -41,7 +41,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"keep-ckpts", OT_INT, F(keep_ckpts), "3", "checkpoints kept in the run directory (0: all)"},
 	{"seed", OT_LONG, F(seed), "1", "seed for data order and initialization"},
 	{"threads", OT_INT, F(threads), "0", "CPU threads (0: all cores)"},
-	{"log-interval", OT_INT, F(log_interval), "1", "steps between metrics lines"},
+	{"log-interval", OT_INT, F(log_interval), "10", "steps between progress lines when not on a terminal"},
 	{"device", OT_STR, F(device), "auto", "cpu | cuda | auto"},
 	{"progress", OT_STR, F(progress), "auto", "auto | bar | lines | none"},
 };

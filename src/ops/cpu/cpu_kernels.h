@@ -72,6 +72,10 @@ void cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte, 
 void cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int n, int c,
 			    int v);
 
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+			   const float *b, int n, int c, float eps);
+void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+			    const float *w, const float *mean, const float *rstd, int n, int c);
 void cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n, int c,
 			 float eps);
 void cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
