@@ -108,9 +108,11 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 	/* the real step: forward + backward + AdamW over all units */
 	struct st_optim_cfg oc = {.kind = ST_OPT_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
 				  .weight_decay = 0.1f};
-	float **state = calloc((size_t)m->n_units, sizeof *state);
+	struct st_optim opt;
+	ST_TRY(optim_init(&opt, &oc, m));
+	void **state = calloc((size_t)m->n_units, sizeof *state);
 	for (int u = 0; u < m->n_units; u++)
-		state[u] = calloc(2 * m->units[u].numel, sizeof(float));
+		state[u] = calloc(opt.unit_bytes[u], 1);
 	int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
 	struct st_rng rng;
 	rng_seed(&rng, 3, 0);
@@ -129,7 +131,7 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 		for (int u = 0; u < m->n_units; u++)
 			ss += s.ops->sumsq(store_acquire(&s.store, u, ST_SLAB_G), m->units[u].numel);
 		for (int u = 0; u < m->n_units; u++)
-			optim_step_unit(s.ops, &oc, m, u, s.w[u], store_acquire(&s.store, u, ST_SLAB_G),
+			optim_step_unit(s.ops, &opt, u, s.w[u], store_acquire(&s.store, u, ST_SLAB_G),
 					state[u], it + 1, 1e-4f, ss > 1 ? (float)(1 / sqrt(ss)) : 1.0f);
 		double dt = now() - t0;
 		if (it > 0 && dt < best) /* first step warms caches and allocators */
@@ -174,6 +176,7 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 	for (int u = 0; u < m->n_units; u++)
 		free(state[u]);
 	free(state), free(tok), free(tgt);
+	optim_free(&opt);
 	session_close(&s);
 	return ST_OK;
 }

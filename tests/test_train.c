@@ -66,6 +66,15 @@ static void check_resume(const char *flags)
 }
 
 Test(train, resume_bit_identical_adamw) { check_resume("--grad-accum 2 --grad-clip 0.5"); }
+Test(train, resume_bit_identical_adamw8bit)
+{
+	/* --quant-min-size 512 puts the 64x64 attention matrices on 8-bit state too */
+	check_resume("--optimizer adamw8bit --quant-min-size 512 --grad-accum 2");
+}
+Test(train, resume_bit_identical_sgd8bit)
+{
+	check_resume("--optimizer sgd8bit --momentum 0.9 --lr 0.05 --quant-min-size 512 --quant-block 64");
+}
 Test(train, resume_bit_identical_sgd_momentum)
 {
 	check_resume("--optimizer sgd --momentum 0.9 --lr 0.05 --weight-decay 0.01");
@@ -267,6 +276,44 @@ Test(train, unwritable_out_and_existing_run)
 		    cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --optimizer sgd", cu_bin(), dir));
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums", dir), 0,
 		     "a failed run touched the saved checkpoint: %s", out);
+}
+
+/* A non-finite gradient skips the update (weights and moments untouched),
+ * is counted, and stops training once more than --max-skipped-steps. */
+Test(train, nonfinite_gradient_skips_step)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "nan");
+	setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/a --steps 2 --ckpt-interval 1 "
+			"--optimizer adamw8bit --quant-min-size 512 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	/* poison step 3 of a resumed run: its update is skipped, so step 3's
+	 * checkpoint holds exactly step 2's weights and optimizer state */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/b --steps 4 --ckpt-interval 1 --keep-ckpts 0",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "a single non-finite step must not stop training: %s", out);
+	cr_expect(strstr(out, "step 3: non-finite gradient") != NULL, "no warning: %s", out);
+	char a[512], b[512];
+	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+	for (int i = 0; i < 2; i++) {
+		snprintf(a, sizeof a, "%s/a/step-000002/%s", dir, files[i]);
+		snprintf(b, sizeof b, "%s/b/step-000003/%s", dir, files[i]);
+		cr_expect(files_equal(a, b), "a skipped step changed %s", files[i]);
+	}
+	cr_expect_eq(cu_run(out, sizeof out, "grep -qE '\"skipped\":[[:space:]]*1,' %s/b/step-000003/trainer.json && "
+				    "grep -qE '\"updates\":[[:space:]]*2,' %s/b/step-000003/trainer.json && "
+				    "grep -qE '\"updates\":[[:space:]]*3,' %s/b/step-000004/trainer.json", dir, dir, dir), 0,
+		     "skip and update counts not recorded");
+	/* with no skips allowed, the same fault stops the run with an error */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/c --steps 4 --max-skipped-steps 0",
+		    cu_bin(), dir, dir);
+	expect_fail("too many skipped steps", "max-skipped-steps", rc);
+	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/c/step-000003", dir), 0, "a failed step was saved");
 }
 
 /* SIGKILL in the middle of writing a checkpoint leaves the previous one as

@@ -17,6 +17,7 @@ static void help(void)
 	       "  --vocab N      override the vocabulary size\n"
 	       "  --max-seq N    override max_position_embeddings\n"
 	       "  --tied         tie the output projection to the embedding\n"
+	       "  --stable-embedding  LayerNorm after the embedding, Xavier init (for 8-bit optimizers)\n"
 	       "  --force        overwrite an existing model in DIR\n",
 	       config_preset_names());
 }
@@ -36,6 +37,7 @@ int cmd_init(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "vocab", 0, &vocab));
 	ST_TRY(cli_get_long(&a, "max-seq", 0, &max_seq));
 	int tied = cli_has(&a, "tied"), force = cli_has(&a, "force");
+	int stable = cli_has(&a, "stable-embedding");
 	ST_TRY(cli_check_unused(&a, "init"));
 	ST_CHECK(out, "pass --out DIR", "strata init: no output directory (--out)");
 
@@ -47,6 +49,8 @@ int cmd_init(int argc, char **argv)
 		cfg.max_seq = (int)max_seq;
 	if (tied)
 		cfg.tied = 1;
+	if (stable)
+		cfg.stable_embedding = 1;
 	ST_TRY(config_validate(&cfg));
 
 	char path[4096];

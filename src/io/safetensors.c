@@ -480,6 +480,26 @@ int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int 
 	return safetensors_read_f32(sf, t, dst);
 }
 
+int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,
+			 int ndim, const int64_t *shape, void *dst, size_t bytes)
+{
+	const struct st_tensor_info *t = safetensors_find(sf, name);
+	ST_CHECK(t, "check that the file belongs to this model and optimizer",
+		 "missing tensor %s in %s", name, sf->path);
+	ST_CHECK(t->dtype == dtype, "the file was written with other settings",
+		 "%s: tensor '%s' has wrong dtype %s (expected %s)", sf->path, name,
+		 dtype_name(t->dtype), dtype_name(dtype));
+	int same = t->ndim == ndim;
+	for (int i = 0; same && i < ndim; i++)
+		same = t->shape[i] == shape[i];
+	char got[256], want[256];
+	ST_CHECK(same && t->end - t->begin == bytes, "the file was written with other settings",
+		 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
+		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
+	memcpy(dst, safetensors_data(sf, t), bytes);
+	return ST_OK;
+}
+
 /* ---- writing -------------------------------------------------------------- */
 
 /* Validate the inputs and compute each tensor's byte size into bytes[]. */

@@ -65,6 +65,10 @@ int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor
  * naming the file, the tensor, and what was expected. */
 int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
 			 const int64_t *shape, float *dst);
+/* Like safetensors_load_f32, but the dtype must be exactly `dtype` and the
+ * bytes are copied as they are (little-endian hosts): optimizer state. */
+int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,
+			 int ndim, const int64_t *shape, void *dst, size_t bytes);
 const char *safetensors_meta(const struct st_safetensors *sf, const char *key);
 
 /* Write tensors in the given order, 8-byte aligned header padded with spaces,

@@ -37,6 +37,24 @@ struct st_sgd_args {
 	int first_step; /* momentum buffer is initialized to g' on the first step */
 };
 
+/* 8-bit optimizers (Dettmers et al., arXiv 2110.02861): state as uint8 codes
+ * into a 256-entry map (optim/quantmap.h) with one fp32 absmax per block of
+ * `block` elements (the last block may be partial). */
+struct st_adamw8_args {
+	float lr, beta1, beta2, eps, weight_decay;
+	float grad_scale; /* applied to g before use (global-norm clipping) */
+	float bc1, bc2;   /* bias corrections 1 - beta^t */
+	int block;        /* elements per absmax block (256 in bitsandbytes) */
+	const float *map_m /* signed dynamic map, 256 */, *map_v /* unsigned, 256 */;
+};
+
+struct st_sgd8_args {
+	float lr, momentum, weight_decay, grad_scale;
+	int first_step; /* momentum = g' on the first step; old codes are not read */
+	int block;
+	const float *map; /* signed dynamic map, 256 */
+};
+
 struct st_ops {
 	const char *name;    /* "cpu", "cuda" */
 	const char *matmul_lib; /* which library/kernel runs matmuls, for reports */
@@ -137,6 +155,39 @@ struct st_ops {
 	 *   p -= lr * (momentum ? mom : g') */
 	void (*sgd_step)(float *p, float *mom, const float *g, size_t n,
 			 const struct st_sgd_args *a);
+
+	/* 8-bit AdamW, fused, bitsandbytes' blockwise order. Each fp32 operation
+	 * below rounds once, in this order, with no FMA contraction and IEEE
+	 * division and sqrt, so every backend gives the same bits. Per call:
+	 *   c2 = sqrt(bc2);  step = lr * c2 / bc1;  eps_hat = eps * c2;
+	 *   decay = 1 - lr * wd
+	 * per block b (elements i of the block):
+	 *   g' = g * grad_scale
+	 *   m = map_m[m_codes] * m_absmax[b];  v = map_v[v_codes] * v_absmax[b]
+	 *   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) (g' g')
+	 *   m_absmax[b] = max |m|, v_absmax[b] = max |v| over the block (new)
+	 *   p = p - step * (m / (sqrt(v) + eps_hat))     [= -lr m^/(sqrt(v^)+eps)]
+	 *   p = p * decay                                 (decoupled decay, after)
+	 *   m_codes = code(m / m_absmax[b]), v_codes = code(v / v_absmax[b])
+	 * where code() is quant_nearest (nearest entry, exact midpoint -> lower
+	 * index, NaN -> the code of 0) and a zero absmax divides by 1 instead.
+	 * State with all absmax 0 (e.g. all bytes zero) is m = v = 0. Non-finite
+	 * gradients poison the block's state: skip such steps (bitsandbytes
+	 * zeroes those elements instead). */
+	void (*adamw8_step)(float *p /* (n) */, uint8_t *m_codes /* (n) */,
+			    uint8_t *v_codes /* (n) */, float *m_absmax /* (ceil(n/block)) */,
+			    float *v_absmax /* (ceil(n/block)) */, const float *g /* (n) */,
+			    size_t n, const struct st_adamw8_args *a);
+	/* SGD with 8-bit block-wise momentum (signed map), same rounding rules:
+	 *   g' = g * grad_scale + wd * p                  (L2, as sgd_step)
+	 *   mom = map[mom_codes] * mom_absmax[b]          (not on the first step)
+	 *   mom = momentum * mom + g'   (mom = g' on the first step)
+	 *   p = p - lr * mom
+	 *   mom_absmax[b] = max |mom|;  mom_codes = code(mom / mom_absmax[b])
+	 * mom_codes NULL: no state, p = p - lr * g'. */
+	void (*sgd8_step)(float *p /* (n) */, uint8_t *mom_codes /* (n) */,
+			  float *mom_absmax /* (ceil(n/block)) */, const float *g /* (n) */,
+			  size_t n, const struct st_sgd8_args *a);
 };
 
 /* The CPU backend's table (always available). */

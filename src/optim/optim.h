@@ -2,18 +2,25 @@
  * state) through the kernel table, so it runs on either backend and the
  * engine may call it per unit as soon as that unit's gradient is complete.
  *
- * Which parameters get weight decay is a property of the parameter's role:
- * matrices (attention, MLP, untied lm_head) always; norm gains and the token
- * embedding only when asked (decay_norms / decay_embed). */
+ * Per-parameter decisions come from the parameter's descriptor (its role and
+ * size), never from its position in a list:
+ *   - weight decay: matrices (attention, MLP, untied lm_head) always; norm
+ *     gains/biases and the token embedding only when asked;
+ *   - 8-bit state (adamw8bit, sgd8bit; Dettmers et al. 2021): block-wise
+ *     dynamic quantization, except tensors under quant_min_numel elements
+ *     (4096 by default, as bitsandbytes) and the token embedding, which keep
+ *     fp32 state (the paper pairs 8-bit optimizers with a 32-bit-state
+ *     embedding, section 2.3). */
 #ifndef ST_OPTIM_H
 #define ST_OPTIM_H
 
 #include <stddef.h>
 
+#include "io/safetensors.h"
 #include "model/llama.h"
 #include "ops/ops.h"
 
-enum st_optim_kind { ST_OPT_ADAMW, ST_OPT_SGD };
+enum st_optim_kind { ST_OPT_ADAMW, ST_OPT_SGD, ST_OPT_ADAMW8, ST_OPT_SGD8 };
 
 struct st_optim_cfg {
 	enum st_optim_kind kind;
@@ -21,23 +28,52 @@ struct st_optim_cfg {
 	float momentum;           /* SGD; 0 = plain SGD, no state */
 	float weight_decay;
 	int decay_norms, decay_embed;
+	int quant_block;          /* elements per absmax block (256, as bitsandbytes) */
+	long quant_min_numel;     /* smaller tensors keep fp32 state (4096) */
 };
 
-/* Parse "adamw" / "sgd"; ST_FAIL with the list when unknown. */
+/* Where one parameter's state lives in its unit's S slab (byte offsets). */
+struct st_pstate {
+	int n_states;        /* AdamW 2 (m, v); SGD with momentum 1; plain SGD 0 */
+	int q8;              /* 8-bit block-wise codes instead of fp32 */
+	size_t n_blocks;     /* absmax entries per state (q8) */
+	size_t off[2];       /* fp32 array, or uint8 codes (q8) */
+	size_t absmax_off[2];/* fp32 absmax per block (q8) */
+};
+
+struct st_optim {
+	struct st_optim_cfg cfg;
+	const struct st_model *m;
+	struct st_pstate *ps;  /* one per model parameter */
+	size_t *unit_bytes;    /* S slab size of each unit */
+	size_t total_bytes;
+	float map_signed[256], map_unsigned[256]; /* dynamic quantization maps */
+};
+
+/* One tensor of optimizer state, as saved in checkpoints. */
+struct st_state_tensor {
+	char suffix[32];      /* "exp_avg", "exp_avg.codes", "exp_avg.absmax", ... */
+	enum st_dtype dtype;  /* F32 or U8 */
+	int ndim;
+	int64_t shape[2];
+	size_t off, bytes;    /* in the unit's S slab */
+};
+
+/* Parse "adamw" / "sgd" / "adamw8bit" / "sgd8bit"; ST_FAIL with the list. */
 int optim_parse_kind(enum st_optim_kind *k, const char *s);
 const char *optim_kind_name(enum st_optim_kind k);
-/* Elements of optimizer state per parameter element (AdamW 2: m, v). */
-int optim_state_per_param(const struct st_optim_cfg *c);
-/* Names of the state tensors (for checkpoints), e.g. {"exp_avg","exp_avg_sq"}. */
-const char *optim_state_name(const struct st_optim_cfg *c, int i);
 int optim_param_decays(const struct st_optim_cfg *c, const struct st_param *p);
 
-/* One update of every parameter of `unit`: w (unit slab), g (its gradient),
- * s (state slab: optim_state_per_param() consecutive arrays of the unit's
- * numel), at 1-based step t with learning rate lr, gradients multiplied by
- * grad_scale first (global-norm clipping). */
-void optim_step_unit(const struct st_ops *ops, const struct st_optim_cfg *c,
-		     const struct st_model *m, int unit, float *w, const float *g, float *s,
-		     long t, float lr, float grad_scale);
+/* Lay out every parameter's state; fails on impossible settings. */
+int optim_init(struct st_optim *o, const struct st_optim_cfg *c, const struct st_model *m);
+void optim_free(struct st_optim *o);
+/* Fill out[] with parameter i's state tensors; returns how many (0..4). */
+int optim_state_tensors(const struct st_optim *o, int i, struct st_state_tensor out[4]);
+
+/* One update of every parameter of `unit`: w (unit weights), g (gradient),
+ * s (the unit's S slab, laid out by optim_init), at 1-based update count t,
+ * learning rate lr, gradients multiplied by grad_scale first (clipping). */
+void optim_step_unit(const struct st_ops *ops, const struct st_optim *o, int unit, float *w,
+		     const float *g, void *s, long t, float lr, float grad_scale);
 
 #endif

@@ -25,32 +25,34 @@
 static int save_optimizer(const struct st_trainer *tr, const char *path)
 {
 	const struct st_model *m = &tr->s.model;
-	const int k = optim_state_per_param(&tr->oc);
-	const int n = m->n_params * k;
-	struct st_tensor_out *t = st_calloc((size_t)(n ? n : 1), sizeof *t);
-	char (*names)[128] = st_calloc((size_t)(n ? n : 1), sizeof *names);
+	const int cap = m->n_params * 4;
+	struct st_tensor_out *t = st_calloc((size_t)cap, sizeof *t);
+	char (*names)[160] = st_calloc((size_t)cap, sizeof *names);
 	if (!t || !names) {
 		free(t);
 		free(names);
 		return ST_FAIL;
 	}
+	int n = 0;
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
-		for (int j = 0; j < k; j++) {
-			int idx = i * k + j;
-			snprintf(names[idx], sizeof names[idx], "%s.%s", p->name,
-				 optim_state_name(&tr->oc, j));
-			t[idx] = (struct st_tensor_out){
-				.name = names[idx], .dtype = ST_DT_F32, .ndim = p->ndim,
-				.data = tr->state[p->unit] + (size_t)j * m->units[p->unit].numel + p->offset};
-			t[idx].shape[0] = p->shape[0];
-			t[idx].shape[1] = p->shape[1];
+		struct st_state_tensor st[4];
+		int k = optim_state_tensors(&tr->opt, i, st);
+		for (int j = 0; j < k; j++, n++) {
+			snprintf(names[n], sizeof names[n], "%s.%s", p->name, st[j].suffix);
+			t[n] = (struct st_tensor_out){.name = names[n], .dtype = st[j].dtype,
+						      .ndim = st[j].ndim,
+						      .data = (char *)tr->state[p->unit] + st[j].off};
+			t[n].shape[0] = st[j].shape[0];
+			t[n].shape[1] = st[j].shape[1];
 		}
 	}
-	char step[32];
-	snprintf(step, sizeof step, "%ld", tr->step);
-	const char *meta[] = {"optimizer", optim_kind_name(tr->oc.kind), "step", step};
-	int rc = safetensors_write(path, t, n, meta, 2);
+	char updates[32], block[32];
+	snprintf(updates, sizeof updates, "%ld", tr->updates);
+	snprintf(block, sizeof block, "%d", tr->opt.cfg.quant_block);
+	const char *meta[] = {"optimizer", optim_kind_name(tr->opt.cfg.kind), "updates", updates,
+			      "quant_block", block};
+	int rc = safetensors_write(path, t, n, meta, 3);
 	free(t);
 	free(names);
 	return rc;
@@ -62,6 +64,8 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	cJSON *r = cJSON_CreateObject();
 	cJSON_AddStringToObject(r, "format", CKPT_FORMAT);
 	cJSON_AddNumberToObject(r, "step", (double)tr->step);
+	cJSON_AddNumberToObject(r, "updates", (double)tr->updates);
+	cJSON_AddNumberToObject(r, "skipped", (double)tr->skipped);
 	cJSON_AddNumberToObject(r, "total_steps", (double)tr->total_steps);
 	cJSON_AddNumberToObject(r, "tokens_seen", tr->tokens_seen);
 	cJSON_AddNumberToObject(r, "last_loss", tr->last_loss);
@@ -231,38 +235,49 @@ int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 	cJSON *root;
 	ST_TRY(read_json(path, &root));
 	const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
+	const cJSON *upd = cJSON_GetObjectItemCaseSensitive(root, "updates");
+	const cJSON *skip = cJSON_GetObjectItemCaseSensitive(root, "skipped");
 	const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens_seen");
 	const cJSON *last = cJSON_GetObjectItemCaseSensitive(root, "last_loss");
-	int ok = cJSON_IsNumber(step) && cJSON_IsNumber(toks);
+	int ok = cJSON_IsNumber(step) && cJSON_IsNumber(toks) && cJSON_IsNumber(upd) &&
+		 cJSON_IsNumber(skip);
 	if (ok) {
 		tr->step = (long)step->valuedouble;
+		tr->updates = (long)upd->valuedouble;
+		tr->skipped = (long)skip->valuedouble;
 		tr->tokens_seen = toks->valuedouble;
 		tr->last_loss = cJSON_IsNumber(last) ? last->valuedouble : NAN;
 	}
 	cJSON_Delete(root);
-	ST_CHECK(ok, "the checkpoint is damaged; use an earlier one", "%s: missing step", path);
+	ST_CHECK(ok, "the checkpoint is damaged; use an earlier one", "%s: missing step counts", path);
 
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;
 	ST_TRY(safetensors_open(&sf, path));
 	const char *kind = safetensors_meta(&sf, "optimizer");
+	const char *block = safetensors_meta(&sf, "quant_block");
 	int rc = ST_OK;
-	if (!kind || strcmp(kind, optim_kind_name(tr->oc.kind)) != 0) {
+	if (!kind || strcmp(kind, optim_kind_name(tr->opt.cfg.kind)) != 0) {
 		ST_ERROR("resume with the optimizer the run was started with",
 			 "%s holds %s state, but the run asks for --optimizer %s", path,
-			 kind ? kind : "unknown", optim_kind_name(tr->oc.kind));
+			 kind ? kind : "unknown", optim_kind_name(tr->opt.cfg.kind));
+		rc = ST_FAIL;
+	} else if (!block || atoi(block) != tr->opt.cfg.quant_block) {
+		ST_ERROR("resume with the --quant-block the run was started with",
+			 "%s was written with quantization block %s, the run asks for %d", path,
+			 block ? block : "unknown", tr->opt.cfg.quant_block);
 		rc = ST_FAIL;
 	}
 	const struct st_model *m = &tr->s.model;
-	const int k = optim_state_per_param(&tr->oc);
 	for (int i = 0; i < m->n_params && rc == ST_OK; i++) {
 		const struct st_param *p = &m->params[i];
+		struct st_state_tensor st[4];
+		int k = optim_state_tensors(&tr->opt, i, st);
 		for (int j = 0; j < k && rc == ST_OK; j++) {
-			char name[160];
-			snprintf(name, sizeof name, "%s.%s", p->name, optim_state_name(&tr->oc, j));
-			rc = safetensors_load_f32(&sf, name, p->ndim, p->shape,
-						  tr->state[p->unit] +
-							  (size_t)j * m->units[p->unit].numel + p->offset);
+			char name[200];
+			snprintf(name, sizeof name, "%s.%s", p->name, st[j].suffix);
+			rc = safetensors_load_raw(&sf, name, st[j].dtype, st[j].ndim, st[j].shape,
+						  (char *)tr->state[p->unit] + st[j].off, st[j].bytes);
 		}
 	}
 	safetensors_close(&sf);

@@ -18,7 +18,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"val", OT_STR, F(val), "", "validation shard (default: val.bin beside the training data)"},
 	{"out", OT_STR, F(out), "", "run directory for checkpoints and metrics.jsonl"},
 	{"resume", OT_STR, F(resume), "", "checkpoint to continue from (a step dir or a run dir)"},
-	{"optimizer", OT_STR, F(optimizer), "adamw", "adamw | sgd"},
+	{"optimizer", OT_STR, F(optimizer), "adamw", "adamw | sgd | adamw8bit | sgd8bit"},
 	{"micro-batch", OT_INT, F(micro_batch), "8", "sequences per micro-batch"},
 	{"seq-len", OT_INT, F(seq_len), "256", "tokens per sequence"},
 	{"grad-accum", OT_INT, F(grad_accum), "1", "micro-batches per optimizer step"},
@@ -32,7 +32,10 @@ const struct st_opt_desc train_opt_table[] = {
 	{"beta1", OT_DOUBLE, F(beta1), "0.9", "AdamW beta1"},
 	{"beta2", OT_DOUBLE, F(beta2), "0.95", "AdamW beta2"},
 	{"eps", OT_DOUBLE, F(eps), "1e-8", "AdamW epsilon"},
-	{"momentum", OT_DOUBLE, F(momentum), "0", "SGD momentum"},
+	{"momentum", OT_DOUBLE, F(momentum), "0", "SGD momentum (sgd8bit needs > 0)"},
+	{"quant-block", OT_INT, F(quant_block), "256", "8-bit optimizers: elements per absmax block"},
+	{"quant-min-size", OT_LONG, F(quant_min_size), "4096", "8-bit optimizers: smaller tensors keep fp32 state"},
+	{"max-skipped-steps", OT_INT, F(max_skipped_steps), "10", "stop after this many steps skipped for non-finite gradients"},
 	{"steps", OT_LONG, F(steps), "0", "optimizer steps (0: from --max-tokens)"},
 	{"max-tokens", OT_DOUBLE, F(max_tokens), "0", "token budget, used when --steps is 0"},
 	{"eval-interval", OT_LONG, F(eval_interval), "100", "steps between evaluations (0: end only)"},
@@ -203,6 +206,11 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--beta1 and --beta2 must be in [0,1)");
 	ST_CHECK(o->eps > 0, h, "--eps must be positive");
 	ST_CHECK(o->momentum >= 0 && o->momentum < 1, h, "--momentum must be in [0,1)");
+	ST_CHECK(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
+		 "sgd8bit quantizes the momentum buffer: give --momentum, e.g. 0.9",
+		 "--optimizer sgd8bit without momentum has no state to quantize");
+	ST_CHECK(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0");
+	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0");
 	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
 		 "no training length: --steps and --max-tokens are both 0");
 	ST_CHECK(o->steps >= 0 && o->max_tokens >= 0, h, "--steps and --max-tokens must be >= 0");

@@ -19,6 +19,9 @@ struct st_train_opts {
 	double lr, min_lr_ratio;
 	long warmup;
 	double weight_decay, grad_clip, beta1, beta2, eps, momentum;
+	int quant_block;
+	long quant_min_size;
+	int max_skipped_steps;
 	int decay_norms, decay_embed;
 	long steps;
 	double max_tokens;       /* token budget; sets steps when steps is 0 */

@@ -40,13 +40,13 @@ double lr_at(const struct st_train_opts *o, long step, long total, long warmup)
 static int alloc_state(struct st_trainer *tr)
 {
 	const struct st_model *m = &tr->s.model;
-	int k = optim_state_per_param(&tr->oc);
 	tr->state = st_calloc((size_t)m->n_units, sizeof *tr->state);
 	if (!tr->state)
 		return ST_FAIL;
-	for (int u = 0; u < m->n_units && k > 0; u++) {
-		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, ST_TIER_HOST,
-				   (size_t)k * m->units[u].numel * sizeof(float)));
+	for (int u = 0; u < m->n_units; u++) {
+		if (!tr->opt.unit_bytes[u])
+			continue;
+		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, ST_TIER_HOST, tr->opt.unit_bytes[u]));
 		tr->state[u] = store_acquire(&tr->s.store, u, ST_SLAB_S);
 	}
 	return ST_OK;
@@ -108,12 +108,14 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	if (!tr->data.has_val)
 		st_log_warn("no validation shard: evaluation is skipped (give --val FILE)");
 
-	tr->oc = (struct st_optim_cfg){.beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
-				       .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
-				       .weight_decay = (float)tr->o.weight_decay,
-				       .decay_norms = tr->o.decay_norms,
-				       .decay_embed = tr->o.decay_embed};
-	ST_TRY(optim_parse_kind(&tr->oc.kind, tr->o.optimizer));
+	struct st_optim_cfg oc = {.beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
+				  .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
+				  .weight_decay = (float)tr->o.weight_decay,
+				  .decay_norms = tr->o.decay_norms, .decay_embed = tr->o.decay_embed,
+				  .quant_block = tr->o.quant_block,
+				  .quant_min_numel = tr->o.quant_min_size};
+	ST_TRY(optim_parse_kind(&oc.kind, tr->o.optimizer));
+	ST_TRY(optim_init(&tr->opt, &oc, m));
 	ST_TRY(alloc_state(tr));
 
 	const double tokens_per_step =
@@ -145,6 +147,7 @@ void trainer_close(struct st_trainer *tr)
 		fclose(tr->metrics);
 	data_close(&tr->data);
 	session_close(&tr->s);
+	optim_free(&tr->opt);
 	free(tr->state);
 	free(tr->tokens);
 	free(tr->targets);
@@ -229,27 +232,43 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		loss_sum += exec_micro_step(&s->exec, tr->tokens + j * per, tr->targets + j * per,
 					    scale, &c);
 	}
+	const char *fault = getenv("STRATA_FAULT_NAN_AT_STEP"); /* test hook */
+	if (fault && atol(fault) == step)
+		((float *)store_acquire(&s->store, model_head_unit(m), ST_SLAB_G))[0] = NAN;
 	double sumsq = 0;
 	for (int u = 0; u < m->n_units; u++)
 		sumsq += ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G), m->units[u].numel);
 	const double gnorm = sqrt(sumsq), loss = loss_sum / (double)n_targets;
+	*loss_out = loss;
+	*gnorm_out = gnorm;
+	*lr_out = 0;
 	if (!isfinite(gnorm) || !isfinite(loss)) {
-		ST_ERROR("lower --lr, or resume from the last checkpoint with different settings",
-			 "non-finite %s at step %ld (loss %g, gradient norm %g); stopping without saving",
-			 isfinite(loss) ? "gradient" : "loss", step, loss, gnorm);
-		return ST_FAIL;
+		/* Skip the update, keep every weight and moment as it was (never zero
+		 * them, as bitsandbytes does), count it, and stop after too many. */
+		tr->step = step;
+		tr->tokens_seen += (double)per * A;
+		tr->skipped++;
+		st_log_warn("step %ld: non-finite %s (loss %g, gradient norm %g): update skipped (%ld so far, limit %d)",
+			    step, isfinite(loss) ? "gradient" : "loss", loss, gnorm, tr->skipped,
+			    tr->o.max_skipped_steps);
+		fprintf(tr->metrics, "{\"step\": %ld, \"skipped\": true, \"loss\": \"%g\", \"grad_norm\": \"%g\"}\n",
+			step, loss, gnorm);
+		ST_CHECK(tr->skipped <= tr->o.max_skipped_steps,
+			 "lower --lr, or resume from the last checkpoint with different settings",
+			 "%ld steps skipped for non-finite gradients (limit --max-skipped-steps %d); stopping",
+			 tr->skipped, tr->o.max_skipped_steps);
+		return ST_OK;
 	}
 	float clip = 1.0f;
 	if (tr->o.grad_clip > 0 && gnorm > tr->o.grad_clip)
 		clip = (float)(tr->o.grad_clip / (gnorm + 1e-6));
 	const double lr = lr_at(&tr->o, step, tr->total_steps, tr->warmup);
+	tr->updates++;
 	for (int u = 0; u < m->n_units; u++)
-		optim_step_unit(ops, &tr->oc, m, u, s->w[u], store_acquire(&s->store, u, ST_SLAB_G),
-				tr->state[u], step, (float)lr, clip);
+		optim_step_unit(ops, &tr->opt, u, s->w[u], store_acquire(&s->store, u, ST_SLAB_G),
+				tr->state[u], tr->updates, (float)lr, clip);
 	tr->step = step;
 	tr->tokens_seen += (double)per * A;
-	*loss_out = loss;
-	*gnorm_out = gnorm;
 	*lr_out = lr;
 	return ST_OK;
 }
@@ -273,6 +292,15 @@ int trainer_run(struct st_trainer *tr)
 	if (tr->step)
 		st_log_info("resumed from %s at step %ld", tr->ckpt_loaded, tr->step);
 	store_report(&tr->s.store);
+	{
+		/* what the state would take as fp32 AdamW, for comparison */
+		char b2[32], b3[32];
+		st_log_info("optimizer state: %s, %s (%.3f B/param; fp32 AdamW: %s, 8 B/param)",
+			    optim_kind_name(tr->opt.cfg.kind),
+			    fmt_bytes(b2, sizeof b2, (double)tr->opt.total_bytes),
+			    (double)tr->opt.total_bytes / (double)m->numel,
+			    fmt_bytes(b3, sizeof b3, 8.0 * (double)m->numel));
+	}
 
 	struct st_progress pg;
 	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval);
@@ -280,15 +308,18 @@ int trainer_run(struct st_trainer *tr)
 		ST_TRY(run_eval(tr, &pg));
 	while (tr->step < tr->total_steps) {
 		double t0 = now_s(), loss, gnorm, lr;
+		const long skipped_before = tr->skipped;
 		ST_TRY(train_step(tr, &loss, &gnorm, &lr));
 		double dt = now_s() - t0;
-		tr->last_loss = loss;
-		fprintf(tr->metrics,
-			"{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-			"\"tokens\": %.0f, \"step_s\": %.4f, \"tok_per_s\": %.1f, \"gflops\": %.2f}\n",
-			tr->step, loss, lr, gnorm, tr->tokens_seen, dt, tok_step / dt,
-			flops_tok * tok_step / dt / 1e9);
-		progress_step(&pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
+		if (tr->skipped == skipped_before) { /* a skipped step was logged already */
+			tr->last_loss = loss;
+			fprintf(tr->metrics,
+				"{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+				"\"tokens\": %.0f, \"step_s\": %.4f, \"tok_per_s\": %.1f, \"gflops\": %.2f}\n",
+				tr->step, loss, lr, gnorm, tr->tokens_seen, dt, tok_step / dt,
+				flops_tok * tok_step / dt / 1e9);
+			progress_step(&pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
+		}
 		const int last = tr->step == tr->total_steps;
 		if (last || (tr->o.eval_interval > 0 && tr->step % tr->o.eval_interval == 0))
 			ST_TRY(run_eval(tr, &pg));

@@ -15,10 +15,12 @@
 struct st_trainer {
 	struct st_train_opts o;
 	struct st_session s;
-	struct st_optim_cfg oc;
+	struct st_optim opt;
 	struct st_data data;
-	float **state;         /* per-unit optimizer state slabs (may be NULL: plain SGD) */
-	long step;             /* optimizer steps completed */
+	void **state;          /* per-unit optimizer state slabs (NULL where empty) */
+	long step;             /* steps completed (updates + skipped) */
+	long updates;          /* optimizer updates applied (AdamW's bias-correction t) */
+	long skipped;          /* steps skipped for a non-finite loss or gradient */
 	long total_steps, warmup;
 	double tokens_seen;
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */

@@ -3,6 +3,7 @@
  * auto-vectorize. Every entry is deterministic for any thread count except
  * matmul, which is deterministic for a fixed thread count (oneDNN's split). */
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/quant8.h"
 
 static const struct st_ops cpu_table = {
 	.name = "cpu",
@@ -25,6 +26,8 @@ static const struct st_ops cpu_table = {
 	.scale = cpu_scale,
 	.adamw_step = cpu_adamw_step,
 	.sgd_step = cpu_sgd_step,
+	.adamw8_step = cpu_adamw8_step,
+	.sgd8_step = cpu_sgd8_step,
 };
 
 const struct st_ops *ops_cpu(void)

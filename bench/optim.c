@@ -1,0 +1,191 @@
+/* bench/optim: throughput of the optimizer kernels on one flat unit of many
+ * parameters (128M by default: every array far larger than the caches), fp32
+ * AdamW (ops->adamw_step) against 8-bit block-wise AdamW (ops->adamw8_step),
+ * both against a memory-bandwidth ceiling measured in the same run.
+ *
+ * usage: optim [--params 134217728] [--block 256] [--reps 5] [--json FILE]
+ *
+ * Bytes counted per parameter (what a perfect kernel must move):
+ *   fp32 AdamW: reads p, g, m, v and writes p, m, v        = 28 B
+ *   8-bit:      reads p, g (8 B), writes p (4 B), reads and writes both
+ *               1-byte codes (4 B), reads and writes 2 absmax per block
+ *                                                          = 16 + 16/block B
+ * Ceiling: the better of two STREAM-like OpenMP loops over three 512 MiB
+ * arrays: triad a = b + s*c (12 B counted per element, as STREAM counts it;
+ * the store to a also reads a into cache unless the compiler streams it,
+ * so this under-counts) and a = a + s*b (12 B, all of them moved). Taking the
+ * better one keeps the ratio conservative. Each figure is the best of --reps
+ * timed calls after one warm-up call. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/ops.h"
+#include "optim/quantmap.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *xalloc(size_t bytes)
+{
+	void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+	if (!p) {
+		fprintf(stderr, "optim: out of memory allocating %zu bytes (try --params smaller)\n",
+			bytes);
+		exit(1);
+	}
+	return p;
+}
+
+/* Fill with small pseudo-random values in parallel (first touch also places
+ * the pages). */
+static void fill(float *x, size_t n, float scale, uint64_t seed)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < n; i++) {
+		uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ULL ^ seed;
+		z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+		z ^= z >> 29;
+		x[i] = scale * ((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f);
+	}
+}
+
+static double triad(float *a, const float *b, const float *c, size_t n, float s)
+{
+	double t0 = now();
+#pragma omp parallel for simd schedule(static)
+	for (size_t i = 0; i < n; i++)
+		a[i] = b[i] + s * c[i];
+	return now() - t0;
+}
+
+static double axpy(float *a, const float *b, size_t n, float s)
+{
+	double t0 = now();
+#pragma omp parallel for simd schedule(static)
+	for (size_t i = 0; i < n; i++)
+		a[i] = a[i] + s * b[i];
+	return now() - t0;
+}
+
+int main(int argc, char **argv)
+{
+	size_t n = (size_t)128 << 20;
+	int block = 256, reps = 5;
+	const char *json = NULL;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--params"))
+			n = (size_t)atoll(argv[i + 1]);
+		else if (!strcmp(argv[i], "--block"))
+			block = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--reps"))
+			reps = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--json"))
+			json = argv[i + 1];
+		else {
+			fprintf(stderr, "unknown option %s\n", argv[i]);
+			return 2;
+		}
+	}
+	if (n < 1024 || block < 1 || reps < 1) {
+		fprintf(stderr, "optim: need --params >= 1024, --block >= 1, --reps >= 1\n");
+		return 2;
+	}
+	const struct st_ops *ops = ops_cpu();
+	const int threads = omp_get_max_threads();
+	const size_t nb = (n + (size_t)block - 1) / (size_t)block;
+	float *p = xalloc(n * 4), *g = xalloc(n * 4), *m = xalloc(n * 4), *v = xalloc(n * 4);
+	uint8_t *mc = xalloc(n), *vc = xalloc(n);
+	float *ma = xalloc(nb * 4), *va = xalloc(nb * 4);
+	fill(p, n, 1.0f, 1), fill(g, n, 1e-2f, 2), fill(m, n, 0, 3), fill(v, n, 0, 4);
+	memset(mc, 0, n), memset(vc, 0, n), memset(ma, 0, nb * 4), memset(va, 0, nb * 4);
+
+	/* ceiling: on three of the arrays (m, v are refilled afterwards) */
+	double t_triad = 1e30, t_axpy = 1e30;
+	triad(m, p, g, n, 0.5f);
+	for (int r = 0; r < reps; r++) {
+		t_triad = fmin(t_triad, triad(m, p, g, n, 0.5f));
+		t_axpy = fmin(t_axpy, axpy(v, g, n, 1e-9f));
+	}
+	const double gbs_triad = 12.0 * (double)n / t_triad / 1e9;
+	const double gbs_axpy = 12.0 * (double)n / t_axpy / 1e9;
+	const double ceiling = fmax(gbs_triad, gbs_axpy);
+	memset(m, 0, n * 4), memset(v, 0, n * 4);
+
+	float map_s[256], map_u[256];
+	quantmap_dynamic(map_s, 1);
+	quantmap_dynamic(map_u, 0);
+	double t32 = 1e30, t8 = 1e30;
+	for (int r = 0; r <= reps; r++) { /* r == 0: warm-up */
+		int t = r + 1;
+		float bc1 = (float)(1 - pow(0.9, t)), bc2 = (float)(1 - pow(0.999, t));
+		struct st_adamw_args a = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					   .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = bc1,
+					   .bc2 = bc2 };
+		double t0 = now();
+		ops->adamw_step(p, m, v, g, n, &a);
+		double dt = now() - t0;
+		if (r)
+			t32 = fmin(t32, dt);
+	}
+	for (int r = 0; r <= reps; r++) {
+		int t = r + 1;
+		float bc1 = (float)(1 - pow(0.9, t)), bc2 = (float)(1 - pow(0.999, t));
+		struct st_adamw8_args a = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					    .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = bc1,
+					    .bc2 = bc2, .block = block, .map_m = map_s, .map_v = map_u };
+		double t0 = now();
+		ops->adamw8_step(p, mc, vc, ma, va, g, n, &a);
+		double dt = now() - t0;
+		if (r)
+			t8 = fmin(t8, dt);
+	}
+	const double b32 = 28.0, b8 = 16.0 + 16.0 / block;
+	const double state32 = 8.0, state8 = 2.0 + 8.0 / block;
+	const double ps32 = (double)n / t32, ps8 = (double)n / t8;
+	const double gb32 = b32 * ps32 / 1e9, gb8 = b8 * ps8 / 1e9;
+	const char *simd = getenv("STRATA_SIMD");
+
+	printf("bench/optim: %zu params (%.0fM), %d threads, block %d, best of %d%s%s\n", n,
+	       (double)n / 1048576.0, threads, block, reps, simd ? ", STRATA_SIMD=" : "",
+	       simd ? simd : "");
+	printf("ceiling: triad %.1f GB/s, a+=s*b %.1f GB/s -> %.1f GB/s\n", gbs_triad, gbs_axpy,
+	       ceiling);
+	printf("%-12s %10s %12s %9s %9s %12s %11s\n", "kernel", "step ms", "params/s", "B/param",
+	       "GB/s", "of ceiling", "state B/p");
+	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "adamw fp32", 1e3 * t32, ps32,
+	       b32, gb32, 100 * gb32 / ceiling, state32);
+	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "adamw 8-bit", 1e3 * t8, ps8, b8,
+	       gb8, 100 * gb8 / ceiling, state8);
+	printf("fp32 GB/s / ceiling = %.2f (target >= 0.8); 8-bit / fp32 params/s = %.2f (target "
+	       ">= 1.5); state %.2f vs %.0f B/param\n",
+	       gb32 / ceiling, ps8 / ps32, state8, state32);
+	if (json) {
+		FILE *f = fopen(json, "w");
+		if (!f) {
+			perror(json);
+			return 1;
+		}
+		fprintf(f,
+			"{\"params\": %zu, \"threads\": %d, \"block\": %d, \"reps\": %d, "
+			"\"triad_gbs\": %.3f, \"axpy_gbs\": %.3f, \"ceiling_gbs\": %.3f, "
+			"\"adamw_fp32\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
+			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
+			"\"adamw_8bit\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
+			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
+			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f}\n",
+			n, threads, block, reps, gbs_triad, gbs_axpy, ceiling, t32, ps32, b32, gb32,
+			state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32);
+		fclose(f);
+	}
+	free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va);
+	return 0;
+}

@@ -1,0 +1,113 @@
+/* 8-bit AdamW (Dettmers et al., arXiv 2110.02861), fused: per quantization
+ * block, dequantize m and v, update them in fp32, take the new block absmax,
+ * update p, requantize; the fp32 moments never leave a stack buffer. Formulas
+ * and order are ops.h's (bitsandbytes' blockwise kernel, with exact IEEE
+ * division and sqrt).
+ *
+ * Blocks are independent, so the OpenMP split over blocks cannot change any
+ * bit. The 8-bit decode / absmax / encode come in scalar, AVX2 and AVX-512
+ * variants (quant8.c); the fp32 arithmetic between them is plain C that gcc
+ * vectorizes for the build target. No FMA contraction anywhere (the pragma),
+ * so every variant, the scalar reference in tests/test_quant.c and the CUDA
+ * kernel round identically. */
+#pragma GCC optimize("fp-contract=off")
+#include <math.h>
+
+#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/quant8.h"
+
+/* Per-call constants, each one rounding in fp32 as ops.h writes them. */
+struct adam8_consts {
+	float gs, b1, omb1, b2, omb2, step, eps_hat, decay;
+};
+
+static struct adam8_consts adam8_consts(const struct st_adamw8_args *a)
+{
+	const float c2 = sqrtf(a->bc2);
+	return (struct adam8_consts){
+		.gs = a->grad_scale,
+		.b1 = a->beta1,
+		.omb1 = 1.0f - a->beta1,
+		.b2 = a->beta2,
+		.omb2 = 1.0f - a->beta2,
+		.step = a->lr * c2 / a->bc1,
+		.eps_hat = a->eps * c2,
+		.decay = 1.0f - a->lr * a->weight_decay,
+	};
+}
+
+/* m = b1 m + (1-b1) g';  v = b2 v + (1-b2) (g' g'),  g' = g * grad_scale */
+static void moments(float *restrict m, float *restrict v, const float *restrict g, size_t n,
+		    const struct adam8_consts *k)
+{
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] * k->gs;
+		m[i] = k->b1 * m[i] + k->omb1 * gi;
+		v[i] = k->b2 * v[i] + k->omb2 * (gi * gi);
+	}
+}
+
+/* p = (p - step * (m / (sqrt(v) + eps_hat))) * decay */
+static void update(float *restrict p, const float *restrict m, const float *restrict v, size_t n,
+		   const struct adam8_consts *k)
+{
+	for (size_t i = 0; i < n; i++) {
+		float pi = p[i] - k->step * (m[i] / (sqrtf(v[i]) + k->eps_hat));
+		p[i] = pi * k->decay;
+	}
+}
+
+void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v_codes,
+			  float *m_absmax, float *v_absmax, const float *g, size_t n,
+			  const struct st_adamw8_args *a)
+{
+	const struct q8_kernels *q = q8_kernels_get(s);
+	const struct adam8_consts k = adam8_consts(a);
+	const size_t block = (size_t)a->block, nblocks = (n + block - 1) / block;
+	struct q8_lut lut_m, lut_v; /* 2 x 30 KiB, read-only in the threads */
+	q8_lut_build(&lut_m, a->map_m);
+	q8_lut_build(&lut_v, a->map_v);
+#pragma omp parallel if (n >= CPU_PAR_MIN && nblocks > 1)
+	{
+		float mb[Q8_CHUNK], vb[Q8_CHUNK];
+#pragma omp for schedule(static)
+		for (size_t b = 0; b < nblocks; b++) {
+			const size_t b0 = b * block, len = n - b0 < block ? n - b0 : block;
+			const float am_old = m_absmax[b], av_old = v_absmax[b];
+			float am = 0.0f, av = 0.0f;
+			/* Blocks over Q8_CHUNK: a first pass only for the absmax, the
+			 * update recomputed (same bits) in the second. */
+			if (len > Q8_CHUNK)
+				for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
+					size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
+					q->decode(mb, m_codes + b0 + c0, cl, am_old, a->map_m);
+					q->decode(vb, v_codes + b0 + c0, cl, av_old, a->map_v);
+					moments(mb, vb, g + b0 + c0, cl, &k);
+					float x = q->absmax(mb, cl), y = q->absmax(vb, cl);
+					am = x > am ? x : am;
+					av = y > av ? y : av;
+				}
+			for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
+				size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
+				q->decode(mb, m_codes + b0 + c0, cl, am_old, a->map_m);
+				q->decode(vb, v_codes + b0 + c0, cl, av_old, a->map_v);
+				moments(mb, vb, g + b0 + c0, cl, &k);
+				if (len <= Q8_CHUNK) {
+					am = q->absmax(mb, cl);
+					av = q->absmax(vb, cl);
+				}
+				update(p + b0 + c0, mb, vb, cl, &k);
+				q->encode(m_codes + b0 + c0, mb, cl, am, &lut_m);
+				q->encode(v_codes + b0 + c0, vb, cl, av, &lut_v);
+			}
+			m_absmax[b] = am;
+			v_absmax[b] = av;
+		}
+	}
+}
+
+void cpu_adamw8_step(float *p, uint8_t *m_codes, uint8_t *v_codes, float *m_absmax,
+		     float *v_absmax, const float *g, size_t n, const struct st_adamw8_args *a)
+{
+	cpu_adamw8_step_simd(q8_simd_pick(), p, m_codes, v_codes, m_absmax, v_absmax, g, n, a);
+}

@@ -1,0 +1,91 @@
+/* Internal to the CPU backend: the 8-bit block-wise (de)quantizer under the
+ * fused 8-bit optimizer kernels (adam8.c, sgd8.c), in three instruction-set
+ * variants chosen at run time.
+ *
+ * Every variant returns exactly what optim/quantmap.c's scalar reference
+ * returns (quant_nearest's tie rule: nearest map entry, exact midpoint -> the
+ * lower index, NaN -> the code of 0), and all do the same fp32 operations in
+ * the same order, so the variants give bit-identical results;
+ * tests/test_quant.c checks both claims.
+ *
+ * Quantizing by binary search costs 8 dependent compares per element. The
+ * lookup table here replaces it with one table load indexed by the top bits
+ * of the float (sign, exponent, `mbits` mantissa bits) plus, for the dynamic
+ * maps, a single compare against the one midpoint that can fall inside that
+ * bucket of floats (see q8_lut_build). */
+#ifndef ST_OPS_CPU_QUANT8_H
+#define ST_OPS_CPU_QUANT8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Run-time instruction-set choice: the best the CPU supports, or the one named
+ * by the environment variable STRATA_SIMD=scalar|avx2|avx512 (for testing the
+ * dispatch paths; a level the CPU lacks falls back to the best it has). Read on
+ * every kernel call, so a test may change it between calls. */
+enum q8_simd { Q8_SCALAR, Q8_AVX2, Q8_AVX512 };
+enum q8_simd q8_simd_pick(void);
+int q8_simd_supported(enum q8_simd s);
+const char *q8_simd_name(enum q8_simd s);
+
+/* Quantization blocks up to this many elements are updated in one pass through
+ * a stack buffer (2 x 8 KiB per thread for Adam, in L1); larger blocks take
+ * two passes, the first only to find the block's absmax (the update is
+ * recomputed, with the same bits, in the second). */
+#define Q8_CHUNK 2048
+
+/* Buckets of floats: |x| below 2^-22 (Q8_TINY_BITS) is one bucket, then
+ * 2^mbits buckets per binade up to 2.0, then one for |x| >= 2 (and inf, NaN);
+ * the same again for negative x. */
+#define Q8_TINY_BITS 0x34800000u /* 2^-22 */
+#define Q8_MBITS_MAX 7
+#define Q8_NB_MAX (2 + (23 << Q8_MBITS_MAX)) /* buckets per sign */
+
+struct q8_lut {
+	int shift;     /* 23 - mbits */
+	int nb;        /* buckets per sign: 2 + (23 << mbits) */
+	int extra;     /* compares needed beyond the first (0 for the dynamic maps) */
+	int zero;      /* code of 0.0, also given to NaN */
+	/* thr[k] = the largest float <= the exact midpoint of map[k], map[k+1];
+	 * thr[255] = +inf. For float x, x > thr[k] iff x > that midpoint, so the
+	 * code of x is the number of k with x > thr[k]. */
+	float thr[256];
+	/* per bucket b (negative x at nb + b): the code of the bucket's smallest
+	 * float, and thr[] of that code, the first midpoint x may exceed */
+	float bthr[2 * Q8_NB_MAX];
+	uint8_t code[2 * Q8_NB_MAX + 4]; /* +4: vector gathers read 4 bytes */
+};
+
+/* Build the table for a sorted 256-entry map (about 15 us). */
+void q8_lut_build(struct q8_lut *t, const float map[256]);
+
+/* The ISA-specific pieces of the fused kernels. n is at most Q8_CHUNK. */
+struct q8_kernels {
+	enum q8_simd simd;
+	/* x[i] = map[codes[i]] * absmax */
+	void (*decode)(float *x, const uint8_t *codes, size_t n, float absmax,
+		       const float map[256]);
+	/* max |x[i]|, NaN ignored, 0 for n == 0 */
+	float (*absmax)(const float *x, size_t n);
+	/* codes[i] = the code of x[i] / (absmax > 0 ? absmax : 1) */
+	void (*encode)(uint8_t *codes, const float *x, size_t n, float absmax,
+		       const struct q8_lut *t);
+};
+const struct q8_kernels *q8_kernels_get(enum q8_simd s);
+
+/* The fused steps with an explicit variant (ops.h's adamw8_step and
+ * sgd8_step use q8_simd_pick()); for the tests. */
+struct st_adamw8_args;
+struct st_sgd8_args;
+void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v_codes,
+			  float *m_absmax, float *v_absmax, const float *g, size_t n,
+			  const struct st_adamw8_args *a);
+void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom_absmax,
+			const float *g, size_t n, const struct st_sgd8_args *a);
+
+void cpu_adamw8_step(float *p, uint8_t *m_codes, uint8_t *v_codes, float *m_absmax,
+		     float *v_absmax, const float *g, size_t n, const struct st_adamw8_args *a);
+void cpu_sgd8_step(float *p, uint8_t *mom_codes, float *mom_absmax, const float *g, size_t n,
+		   const struct st_sgd8_args *a);
+
+#endif

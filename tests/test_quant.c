@@ -1,0 +1,539 @@
+/* 8-bit optimizer tests: the dynamic maps against their definition, the
+ * nearest-entry rule against brute force, block-wise quantization error
+ * against float64 on several distributions, and the fused adamw8/sgd8 kernels
+ * against an unfused replay built from the scalar reference helpers
+ * (dequant_blockwise -> fp32 update in ops.h's order -> quant_blockwise),
+ * required to match EXACTLY, for every SIMD variant the CPU has and for 1 and
+ * 2 threads.
+ *
+ * The replay below must round like the kernels, so this file, like them, is
+ * compiled without FMA contraction (the pragma; gcc contracts a*b+c across
+ * statements by default in gnu11 mode). */
+#pragma GCC optimize("fp-contract=off")
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cpu/quant8.h"
+#include "ops/ops.h"
+#include "optim/quantmap.h"
+#include "testutil.h"
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	cr_assert(p);
+	return p;
+}
+
+/* The variants this CPU can run (the test reports the ones it skips). */
+static int simd_list(enum q8_simd out[3])
+{
+	int n = 0;
+	for (int s = Q8_SCALAR; s <= Q8_AVX512; s++)
+		if (q8_simd_supported((enum q8_simd)s))
+			out[n++] = (enum q8_simd)s;
+		else
+			cr_log_warn("SIMD variant %s not supported here: not tested",
+				    q8_simd_name((enum q8_simd)s));
+	return n;
+}
+
+/* ---- maps ----------------------------------------------------------------------- */
+
+/* Entry j of decade i (0..6) from the construction rule, written differently
+ * from quantmap.c: the mean of linspace points j and j+1 in closed form. */
+static int32_t bits_of(float x)
+{
+	int32_t b;
+	memcpy(&b, &x, sizeof b);
+	return b;
+}
+
+static double decade_entry(int i, int j, int is_signed)
+{
+	int k = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+	return pow(10.0, i - 6) * (0.1 + 0.9 * (2.0 * j + 1.0) / (2.0 * (k - 1)));
+}
+
+Test(quant, maps_match_definition)
+{
+	float s[256], u[256];
+	quantmap_dynamic(s, 1);
+	quantmap_dynamic(u, 0);
+	for (int k = 0; k < 255; k++) {
+		cr_expect(s[k] < s[k + 1], "signed map not increasing at %d", k);
+		cr_expect(u[k] < u[k + 1], "unsigned map not increasing at %d", k);
+	}
+	cr_expect(s[0] > -1.0f && s[127] == 0.0f && s[255] == 1.0f,
+		  "signed ends: %g %g %g", s[0], s[127], s[255]);
+	cr_expect(s[0] == -0.99296875f && s[254] == 0.99296875f, "signed extremes %.9g %.9g", s[0],
+		  s[254]);
+	cr_expect(u[0] == 0.0f && u[255] == 1.0f && u[254] == 0.996484375f, "unsigned ends");
+	cr_expect(s[128] == 5.5e-7f && u[1] == 3.25e-7f && u[2] == 7.75e-7f, "smallest entries");
+	/* negatives mirror the positives (all but 1.0) */
+	for (int j = 0; j < 127; j++)
+		cr_expect(s[126 - j] == -s[128 + j], "signed symmetry at %d", j);
+	/* every positive entry: decade i starts after the 2^i - 1 (signed) or
+	 * 2^(i+1) - 2 (unsigned) entries of the lower decades. The closed form
+	 * here and quantmap.c's linspace differ in the last double bits at most,
+	 * which measured does not move any fp32 rounding: exact equality. */
+	int worst_s = 0, worst_u = 0;
+	for (int i = 0; i < 7; i++)
+		for (int j = 0; j < (1 << i); j++) {
+			float ref = (float)decade_entry(i, j, 1);
+			int ulps = abs(bits_of(s[128 + (1 << i) - 1 + j]) - bits_of(ref));
+			worst_s = ulps > worst_s ? ulps : worst_s;
+		}
+	for (int i = 0; i < 7; i++)
+		for (int j = 0; j < (2 << i); j++) {
+			float ref = (float)decade_entry(i, j, 0);
+			int ulps = abs(bits_of(u[1 + (2 << i) - 2 + j]) - bits_of(ref));
+			worst_u = ulps > worst_u ? ulps : worst_u;
+		}
+	cr_expect(worst_s == 0 && worst_u == 0, "map entries off by %d / %d ulp", worst_s, worst_u);
+	cr_log_info("maps vs closed form: max %d (signed), %d (unsigned) ulp", worst_s, worst_u);
+}
+
+/* ---- nearest entry ---------------------------------------------------------------- */
+
+/* Brute force: smallest |x - map[k]| (in double; exact for the neighbours
+ * that can tie), first (lowest) k on ties; NaN -> the index of 0. */
+static int brute_nearest(const float map[256], float x)
+{
+	if (isnan(x))
+		x = 0.0f;
+	int best = 0;
+	double bd = INFINITY;
+	for (int k = 0; k < 256; k++) {
+		double d = fabs((double)x - (double)map[k]);
+		if (d < bd)
+			bd = d, best = k;
+	}
+	return best;
+}
+
+/* 1e6 test points: uniform, log-uniform magnitudes, map entries, exact and
+ * near midpoints, signed zeros, ends, NaN. Counts the exact ties made. */
+static float *nearest_points(const float map[256], size_t n, uint64_t *seed, int *ties)
+{
+	float *x = xmalloc(n * sizeof *x);
+	*ties = 0;
+	const float fixed[] = { 0.0f, -0.0f, 1.0f, -1.0f, NAN, 1e-30f, -1e-30f, 1.5f, -1.5f };
+	for (size_t i = 0; i < n; i++) {
+		int kind = (int)(tu_next(seed) % 6), k = (int)(tu_next(seed) % 255);
+		double sgn = tu_next(seed) & 1 ? -1.0 : 1.0;
+		double mid = ((double)map[k] + (double)map[k + 1]) * 0.5;
+		switch (kind) {
+		case 0:
+			x[i] = (float)(2.0 * tu_uniform(seed) - 1.0);
+			break;
+		case 1:
+			x[i] = (float)(sgn * pow(10.0, -9.0 * tu_uniform(seed)));
+			break;
+		case 2:
+			x[i] = map[tu_next(seed) % 256];
+			break;
+		case 3:
+			x[i] = (float)mid;
+			*ties += (double)x[i] == mid;
+			break;
+		case 4:
+			x[i] = nextafterf((float)mid, sgn > 0 ? INFINITY : -INFINITY);
+			break;
+		default:
+			x[i] = fixed[tu_next(seed) % (sizeof fixed / sizeof fixed[0])];
+		}
+	}
+	return x;
+}
+
+static void check_nearest(const float map[256], const char *name, uint64_t seed)
+{
+	const size_t n = 1000000;
+	int ties;
+	float *x = nearest_points(map, n, &seed, &ties);
+	uint8_t *want = xmalloc(n), *got = xmalloc(n);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		want[i] = (uint8_t)brute_nearest(map, x[i]);
+		uint8_t q = quant_nearest(map, x[i]);
+		if (q != want[i] && bad++ < 5)
+			cr_expect(0, "%s: quant_nearest(%.9g) = %d, nearest is %d", name, x[i], q,
+				  want[i]);
+	}
+	cr_expect(bad == 0, "%s: quant_nearest wrong on %zu of %zu points", name, bad, n);
+	cr_expect(ties > 10000, "%s: only %d exact midpoints tested", name, ties);
+	/* the kernels' table encoder, absmax 1 (x / 1 == x), every variant */
+	struct q8_lut *lut = xmalloc(sizeof *lut);
+	q8_lut_build(lut, map);
+	enum q8_simd sv[3];
+	int ns = simd_list(sv);
+	for (int v = 0; v < ns; v++) {
+		memset(got, 0xee, n);
+		q8_kernels_get(sv[v])->encode(got, x, n, 1.0f, lut);
+		size_t diff = 0, first = 0;
+		for (size_t i = 0; i < n; i++)
+			if (got[i] != want[i] && !diff++)
+				first = i;
+		cr_expect(diff == 0, "%s: %s encoder wrong on %zu points, first x=%.9g: %d vs %d",
+			  name, q8_simd_name(sv[v]), diff, x[first], got[first], want[first]);
+	}
+	cr_log_info("%s: 1e6 points (%d exact midpoints), table with %d mantissa bits, %d extra "
+		    "compares", name, ties, 23 - lut->shift, lut->extra);
+	free(lut), free(x), free(want), free(got);
+}
+
+Test(quant, nearest_is_brute_force_nearest)
+{
+	float s[256], u[256], c[256];
+	quantmap_dynamic(s, 1);
+	quantmap_dynamic(u, 0);
+	check_nearest(s, "signed", 0x51);
+	check_nearest(u, "unsigned", 0x52);
+	/* A map the one-compare table cannot serve (entries 1e-3 apart around
+	 * 0.5): exercises the extra-compare path of the encoders. */
+	for (int k = 0; k < 256; k++)
+		c[k] = k < 64	 ? -1.0f + (float)k / 64.0f
+		       : k < 192 ? 0.5f + (float)(k - 128) * 1e-3f
+				 : 0.57f + (float)(k - 191) * (0.43f / 64.0f);
+	struct q8_lut *lut = xmalloc(sizeof *lut);
+	q8_lut_build(lut, c);
+	cr_expect(lut->extra > 0, "clustered map should need extra compares");
+	free(lut);
+	check_nearest(c, "clustered", 0x53);
+}
+
+/* ---- block-wise error ------------------------------------------------------------- */
+
+enum dist { D_NORMAL, D_STUDENT2, D_TINY };
+static const char *dist_name[] = { "normal", "student-t(2)", "tiny 1e-30..1e-8" };
+
+/* Fresh data of one distribution; block 1 is all zeros and every 17th element
+ * is 0, so zero blocks and zero elements are always present. */
+static void fill(float *x, size_t n, int block, enum dist d, uint64_t *seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		double z = tu_normal(seed);
+		if (d == D_STUDENT2) {
+			double e = -log(1.0 - tu_uniform(seed)); /* chi2(2) / 2 */
+			z = z / sqrt(e > 1e-300 ? e : 1e-300);
+		} else if (d == D_TINY) {
+			z = (z < 0 ? -1.0 : 1.0) * pow(10.0, -30.0 + 22.0 * tu_uniform(seed));
+		}
+		x[i] = (float)z;
+		if (i % 17 == 0 || i / (size_t)block == 1)
+			x[i] = 0.0f;
+	}
+}
+
+/* Worst error of one fp32 value x = map[c] * absmax relative to its block's
+ * absmax: half the widest gap between neighbouring entries (the nearest
+ * entry is at most that far), or the distance from -1 to map[0] (no -1.0 in
+ * the signed map), plus 2^-22 for the roundings of x / absmax (which may pick
+ * the other neighbour near a midpoint) and of map[c] * absmax. */
+static double err_bound(const float map[256])
+{
+	double b = map[0] < 0 ? 1.0 + (double)map[0] : 0.0;
+	for (int k = 0; k < 255; k++)
+		b = fmax(b, ((double)map[k + 1] - map[k]) / 2);
+	return b + 0x1p-22;
+}
+
+/* Mean error relative to the block absmax, normal data, signed map: measured
+ * 0.0029 (block 64), 0.0028 (256), 0.0027 (2048). Bound: a quarter of the
+ * top decade's step 0.9/64: values in [0.1, 1] x absmax round to a grid of
+ * that step, so their error averages step/4 = 0.0035 when unbiased, and the
+ * values below 0.1 x absmax sit on finer grids. A biased rounding rule (e.g.
+ * always down) would average step/2. */
+#define NORMAL_MEAN_BOUND (0.9 / 64 / 4)
+
+static void check_blockwise(const float map[256], const char *mname, enum dist d, int block,
+			    size_t n, uint64_t seed)
+{
+	float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
+	size_t nb = (n + (size_t)block - 1) / (size_t)block;
+	float *am = xmalloc(nb * sizeof *am);
+	uint8_t *c = xmalloc(n);
+	fill(x, n, block, d, &seed);
+	if (map[0] == 0.0f) /* unsigned map: magnitudes */
+		for (size_t i = 0; i < n; i++)
+			x[i] = fabsf(x[i]);
+	quant_blockwise(c, am, x, n, block, map);
+	dequant_blockwise(y, c, am, n, block, map);
+	const double bound = err_bound(map);
+	double worst = 0, sum = 0;
+	size_t at = 0, zeros_bad = 0, nonzero = 0;
+	for (size_t i = 0; i < n; i++) {
+		double a = am[i / (size_t)block];
+		cr_assert(a == a && a >= 0);
+		if (x[i] == 0.0f) {
+			zeros_bad += y[i] != 0.0f;
+			continue;
+		}
+		double e = fabs((double)y[i] - (double)x[i]) / a;
+		sum += e, nonzero++;
+		if (!(e <= worst))
+			worst = isnan(e) ? INFINITY : e, at = i;
+	}
+	cr_expect(am[1] == 0.0f, "all-zero block: absmax %g", am[1]);
+	cr_expect(zeros_bad == 0, "%zu zeros did not dequantize to 0", zeros_bad);
+	cr_expect(worst <= bound, "%s %s block %d: error %.4g of absmax > bound %.4g at [%zu]",
+		  mname, dist_name[d], block, worst, bound, at);
+	double mean = sum / (double)nonzero;
+	if (d == D_NORMAL && map[0] < 0)
+		cr_expect(mean <= NORMAL_MEAN_BOUND, "%s normal block %d: mean error %.4g > %.4g",
+			  mname, block, mean, NORMAL_MEAN_BOUND);
+	cr_log_info("%-8s %-17s block %4d: max %.5f, mean %.5f of absmax (bound %.5f)", mname,
+		    dist_name[d], block, worst, mean, bound);
+	/* every encoder variant gives the reference's codes */
+	struct q8_lut *lut = xmalloc(sizeof *lut);
+	q8_lut_build(lut, map);
+	enum q8_simd sv[3];
+	int ns = simd_list(sv);
+	uint8_t *c2 = xmalloc(n);
+	for (int v = 0; v < ns; v++) {
+		const struct q8_kernels *q = q8_kernels_get(sv[v]);
+		int same = 1;
+		for (size_t b = 0; b < nb; b++) {
+			size_t b0 = b * (size_t)block, len = n - b0 < (size_t)block ? n - b0 : (size_t)block;
+			float a = len <= Q8_CHUNK ? q->absmax(x + b0, len) : am[b];
+			same &= a == am[b];
+			q->encode(c2 + b0, x + b0, len, am[b], lut);
+		}
+		cr_expect(same && !memcmp(c2, c, n), "%s encoder differs from quant_blockwise",
+			  q8_simd_name(sv[v]));
+	}
+	free(lut), free(c2), free(x), free(y), free(am), free(c);
+}
+
+Test(quant, blockwise_error_bounds)
+{
+	float s[256], u[256];
+	quantmap_dynamic(s, 1);
+	quantmap_dynamic(u, 0);
+	const int blocks[] = { 64, 256, 2048 };
+	uint64_t seed = 0x60;
+	for (int b = 0; b < 3; b++)
+		for (int d = D_NORMAL; d <= D_TINY; d++) {
+			size_t n = (size_t)blocks[b] * 300 + (size_t)blocks[b] / 3; /* partial last */
+			check_blockwise(s, "signed", (enum dist)d, blocks[b], n, seed++);
+			check_blockwise(u, "unsigned", (enum dist)d, blocks[b], n, seed++);
+		}
+}
+
+/* ---- fused kernels vs the unfused replay ------------------------------------------ */
+
+struct adam_state {
+	float *p;
+	uint8_t *mc, *vc;
+	float *ma, *va;
+};
+
+static struct adam_state adam_alloc(size_t n, int block, const float *p0)
+{
+	size_t nb = (n + (size_t)block - 1) / (size_t)block;
+	struct adam_state s = { xmalloc(n * 4), xmalloc(n), xmalloc(n), xmalloc(nb * 4),
+				xmalloc(nb * 4) };
+	memcpy(s.p, p0, n * 4);
+	memset(s.mc, 0, n), memset(s.vc, 0, n); /* all-zero bytes: m = v = 0 */
+	memset(s.ma, 0, nb * 4), memset(s.va, 0, nb * 4);
+	return s;
+}
+
+static void adam_free(struct adam_state *s)
+{
+	free(s->p), free(s->mc), free(s->vc), free(s->ma), free(s->va);
+}
+
+static int adam_same(const struct adam_state *a, const struct adam_state *b, size_t n, int block)
+{
+	size_t nb = (n + (size_t)block - 1) / (size_t)block;
+	return !memcmp(a->p, b->p, n * 4) && !memcmp(a->mc, b->mc, n) && !memcmp(a->vc, b->vc, n) &&
+	       !memcmp(a->ma, b->ma, nb * 4) && !memcmp(a->va, b->va, nb * 4);
+}
+
+/* ops.h's adamw8 order, unfused, on the scalar reference helpers */
+static void adam_replay(struct adam_state *s, const float *g, size_t n,
+			const struct st_adamw8_args *a)
+{
+	float *m = xmalloc(n * 4), *v = xmalloc(n * 4);
+	dequant_blockwise(m, s->mc, s->ma, n, a->block, a->map_m);
+	dequant_blockwise(v, s->vc, s->va, n, a->block, a->map_v);
+	const float c2 = sqrtf(a->bc2), step = a->lr * c2 / a->bc1, eps_hat = a->eps * c2;
+	const float decay = 1.0f - a->lr * a->weight_decay;
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] * a->grad_scale;
+		m[i] = a->beta1 * m[i] + (1.0f - a->beta1) * gi;
+		v[i] = a->beta2 * v[i] + (1.0f - a->beta2) * (gi * gi);
+		float p = s->p[i] - step * (m[i] / (sqrtf(v[i]) + eps_hat));
+		s->p[i] = p * decay;
+	}
+	quant_blockwise(s->mc, s->ma, m, n, a->block, a->map_m);
+	quant_blockwise(s->vc, s->va, v, n, a->block, a->map_v);
+	free(m), free(v);
+}
+
+/* Gradients with a different scale in every block (so absmax varies), one
+ * all-zero block, and a spike. */
+static void grads(float *g, size_t n, int block, uint64_t *seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t b = i / (size_t)block;
+		g[i] = (float)(tu_normal(seed) * pow(10.0, (double)(b % 7) - 4.0));
+		if (b == 2)
+			g[i] = 0.0f;
+	}
+	g[n / 3] = 1e3f;
+}
+
+static void check_adam8(int block, size_t n, uint64_t seed)
+{
+	float s[256], u[256];
+	quantmap_dynamic(s, 1);
+	quantmap_dynamic(u, 0);
+	float *p0 = xmalloc(n * 4), *g = xmalloc(n * 4);
+	tu_fill_normal(p0, n, 1.0, &seed);
+	enum q8_simd sv[3];
+	int ns = simd_list(sv);
+	/* ref, then per variant x {1, 2 threads}, then ops table (STRATA_SIMD) */
+	struct adam_state ref = adam_alloc(n, block, p0), st[7];
+	int nst = 2 * ns + 1;
+	for (int k = 0; k < nst; k++)
+		st[k] = adam_alloc(n, block, p0);
+	int saved = omp_get_max_threads();
+	for (int t = 1; t <= 5; t++) {
+		grads(g, n, block, &seed);
+		struct st_adamw8_args a = {
+			.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
+			.grad_scale = 0.7f, .bc1 = (float)(1.0 - pow(0.9, t)),
+			.bc2 = (float)(1.0 - pow(0.999, t)), .block = block, .map_m = s, .map_v = u };
+		adam_replay(&ref, g, n, &a);
+		for (int v = 0; v < ns; v++)
+			for (int th = 1; th <= 2; th++) {
+				struct adam_state *x = &st[2 * v + th - 1];
+				omp_set_num_threads(th);
+				cpu_adamw8_step_simd(sv[v], x->p, x->mc, x->vc, x->ma, x->va, g, n, &a);
+				cr_expect(adam_same(x, &ref, n, block),
+					  "adamw8 %s, %d thread(s), block %d, n %zu: step %d differs "
+					  "from the unfused reference",
+					  q8_simd_name(sv[v]), th, block, n, t);
+			}
+		omp_set_num_threads(saved);
+		struct adam_state *x = &st[nst - 1];
+		setenv("STRATA_SIMD", "scalar", 1);
+		ops_cpu()->adamw8_step(x->p, x->mc, x->vc, x->ma, x->va, g, n, &a);
+		unsetenv("STRATA_SIMD");
+		cr_expect(adam_same(x, &ref, n, block), "adamw8 via ops table: step %d differs", t);
+	}
+	/* the state moved: p changed and moments are not all zero */
+	cr_expect(memcmp(ref.p, p0, n * 4) != 0 && ref.ma[0] > 0 && ref.va[0] > 0);
+	for (int k = 0; k < nst; k++)
+		adam_free(&st[k]);
+	adam_free(&ref);
+	free(p0), free(g);
+}
+
+Test(quant, adamw8_fused_equals_unfused)
+{
+	check_adam8(64, 64 * 37 + 5, 0x71);
+	check_adam8(256, 40009, 0x72);     /* parallel path (n >= CPU_PAR_MIN) */
+	check_adam8(2048, 2048 * 9 + 1000, 0x73);
+	check_adam8(8192, 8192 * 4 + 777, 0x74); /* blocks > Q8_CHUNK: two passes */
+}
+
+static void sgd_replay(float *p, uint8_t *mc, float *ma, const float *g, size_t n,
+		       const struct st_sgd8_args *a)
+{
+	float *m = xmalloc(n * 4);
+	if (!a->first_step)
+		dequant_blockwise(m, mc, ma, n, a->block, a->map);
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] * a->grad_scale + a->weight_decay * p[i];
+		m[i] = a->first_step ? gi : a->momentum * m[i] + gi;
+		p[i] = p[i] - a->lr * m[i];
+	}
+	quant_blockwise(mc, ma, m, n, a->block, a->map);
+	free(m);
+}
+
+static void check_sgd8(int block, size_t n, uint64_t seed)
+{
+	float s[256];
+	quantmap_dynamic(s, 1);
+	size_t nb = (n + (size_t)block - 1) / (size_t)block;
+	float *p0 = xmalloc(n * 4), *g = xmalloc(n * 4);
+	tu_fill_normal(p0, n, 1.0, &seed);
+	enum q8_simd sv[3];
+	int ns = simd_list(sv);
+	int nst = 2 * ns + 1;
+	float *p[7], *ma[7];
+	uint8_t *mc[7];
+	for (int k = 0; k <= nst; k++) { /* k == nst: the reference */
+		p[k] = xmalloc(n * 4), ma[k] = xmalloc(nb * 4), mc[k] = xmalloc(n);
+		memcpy(p[k], p0, n * 4);
+		for (size_t i = 0; i < n; i++) /* garbage: the first step must not read it */
+			mc[k][i] = (uint8_t)tu_next(&seed);
+		for (size_t b = 0; b < nb; b++)
+			ma[k][b] = NAN;
+	}
+	int saved = omp_get_max_threads();
+	for (int t = 1; t <= 5; t++) {
+		grads(g, n, block, &seed);
+		struct st_sgd8_args a = { .lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f,
+					  .grad_scale = 0.5f, .first_step = t == 1, .block = block,
+					  .map = s };
+		sgd_replay(p[nst], mc[nst], ma[nst], g, n, &a);
+		for (int k = 0; k < nst; k++) {
+			if (k < nst - 1) {
+				omp_set_num_threads(k % 2 + 1);
+				cpu_sgd8_step_simd(sv[k / 2], p[k], mc[k], ma[k], g, n, &a);
+			} else {
+				omp_set_num_threads(saved);
+				setenv("STRATA_SIMD", "scalar", 1);
+				ops_cpu()->sgd8_step(p[k], mc[k], ma[k], g, n, &a);
+				unsetenv("STRATA_SIMD");
+			}
+			cr_expect(!memcmp(p[k], p[nst], n * 4) && !memcmp(mc[k], mc[nst], n) &&
+					  !memcmp(ma[k], ma[nst], nb * 4),
+				  "sgd8 %s, %d thread(s), block %d, n %zu: step %d differs from the "
+				  "unfused reference",
+				  k < nst - 1 ? q8_simd_name(sv[k / 2]) : "ops table", k % 2 + 1, block,
+				  n, t);
+		}
+		omp_set_num_threads(saved);
+	}
+	for (int k = 0; k <= nst; k++)
+		free(p[k]), free(ma[k]), free(mc[k]);
+	free(p0), free(g);
+}
+
+Test(quant, sgd8_fused_equals_unfused)
+{
+	check_sgd8(64, 64 * 37 + 5, 0x81);
+	check_sgd8(256, 40009, 0x82);
+	check_sgd8(2048, 2048 * 9 + 1000, 0x83);
+	check_sgd8(8192, 8192 * 4 + 777, 0x84);
+}
+
+/* Without state, sgd8_step is plain SGD, same bits as the fp32 kernel. */
+Test(quant, sgd8_without_state_is_sgd)
+{
+	uint64_t seed = 0x91;
+	const size_t n = 20011;
+	float *p = xmalloc(n * 4), *q = xmalloc(n * 4), *g = xmalloc(n * 4);
+	tu_fill_normal(p, n, 1, &seed);
+	tu_fill_normal(g, n, 1, &seed);
+	memcpy(q, p, n * 4);
+	struct st_sgd8_args a = { .lr = 0.1f, .weight_decay = 0.01f, .grad_scale = 0.5f, .block = 256 };
+	struct st_sgd_args b = { .lr = 0.1f, .weight_decay = 0.01f, .grad_scale = 0.5f };
+	ops_cpu()->sgd8_step(p, NULL, NULL, g, n, &a);
+	for (size_t i = 0; i < n; i++)
+		q[i] = q[i] - b.lr * (g[i] * b.grad_scale + b.weight_decay * q[i]);
+	cr_expect(!memcmp(p, q, n * 4), "stateless sgd8 differs");
+	free(p), free(q), free(g);
+}
