@@ -73,8 +73,9 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 test: $(BIN) $(TEST_BIN)
 	@STRATA_BIN=$(abspath $(BIN)) sh tests/run-all.sh $(TEST_BIN)
 
+# `make bench` runs all of them; `make bench BENCH=optim` (or train) one.
 bench: $(BIN) $(BENCH_BIN)
-	sh bench/run.sh
+	sh bench/run.sh $(BENCH)
 
 # Regenerate the whole-model gradient reference data (needs PyTorch).
 refdata:

@@ -1,19 +1,38 @@
 #!/bin/sh
 # Run the benchmarks and record their figures under bench/results/.
-# bench/train: strata's training step vs the best fp32 matmul rate (same run);
-# bench/torch_train.py: the same model and batch in PyTorch eager, if installed.
+#   bench/train: strata's training step vs the best fp32 matmul rate (same
+#     run); bench/torch_train.py: the same model and batch in PyTorch eager.
+#   bench/optim: fp32 and 8-bit AdamW steps vs a STREAM-like bandwidth
+#     ceiling (same run); bench/optim_peers.py: PyTorch's CPU AdamW and
+#     bitsandbytes' 8-bit AdamW on a tensor of the same size.
+# usage: bench/run.sh [train|optim|all]   (default all)
 set -e
 cd "$(dirname "$0")/.."
 # Debian's OpenBLAS misdetects some AVX-512 CPUs (REFERENCES.md): give it the
 # core type so its ceiling is a fair one. Read when the library loads.
 if grep -q avx512f /proc/cpuinfo && [ -z "$OPENBLAS_CORETYPE" ]; then export OPENBLAS_CORETYPE=SkylakeX; fi
+which=${1:-all}
 mkdir -p bench/results
-host=$(hostname -s 2>/dev/null || echo host)
 stamp=$(date +%Y%m%d-%H%M)
-./build/bench/train --json "bench/results/train-$stamp.json" "$@"
-if python3 -c 'import torch' 2>/dev/null; then
-	python3 bench/torch_train.py --json "bench/results/torch-$stamp.json"
-	python3 bench/compare.py "bench/results/train-$stamp.json" "bench/results/torch-$stamp.json"
-else
-	echo "PyTorch not installed: skipping the PyTorch comparison (pip install torch numpy)"
+have_torch=0
+python3 -c 'import torch' 2>/dev/null && have_torch=1
+
+if [ "$which" = all ] || [ "$which" = train ]; then
+	./build/bench/train --json "bench/results/train-$stamp.json"
+	if [ $have_torch = 1 ]; then
+		python3 bench/torch_train.py --json "bench/results/torch-$stamp.json"
+		python3 bench/compare.py "bench/results/train-$stamp.json" "bench/results/torch-$stamp.json"
+	else
+		echo "PyTorch not installed: skipping the PyTorch comparison (pip install torch numpy)"
+	fi
+fi
+
+if [ "$which" = all ] || [ "$which" = optim ]; then
+	./build/bench/optim --json "bench/results/optim-$stamp.json"
+	if [ $have_torch = 1 ]; then
+		python3 bench/optim_peers.py --json "bench/results/optim-peers-$stamp.json"
+		python3 bench/compare_optim.py "bench/results/optim-$stamp.json" "bench/results/optim-peers-$stamp.json"
+	else
+		echo "PyTorch not installed: skipping the optimizer peers (pip install torch bitsandbytes)"
+	fi
 fi

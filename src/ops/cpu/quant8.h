@@ -34,29 +34,38 @@ const char *q8_simd_name(enum q8_simd s);
  * recomputed, with the same bits, in the second). */
 #define Q8_CHUNK 2048
 
-/* Buckets of floats: |x| below 2^-22 (Q8_TINY_BITS) is one bucket, then
+/* Buckets of floats: |x| below 2^-23 (Q8_TINY_BITS) is one bucket, then
  * 2^mbits buckets per binade up to 2.0, then one for |x| >= 2 (and inf, NaN);
- * the same again for negative x. */
-#define Q8_TINY_BITS 0x34800000u /* 2^-22 */
+ * the same again for negative x. 2^-23 sits below the dynamic maps' smallest
+ * midpoints (1.6e-7 unsigned, 2.75e-7 signed), so no midpoint falls in the
+ * first bucket. */
+#define Q8_TINY_BITS 0x34000000u /* 2^-23 */
+#define Q8_BINADES 24            /* 2^-23 .. 2^1 */
 #define Q8_MBITS_MAX 7
-#define Q8_NB_MAX (2 + (23 << Q8_MBITS_MAX)) /* buckets per sign */
+#define Q8_NB_MAX (2 + (Q8_BINADES << Q8_MBITS_MAX)) /* buckets per sign */
 
 struct q8_lut {
 	int shift;     /* 23 - mbits */
-	int nb;        /* buckets per sign: 2 + (23 << mbits) */
-	int extra;     /* compares needed beyond the first (0 for the dynamic maps) */
+	int nb;        /* buckets per sign: 2 + (Q8_BINADES << mbits) */
+	int packed;    /* entry[] packs code and threshold bits: see below */
+	int extra;     /* unpacked: compares needed beyond the first */
 	int zero;      /* code of 0.0, also given to NaN */
 	/* thr[k] = the largest float <= the exact midpoint of map[k], map[k+1];
 	 * thr[255] = +inf. For float x, x > thr[k] iff x > that midpoint, so the
 	 * code of x is the number of k with x > thr[k]. */
 	float thr[256];
-	/* per bucket b (negative x at nb + b): the code of the bucket's smallest
-	 * float, and thr[] of that code, the first midpoint x may exceed */
-	float bthr[2 * Q8_NB_MAX];
-	uint8_t code[2 * Q8_NB_MAX + 4]; /* +4: vector gathers read 4 bytes */
+	/* Per bucket b (negative x at nb + b), c = the code of the bucket's
+	 * smallest float; thr[c] is the first midpoint that x may exceed.
+	 *   packed:   entry = c << 24 | (low mantissa bits of thr[c] when it
+	 *             lies inside the bucket, complemented for negative x; all
+	 *             ones when it does not); code = c + (x's low bits, same
+	 *             convention, > those bits): one load and integer compares
+	 *   unpacked: entry = c; code = c + (x > thr[c]), then `extra` times
+	 *             code += x > thr[code] */
+	uint32_t entry[2 * Q8_NB_MAX];
 };
 
-/* Build the table for a sorted 256-entry map (about 15 us). */
+/* Build the table for a sorted 256-entry map. */
 void q8_lut_build(struct q8_lut *t, const float map[256]);
 
 /* The ISA-specific pieces of the fused kernels. n is at most Q8_CHUNK. */

@@ -1,0 +1,21 @@
+#!/usr/bin/env python3
+"""Print strata's optimizer steps against the peers of the same run: the
+JSON of bench/optim and of bench/optim_peers.py."""
+import json
+import sys
+
+s = json.load(open(sys.argv[1]))
+p = json.load(open(sys.argv[2]))["peers"]
+fp32, q8 = s["adamw_fp32"]["params_per_s"], s["adamw_8bit"]["params_per_s"]
+torch_best = max((r["params_per_s"], k) for k, r in p.items() if k.startswith("torch_")) if any(
+    k.startswith("torch_") for k in p) else None
+print(f"{'kernel':<24} {'params/s':>10} {'strata/peer':>12}")
+if torch_best:
+    print(f"{torch_best[1]:<24} {torch_best[0]:10.3e} {fp32 / torch_best[0]:11.2f}x  (strata fp32 AdamW)")
+    print(f"{'':<24} {'':>10} {q8 / torch_best[0]:11.2f}x  (strata 8-bit AdamW)")
+if "bnb_adamw8bit" in p:
+    b = p["bnb_adamw8bit"]["params_per_s"]
+    print(f"{'bnb_adamw8bit':<24} {b:10.3e} {q8 / b:11.2f}x  (strata 8-bit AdamW)")
+peers = [r["params_per_s"] for r in p.values()]
+if peers:
+    print(f"strata 8-bit AdamW / fastest peer = {q8 / max(peers):.2f} (target >= 2)")

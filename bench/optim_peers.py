@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The peers of bench/optim: PyTorch's CPU AdamW (each implementation it has:
+for-loop, foreach, fused; the fastest is the peer) and bitsandbytes' 8-bit
+AdamW (block 256, its CPU backend), one step over one flat tensor of the same
+size and value ranges as bench/optim's, best of --reps timed steps after one
+warm-up step. Threads: torch's default (all cores), as strata's OpenMP.
+
+usage: optim_peers.py [--params 134217728] [--reps 5] [--json FILE]
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+
+def timed_steps(opt, reps):
+    opt.step()  # warm-up: allocates state
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        opt.step()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def make_param(n):
+    g = torch.Generator().manual_seed(1)
+    p = torch.nn.Parameter(torch.rand(n, generator=g) - 0.5)
+    p.grad = (torch.rand(n, generator=g) - 0.5) * 1e-2
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", type=int, default=128 << 20)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    n = a.params
+    kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
+    res = {"params": n, "threads": torch.get_num_threads(), "torch": torch.__version__, "peers": {}}
+
+    for impl in ("forloop", "foreach", "fused"):
+        p = make_param(n)
+        flags = {"forloop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}[impl]
+        try:
+            opt = torch.optim.AdamW([p], **kw, **flags)
+            t = timed_steps(opt, a.reps)
+        except (RuntimeError, TypeError, ValueError) as e:
+            print(f"torch AdamW {impl}: unavailable ({str(e).splitlines()[0]})", file=sys.stderr)
+            continue
+        res["peers"][f"torch_adamw_{impl}"] = {"step_s": t, "params_per_s": n / t}
+        del opt, p
+
+    try:
+        import bitsandbytes as bnb
+
+        p = make_param(n)
+        opt = bnb.optim.AdamW8bit([p], **kw, min_8bit_size=4096)
+        t = timed_steps(opt, a.reps)
+        st = opt.state[p]
+        state_bytes = sum(st[k].numel() * st[k].element_size() for k in ("state1", "state2", "absmax1", "absmax2"))
+        res["bitsandbytes"] = bnb.__version__
+        res["peers"]["bnb_adamw8bit"] = {"step_s": t, "params_per_s": n / t, "state_bytes_per_param": state_bytes / n}
+        del opt, p
+    except ImportError:
+        print("bitsandbytes not installed: skipping its 8-bit AdamW (pip install bitsandbytes)", file=sys.stderr)
+    except (RuntimeError, NotImplementedError) as e:
+        print(f"bitsandbytes AdamW8bit on CPU unavailable: {str(e).splitlines()[0]}", file=sys.stderr)
+
+    for k, r in res["peers"].items():
+        extra = f"  state {r['state_bytes_per_param']:.3f} B/param" if "state_bytes_per_param" in r else ""
+        print(f"{k:<22} {1e3 * r['step_s']:9.1f} ms  {r['params_per_s']:10.3e} params/s{extra}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
