@@ -8,8 +8,8 @@ BUILD   ?= build
 OPT     ?= -O3 -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=gnu11 $(OPT) $(WARN) -g -fno-fast-math -fno-math-errno -Isrc -I/usr/include/cjson -MMD -MP
-LDLIBS  += -ldnnl -lcjson -lm -lpthread
-BENCH_LIBS := -lopenblas
+LDLIBS  += -ldnnl -lcjson -lopenblas -lm -lpthread
+BENCH_LIBS :=
 
 # --- OpenMP -----------------------------------------------------------------
 HAVE_OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1)

@@ -148,6 +148,32 @@ int main(int argc, char **argv)
 		if (r)
 			t8 = fmin(t8, dt);
 	}
+	/* Compute rate: the same kernels on a cache-resident slice (32K params
+	 * per thread, about 320 KiB of 8-bit state + p + g per thread, in L2),
+	 * so memory bandwidth does not bound them. A kernel whose in-cache rate
+	 * is below its bandwidth-bound rate (ceiling / bytes per param) is
+	 * compute-bound on this machine. */
+	const size_t nc = (size_t)32768 * (size_t)threads;
+	const int creps = (int)(((size_t)1 << 30) / nc); /* about 1G params each */
+	double c32 = 1e30, c8 = 1e30;
+	for (int k = 0; k < 3; k++) {
+		struct st_adamw_args a = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					   .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = 0.1f,
+					   .bc2 = 0.001f };
+		struct st_adamw8_args a8 = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					     .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = 0.1f,
+					     .bc2 = 0.001f, .block = block, .map_m = map_s, .map_v = map_u };
+		double t0 = now();
+		for (int r = 0; r < creps; r++)
+			ops->adamw_step(p, m, v, g, nc, &a);
+		c32 = fmin(c32, (now() - t0) / creps);
+		t0 = now();
+		for (int r = 0; r < creps; r++)
+			ops->adamw8_step(p, mc, vc, ma, va, g, nc, &a8);
+		c8 = fmin(c8, (now() - t0) / creps);
+	}
+	const double cps32 = (double)nc / c32, cps8 = (double)nc / c8;
+
 	const double b32 = 28.0, b8 = 16.0 + 16.0 / block;
 	const double state32 = 8.0, state8 = 2.0 + 8.0 / block;
 	const double ps32 = (double)n / t32, ps8 = (double)n / t8;
@@ -168,6 +194,10 @@ int main(int argc, char **argv)
 	printf("fp32 GB/s / ceiling = %.2f (target >= 0.8); 8-bit / fp32 params/s = %.2f (target "
 	       ">= 1.5); state %.2f vs %.0f B/param\n",
 	       gb32 / ceiling, ps8 / ps32, state8, state32);
+	printf("in cache (%zu params): fp32 %.3e params/s, 8-bit %.3e params/s; bandwidth-bound "
+	       "rates at the ceiling: fp32 %.3e, 8-bit %.3e -> 8-bit is %s-bound here\n",
+	       nc, cps32, cps8, ceiling * 1e9 / b32, ceiling * 1e9 / b8,
+	       cps8 < ceiling * 1e9 / b8 ? "compute" : "bandwidth");
 	if (json) {
 		FILE *f = fopen(json, "w");
 		if (!f) {
@@ -181,9 +211,11 @@ int main(int argc, char **argv)
 			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
 			"\"adamw_8bit\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
 			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
-			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f}\n",
+			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f, "
+			"\"in_cache\": {\"params\": %zu, \"fp32_params_per_s\": %.4e, "
+			"\"adamw_8bit_params_per_s\": %.4e}}\n",
 			n, threads, block, reps, gbs_triad, gbs_axpy, ceiling, t32, ps32, b32, gb32,
-			state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32);
+			state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, cps32, cps8);
 		fclose(f);
 	}
 	free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va);

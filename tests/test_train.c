@@ -75,6 +75,78 @@ Test(train, resume_bit_identical_sgd8bit)
 {
 	check_resume("--optimizer sgd8bit --momentum 0.9 --lr 0.05 --quant-min-size 512 --quant-block 64");
 }
+/* GaLore: rank 8 of the 64-wide matrices, a projector refresh every 2
+ * updates (staggered), so refreshes fall on both sides of the resume */
+Test(train, resume_bit_identical_galore)
+{
+	check_resume("--optimizer galore-adamw --galore-rank 8 --galore-update-gap 2 --galore-proj svd "
+		     "--grad-clip 0.5");
+}
+Test(train, resume_bit_identical_galore8bit)
+{
+	check_resume("--optimizer galore-adamw8bit --galore-rank 0.25 --galore-update-gap 2 "
+		     "--galore-moments rotate --quant-min-size 256 --quant-block 64");
+}
+Test(train, resume_bit_identical_galore_per_layer_accum)
+{
+	check_resume("--optimizer galore-adamw --galore-rank 8 --galore-update-gap 2 --grad-accum 2 "
+		     "--galore-moments rotate");
+}
+
+/* Per-layer GaLore updates (each layer's gradient consumed after its
+ * backward, one shared gradient slab) give bit for bit the in-memory GaLore
+ * run with one micro-batch per step, clipping active, projector refreshes
+ * and moment rotation included. */
+Test(train, galore_per_layer_equals_in_memory)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "perlayer");
+	setup_run(dir, "");
+	const char *mode[2] = {"true", "false"};
+	for (int k = 0; k < 2; k++) {
+		int rc = cu_run(out, sizeof out,
+				"%s train --model %s/init --data %s/data --out %s/%s --steps 5 --optimizer "
+				"galore-adamw --galore-rank 8 --galore-update-gap 2 --galore-moments rotate "
+				"--grad-clip 0.05 --galore-per-layer %s %s",
+				cu_bin(), dir, dir, dir, mode[k], mode[k], SMALL);
+		cr_assert_eq(rc, 0, "per-layer %s failed: %s", mode[k], out);
+	}
+	char a[512], b[512];
+	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+	for (int i = 0; i < 2; i++) {
+		snprintf(a, sizeof a, "%s/true/step-000005/%s", dir, files[i]);
+		snprintf(b, sizeof b, "%s/false/step-000005/%s", dir, files[i]);
+		cr_expect(files_equal(a, b), "per-layer and in-memory GaLore differ in %s", files[i]);
+	}
+}
+
+/* A non-finite gradient at a refresh update of per-layer GaLore: the
+ * refreshed projectors are put back, so the skipped step leaves weights and
+ * state exactly as they were. */
+Test(train, galore_per_layer_nonfinite_skip_restores_projectors)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "plnan");
+	setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/a --steps 2 --ckpt-interval 1 "
+			"--optimizer galore-adamw --galore-rank 8 --galore-update-gap 2 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/b --steps 3 "
+		    "--ckpt-interval 1 --keep-ckpts 0",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	char a[512], b[512];
+	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+	for (int i = 0; i < 2; i++) {
+		snprintf(a, sizeof a, "%s/a/step-000002/%s", dir, files[i]);
+		snprintf(b, sizeof b, "%s/b/step-000003/%s", dir, files[i]);
+		cr_expect(files_equal(a, b), "a skipped per-layer GaLore step changed %s", files[i]);
+	}
+}
+
 Test(train, resume_bit_identical_sgd_momentum)
 {
 	check_resume("--optimizer sgd --momentum 0.9 --lr 0.05 --weight-decay 0.01");

@@ -36,12 +36,24 @@ int session_create(struct st_session *s, const struct st_ops *ops, const struct 
 	s->w = st_calloc((size_t)m->n_units, sizeof *s->w);
 	if (!s->w)
 		return ST_FAIL;
+	size_t layer_max = 0; /* the shared layer gradient holds the largest layer */
+	for (int u = 0; u < m->n_units; u++)
+		if (m->units[u].kind == ST_UNIT_LAYER && m->units[u].numel > layer_max)
+			layer_max = m->units[u].numel;
+	int first_layer = -1;
 	for (int u = 0; u < m->n_units; u++) {
 		size_t bytes = m->units[u].numel * sizeof(float);
 		ST_TRY(store_alloc(&s->store, u, ST_SLAB_W, ST_TIER_DEVICE, bytes));
 		/* fp32 compute: the master weights are the compute weights */
 		store_alias(&s->store, u, ST_SLAB_M, ST_SLAB_W);
-		if (with_grads)
+		if (with_grads == ST_GRADS_SHARED_LAYERS && m->units[u].kind == ST_UNIT_LAYER) {
+			if (first_layer < 0) {
+				ST_TRY(store_alloc(&s->store, u, ST_SLAB_G, ST_TIER_DEVICE,
+						   layer_max * sizeof(float)));
+				first_layer = u;
+			} else
+				store_share(&s->store, u, ST_SLAB_G, first_layer);
+		} else if (with_grads)
 			ST_TRY(store_alloc(&s->store, u, ST_SLAB_G, ST_TIER_DEVICE, bytes));
 		s->w[u] = store_acquire(&s->store, u, ST_SLAB_W);
 	}

@@ -22,7 +22,11 @@ struct st_session {
  * (0: all cores). */
 int session_backend(const struct st_ops **ops, const char *device, int threads);
 /* Build the model from cfg and allocate its weight slabs (zeroed);
- * with_grads also allocates gradient slabs. */
+ * with_grads: 0 no gradient slabs, ST_GRADS_ALL one per unit,
+ * ST_GRADS_SHARED_LAYERS one per unit except that every layer unit uses the
+ * same one (its gradient must be consumed and zeroed after each unit's
+ * backward, as the per-layer GaLore updates do). */
+enum { ST_GRADS_NONE, ST_GRADS_ALL, ST_GRADS_SHARED_LAYERS };
 int session_create(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
 		   int with_grads);
 /* Open a HF model directory: config.json + model.safetensors. */

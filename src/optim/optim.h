@@ -10,7 +10,11 @@
  *     dynamic quantization, except tensors under quant_min_numel elements
  *     (4096 by default, as bitsandbytes) and the token embedding, which keep
  *     fp32 state (the paper pairs 8-bit optimizers with a 32-bit-state
- *     embedding, section 2.3). */
+ *     embedding, section 2.3);
+ *   - GaLore (galore-adamw, galore-adamw8bit; Zhao et al. 2024, galore.c):
+ *     attention and MLP matrices keep AdamW state for their projected
+ *     gradient plus a projector; every other parameter uses the plain
+ *     optimizer (adamw or adamw8bit). */
 #ifndef ST_OPTIM_H
 #define ST_OPTIM_H
 
@@ -20,7 +24,17 @@
 #include "model/llama.h"
 #include "ops/ops.h"
 
-enum st_optim_kind { ST_OPT_ADAMW, ST_OPT_SGD, ST_OPT_ADAMW8, ST_OPT_SGD8 };
+enum st_optim_kind {
+	ST_OPT_ADAMW,
+	ST_OPT_SGD,
+	ST_OPT_ADAMW8,
+	ST_OPT_SGD8,
+	ST_OPT_GALORE_ADAMW,
+	ST_OPT_GALORE_ADAMW8,
+};
+
+/* GaLore projector computation (optim/galore_proj.h) */
+enum st_galore_proj { ST_GALORE_SVD, ST_GALORE_RANDOMIZED };
 
 struct st_optim_cfg {
 	enum st_optim_kind kind;
@@ -30,6 +44,13 @@ struct st_optim_cfg {
 	int decay_norms, decay_embed;
 	int quant_block;          /* elements per absmax block (256, as bitsandbytes) */
 	long quant_min_numel;     /* smaller tensors keep fp32 state (4096) */
+	/* GaLore */
+	double galore_rank;       /* >= 1: the rank; in (0, 1): a fraction of the hidden size */
+	int galore_gap;           /* T: steps between projector refreshes (200) */
+	float galore_scale;       /* alpha: the projected-back update's scale (0.25) */
+	enum st_galore_proj galore_proj;
+	int galore_rotate;        /* on refresh, rotate moments into the new subspace */
+	uint64_t seed;            /* for the randomized projector */
 };
 
 /* Where one parameter's state lives in its unit's S slab (byte offsets). */
@@ -39,6 +60,13 @@ struct st_pstate {
 	size_t n_blocks;     /* absmax entries per state (q8) */
 	size_t off[2];       /* fp32 array, or uint8 codes (q8) */
 	size_t absmax_off[2];/* fp32 absmax per block (q8) */
+	size_t state_numel;  /* elements per state array: numel, or the projected R's */
+	/* GaLore (galore != 0): W is rows x cols (m x n). right (m >= n): P is
+	 * (r, n) and R = G P^T is (m, r); left: P is (m, r) and R = P^T G is
+	 * (r, n). The moments are R-shaped. Refreshed at update 1 and whenever
+	 * (t - 1) % gap == phase (phases staggered across parameters). */
+	int galore, rows, cols, rank, right, full, phase;
+	size_t proj_off;     /* fp32 P */
 };
 
 struct st_optim {
@@ -48,7 +76,16 @@ struct st_optim {
 	size_t *unit_bytes;    /* S slab size of each unit */
 	size_t total_bytes;
 	float map_signed[256], map_unsigned[256]; /* dynamic quantization maps */
+	/* GaLore scratch (one step at a time): R, N (max R size), the previous
+	 * P, the rotation, and the projector's workspace */
+	float *g_r, *g_n, *g_pold, *g_rot;
+	void *g_work;
+	size_t galore_weights; /* elements of the matrices under GaLore */
 };
+
+/* The most state tensors one parameter has (GaLore 8-bit: the projector and
+ * two moments of codes + absmax). */
+#define ST_STATE_TENSORS_MAX 6
 
 /* One tensor of optimizer state, as saved in checkpoints. */
 struct st_state_tensor {
@@ -59,7 +96,8 @@ struct st_state_tensor {
 	size_t off, bytes;    /* in the unit's S slab */
 };
 
-/* Parse "adamw" / "sgd" / "adamw8bit" / "sgd8bit"; ST_FAIL with the list. */
+/* Parse "adamw" / "sgd" / "adamw8bit" / "sgd8bit" / "galore-adamw" /
+ * "galore-adamw8bit"; ST_FAIL with the list. */
 int optim_parse_kind(enum st_optim_kind *k, const char *s);
 const char *optim_kind_name(enum st_optim_kind k);
 int optim_param_decays(const struct st_optim_cfg *c, const struct st_param *p);
@@ -67,13 +105,20 @@ int optim_param_decays(const struct st_optim_cfg *c, const struct st_param *p);
 /* Lay out every parameter's state; fails on impossible settings. */
 int optim_init(struct st_optim *o, const struct st_optim_cfg *c, const struct st_model *m);
 void optim_free(struct st_optim *o);
-/* Fill out[] with parameter i's state tensors; returns how many (0..4). */
-int optim_state_tensors(const struct st_optim *o, int i, struct st_state_tensor out[4]);
+/* Fill out[] with parameter i's state tensors; returns how many. */
+int optim_state_tensors(const struct st_optim *o, int i,
+			struct st_state_tensor out[ST_STATE_TENSORS_MAX]);
+/* Bytes of parameter i's state as saved (no alignment padding). */
+size_t optim_param_state_bytes(const struct st_optim *o, int i);
 
 /* One update of every parameter of `unit`: w (unit weights), g (gradient),
  * s (the unit's S slab, laid out by optim_init), at 1-based update count t,
  * learning rate lr, gradients multiplied by grad_scale first (clipping). */
 void optim_step_unit(const struct st_ops *ops, const struct st_optim *o, int unit, float *w,
 		     const float *g, void *s, long t, float lr, float grad_scale);
+/* The same for parameter i alone: w and g point at its own elements, s is
+ * its unit's S slab. */
+void optim_step_param(const struct st_ops *ops, const struct st_optim *o, int i, float *w,
+		      const float *g, void *s, long t, float lr, float grad_scale);
 
 #endif

@@ -39,7 +39,7 @@ int store_init(struct st_store *s, int n_units, const size_t budgets[ST_TIER__CO
 	if (!s->slabs)
 		return ST_FAIL;
 	for (size_t i = 0; i < (size_t)n_units * ST_SLAB__COUNT; i++)
-		s->slabs[i].alias_of = -1;
+		s->slabs[i].alias_of = s->slabs[i].shared_from = -1;
 	for (int t = 0; t < ST_TIER__COUNT; t++)
 		s->tiers[t].budget = budgets ? budgets[t] : 0;
 	return ST_OK;
@@ -50,7 +50,7 @@ void store_free(struct st_store *s)
 	if (!s->slabs)
 		return;
 	for (size_t i = 0; i < (size_t)s->n_units * ST_SLAB__COUNT; i++)
-		if (s->slabs[i].alias_of < 0)
+		if (s->slabs[i].alias_of < 0 && s->slabs[i].shared_from < 0)
 			free(s->slabs[i].ptr);
 	free(s->slabs);
 	memset(s, 0, sizeof *s);
@@ -97,6 +97,15 @@ void store_alias(struct st_store *s, int unit, enum st_slab_kind kind, enum st_s
 	sl->alias_of = (int)target;
 }
 
+void store_share(struct st_store *s, int unit, enum st_slab_kind kind, int from_unit)
+{
+	struct st_slab *sl = store_slab(s, unit, kind), *t = store_slab(s, from_unit, kind);
+	sl->ptr = t->ptr;
+	sl->bytes = t->bytes;
+	sl->home = t->home;
+	sl->shared_from = from_unit;
+}
+
 void *store_acquire(struct st_store *s, int unit, enum st_slab_kind kind)
 {
 	return store_slab(s, unit, kind)->ptr;
@@ -113,11 +122,13 @@ void store_report(const struct st_store *s)
 	st_log_info("memory plan:");
 	for (int k = 0; k < ST_SLAB__COUNT; k++) {
 		size_t per_tier[ST_TIER__COUNT] = {0};
-		int alias = -1;
+		int alias = -1, shared = 0;
 		for (int u = 0; u < s->n_units; u++) {
 			const struct st_slab *sl = &s->slabs[(size_t)u * ST_SLAB__COUNT + k];
 			if (sl->alias_of >= 0)
 				alias = sl->alias_of;
+			else if (sl->shared_from >= 0)
+				shared++;
 			else if (sl->ptr)
 				per_tier[sl->home] += sl->bytes;
 		}
@@ -137,7 +148,10 @@ void store_report(const struct st_store *s)
 				any = 1;
 			}
 		if (!any)
-			snprintf(line + len, sizeof line - (size_t)len, " none");
+			len += snprintf(line + len, sizeof line - (size_t)len, " none");
+		if (shared)
+			snprintf(line + len, sizeof line - (size_t)len, " (%d units share one slab)",
+				 shared + 1);
 		st_log_info("%s", line);
 	}
 	for (int t = 0; t < ST_TIER__COUNT; t++) {

@@ -33,6 +33,7 @@ struct st_slab {
 	size_t bytes;
 	void *ptr;       /* resident memory in the home tier */
 	int alias_of;    /* kind this slab aliases (M -> W on CPU), or -1 */
+	int shared_from; /* unit whose slab of this kind it shares, or -1 */
 };
 
 struct st_tier_use {
@@ -57,6 +58,10 @@ int store_alloc(struct st_store *s, int unit, enum st_slab_kind kind, enum st_ti
 		size_t bytes);
 /* Make slab kind `kind` share the memory of `target` (M aliasing W on CPU). */
 void store_alias(struct st_store *s, int unit, enum st_slab_kind kind, enum st_slab_kind target);
+/* Make unit's slab `kind` the same memory as from_unit's (one gradient slab
+ * for all layers when their gradients are consumed unit by unit). Counted
+ * once, freed once. */
+void store_share(struct st_store *s, int unit, enum st_slab_kind kind, int from_unit);
 /* A pointer the backend can compute on, valid until store_release. */
 void *store_acquire(struct st_store *s, int unit, enum st_slab_kind kind);
 /* dirty: the caller wrote to the slab and it must reach its home. */

@@ -25,9 +25,9 @@
 static int save_optimizer(const struct st_trainer *tr, const char *path)
 {
 	const struct st_model *m = &tr->s.model;
-	const int cap = m->n_params * 4;
+	const int cap = m->n_params * ST_STATE_TENSORS_MAX;
 	struct st_tensor_out *t = st_calloc((size_t)cap, sizeof *t);
-	char (*names)[160] = st_calloc((size_t)cap, sizeof *names);
+	char (*names)[192] = st_calloc((size_t)cap, sizeof *names);
 	if (!t || !names) {
 		free(t);
 		free(names);
@@ -36,10 +36,10 @@ static int save_optimizer(const struct st_trainer *tr, const char *path)
 	int n = 0;
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
-		struct st_state_tensor st[4];
+		struct st_state_tensor st[ST_STATE_TENSORS_MAX];
 		int k = optim_state_tensors(&tr->opt, i, st);
 		for (int j = 0; j < k; j++, n++) {
-			snprintf(names[n], sizeof names[n], "%s.%s", p->name, st[j].suffix);
+			snprintf(names[n], sizeof names[n], "%.95s.%.31s", p->name, st[j].suffix);
 			t[n] = (struct st_tensor_out){.name = names[n], .dtype = st[j].dtype,
 						      .ndim = st[j].ndim,
 						      .data = (char *)tr->state[p->unit] + st[j].off};
@@ -271,11 +271,11 @@ int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 	const struct st_model *m = &tr->s.model;
 	for (int i = 0; i < m->n_params && rc == ST_OK; i++) {
 		const struct st_param *p = &m->params[i];
-		struct st_state_tensor st[4];
+		struct st_state_tensor st[ST_STATE_TENSORS_MAX];
 		int k = optim_state_tensors(&tr->opt, i, st);
 		for (int j = 0; j < k && rc == ST_OK; j++) {
 			char name[200];
-			snprintf(name, sizeof name, "%s.%s", p->name, st[j].suffix);
+			snprintf(name, sizeof name, "%.95s.%.31s", p->name, st[j].suffix);
 			rc = safetensors_load_raw(&sf, name, st[j].dtype, st[j].ndim, st[j].shape,
 						  (char *)tr->state[p->unit] + st[j].off, st[j].bytes);
 		}

@@ -18,7 +18,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"val", OT_STR, F(val), "", "validation shard (default: val.bin beside the training data)"},
 	{"out", OT_STR, F(out), "", "run directory for checkpoints and metrics.jsonl"},
 	{"resume", OT_STR, F(resume), "", "checkpoint to continue from (a step dir or a run dir)"},
-	{"optimizer", OT_STR, F(optimizer), "adamw", "adamw | sgd | adamw8bit | sgd8bit"},
+	{"optimizer", OT_STR, F(optimizer), "adamw", "adamw | sgd | adamw8bit | sgd8bit | galore-adamw | galore-adamw8bit"},
 	{"micro-batch", OT_INT, F(micro_batch), "8", "sequences per micro-batch"},
 	{"seq-len", OT_INT, F(seq_len), "256", "tokens per sequence"},
 	{"grad-accum", OT_INT, F(grad_accum), "1", "micro-batches per optimizer step"},
@@ -35,6 +35,12 @@ const struct st_opt_desc train_opt_table[] = {
 	{"momentum", OT_DOUBLE, F(momentum), "0", "SGD momentum (sgd8bit needs > 0)"},
 	{"quant-block", OT_INT, F(quant_block), "256", "8-bit optimizers: elements per absmax block"},
 	{"quant-min-size", OT_LONG, F(quant_min_size), "4096", "8-bit optimizers: smaller tensors keep fp32 state"},
+	{"galore-rank", OT_DOUBLE, F(galore_rank), "128", "GaLore: projection rank (>= 1), or a fraction of the hidden size (< 1)"},
+	{"galore-update-gap", OT_INT, F(galore_update_gap), "200", "GaLore: steps between projector refreshes (T)"},
+	{"galore-scale", OT_DOUBLE, F(galore_scale), "0.25", "GaLore: scale of the projected-back update (alpha)"},
+	{"galore-proj", OT_STR, F(galore_proj), "randomized", "GaLore projector: randomized | svd"},
+	{"galore-per-layer", OT_BOOL, F(galore_per_layer), "1", "GaLore: consume each layer's gradient after its backward (no full gradient buffer)"},
+	{"galore-moments", OT_STR, F(galore_moments), "keep", "GaLore: on refresh keep the moments or rotate them"},
 	{"max-skipped-steps", OT_INT, F(max_skipped_steps), "10", "stop after this many steps skipped for non-finite gradients"},
 	{"steps", OT_LONG, F(steps), "0", "optimizer steps (0: from --max-tokens)"},
 	{"max-tokens", OT_DOUBLE, F(max_tokens), "0", "token budget, used when --steps is 0"},
@@ -211,6 +217,10 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--optimizer sgd8bit without momentum has no state to quantize");
 	ST_CHECK(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0");
 	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0");
+	ST_CHECK(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
+		 "--galore-proj must be randomized or svd (got '%s')", o->galore_proj);
+	ST_CHECK(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
+		 "--galore-moments must be keep or rotate (got '%s')", o->galore_moments);
 	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
 		 "no training length: --steps and --max-tokens are both 0");
 	ST_CHECK(o->steps >= 0 && o->max_tokens >= 0, h, "--steps and --max-tokens must be >= 0");

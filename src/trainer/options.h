@@ -14,7 +14,7 @@ struct st_train_opts {
 	char val[ST_PATH];       /* validation shard (default: val.bin beside the data) */
 	char out[ST_PATH];       /* run directory: checkpoints and metrics.jsonl */
 	char resume[ST_PATH];    /* checkpoint dir, or a run dir (its latest checkpoint) */
-	char optimizer[16];
+	char optimizer[24];
 	int micro_batch, seq_len, grad_accum;
 	double lr, min_lr_ratio;
 	long warmup;
@@ -22,6 +22,11 @@ struct st_train_opts {
 	int quant_block;
 	long quant_min_size;
 	int max_skipped_steps;
+	double galore_rank, galore_scale;
+	int galore_update_gap;
+	int galore_per_layer;
+	char galore_proj[16];    /* "randomized" | "svd" */
+	char galore_moments[8];  /* "keep" | "rotate" */
 	int decay_norms, decay_embed;
 	long steps;
 	double max_tokens;       /* token budget; sets steps when steps is 0 */

@@ -87,13 +87,18 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, tr->o.device, tr->o.threads));
+	enum st_optim_kind kind;
+	ST_TRY(optim_parse_kind(&kind, tr->o.optimizer));
+	tr->per_layer = (kind == ST_OPT_GALORE_ADAMW || kind == ST_OPT_GALORE_ADAMW8) &&
+			tr->o.galore_per_layer;
+	const int grads = tr->per_layer ? ST_GRADS_SHARED_LAYERS : ST_GRADS_ALL;
 	if (resuming) {
 		ST_TRY(ckpt_resolve(tr->ckpt_loaded, sizeof tr->ckpt_loaded, tr->o.resume));
-		ST_TRY(session_open(&tr->s, ops, tr->ckpt_loaded, 1));
+		ST_TRY(session_open(&tr->s, ops, tr->ckpt_loaded, grads));
 	} else {
 		ST_CHECK(*tr->o.model, "create one with `strata init --config tiny --out DIR`",
 			 "no model given (--model DIR)");
-		ST_TRY(session_open(&tr->s, ops, tr->o.model, 1));
+		ST_TRY(session_open(&tr->s, ops, tr->o.model, grads));
 	}
 	const struct st_model *m = &tr->s.model;
 	ST_CHECK(tr->o.seq_len <= m->cfg.max_seq, "lower --seq-len",
@@ -113,10 +118,20 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 				  .weight_decay = (float)tr->o.weight_decay,
 				  .decay_norms = tr->o.decay_norms, .decay_embed = tr->o.decay_embed,
 				  .quant_block = tr->o.quant_block,
-				  .quant_min_numel = tr->o.quant_min_size};
+				  .quant_min_numel = tr->o.quant_min_size,
+				  .galore_rank = tr->o.galore_rank,
+				  .galore_gap = tr->o.galore_update_gap,
+				  .galore_scale = (float)tr->o.galore_scale,
+				  .galore_proj = strcmp(tr->o.galore_proj, "svd") ? ST_GALORE_RANDOMIZED
+										   : ST_GALORE_SVD,
+				  .galore_rotate = !strcmp(tr->o.galore_moments, "rotate"),
+				  .seed = (uint64_t)tr->o.seed};
 	ST_TRY(optim_parse_kind(&oc.kind, tr->o.optimizer));
 	ST_TRY(optim_init(&tr->opt, &oc, m));
 	ST_TRY(alloc_state(tr));
+	if (tr->per_layer)
+		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->state,
+				     tr->o.grad_accum));
 
 	const double tokens_per_step =
 		(double)tr->o.micro_batch * tr->o.seq_len * tr->o.grad_accum;
@@ -147,6 +162,8 @@ void trainer_close(struct st_trainer *tr)
 		fclose(tr->metrics);
 	data_close(&tr->data);
 	session_close(&tr->s);
+	if (tr->per_layer)
+		perlayer_free(&tr->pl);
 	optim_free(&tr->opt);
 	free(tr->state);
 	free(tr->tokens);
@@ -226,18 +243,28 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		memset(store_acquire(&s->store, u, ST_SLAB_G), 0, m->units[u].numel * sizeof(float));
 
 	const float scale = 1.0f / (float)n_targets;
+	struct st_perlayer *pl = tr->per_layer ? &tr->pl : NULL;
+	if (pl) {
+		perlayer_begin(pl, tr->updates + 1);
+		s->exec.on_unit_grad = perlayer_on_unit;
+		s->exec.on_unit_grad_ctx = pl;
+	}
 	double loss_sum = 0;
 	for (int j = 0; j < A; j++) {
 		long c;
 		loss_sum += exec_micro_step(&s->exec, tr->tokens + j * per, tr->targets + j * per,
 					    scale, &c);
+		if (pl)
+			perlayer_end_micro(pl);
 	}
 	const char *fault = getenv("STRATA_FAULT_NAN_AT_STEP"); /* test hook */
 	if (fault && atol(fault) == step)
 		((float *)store_acquire(&s->store, model_head_unit(m), ST_SLAB_G))[0] = NAN;
 	double sumsq = 0;
 	for (int u = 0; u < m->n_units; u++)
-		sumsq += ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G), m->units[u].numel);
+		sumsq += pl && m->units[u].kind == ST_UNIT_LAYER
+				 ? perlayer_unit_sumsq(pl, u)
+				 : ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G), m->units[u].numel);
 	const double gnorm = sqrt(sumsq), loss = loss_sum / (double)n_targets;
 	*loss_out = loss;
 	*gnorm_out = gnorm;
@@ -245,6 +272,8 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 	if (!isfinite(gnorm) || !isfinite(loss)) {
 		/* Skip the update, keep every weight and moment as it was (never zero
 		 * them, as bitsandbytes does), count it, and stop after too many. */
+		if (pl)
+			perlayer_undo(pl);
 		tr->step = step;
 		tr->tokens_seen += (double)per * A;
 		tr->skipped++;
@@ -265,8 +294,11 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 	const double lr = lr_at(&tr->o, step, tr->total_steps, tr->warmup);
 	tr->updates++;
 	for (int u = 0; u < m->n_units; u++)
-		optim_step_unit(ops, &tr->opt, u, s->w[u], store_acquire(&s->store, u, ST_SLAB_G),
-				tr->state[u], tr->updates, (float)lr, clip);
+		if (pl && m->units[u].kind == ST_UNIT_LAYER)
+			perlayer_apply(pl, u, s->w[u], (float)lr, clip);
+		else
+			optim_step_unit(ops, &tr->opt, u, s->w[u], store_acquire(&s->store, u, ST_SLAB_G),
+					tr->state[u], tr->updates, (float)lr, clip);
 	tr->step = step;
 	tr->tokens_seen += (double)per * A;
 	*lr_out = lr;
@@ -300,6 +332,29 @@ int trainer_run(struct st_trainer *tr)
 			    fmt_bytes(b2, sizeof b2, (double)tr->opt.total_bytes),
 			    (double)tr->opt.total_bytes / (double)m->numel,
 			    fmt_bytes(b3, sizeof b3, 8.0 * (double)m->numel));
+		if (tr->opt.galore_weights) {
+			size_t gbytes = 0;
+			for (int i = 0; i < m->n_params; i++)
+				if (tr->opt.ps[i].galore)
+					gbytes += optim_param_state_bytes(&tr->opt, i);
+			st_log_info("GaLore: %zu weights in attention/MLP matrices, rank %g, refresh every %d "
+				    "steps (%s), scale %g: their state %s (%.3f B/weight; AdamW: %s, 8 B/weight)",
+				    tr->opt.galore_weights, tr->o.galore_rank, tr->o.galore_update_gap,
+				    tr->o.galore_proj, tr->o.galore_scale,
+				    fmt_bytes(b2, sizeof b2, (double)gbytes),
+				    (double)gbytes / (double)tr->opt.galore_weights,
+				    fmt_bytes(b3, sizeof b3, 8.0 * (double)tr->opt.galore_weights));
+			double gb = tr->per_layer ? (double)tr->pl.acc_bytes : 0;
+			for (int u = 0; u < m->n_units; u++) {
+				const struct st_slab *sl = store_slab(&tr->s.store, u, ST_SLAB_G);
+				if (sl->shared_from < 0)
+					gb += (double)sl->bytes;
+			}
+			st_log_info("gradients: %s (%s; AdamW: %s)", fmt_bytes(b2, sizeof b2, gb),
+				    tr->per_layer ? "per-layer: one layer's gradient, low-rank accumulators"
+						  : "every unit's gradient kept (--galore-per-layer false)",
+				    fmt_bytes(b3, sizeof b3, 4.0 * (double)m->numel));
+		}
 	}
 
 	struct st_progress pg;

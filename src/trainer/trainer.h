@@ -11,6 +11,7 @@
 #include "optim/optim.h"
 #include "trainer/data.h"
 #include "trainer/options.h"
+#include "trainer/perlayer.h"
 
 struct st_trainer {
 	struct st_train_opts o;
@@ -18,6 +19,8 @@ struct st_trainer {
 	struct st_optim opt;
 	struct st_data data;
 	void **state;          /* per-unit optimizer state slabs (NULL where empty) */
+	int per_layer;         /* GaLore per-layer updates (pl in use) */
+	struct st_perlayer pl;
 	long step;             /* steps completed (updates + skipped) */
 	long updates;          /* optimizer updates applied (AdamW's bias-correction t) */
 	long skipped;          /* steps skipped for a non-finite loss or gradient */

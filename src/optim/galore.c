@@ -1,0 +1,273 @@
+/* GaLore inside the optimizer; see galore.h for the update it computes.
+ *
+ * All products go through the kernel table (ops->matmul), so the update runs
+ * on either backend; only the projector's SVD (galore_proj.c) is host code. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/galore.h"
+#include "optim/galore_proj.h"
+#include "optim/quantmap.h"
+#include "util/check.h"
+#include "util/rng.h"
+
+static int is_galore_kind(enum st_optim_kind k)
+{
+	return k == ST_OPT_GALORE_ADAMW || k == ST_OPT_GALORE_ADAMW8;
+}
+
+size_t galore_proj_numel(const struct st_pstate *ps)
+{
+	return (size_t)ps->rank * (size_t)(ps->right ? ps->cols : ps->rows);
+}
+
+int galore_refresh_due(const struct st_pstate *ps, const struct st_optim_cfg *c, long t)
+{
+	if (t == 1)
+		return 1;
+	return !ps->full && (t - 1) % c->galore_gap == ps->phase;
+}
+
+int galore_plan(struct st_optim *o)
+{
+	const struct st_optim_cfg *c = &o->cfg;
+	const struct st_model *m = o->m;
+	if (!is_galore_kind(c->kind))
+		return ST_OK;
+	ST_CHECK(c->galore_rank > 0, "give --galore-rank as a rank (128) or a fraction of the hidden size (0.25)",
+		 "--galore-rank must be positive (got %g)", c->galore_rank);
+	ST_CHECK(c->galore_gap >= 1, "the paper uses 200", "--galore-update-gap must be >= 1 (got %d)",
+		 c->galore_gap);
+	ST_CHECK(c->galore_scale > 0, "the paper uses 0.25", "--galore-scale must be positive (got %g)",
+		 c->galore_scale);
+	const int want = c->galore_rank >= 1 ? (int)c->galore_rank
+					     : (int)lround(c->galore_rank * m->cfg.dim);
+	ST_CHECK(want >= 1, "use a larger --galore-rank",
+		 "--galore-rank %g of hidden size %d rounds to rank 0", c->galore_rank, m->cfg.dim);
+	int n_gal = 0;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		n_gal += p->ndim == 2 && (p->role == ST_ROLE_ATTN || p->role == ST_ROLE_MLP);
+	}
+	/* phases spread the refreshes evenly over the gap: at most
+	 * ceil(n_gal / gap) SVDs in any step after the first */
+	int k = 0;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		struct st_pstate *ps = &o->ps[i];
+		if (!(p->ndim == 2 && (p->role == ST_ROLE_ATTN || p->role == ST_ROLE_MLP)))
+			continue;
+		ps->galore = 1;
+		ps->rows = (int)p->shape[0];
+		ps->cols = (int)p->shape[1];
+		const int small = ps->rows < ps->cols ? ps->rows : ps->cols;
+		ps->rank = want < small ? want : small;
+		ps->full = ps->rank == small;
+		ps->right = ps->rows >= ps->cols;
+		ps->phase = (int)((long)k * c->galore_gap / n_gal);
+		ps->state_numel = (size_t)ps->rank * (size_t)(ps->right ? ps->rows : ps->cols);
+		o->galore_weights += p->numel;
+		k++;
+	}
+	return ST_OK;
+}
+
+int galore_alloc_scratch(struct st_optim *o)
+{
+	size_t rmax = 0, pmax = 0, kmax = 0, wmax = 0;
+	for (int i = 0; i < o->m->n_params; i++) {
+		const struct st_pstate *ps = &o->ps[i];
+		if (!ps->galore)
+			continue;
+		rmax = ps->state_numel > rmax ? ps->state_numel : rmax;
+		pmax = galore_proj_numel(ps) > pmax ? galore_proj_numel(ps) : pmax;
+		kmax = (size_t)ps->rank > kmax ? (size_t)ps->rank : kmax;
+		if (!ps->full) {
+			size_t w = galore_proj_work_bytes(ps->rows, ps->cols, ps->rank,
+							  (enum galore_proj_method)o->cfg.galore_proj);
+			wmax = w > wmax ? w : wmax;
+		}
+	}
+	if (!rmax)
+		return ST_OK;
+	o->g_r = st_malloc(rmax * sizeof(float));
+	o->g_n = st_malloc(rmax * sizeof(float));
+	o->g_pold = st_malloc(pmax * sizeof(float));
+	o->g_rot = st_malloc(2 * kmax * kmax * sizeof(float));
+	o->g_work = wmax ? st_malloc(wmax) : NULL;
+	if (!o->g_r || !o->g_n || !o->g_pold || !o->g_rot || (wmax && !o->g_work))
+		return ST_FAIL;
+	return ST_OK;
+}
+
+void galore_free_scratch(struct st_optim *o)
+{
+	free(o->g_r);
+	free(o->g_n);
+	free(o->g_pold);
+	free(o->g_rot);
+	free(o->g_work);
+	o->g_r = o->g_n = o->g_pold = o->g_rot = NULL;
+	o->g_work = NULL;
+}
+
+/* P = I (r = the smaller side): the subspace is everything, and the identity
+ * makes GaLore exactly AdamW (the projections multiply by 1 and add 0s). */
+static void identity(float *p, int r)
+{
+	memset(p, 0, (size_t)r * r * sizeof *p);
+	for (int k = 0; k < r; k++)
+		p[(size_t)k * r + k] = 1.0f;
+}
+
+/* x (R-shaped: rows x r when right, r x cols when left) <- x rotated by q
+ * (r x r): right x q, left q x; tmp holds the result first. */
+static void rotate(const struct st_ops *ops, const struct st_pstate *ps, float *x, float *tmp,
+		   const float *q)
+{
+	const int r = ps->rank;
+	if (ps->right)
+		ops->matmul(tmp, x, q, ps->rows, r, r, 0, 0, 1.0f, 0.0f, r, r, r);
+	else
+		ops->matmul(tmp, q, x, r, ps->cols, r, 0, 0, 1.0f, 0.0f, r, ps->cols, ps->cols);
+	memcpy(x, tmp, ps->state_numel * sizeof *x);
+}
+
+/* Rotate the moments from the basis pold to p (both saved projectors). */
+static void rotate_moments(const struct st_ops *ops, const struct st_optim *o,
+			   const struct st_pstate *ps, const float *p, const float *pold, char *sb)
+{
+	const int r = ps->rank;
+	float *q = o->g_rot, *q2 = o->g_rot + (size_t)r * r;
+	if (ps->right) /* Q = P_old P_new^T: new coordinates of the old basis */
+		ops->matmul(q, pold, p, r, r, ps->cols, 0, 1, 1.0f, 0.0f, ps->cols, ps->cols, r);
+	else /* Q = P_new^T P_old */
+		ops->matmul(q, p, pold, r, r, ps->rows, 1, 0, 1.0f, 0.0f, r, r, r);
+	for (size_t k = 0; k < (size_t)r * r; k++)
+		q2[k] = q[k] * q[k];
+	const float *map[2] = {o->map_signed, o->map_unsigned};
+	for (int s = 0; s < 2; s++) {
+		const float *rq = s == 0 ? q : q2;
+		if (ps->q8) {
+			uint8_t *codes = (uint8_t *)(sb + ps->off[s]);
+			float *absmax = (float *)(sb + ps->absmax_off[s]);
+			dequant_blockwise(o->g_r, codes, absmax, ps->state_numel, o->cfg.quant_block,
+					  map[s]);
+			rotate(ops, ps, o->g_r, o->g_n, rq);
+			quant_blockwise(codes, absmax, o->g_r, ps->state_numel, o->cfg.quant_block,
+					map[s]);
+		} else {
+			rotate(ops, ps, (float *)(sb + ps->off[s]), o->g_n, rq);
+		}
+	}
+}
+
+void galore_rotate(const struct st_ops *ops, const struct st_optim *o, int i, char *sb,
+		   const float *pold)
+{
+	const struct st_pstate *ps = &o->ps[i];
+	rotate_moments(ops, o, ps, (const float *)(sb + ps->proj_off), pold, sb);
+}
+
+void galore_refresh(const struct st_ops *ops, const struct st_optim *o, int i, const float *g,
+		    char *sb, long t, const float *pold)
+{
+	(void)ops;
+	const struct st_pstate *ps = &o->ps[i];
+	float *p = (float *)(sb + ps->proj_off);
+	if (ps->full) {
+		identity(p, ps->rank);
+		return;
+	}
+	const size_t pn = galore_proj_numel(ps);
+	const int have_old = pold != NULL;
+	const uint64_t seed = rng_hash3(o->cfg.seed, (uint64_t)i, (uint64_t)t);
+	if (galore_projector(p, g, ps->rows, ps->cols, ps->rank,
+			     (enum galore_proj_method)o->cfg.galore_proj, pold, seed,
+			     o->g_work) != ST_OK) {
+		/* LAPACK did not converge (rare): keep the old subspace; at the
+		 * first update there is none, so take the first r coordinates */
+		st_log_warn("GaLore: projector of %s not computed at update %ld; %s",
+			    o->m->params[i].name, t,
+			    have_old ? "keeping the previous one" : "using the first r coordinates");
+		if (have_old)
+			memcpy(p, pold, pn * sizeof *p);
+		else {
+			memset(p, 0, pn * sizeof *p);
+			for (int k = 0; k < ps->rank; k++)
+				p[ps->right ? (size_t)k * ps->cols + k : (size_t)k * ps->rank + k] = 1.0f;
+		}
+	}
+}
+
+void galore_project(const struct st_ops *ops, const struct st_optim *o, int i, const float *g,
+		    const char *sb, float *rg, float beta)
+{
+	const struct st_pstate *ps = &o->ps[i];
+	const int m = ps->rows, n = ps->cols, r = ps->rank;
+	const float *p = (const float *)(sb + ps->proj_off);
+	/* R = G P^T (m, r), or P^T G (r, n) */
+	if (ps->right)
+		ops->matmul(rg, g, p, m, r, n, 0, 1, 1.0f, beta, n, n, r);
+	else
+		ops->matmul(rg, p, g, r, n, m, 1, 0, 1.0f, beta, r, n, n);
+}
+
+void galore_step(const struct st_ops *ops, const struct st_optim *o, int i, float *w,
+		 const float *g, char *sb, long t, float lr, float grad_scale, float wd)
+{
+	const struct st_pstate *ps = &o->ps[i];
+	if (galore_refresh_due(ps, &o->cfg, t)) {
+		const float *pold = NULL;
+		if (t > 1 && !ps->full) {
+			memcpy(o->g_pold, sb + ps->proj_off, galore_proj_numel(ps) * sizeof(float));
+			pold = o->g_pold;
+		}
+		galore_refresh(ops, o, i, g, sb, t, pold);
+		if (o->cfg.galore_rotate && pold)
+			galore_rotate(ops, o, i, sb, pold);
+	}
+	galore_project(ops, o, i, g, sb, o->g_r, 0.0f);
+	galore_apply(ops, o, i, w, o->g_r, sb, t, lr, grad_scale, wd);
+}
+
+void galore_apply(const struct st_ops *ops, const struct st_optim *o, int i, float *w,
+		  const float *rg, char *sb, long t, float lr, float grad_scale, float wd)
+{
+	const struct st_optim_cfg *c = &o->cfg;
+	const struct st_pstate *ps = &o->ps[i];
+	const int m = ps->rows, n = ps->cols, r = ps->rank;
+	const float *p = (const float *)(sb + ps->proj_off);
+	float *upd = o->g_n;
+
+	/* N = -m^ / (sqrt(v^) + eps): the inner optimizer moving a zero "weight"
+	 * with lr 1 and no decay */
+	const float bc1 = (float)(1.0 - pow(c->beta1, (double)t));
+	const float bc2 = (float)(1.0 - pow(c->beta2, (double)t));
+	memset(upd, 0, ps->state_numel * sizeof *upd);
+	if (ps->q8) {
+		struct st_adamw8_args a = {.lr = 1.0f, .beta1 = c->beta1, .beta2 = c->beta2,
+					   .eps = c->eps, .weight_decay = 0.0f,
+					   .grad_scale = grad_scale, .bc1 = bc1, .bc2 = bc2,
+					   .block = c->quant_block, .map_m = o->map_signed,
+					   .map_v = o->map_unsigned};
+		ops->adamw8_step(upd, (uint8_t *)(sb + ps->off[0]), (uint8_t *)(sb + ps->off[1]),
+				 (float *)(sb + ps->absmax_off[0]), (float *)(sb + ps->absmax_off[1]),
+				 rg, ps->state_numel, &a);
+	} else {
+		struct st_adamw_args a = {.lr = 1.0f, .beta1 = c->beta1, .beta2 = c->beta2,
+					  .eps = c->eps, .weight_decay = 0.0f,
+					  .grad_scale = grad_scale, .bc1 = bc1, .bc2 = bc2};
+		ops->adamw_step(upd, (float *)(sb + ps->off[0]), (float *)(sb + ps->off[1]), rg,
+				ps->state_numel, &a);
+	}
+
+	/* decoupled decay on the full W, then W += alpha lr (N P or P N) */
+	if (wd != 0.0f)
+		ops->scale(w, 1.0f - lr * wd, (size_t)m * n);
+	if (ps->right)
+		ops->matmul(w, upd, p, m, n, r, 0, 0, c->galore_scale * lr, 1.0f, r, n, n);
+	else
+		ops->matmul(w, p, upd, m, n, r, 0, 0, c->galore_scale * lr, 1.0f, r, n, n);
+}

@@ -1,0 +1,192 @@
+/* Per-layer GaLore updates; see perlayer.h for what is computed when. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/galore.h"
+#include "trainer/perlayer.h"
+#include "util/check.h"
+
+static int is_layer(const struct st_model *m, int u) { return m->units[u].kind == ST_UNIT_LAYER; }
+
+int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct st_optim *o,
+		  struct st_store *store, void **state, int grad_accum)
+{
+	memset(pl, 0, sizeof *pl);
+	const struct st_model *m = o->m;
+	pl->ops = ops;
+	pl->o = o;
+	pl->m = m;
+	pl->store = store;
+	pl->state = state;
+	pl->grad_accum = grad_accum;
+	pl->acc = st_calloc((size_t)m->n_params, sizeof *pl->acc);
+	pl->unit_sumsq = st_calloc((size_t)m->n_units, sizeof *pl->unit_sumsq);
+	if (!pl->acc || !pl->unit_sumsq)
+		return ST_FAIL;
+	/* projector backups: the most projector floats any update t > 1
+	 * refreshes (matrices sharing a phase) */
+	const int gap = o->cfg.galore_gap;
+	size_t *per_phase = st_calloc((size_t)gap, sizeof *per_phase);
+	if (!per_phase)
+		return ST_FAIL;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		const struct st_pstate *ps = &o->ps[i];
+		if (!is_layer(m, p->unit))
+			continue;
+		const size_t n = ps->galore ? ps->state_numel : p->numel;
+		pl->acc[i] = st_aligned_alloc(n * sizeof(float));
+		if (!pl->acc[i]) {
+			free(per_phase);
+			return ST_FAIL;
+		}
+		pl->acc_bytes += n * sizeof(float);
+		if (ps->galore && !ps->full) {
+			per_phase[ps->phase] += galore_proj_numel(ps);
+			pl->cap_bak++;
+		}
+	}
+	for (int k = 0; k < gap; k++)
+		pl->bak_floats = per_phase[k] > pl->bak_floats ? per_phase[k] : pl->bak_floats;
+	free(per_phase);
+	pl->bak = st_malloc((pl->bak_floats ? pl->bak_floats : 1) * sizeof(float));
+	pl->bak_param = st_calloc((size_t)pl->cap_bak + 1, sizeof *pl->bak_param);
+	pl->bak_off = st_calloc((size_t)pl->cap_bak + 1, sizeof *pl->bak_off);
+	if (!pl->bak || !pl->bak_param || !pl->bak_off)
+		return ST_FAIL;
+	return ST_OK;
+}
+
+void perlayer_free(struct st_perlayer *pl)
+{
+	if (pl->acc)
+		for (int i = 0; i < pl->m->n_params; i++)
+			free(pl->acc[i]);
+	free(pl->acc);
+	free(pl->unit_sumsq);
+	free(pl->bak);
+	free(pl->bak_param);
+	free(pl->bak_off);
+	memset(pl, 0, sizeof *pl);
+}
+
+void perlayer_begin(struct st_perlayer *pl, long t)
+{
+	pl->t = t;
+	pl->micro = 0;
+	pl->n_bak = 0;
+}
+
+/* The backup of parameter i's projector made in this step, or NULL. */
+static const float *backup_of(const struct st_perlayer *pl, int i)
+{
+	for (int k = 0; k < pl->n_bak; k++)
+		if (pl->bak_param[k] == i)
+			return pl->bak + pl->bak_off[k];
+	return NULL;
+}
+
+void perlayer_on_unit(void *ctx, int unit)
+{
+	struct st_perlayer *pl = ctx;
+	const struct st_model *m = pl->m;
+	const struct st_optim *o = pl->o;
+	if (!is_layer(m, unit))
+		return; /* embed and head keep their own gradient slabs */
+	const struct st_unit *un = &m->units[unit];
+	float *g = store_acquire(pl->store, unit, ST_SLAB_G);
+	char *sb = pl->state[unit];
+	const int first = pl->micro == 0;
+	for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		const struct st_pstate *ps = &o->ps[i];
+		const float *pg = g + p->offset;
+		if (!ps->galore) {
+			float *a = pl->acc[i];
+			if (first)
+				memcpy(a, pg, p->numel * sizeof *a);
+			else
+				for (size_t k = 0; k < p->numel; k++)
+					a[k] += pg[k];
+			continue;
+		}
+		if (first && galore_refresh_due(ps, &o->cfg, pl->t)) {
+			const float *pold = NULL;
+			if (pl->t > 1 && !ps->full) { /* keep the old projector for undo / rotation */
+				size_t off = pl->n_bak ? pl->bak_off[pl->n_bak - 1] +
+								 galore_proj_numel(&o->ps[pl->bak_param[pl->n_bak - 1]])
+						       : 0;
+				if (pl->n_bak >= pl->cap_bak || off + galore_proj_numel(ps) > pl->bak_floats) {
+					/* cannot happen: phases bound the refreshes per update */
+					st_log_warn("internal: projector backup space exceeded");
+					abort();
+				}
+				memcpy(pl->bak + off, sb + ps->proj_off, galore_proj_numel(ps) * sizeof(float));
+				pl->bak_param[pl->n_bak] = i;
+				pl->bak_off[pl->n_bak] = off;
+				pl->n_bak++;
+				pold = pl->bak + off;
+			}
+			galore_refresh(pl->ops, o, i, pg, sb, pl->t, pold);
+		}
+		galore_project(pl->ops, o, i, pg, sb, pl->acc[i], first ? 0.0f : 1.0f);
+	}
+	if (pl->grad_accum == 1) /* the whole gradient, as the in-memory path sums it */
+		pl->unit_sumsq[unit] = pl->ops->sumsq(g, un->numel);
+	memset(g, 0, un->numel * sizeof *g); /* ready for the next layer */
+	store_release(pl->store, unit, ST_SLAB_G, 1);
+}
+
+void perlayer_end_micro(struct st_perlayer *pl)
+{
+	pl->micro++;
+	if (pl->micro < pl->grad_accum || pl->grad_accum == 1)
+		return;
+	/* accumulated: each layer's norm from what its optimizer will see */
+	const struct st_model *m = pl->m;
+	for (int u = 0; u < m->n_units; u++) {
+		if (!is_layer(m, u))
+			continue;
+		const struct st_unit *un = &m->units[u];
+		double s = 0;
+		for (int i = un->first_param; i < un->first_param + un->n_params; i++)
+			s += pl->ops->sumsq(pl->acc[i], pl->o->ps[i].galore ? pl->o->ps[i].state_numel
+									     : m->params[i].numel);
+		pl->unit_sumsq[u] = s;
+	}
+}
+
+double perlayer_unit_sumsq(const struct st_perlayer *pl, int u) { return pl->unit_sumsq[u]; }
+
+void perlayer_apply(struct st_perlayer *pl, int u, float *w, float lr, float grad_scale)
+{
+	const struct st_model *m = pl->m;
+	const struct st_optim *o = pl->o;
+	const struct st_unit *un = &m->units[u];
+	char *sb = pl->state[u];
+	for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		const struct st_pstate *ps = &o->ps[i];
+		if (!ps->galore) {
+			optim_step_param(pl->ops, o, i, w + p->offset, pl->acc[i], sb, pl->t, lr,
+					 grad_scale);
+			continue;
+		}
+		const float *pold = backup_of(pl, i);
+		if (o->cfg.galore_rotate && pold)
+			galore_rotate(pl->ops, o, i, sb, pold);
+		const float wd = optim_param_decays(&o->cfg, p) ? o->cfg.weight_decay : 0.0f;
+		galore_apply(pl->ops, o, i, w + p->offset, pl->acc[i], sb, pl->t, lr, grad_scale, wd);
+	}
+}
+
+void perlayer_undo(struct st_perlayer *pl)
+{
+	for (int k = 0; k < pl->n_bak; k++) {
+		const int i = pl->bak_param[k];
+		const struct st_pstate *ps = &pl->o->ps[i];
+		memcpy((char *)pl->state[pl->m->params[i].unit] + ps->proj_off, pl->bak + pl->bak_off[k],
+		       galore_proj_numel(ps) * sizeof(float));
+	}
+	pl->n_bak = 0;
+}
