@@ -34,6 +34,19 @@ static int files_equal(const char *a, const char *b)
 	return cu_run(NULL, 0, "cmp -s %s %s", a, b) == 0;
 }
 
+/* Two checkpoint directories hold the same weights and optimizer state,
+ * byte for byte; `what` says what was compared, for the message. */
+static void expect_same_state(const char *ckpt_a, const char *ckpt_b, const char *what)
+{
+	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+	char a[512], b[512];
+	for (int i = 0; i < 2; i++) {
+		snprintf(a, sizeof a, "%s/%s", ckpt_a, files[i]);
+		snprintf(b, sizeof b, "%s/%s", ckpt_b, files[i]);
+		cr_expect(files_equal(a, b), "%s: %s differs", what, files[i]);
+	}
+}
+
 #define SMALL "--micro-batch 4 --seq-len 32 --eval-tokens 512 --progress lines --threads 2"
 
 static void check_resume(const char *flags)
@@ -49,13 +62,10 @@ static void check_resume(const char *flags)
 	rc = cu_run(out, sizeof out, "%s train --resume %s/a/step-000003 --out %s/b", cu_bin(), dir,
 		    dir);
 	cr_assert_eq(rc, 0, "resumed run failed: %s", out);
-	char a[512], b[512];
-	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-	for (int i = 0; i < 2; i++) {
-		snprintf(a, sizeof a, "%s/a/step-000006/%s", dir, files[i]);
-		snprintf(b, sizeof b, "%s/b/step-000006/%s", dir, files[i]);
-		cr_expect(files_equal(a, b), "%s differs after resume (%s)", files[i], flags);
-	}
+	char ca[512], cb[512];
+	snprintf(ca, sizeof ca, "%s/a/step-000006", dir);
+	snprintf(cb, sizeof cb, "%s/b/step-000006", dir);
+	expect_same_state(ca, cb, flags); /* message: the flags of the failing case */
 	/* the losses of steps 4..6 are printed identically in both metrics logs */
 	rc = cu_run(out, sizeof out,
 		    "bash -c \"diff <(grep -E '.step.: [4-6], .loss.' %s/a/metrics.jsonl | cut -d, -f1-2) "
@@ -111,13 +121,10 @@ Test(train, galore_per_layer_equals_in_memory)
 				cu_bin(), dir, dir, dir, mode[k], mode[k], SMALL);
 		cr_assert_eq(rc, 0, "per-layer %s failed: %s", mode[k], out);
 	}
-	char a[512], b[512];
-	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-	for (int i = 0; i < 2; i++) {
-		snprintf(a, sizeof a, "%s/true/step-000005/%s", dir, files[i]);
-		snprintf(b, sizeof b, "%s/false/step-000005/%s", dir, files[i]);
-		cr_expect(files_equal(a, b), "per-layer and in-memory GaLore differ in %s", files[i]);
-	}
+	char ca[512], cb[512];
+	snprintf(ca, sizeof ca, "%s/true/step-000005", dir);
+	snprintf(cb, sizeof cb, "%s/false/step-000005", dir);
+	expect_same_state(ca, cb, "per-layer vs in-memory GaLore");
 }
 
 /* A non-finite gradient at a refresh update of per-layer GaLore: the
@@ -138,13 +145,10 @@ Test(train, galore_per_layer_nonfinite_skip_restores_projectors)
 		    "--ckpt-interval 1 --keep-ckpts 0",
 		    cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	char a[512], b[512];
-	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-	for (int i = 0; i < 2; i++) {
-		snprintf(a, sizeof a, "%s/a/step-000002/%s", dir, files[i]);
-		snprintf(b, sizeof b, "%s/b/step-000003/%s", dir, files[i]);
-		cr_expect(files_equal(a, b), "a skipped per-layer GaLore step changed %s", files[i]);
-	}
+	char ca[512], cb[512];
+	snprintf(ca, sizeof ca, "%s/a/step-000002", dir);
+	snprintf(cb, sizeof cb, "%s/b/step-000003", dir);
+	expect_same_state(ca, cb, "a skipped per-layer GaLore step");
 }
 
 Test(train, resume_bit_identical_sgd_momentum)
@@ -411,13 +415,10 @@ Test(train, nonfinite_gradient_skips_step)
 		    cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "a single non-finite step must not stop training: %s", out);
 	cr_expect(strstr(out, "step 3: non-finite gradient") != NULL, "no warning: %s", out);
-	char a[512], b[512];
-	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-	for (int i = 0; i < 2; i++) {
-		snprintf(a, sizeof a, "%s/a/step-000002/%s", dir, files[i]);
-		snprintf(b, sizeof b, "%s/b/step-000003/%s", dir, files[i]);
-		cr_expect(files_equal(a, b), "a skipped step changed %s", files[i]);
-	}
+	char ca[512], cb[512];
+	snprintf(ca, sizeof ca, "%s/a/step-000002", dir);
+	snprintf(cb, sizeof cb, "%s/b/step-000003", dir);
+	expect_same_state(ca, cb, "a skipped step");
 	cr_expect_eq(cu_run(out, sizeof out, "grep -qE '\"skipped\":[[:space:]]*1,' %s/b/step-000003/trainer.json && "
 				    "grep -qE '\"updates\":[[:space:]]*2,' %s/b/step-000003/trainer.json && "
 				    "grep -qE '\"updates\":[[:space:]]*3,' %s/b/step-000004/trainer.json", dir, dir, dir), 0,
