@@ -26,7 +26,7 @@
  *           0.11, 2e-3 rad measured, bound 1e-2.
  *   slow:   s_i = 1/i, no gap: s_128 / s_129 = 1.008, so the 128th vector is
  *           nearly any mix of its neighbours and no method pins the r-space
- *           down (0.2-0.7 rad measured between randomized and exact). What
+ *           down (0.16-0.18 rad measured between randomized and exact). What
  *           still holds, and what GaLore needs, is the energy: ||R||_F^2
  *           within 1e-4 of the exact one (2e-6 measured), and the top r/2
  *           exact vectors (a gap s_64 / s_193 = 3) inside the randomized
@@ -111,8 +111,9 @@ static void jacobi_eigenvalues(double *ev, double *a, int n)
 }
 
 /* Q (rows x cols, column-major, orthonormal columns) = the Q factor of the
- * Gaussian matrix N1 + delta N2; N1, N2 drawn from *s1, *s2. A small delta
- * gives a basis close to that of delta = 0 (QR is continuous there). */
+ * Gaussian matrix N1 + delta N2, N1 and N2 drawn from two streams named by
+ * seed. A small delta gives a basis close to that of delta = 0 (QR is
+ * continuous there), which is how the warm-start test moves G. */
 static void orthonormal(double *Q, int rows, int cols, uint64_t seed, double delta)
 {
 	uint64_t s1 = seed, s2 = seed ^ 0x5deece66dULL;

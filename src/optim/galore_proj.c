@@ -19,24 +19,38 @@
  * (sgelqf) would skip the transpose but is 3-5x slower than transpose + QR.
  *
  * Randomized: subspace iteration on l = r + p vectors, Rayleigh-Ritz at the
- * end (Halko, Martinsson, Tropp, arXiv 0909.4061, algorithms 4.4 and 5.1):
- *   X (l x k): Gaussian (cold) or [P_prev; Gaussian] (warm); X <- orth(X)
- *   q times:   Z = X A (l x L), Z <- orth(Z); X = Z A^T, X <- orth(X)
- *   Z = X A = Q^T A (the l x L projection of A); Z^T = Q_z R (QR, R kept)
- *   the top-r left singular vectors of Q^T A are those of R^T: U_r
- *   P's vectors: U_r^T X (r x k)
- * Every product is followed by a QR so that the small singular values are
- * not drowned by the large ones in fp32 (plain powers of A A^T would square
- * the spread of the spectrum at every iteration).
+ * end (Halko, Martinsson, Tropp, arXiv 0909.4061, algorithms 4.4 and 5.1,
+ * started on the short side):
+ *   X (l x k): uniform random rows (cold), or P_prev's r rows + random (warm)
+ *   q times:   Z = X A (l x L), Z <- basis(Z); X = Z A^T, X <- basis(X)
+ *   X <- orth(X) (Householder QR; Q = X^T, orthonormal columns)
+ *   Z = X A = Q^T A (l x L); Z^T = Q_z R (Householder QR, only R kept)
+ *   Q^T A = R^T Q_z^T, so its top-r left singular vectors are R^T's: U_r
+ *   P's vectors: U_r^T X (r x k), the Ritz vectors.
+ * Every product is followed by a change of basis, or the columns would all
+ * turn towards the top singular vector and the rest drown in fp32 rounding.
+ * The inner bases come from LU with partial pivoting (fbpca's choice): they
+ * span the same space and are well conditioned, at 1/4-1/6 of the time of a
+ * Householder QR with Q formed (0.06 s vs 0.27 s for 5461x768, 1 thread);
+ * only the last X must be orthonormal. Before this, QR was half the time.
  *
- * Parameters (galore_proj.h). Per product with A the error in the l-space
- * shrinks by about s_{l+1} / s_r, so oversampling buys as much as iterating
- * when the spectrum decays slowly; p = r/2 (at least 16) with q = 2 (5
- * products) met the test bounds on every spectrum of tests/test_galore_proj.c
- * (s_i = exp(-i/40), i^-1, i^-1/2 with a gap) while costing about
- * 5 * 2 * k * L * 1.5r flops, below the exact SVD's ~6 k^2 L + ~10 k^3 for
- * r <= k/4. A warm start from the previous projector begins near the answer,
- * so q_w = 1 (3 products) meets the same bounds after a small change of G. */
+ * Parameters (galore_proj.h). After q iterations the block's error against
+ * the top-r subspace is about (s_{l+1} / s_r)^(2q), so oversampling and
+ * iterating both pay when the spectrum decays slowly. Measured at 512x1376,
+ * r = 128 on the spectra of tests/test_galore_proj.c (angle to the exact
+ * subspace, fast / gapped, in rad; time on 1 thread; exact SVD 0.07 s):
+ *   p = r/4, q = 3: 1e-2  / 7e-3   0.041 s
+ *   p = r/2, q = 2: 2e-3  / 2e-2   0.033 s
+ *   p = r/2, q = 3: 1e-4  / 2e-3   0.042 s   <- chosen
+ *   p = r/4, q = 4: 2e-3  / 1e-3   0.045 s
+ *   p = r,   q = 2: 4e-5  / 7e-3   0.051 s
+ * A cold start costs 2q + 1 = 7 products with G of 2 k L l flops each, with
+ * l = 1.5 r: below the exact method's ~2 k^2 L + ~20 k^3 when r <= k/4,
+ * about equal at r = k/3 (768x2048, r = 256). Warm, after G's subspace moved
+ * by 0.19 rad: q_w = 1 gives 3e-3 / 9e-3 rad, q_w = 2 9e-5 / 9e-4 rad; q_w = 2
+ * (5 products) keeps a margin for the larger moves of 200 steps of training.
+ * When l would reach k the block spans everything and the exact method runs
+ * instead (it is cheaper and gives the same subspace). */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -258,8 +272,8 @@ static int vectors_exact(const float *G, int m, int n, char *w, const struct lay
 			    (int *)(w + p->iwork), (float *)(w + p->lwork), p->nlwork);
 }
 
-static int vectors_randomized(const float *G, int m, int n, int r, const float *P_prev, uint64_t seed,
-		      char *w, const struct layout *p)
+static int vectors_randomized(const float *G, int m, int n, int r, const float *P_prev,
+			      uint64_t seed, char *w, const struct layout *p)
 {
 	const int k = p->k, L = p->L, l = p->l, right = galore_proj_side_right(m, n);
 	float *X = (float *)(w + p->x), *Z = (float *)(w + p->z), *tau = (float *)(w + p->tau),

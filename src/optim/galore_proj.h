@@ -15,21 +15,18 @@
  *
  * Methods.
  *   GALORE_PROJ_SVD: exact, through LAPACK: a Householder QR of the long
- *     dimension, then divide-and-conquer SVD (sgesdd) of the small triangle.
- *     That is 2-4x faster than sgesdd on G at GaLore's shapes (512x1376,
- *     768x2048), because only the short-side vectors are formed.
+ *     dimension, then divide-and-conquer SVD (sgesdd) of the k x k triangle
+ *     (k = min(m, n)); only the short-side vectors are ever formed.
  *   GALORE_PROJ_RANDOMIZED: subspace iteration on a block of
- *     l = min(r + GALORE_PROJ_OVERSAMPLE(r), min(m, n)) vectors, each product
- *     with G re-orthonormalized by Householder QR, then Rayleigh-Ritz: the
- *     SVD of the small l x l triangle of the last QR picks the top r of the
- *     l (Halko, Martinsson, Tropp, arXiv 0909.4061, algorithms 4.4 and 5.1,
- *     started on the short side). Cold start: l Gaussian vectors from the
- *     counter-based RNG (seed, GALORE_PROJ_RNG_STREAM) and
- *     GALORE_PROJ_POWER_ITERS iterations; warm start (P_prev given): the r
- *     vectors of P_prev plus l - r Gaussian ones and GALORE_PROJ_WARM_ITERS
- *     iterations. One iteration is two products with G; the Rayleigh-Ritz
- *     step adds one more, so cold costs 2q+1 passes over G and warm 2q_w+1.
- *     See galore_proj.c for the measurements behind the numbers.
+ *     l = r + p vectors, p = GALORE_PROJ_OVERSAMPLE(r) = max(r/2, 16), then
+ *     Rayleigh-Ritz (the SVD of an l x l triangle) picks the top r (Halko,
+ *     Martinsson, Tropp, arXiv 0909.4061). Cold start: random vectors from
+ *     the counter-based RNG (seed, GALORE_PROJ_RNG_STREAM) and
+ *     q = GALORE_PROJ_POWER_ITERS = 3 iterations (7 products with G); warm
+ *     start (P_prev given): P_prev's r vectors plus p random ones and
+ *     q_w = GALORE_PROJ_WARM_ITERS = 2 iterations (5 products). Where
+ *     r + p >= k the exact method runs instead. galore_proj.c has the
+ *     measurements behind these numbers.
  *
  * Accuracy. What a method can resolve is the gap between the r-th and the
  * (r+1)-th singular value: the r-dimensional subspace is well defined only when
