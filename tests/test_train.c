@@ -333,6 +333,22 @@ Test(train, impossible_configs)
 	}
 	expect_fail("unknown preset", "unknown preset",
 		    cu_run(out, sizeof out, "%s init --config nosuch --out %s/x", cu_bin(), dir));
+	/* impossible GaLore settings: refused before training, with the flag named */
+	const struct {
+		const char *flags, *needle;
+	} gal[] = {
+		{"--galore-rank 0", "--galore-rank must be positive"},
+		{"--galore-update-gap 0", "--galore-update-gap must be"},
+		{"--galore-proj qr", "--galore-proj must be"},
+		{"--galore-moments reset", "--galore-moments must be"},
+	};
+	setup_run(dir, "");
+	for (size_t i = 0; i < sizeof gal / sizeof gal[0]; i++)
+		expect_fail("impossible GaLore option", gal[i].needle,
+			    cu_run(out, sizeof out,
+				   "%s train --model %s/init --data %s/data --out %s/g%zu --steps 1 "
+				   "--optimizer galore-adamw %s " SMALL,
+				   cu_bin(), dir, dir, dir, i, gal[i].flags));
 }
 
 Test(train, bad_data)
