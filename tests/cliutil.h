@@ -72,4 +72,41 @@ static inline void cu_write_text(const char *path, size_t bytes, unsigned seed)
 	fclose(f);
 }
 
+/* A tiny model (2 layers, GQA, width 64) in dir/init and prepared synthetic
+ * text in dir/data. */
+static inline void cu_setup_run(const char *dir, const char *extra_init)
+{
+	static char log[1 << 14];
+	char path[512];
+	snprintf(path, sizeof path, "%s/text.txt", dir);
+	cu_write_text(path, 200000, 1);
+	int rc = cu_run(log, sizeof log, "%s prepare --input %s/text.txt --out %s/data", cu_bin(),
+			dir, dir);
+	cr_assert_eq(rc, 0, "prepare failed: %s", log);
+	rc = cu_run(log, sizeof log,
+		    "printf '{\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96,"
+		    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+		    "\"max_position_embeddings\":128}' > %s/cfg.json && %s init --config %s/cfg.json --out %s/init %s",
+		    dir, cu_bin(), dir, dir, extra_init);
+	cr_assert_eq(rc, 0, "init failed: %s", log);
+}
+
+static inline int cu_files_equal(const char *a, const char *b)
+{
+	return cu_run(NULL, 0, "cmp -s %s %s", a, b) == 0;
+}
+
+/* Two checkpoint directories hold the same weights and optimizer state,
+ * byte for byte; `what` says what was compared, for the message. */
+static inline void cu_expect_same_state(const char *ckpt_a, const char *ckpt_b, const char *what)
+{
+	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+	char a[1024], b[1024];
+	for (int i = 0; i < 2; i++) {
+		snprintf(a, sizeof a, "%s/%s", ckpt_a, files[i]);
+		snprintf(b, sizeof b, "%s/%s", ckpt_b, files[i]);
+		cr_expect(cu_files_equal(a, b), "%s: %s differs", what, files[i]);
+	}
+}
+
 #endif

@@ -14,46 +14,13 @@
 
 static char out[1 << 16];
 
-/* A tiny model and prepared synthetic text in dir. */
-static void setup_run(const char *dir, const char *extra_init)
-{
-	cu_write_text(strcat(strcpy(out, dir), "/text.txt"), 200000, 1);
-	int rc = cu_run(out, sizeof out, "%s prepare --input %s/text.txt --out %s/data", cu_bin(),
-			dir, dir);
-	cr_assert_eq(rc, 0, "prepare failed: %s", out);
-	rc = cu_run(out, sizeof out,
-		    "printf '{\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96,"
-		    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
-		    "\"max_position_embeddings\":128}' > %s/cfg.json && %s init --config %s/cfg.json --out %s/init %s",
-		    dir, cu_bin(), dir, dir, extra_init);
-	cr_assert_eq(rc, 0, "init failed: %s", out);
-}
-
-static int files_equal(const char *a, const char *b)
-{
-	return cu_run(NULL, 0, "cmp -s %s %s", a, b) == 0;
-}
-
-/* Two checkpoint directories hold the same weights and optimizer state,
- * byte for byte; `what` says what was compared, for the message. */
-static void expect_same_state(const char *ckpt_a, const char *ckpt_b, const char *what)
-{
-	const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-	char a[512], b[512];
-	for (int i = 0; i < 2; i++) {
-		snprintf(a, sizeof a, "%s/%s", ckpt_a, files[i]);
-		snprintf(b, sizeof b, "%s/%s", ckpt_b, files[i]);
-		cr_expect(files_equal(a, b), "%s: %s differs", what, files[i]);
-	}
-}
-
 #define SMALL "--micro-batch 4 --seq-len 32 --eval-tokens 512 --progress lines --threads 2"
 
 static void check_resume(const char *flags)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "resume");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out,
 			"%s train --model %s/init --data %s/data --out %s/a --steps 6 --ckpt-interval 3 "
 			"--eval-interval 3 %s %s",
@@ -65,7 +32,7 @@ static void check_resume(const char *flags)
 	char ca[512], cb[512];
 	snprintf(ca, sizeof ca, "%s/a/step-000006", dir);
 	snprintf(cb, sizeof cb, "%s/b/step-000006", dir);
-	expect_same_state(ca, cb, flags); /* message: the flags of the failing case */
+	cu_expect_same_state(ca, cb, flags); /* message: the flags of the failing case */
 	/* the losses of steps 4..6 are printed identically in both metrics logs */
 	rc = cu_run(out, sizeof out,
 		    "bash -c \"diff <(grep -E '.step.: [4-6], .loss.' %s/a/metrics.jsonl | cut -d, -f1-2) "
@@ -111,7 +78,7 @@ Test(train, galore_per_layer_equals_in_memory)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "perlayer");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	const char *mode[2] = {"true", "false"};
 	for (int k = 0; k < 2; k++) {
 		int rc = cu_run(out, sizeof out,
@@ -124,7 +91,7 @@ Test(train, galore_per_layer_equals_in_memory)
 	char ca[512], cb[512];
 	snprintf(ca, sizeof ca, "%s/true/step-000005", dir);
 	snprintf(cb, sizeof cb, "%s/false/step-000005", dir);
-	expect_same_state(ca, cb, "per-layer vs in-memory GaLore");
+	cu_expect_same_state(ca, cb, "per-layer vs in-memory GaLore");
 }
 
 /* A non-finite gradient at a refresh update of per-layer GaLore: the
@@ -134,7 +101,7 @@ Test(train, galore_per_layer_nonfinite_skip_restores_projectors)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "plnan");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out,
 			"%s train --model %s/init --data %s/data --out %s/a --steps 2 --ckpt-interval 1 "
 			"--optimizer galore-adamw --galore-rank 8 --galore-update-gap 2 " SMALL,
@@ -148,7 +115,7 @@ Test(train, galore_per_layer_nonfinite_skip_restores_projectors)
 	char ca[512], cb[512];
 	snprintf(ca, sizeof ca, "%s/a/step-000002", dir);
 	snprintf(cb, sizeof cb, "%s/b/step-000003", dir);
-	expect_same_state(ca, cb, "a skipped per-layer GaLore step");
+	cu_expect_same_state(ca, cb, "a skipped per-layer GaLore step");
 }
 
 Test(train, resume_bit_identical_sgd_momentum)
@@ -162,7 +129,7 @@ Test(train, sgd_lr1_moves_by_minus_gradient)
 {
 	char dir[256], path[512];
 	cu_tmpdir(dir, sizeof dir, "sgd");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out,
 			"%s train --model %s/init --data %s/data --out %s/run --steps 1 --optimizer sgd "
 			"--lr 1 --warmup 0 --min-lr-ratio 1 --weight-decay 0 --grad-clip 0 "
@@ -292,7 +259,7 @@ Test(train, bad_model_files)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "badmodel");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	const char *run = "%s train --model %s/m --data %s/data --out %s/run --steps 1 " SMALL;
 	/* missing */
 	cu_run(NULL, 0, "mkdir -p %s/m && cp %s/init/config.json %s/m/", dir, dir, dir);
@@ -342,7 +309,7 @@ Test(train, impossible_configs)
 		{"--galore-proj qr", "--galore-proj must be"},
 		{"--galore-moments reset", "--galore-moments must be"},
 	};
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	for (size_t i = 0; i < sizeof gal / sizeof gal[0]; i++)
 		expect_fail("impossible GaLore option", gal[i].needle,
 			    cu_run(out, sizeof out,
@@ -355,7 +322,7 @@ Test(train, bad_data)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "baddata");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	/* empty text */
 	expect_fail("empty input", "empty",
 		    cu_run(out, sizeof out, ": > %s/empty.txt && %s prepare --input %s/empty.txt --out %s/e",
@@ -395,7 +362,7 @@ Test(train, unwritable_out_and_existing_run)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "badout");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	expect_fail("out under a file", "run directory",
 		    cu_run(out, sizeof out, "touch %s/file && %s train --model %s/init --data %s/data --out %s/file/run --steps 1 " SMALL,
 			   dir, cu_bin(), dir, dir, dir));
@@ -418,7 +385,7 @@ Test(train, nonfinite_gradient_skips_step)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "nan");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out,
 			"%s train --model %s/init --data %s/data --out %s/a --steps 2 --ckpt-interval 1 "
 			"--optimizer adamw8bit --quant-min-size 512 " SMALL,
@@ -434,7 +401,7 @@ Test(train, nonfinite_gradient_skips_step)
 	char ca[512], cb[512];
 	snprintf(ca, sizeof ca, "%s/a/step-000002", dir);
 	snprintf(cb, sizeof cb, "%s/b/step-000003", dir);
-	expect_same_state(ca, cb, "a skipped step");
+	cu_expect_same_state(ca, cb, "a skipped step");
 	cr_expect_eq(cu_run(out, sizeof out, "grep -qE '\"skipped\":[[:space:]]*1,' %s/b/step-000003/trainer.json && "
 				    "grep -qE '\"updates\":[[:space:]]*2,' %s/b/step-000003/trainer.json && "
 				    "grep -qE '\"updates\":[[:space:]]*3,' %s/b/step-000004/trainer.json", dir, dir, dir), 0,
@@ -453,7 +420,7 @@ Test(train, kill_during_save_keeps_previous_checkpoint)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "kill");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/run --steps 2 " SMALL,
 			cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
@@ -475,7 +442,7 @@ Test(train, eval_and_sample_cli)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "evsample");
-	setup_run(dir, "");
+	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --seq-len 32 --json", cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	double loss = atof(strstr(out, "\"loss\": ") + 8);

@@ -46,6 +46,35 @@ static void unit_done(struct st_exec *ex, int unit)
 		ex->on_unit_grad(ex->on_unit_grad_ctx, unit);
 }
 
+/* Prefetch W (and G in backward) of the next units in the pass's direction. */
+static void prefetch_next(struct st_exec *ex, int unit, int dir, int grads)
+{
+	for (int i = 1; i <= ex->prefetch; i++) {
+		int u = unit + dir * i;
+		if (u < 0 || u >= ex->model->n_units)
+			break;
+		store_prefetch(ex->store, u, ST_SLAB_W);
+		if (grads)
+			store_prefetch(ex->store, u, ST_SLAB_G);
+	}
+}
+
+static const float *acquire_w(struct st_exec *ex, int unit)
+{
+	if (ex->before_unit)
+		ex->before_unit(ex->before_unit_ctx, unit);
+	return store_acquire_as(ex->store, unit, ST_SLAB_W, ST_ACCESS_READ);
+}
+
+/* Release a unit's gradient after its backward, taking its norm first when
+ * asked (the last micro-batch of a step). */
+static void release_g(struct st_exec *ex, int unit, const float *g)
+{
+	if (ex->grad_sumsq)
+		ex->grad_sumsq[unit] = ex->ops->sumsq(g, ex->model->units[unit].numel);
+	store_release(ex->store, unit, ST_SLAB_G, 1);
+}
+
 double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t *targets,
 		       float loss_scale, long *n_targets)
 {
@@ -57,16 +86,21 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	const int backward = loss_scale > 0;
 
 	/* forward */
-	const float *wte = store_acquire(s, 0, ST_SLAB_W);
+	prefetch_next(ex, -1, 1, 0);
+	const float *wte = acquire_w(ex, 0);
+	prefetch_next(ex, 0, 1, 0);
 	llama_embed_forward(ops, m, a, wte, tokens);
 	if (!m->cfg.tied)
 		store_release(s, 0, ST_SLAB_W, 0);
 	for (int l = 0; l < L; l++) {
-		const float *w = store_acquire(s, 1 + l, ST_SLAB_W);
+		const float *w = acquire_w(ex, 1 + l);
+		prefetch_next(ex, 1 + l, 1, 0);
 		llama_layer_forward(ops, m, a, l, w);
 		store_release(s, 1 + l, ST_SLAB_W, 0);
 	}
-	const float *wh = store_acquire(s, head, ST_SLAB_W);
+	const float *wh = acquire_w(ex, head);
+	if (backward)
+		prefetch_next(ex, head, -1, 1);
 	double loss = llama_head_forward(ops, m, a, wh, m->cfg.tied ? wte : NULL, targets,
 					 backward ? loss_scale : 0.0f);
 	long count = 0;
@@ -85,24 +119,25 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	float *dwte = m->cfg.tied ? store_acquire(s, 0, ST_SLAB_G) : NULL;
 	llama_head_backward(ops, m, a, wh, m->cfg.tied ? wte : NULL, gh, dwte);
 	store_release(s, head, ST_SLAB_W, 0);
-	store_release(s, head, ST_SLAB_G, 1);
+	release_g(ex, head, gh);
 	unit_done(ex, head);
 	for (int l = L - 1; l >= 0; l--) {
-		const float *w = store_acquire(s, 1 + l, ST_SLAB_W);
+		const float *w = store_acquire_as(s, 1 + l, ST_SLAB_W, ST_ACCESS_READ);
 		float *g = store_acquire(s, 1 + l, ST_SLAB_G);
+		prefetch_next(ex, 1 + l, -1, 1);
 		llama_layer_backward(ops, m, a, l, w, g);
 		store_release(s, 1 + l, ST_SLAB_W, 0);
-		store_release(s, 1 + l, ST_SLAB_G, 1);
+		release_g(ex, 1 + l, g);
 		unit_done(ex, 1 + l);
 	}
 	if (!dwte)
 		dwte = store_acquire(s, 0, ST_SLAB_G);
 	/* a tied head still holds the embed weights; otherwise acquire them again
 	 * (the stable embedding's LayerNorm needs its gains in backward) */
-	const float *we = m->cfg.tied ? wte : store_acquire(s, 0, ST_SLAB_W);
+	const float *we = m->cfg.tied ? wte : store_acquire_as(s, 0, ST_SLAB_W, ST_ACCESS_READ);
 	llama_embed_backward(ops, m, a, we, dwte, tokens);
 	store_release(s, 0, ST_SLAB_W, 0);
-	store_release(s, 0, ST_SLAB_G, 1);
+	release_g(ex, 0, dwte);
 	unit_done(ex, 0);
 	return loss;
 }

@@ -5,6 +5,12 @@
  * and per-unit optimizer updates overlapped with backward: on_unit_grad is
  * called the moment a unit's gradient for the micro-batch is complete.
  *
+ * Streaming: before computing unit u the executor asks the store to
+ * prefetch the weights of the next `prefetch` units in the direction of the
+ * pass (and, in backward, their gradients when accumulating), so the copy and
+ * disk queues fill those slots while u computes. Weights are acquired for
+ * reading (no wait for a write-back of them in flight), gradients for writing.
+ *
  * A tied head reads the embedding's weights and adds into its gradient, so
  * the embed unit's W and G stay acquired from the head's forward to the end
  * of backward. */
@@ -26,6 +32,14 @@ struct st_exec {
 	/* called after each unit's backward (reverse unit order); may be NULL */
 	void (*on_unit_grad)(void *ctx, int unit);
 	void *on_unit_grad_ctx;
+	/* called before each unit's forward (the trainer waits there for the
+	 * unit's optimizer update of the previous step); may be NULL */
+	void (*before_unit)(void *ctx, int unit);
+	void *before_unit_ctx;
+	/* when set, the squared norm of each unit's finished gradient (n_units),
+	 * taken while it is still on the device */
+	double *grad_sumsq;
+	int prefetch;       /* units of weights fetched ahead of the one computing */
 };
 
 /* Allocate the activation slabs for micro-batches of b x t tokens in the

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/session.h"
+#include "io/safetensors.h"
 #include "model/hf.h"
 #include "util/check.h"
 
@@ -25,14 +26,19 @@ int session_backend(const struct st_ops **ops, const char *device, int threads)
 	return ST_OK;
 }
 
-int session_create(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
-		   int with_grads)
+int session_build(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
+		  const size_t budgets[ST_TIER__COUNT])
 {
 	memset(s, 0, sizeof *s);
 	s->ops = ops;
 	ST_TRY(model_build(&s->model, cfg));
+	ST_TRY(store_init(&s->store, s->model.n_units, budgets));
+	return ST_OK;
+}
+
+int session_alloc(struct st_session *s, const struct st_place *pl, int with_grads)
+{
 	const struct st_model *m = &s->model;
-	ST_TRY(store_init(&s->store, m->n_units, NULL));
 	s->w = st_calloc((size_t)m->n_units, sizeof *s->w);
 	if (!s->w)
 		return ST_FAIL;
@@ -43,7 +49,9 @@ int session_create(struct st_session *s, const struct st_ops *ops, const struct 
 	int first_layer = -1;
 	for (int u = 0; u < m->n_units; u++) {
 		size_t bytes = m->units[u].numel * sizeof(float);
-		ST_TRY(store_alloc(&s->store, u, ST_SLAB_W, ST_TIER_DEVICE, bytes));
+		enum st_tier wt = pl ? place_home(pl, u, ST_SLAB_W) : ST_TIER_DEVICE;
+		enum st_tier gt = pl ? place_home(pl, u, ST_SLAB_G) : ST_TIER_DEVICE;
+		ST_TRY(store_alloc(&s->store, u, ST_SLAB_W, wt, bytes));
 		/* fp32 compute: the master weights are the compute weights */
 		store_alias(&s->store, u, ST_SLAB_M, ST_SLAB_W);
 		if (with_grads == ST_GRADS_SHARED_LAYERS && m->units[u].kind == ST_UNIT_LAYER) {
@@ -54,10 +62,36 @@ int session_create(struct st_session *s, const struct st_ops *ops, const struct 
 			} else
 				store_share(&s->store, u, ST_SLAB_G, first_layer);
 		} else if (with_grads)
-			ST_TRY(store_alloc(&s->store, u, ST_SLAB_G, ST_TIER_DEVICE, bytes));
-		s->w[u] = store_acquire(&s->store, u, ST_SLAB_W);
+			ST_TRY(store_alloc(&s->store, u, ST_SLAB_G, gt, bytes));
+		s->w[u] = store_is_staged(&s->store, u, ST_SLAB_W) ? NULL
+								 : store_acquire(&s->store, u, ST_SLAB_W);
 	}
 	return ST_OK;
+}
+
+int session_create(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
+		   int with_grads)
+{
+	ST_TRY(session_build(s, ops, cfg, NULL));
+	return session_alloc(s, NULL, with_grads);
+}
+
+int session_load_weights(struct st_session *s, const char *path)
+{
+	struct st_safetensors sf;
+	ST_TRY(safetensors_open(&sf, path));
+	int rc = ST_OK;
+	for (int u = 0; u < s->model.n_units && rc == ST_OK; u++) {
+		float *w = store_acquire(&s->store, u, ST_SLAB_W);
+		rc = model_load_unit(&s->model, &sf, u, w);
+		store_release(&s->store, u, ST_SLAB_W, 1);
+	}
+	if (rc == ST_OK)
+		rc = model_check_extra(&s->model, &sf);
+	safetensors_close(&sf);
+	if (rc == ST_OK)
+		rc = store_ok(&s->store);
+	return rc;
 }
 
 int session_open(struct st_session *s, const struct st_ops *ops, const char *dir, int with_grads)
@@ -68,13 +102,15 @@ int session_open(struct st_session *s, const struct st_ops *ops, const char *dir
 	ST_TRY(config_load(&cfg, path));
 	ST_TRY(session_create(s, ops, &cfg, with_grads));
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	return model_load_weights(&s->model, s->w, path);
+	return session_load_weights(s, path);
 }
 
 void session_init_random(struct st_session *s, unsigned long seed)
 {
-	for (int u = 0; u < s->model.n_units; u++)
-		model_init_unit(&s->model, u, s->w[u], seed);
+	for (int u = 0; u < s->model.n_units; u++) {
+		model_init_unit(&s->model, u, store_acquire(&s->store, u, ST_SLAB_W), seed);
+		store_release(&s->store, u, ST_SLAB_W, 1);
+	}
 }
 
 int session_exec(struct st_session *s, int b, int t)
@@ -89,13 +125,27 @@ int session_exec(struct st_session *s, int b, int t)
 	return ST_OK;
 }
 
-int session_save_model(const struct st_session *s, const char *dir)
+/* Saving reads each unit's weights through the store (staged ones too). */
+static const float *weights_get(void *ctx, int unit)
+{
+	struct st_session *s = ctx;
+	return store_acquire_as(&s->store, unit, ST_SLAB_W, ST_ACCESS_READ);
+}
+
+static void weights_put(void *ctx, int unit)
+{
+	struct st_session *s = ctx;
+	store_release(&s->store, unit, ST_SLAB_W, 0);
+}
+
+int session_save_model(struct st_session *s, const char *dir)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	ST_TRY(config_save(&s->model.cfg, path));
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	return model_save_weights(&s->model, (const float *const *)s->w, path);
+	ST_TRY(model_save_weights_from(&s->model, path, weights_get, weights_put, s));
+	return store_ok(&s->store);
 }
 
 void session_close(struct st_session *s)

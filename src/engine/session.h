@@ -5,6 +5,7 @@
 #define ST_SESSION_H
 
 #include "engine/exec.h"
+#include "engine/place.h"
 #include "model/llama.h"
 #include "ops/ops.h"
 #include "store/store.h"
@@ -15,7 +16,7 @@ struct st_session {
 	struct st_store store;
 	struct st_exec exec;
 	int exec_ready;
-	float **w;  /* per-unit W slab pointers (resident), for load/save */
+	float **w;  /* per-unit W slab pointers where resident (NULL where staged) */
 };
 
 /* Choose the backend ("cpu", "cuda", "auto") and set the thread count
@@ -29,6 +30,15 @@ int session_backend(const struct st_ops **ops, const char *device, int threads);
 enum { ST_GRADS_NONE, ST_GRADS_ALL, ST_GRADS_SHARED_LAYERS };
 int session_create(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
 		   int with_grads);
+/* session_create in two halves, for callers that place slabs by a plan:
+ * build the model and an empty store with these budgets (NULL: unlimited),
+ * then allocate W (and G) with the homes of pl (NULL: all on the device). */
+int session_build(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
+		  const size_t budgets[ST_TIER__COUNT]);
+int session_alloc(struct st_session *s, const struct st_place *pl, int with_grads);
+/* Load model.safetensors into the W slabs, a unit at a time (after
+ * store_start when slabs are staged). */
+int session_load_weights(struct st_session *s, const char *path);
 /* Open a HF model directory: config.json + model.safetensors. */
 int session_open(struct st_session *s, const struct st_ops *ops, const char *dir, int with_grads);
 /* Random init of every unit (deterministic in seed). */
@@ -36,7 +46,7 @@ void session_init_random(struct st_session *s, unsigned long seed);
 /* Allocate the executor for micro-batches of b x t (once). */
 int session_exec(struct st_session *s, int b, int t);
 /* Write config.json + model.safetensors into dir (which must exist). */
-int session_save_model(const struct st_session *s, const char *dir);
+int session_save_model(struct st_session *s, const char *dir);
 void session_close(struct st_session *s);
 
 #endif

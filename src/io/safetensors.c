@@ -12,6 +12,8 @@
  * order with contiguous offsets, and goes through fs_atomic (temp file, fsync,
  * rename), so a crash never leaves a torn file under the final name. */
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <cJSON.h>
@@ -461,6 +463,19 @@ int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor
 	return ST_OK;
 }
 
+/* A loaded tensor's pages leave the process's resident set: a model is read
+ * once, unit by unit, and a file larger than the memory budgets must not stay
+ * mapped in (the pages are refetched should anyone read the tensor again). */
+static void drop_pages(const struct st_safetensors *sf, const struct st_tensor_info *t)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t begin = sf->data_start + t->begin, end = sf->data_start + t->end;
+	begin = (begin + page - 1) / page * page; /* whole pages inside the tensor only */
+	end = end / page * page;
+	if (end > begin)
+		madvise((char *)sf->map + begin, end - begin, MADV_DONTNEED);
+}
+
 int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
 			 const int64_t *shape, float *dst)
 {
@@ -477,7 +492,9 @@ int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int 
 	ST_CHECK(same, "check that config.json matches the weights",
 		 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
 		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
-	return safetensors_read_f32(sf, t, dst);
+	int rc = safetensors_read_f32(sf, t, dst);
+	drop_pages(sf, t);
+	return rc;
 }
 
 int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,
@@ -497,6 +514,7 @@ int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum
 		 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
 		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
 	memcpy(dst, safetensors_data(sf, t), bytes);
+	drop_pages(sf, t);
 	return ST_OK;
 }
 
@@ -504,7 +522,7 @@ int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum
 
 /* Validate the inputs and compute each tensor's byte size into bytes[]. */
 static int check_outputs(const char *path, const struct st_tensor_out *t, int n,
-			 const char *const *meta, int n_meta, uint64_t *bytes)
+			 const char *const *meta, int n_meta, int have_source, uint64_t *bytes)
 {
 	ST_CHECK(n >= 0 && n_meta >= 0 && (n == 0 || t) && (n_meta == 0 || meta),
 		 "this is a bug in the caller", "cannot write %s: bad tensor or metadata list", path);
@@ -526,7 +544,7 @@ static int check_outputs(const char *path, const struct st_tensor_out *t, int n,
 				 "cannot write %s: tensor '%s' is too large", path, o->name);
 			b *= v;
 		}
-		ST_CHECK(b == 0 || o->data, "this is a bug in the caller",
+		ST_CHECK(b == 0 || o->data || have_source, "this is a bug in the caller",
 			 "cannot write %s: tensor '%s' has no data", path, o->name);
 		bytes[i] = b;
 	}
@@ -603,12 +621,18 @@ fail:
 int safetensors_write(const char *path, const struct st_tensor_out *t, int n,
 		      const char *const *meta, int n_meta)
 {
+	return safetensors_write_from(path, t, n, meta, n_meta, NULL);
+}
+
+int safetensors_write_from(const char *path, const struct st_tensor_out *t, int n,
+			   const char *const *meta, int n_meta, const struct st_tensor_source *src)
+{
 	uint64_t *bytes = st_calloc((size_t)(n > 0 ? n : 1), sizeof *bytes);
 	if (!bytes)
 		return ST_FAIL;
 	char *json = NULL, *head = NULL;
 	cJSON *root = NULL;
-	int rc = check_outputs(path, t, n, meta, n_meta, bytes);
+	int rc = check_outputs(path, t, n, meta, n_meta, src != NULL, bytes);
 	if (rc == ST_OK) {
 		root = build_header(t, n, meta, n_meta, bytes);
 		json = root ? cJSON_PrintUnformatted(root) : NULL;
@@ -642,8 +666,14 @@ int safetensors_write(const char *path, const struct st_tensor_out *t, int n,
 	}
 	if (rc == ST_OK)
 		rc = fs_atomic_write(&a, head, 8 + hlen); /* every fs_atomic failure aborts */
-	for (int i = 0; i < n && rc == ST_OK; i++)
-		rc = fs_atomic_write(&a, t[i].data, (size_t)bytes[i]);
+	for (int i = 0; i < n && rc == ST_OK; i++) {
+		if (t[i].data || !bytes[i]) {
+			rc = fs_atomic_write(&a, t[i].data, (size_t)bytes[i]);
+			continue;
+		}
+		rc = fs_atomic_write(&a, src->get(src->ctx, i), (size_t)bytes[i]);
+		src->put(src->ctx, i);
+	}
 	if (rc == ST_OK)
 		rc = fs_atomic_commit(&a);
 	free(head);

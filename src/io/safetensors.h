@@ -77,5 +77,15 @@ const char *safetensors_meta(const struct st_safetensors *sf, const char *key);
  * are reported with the path. */
 int safetensors_write(const char *path, const struct st_tensor_out *t, int n,
 		      const char *const *meta, int n_meta);
+/* The same for data that is not all in memory at once (offloaded slabs):
+ * tensors whose data is NULL get it from get(ctx, i) just before they are
+ * written, and put(ctx, i) right after. */
+struct st_tensor_source {
+	const void *(*get)(void *ctx, int i);
+	void (*put)(void *ctx, int i);
+	void *ctx;
+};
+int safetensors_write_from(const char *path, const struct st_tensor_out *t, int n,
+			   const char *const *meta, int n_meta, const struct st_tensor_source *src);
 
 #endif

@@ -22,15 +22,39 @@
 
 #define CKPT_FORMAT "strata-checkpoint-1"
 
-static int save_optimizer(const struct st_trainer *tr, const char *path)
+/* State tensors come from the store a unit at a time (staged state too). */
+struct state_source {
+	struct st_trainer *tr;
+	int *unit;    /* per tensor */
+	size_t *off;  /* per tensor, in its unit's S slab */
+};
+
+static const void *state_get(void *ctx, int i)
+{
+	struct state_source *ss = ctx;
+	return (const char *)store_acquire_as(&ss->tr->s.store, ss->unit[i], ST_SLAB_S,
+					      ST_ACCESS_READ) + ss->off[i];
+}
+
+static void state_put(void *ctx, int i)
+{
+	struct state_source *ss = ctx;
+	store_release(&ss->tr->s.store, ss->unit[i], ST_SLAB_S, 0);
+}
+
+static int save_optimizer(struct st_trainer *tr, const char *path)
 {
 	const struct st_model *m = &tr->s.model;
 	const int cap = m->n_params * ST_STATE_TENSORS_MAX;
 	struct st_tensor_out *t = st_calloc((size_t)cap, sizeof *t);
 	char (*names)[192] = st_calloc((size_t)cap, sizeof *names);
-	if (!t || !names) {
+	struct state_source ss = {tr, st_calloc((size_t)cap, sizeof(int)),
+				  st_calloc((size_t)cap, sizeof(size_t))};
+	if (!t || !names || !ss.unit || !ss.off) {
 		free(t);
 		free(names);
+		free(ss.unit);
+		free(ss.off);
 		return ST_FAIL;
 	}
 	int n = 0;
@@ -41,8 +65,9 @@ static int save_optimizer(const struct st_trainer *tr, const char *path)
 		for (int j = 0; j < k; j++, n++) {
 			snprintf(names[n], sizeof names[n], "%.95s.%.31s", p->name, st[j].suffix);
 			t[n] = (struct st_tensor_out){.name = names[n], .dtype = st[j].dtype,
-						      .ndim = st[j].ndim,
-						      .data = (char *)tr->state[p->unit] + st[j].off};
+						      .ndim = st[j].ndim};
+			ss.unit[n] = p->unit;
+			ss.off[n] = st[j].off;
 			t[n].shape[0] = st[j].shape[0];
 			t[n].shape[1] = st[j].shape[1];
 		}
@@ -52,10 +77,13 @@ static int save_optimizer(const struct st_trainer *tr, const char *path)
 	snprintf(block, sizeof block, "%d", tr->opt.cfg.quant_block);
 	const char *meta[] = {"optimizer", optim_kind_name(tr->opt.cfg.kind), "updates", updates,
 			      "quant_block", block};
-	int rc = safetensors_write(path, t, n, meta, 3);
+	struct st_tensor_source src = {state_get, state_put, &ss};
+	int rc = safetensors_write_from(path, t, n, meta, 3, &src);
 	free(t);
 	free(names);
-	return rc;
+	free(ss.unit);
+	free(ss.off);
+	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
 }
 
 static int save_trainer_json(const struct st_trainer *tr, const char *path)
@@ -269,17 +297,24 @@ int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 		rc = ST_FAIL;
 	}
 	const struct st_model *m = &tr->s.model;
-	for (int i = 0; i < m->n_params && rc == ST_OK; i++) {
-		const struct st_param *p = &m->params[i];
-		struct st_state_tensor st[ST_STATE_TENSORS_MAX];
-		int k = optim_state_tensors(&tr->opt, i, st);
-		for (int j = 0; j < k && rc == ST_OK; j++) {
-			char name[200];
-			snprintf(name, sizeof name, "%.95s.%.31s", p->name, st[j].suffix);
-			rc = safetensors_load_raw(&sf, name, st[j].dtype, st[j].ndim, st[j].shape,
-						  (char *)tr->state[p->unit] + st[j].off, st[j].bytes);
+	for (int u = 0; u < m->n_units && rc == ST_OK; u++) {
+		if (!tr->opt.unit_bytes[u])
+			continue;
+		char *state = store_acquire(&tr->s.store, u, ST_SLAB_S);
+		const struct st_unit *un = &m->units[u];
+		for (int i = un->first_param; i < un->first_param + un->n_params && rc == ST_OK; i++) {
+			const struct st_param *p = &m->params[i];
+			struct st_state_tensor st[ST_STATE_TENSORS_MAX];
+			int k = optim_state_tensors(&tr->opt, i, st);
+			for (int j = 0; j < k && rc == ST_OK; j++) {
+				char name[200];
+				snprintf(name, sizeof name, "%.95s.%.31s", p->name, st[j].suffix);
+				rc = safetensors_load_raw(&sf, name, st[j].dtype, st[j].ndim,
+							  st[j].shape, state + st[j].off, st[j].bytes);
+			}
 		}
+		store_release(&tr->s.store, u, ST_SLAB_S, 1);
 	}
 	safetensors_close(&sf);
-	return rc;
+	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
 }

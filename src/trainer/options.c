@@ -53,6 +53,13 @@ const struct st_opt_desc train_opt_table[] = {
 	{"log-interval", OT_INT, F(log_interval), "10", "steps between progress lines when not on a terminal"},
 	{"device", OT_STR, F(device), "auto", "cpu | cuda | auto"},
 	{"progress", OT_STR, F(progress), "auto", "auto | bar | lines | none"},
+	{"device-mem", OT_STR, F(device_mem), "auto", "device tier budget, e.g. 2G (CPU: a RAM arena; auto: see README)"},
+	{"host-mem", OT_STR, F(host_mem), "auto", "host tier budget, e.g. 4G (auto: see README)"},
+	{"offload-dir", OT_STR, F(offload_dir), "", "directory for the disk tier; repeat the flag (or use commas) to stripe over several SSDs"},
+	{"place", OT_STR, F(place), "auto", "force homes: weights=TIER,gradients=TIER,optimizer=TIER (device, host, disk)"},
+	{"prefetch", OT_INT, F(prefetch), "2", "units whose weights are fetched ahead of the one computing"},
+	{"io-block", OT_STR, F(io_block), "1M", "disk tier: stripe block and request size"},
+	{"io-depth", OT_INT, F(io_depth), "16", "disk tier: requests in flight per transfer"},
 };
 const int train_opt_count = sizeof train_opt_table / sizeof train_opt_table[0];
 
@@ -229,6 +236,7 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->keep_ckpts >= 0, h, "--keep-ckpts must be >= 0");
 	ST_CHECK(o->threads >= 0, h, "--threads must be >= 0");
 	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive");
+	ST_CHECK(o->prefetch >= 1 && o->prefetch <= 64, h, "--prefetch must be between 1 and 64");
 	ST_CHECK(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
 		 "use --device cpu, cuda or auto", "unknown device '%s'", o->device);
 	ST_CHECK(!strcmp(o->progress, "auto") || !strcmp(o->progress, "bar") ||

@@ -37,6 +37,13 @@ struct st_train_opts {
 	int log_interval;
 	char device[8];          /* "cpu" | "cuda" | "auto" */
 	char progress[8];        /* "auto" | "bar" | "lines" | "none" */
+	/* tiers and offload (engine/place.h, store/) */
+	char device_mem[24], host_mem[24]; /* byte budgets: "2G", "auto" */
+	char offload_dir[ST_PATH];         /* comma-separated directories, one per SSD */
+	char place[96];                    /* "auto" or KIND=TIER,... */
+	int prefetch;
+	char io_block[16];
+	int io_depth;
 };
 
 enum st_opt_type { OT_INT, OT_LONG, OT_DOUBLE, OT_STR, OT_BOOL };

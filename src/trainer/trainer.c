@@ -46,10 +46,95 @@ static int alloc_state(struct st_trainer *tr)
 	for (int u = 0; u < m->n_units; u++) {
 		if (!tr->opt.unit_bytes[u])
 			continue;
-		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, ST_TIER_HOST, tr->opt.unit_bytes[u]));
-		tr->state[u] = store_acquire(&tr->s.store, u, ST_SLAB_S);
+		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, place_home(&tr->place, u, ST_SLAB_S),
+				   tr->opt.unit_bytes[u]));
+		if (!store_is_staged(&tr->s.store, u, ST_SLAB_S))
+			tr->state[u] = store_acquire(&tr->s.store, u, ST_SLAB_S);
 	}
 	return ST_OK;
+}
+
+/* Budgets: the flags, or from the machine. On the CPU backend the device
+ * tier is RAM too, so "auto" leaves both unlimited while the whole training
+ * state fits in 90% of the available memory, and otherwise gives the device
+ * 30% and the host 60% of it (offload then needs --offload-dir). */
+static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT], size_t need)
+{
+	ST_TRY(parse_bytes(tr->o.device_mem, &budgets[ST_TIER_DEVICE], "--device-mem"));
+	ST_TRY(parse_bytes(tr->o.host_mem, &budgets[ST_TIER_HOST], "--host-mem"));
+	budgets[ST_TIER_DISK] = 0;
+	const size_t avail = mem_available();
+	if (!budgets[ST_TIER_DEVICE] && !budgets[ST_TIER_HOST] && avail &&
+	    (double)need > 0.9 * (double)avail) {
+		budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
+		budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
+		char b1[32], b2[32], b3[32], b4[32];
+		st_log_info("training state %s exceeds 90%% of the available memory (%s): budgets "
+			    "device %s, host %s (set --device-mem / --host-mem to choose)",
+			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
+			    fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
+			    fmt_bytes(b4, sizeof b4, (double)budgets[ST_TIER_HOST]));
+	}
+	return ST_OK;
+}
+
+/* Decide every slab's home, allocate the slabs and the executor, start the
+ * store (staging pools, disk tier) and load the weights. */
+static int setup_tiers(struct st_trainer *tr, const char *weights_path, int grads)
+{
+	struct st_session *s = &tr->s;
+	const struct st_model *m = &s->model;
+	const int n = m->n_units;
+	size_t *wb = st_calloc((size_t)n, sizeof *wb);
+	if (!wb)
+		return ST_FAIL;
+	size_t need = 0;
+	for (int u = 0; u < n; u++) {
+		wb[u] = m->units[u].numel * sizeof(float);
+		need += 2 * wb[u] + tr->opt.unit_bytes[u];
+	}
+	const size_t act = (acts_layer_floats(m, tr->o.micro_batch, tr->o.seq_len) * (size_t)m->cfg.n_layers +
+			    acts_rest_floats(m, tr->o.micro_batch, tr->o.seq_len)) * sizeof(float);
+	need += act;
+	struct st_place_opts po = {.prefetch = tr->o.prefetch};
+	int rc = choose_budgets(tr, po.budget, need);
+	if (rc == ST_OK)
+		rc = parse_place(tr->o.place, po.force);
+	/* the directories, split at commas */
+	char dirbuf[sizeof tr->o.offload_dir];
+	const char *dirs[64];
+	int n_dirs = 0;
+	snprintf(dirbuf, sizeof dirbuf, "%s", tr->o.offload_dir);
+	for (char *save = NULL, *d = strtok_r(dirbuf, ",", &save); d && n_dirs < 64;
+	     d = strtok_r(NULL, ",", &save))
+		dirs[n_dirs++] = d;
+	po.n_dirs = n_dirs;
+	if (rc == ST_OK)
+		rc = place_make(&tr->place, m, wb, tr->per_layer ? NULL : wb, tr->opt.unit_bytes, act,
+				&po);
+	free(wb);
+	ST_TRY(rc);
+	ST_CHECK(!(tr->per_layer && tr->place.offloaded),
+		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
+		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
+	for (int t = 0; t < ST_TIER__COUNT; t++)
+		s->store.tiers[t].budget = po.budget[t];
+	ST_TRY(session_alloc(s, &tr->place, grads));
+	ST_TRY(alloc_state(tr));
+	ST_TRY(session_exec(s, tr->o.micro_batch, tr->o.seq_len));
+	size_t block;
+	ST_TRY(parse_bytes(tr->o.io_block, &block, "--io-block"));
+	struct st_offload_cfg oc = {.dirs = dirs, .n_dirs = n_dirs, .io_block = block,
+				    .io_depth = tr->o.io_depth};
+	memcpy(oc.pool_slots, tr->place.pool_slots, sizeof oc.pool_slots);
+	ST_TRY(store_start(&s->store, &oc));
+	s->exec.prefetch = tr->o.prefetch;
+	return session_load_weights(s, weights_path);
+}
+
+static void wait_update(void *ctx, int unit)
+{
+	updater_wait_unit(ctx, unit);
 }
 
 static int check_run_dir(const struct st_train_opts *o, int resuming)
@@ -92,14 +177,19 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	tr->per_layer = (kind == ST_OPT_GALORE_ADAMW || kind == ST_OPT_GALORE_ADAMW8) &&
 			tr->o.galore_per_layer;
 	const int grads = tr->per_layer ? ST_GRADS_SHARED_LAYERS : ST_GRADS_ALL;
+	char model_dir[4096], path[4200];
 	if (resuming) {
 		ST_TRY(ckpt_resolve(tr->ckpt_loaded, sizeof tr->ckpt_loaded, tr->o.resume));
-		ST_TRY(session_open(&tr->s, ops, tr->ckpt_loaded, grads));
+		snprintf(model_dir, sizeof model_dir, "%s", tr->ckpt_loaded);
 	} else {
 		ST_CHECK(*tr->o.model, "create one with `strata init --config tiny --out DIR`",
 			 "no model given (--model DIR)");
-		ST_TRY(session_open(&tr->s, ops, tr->o.model, grads));
+		snprintf(model_dir, sizeof model_dir, "%s", tr->o.model);
 	}
+	struct st_config cfg;
+	snprintf(path, sizeof path, "%s/config.json", model_dir);
+	ST_TRY(config_load(&cfg, path));
+	ST_TRY(session_build(&tr->s, ops, &cfg, NULL));
 	const struct st_model *m = &tr->s.model;
 	ST_CHECK(tr->o.seq_len <= m->cfg.max_seq, "lower --seq-len",
 		 "--seq-len %d exceeds the model's max_position_embeddings %d", tr->o.seq_len,
@@ -128,7 +218,17 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 				  .seed = (uint64_t)tr->o.seed};
 	ST_TRY(optim_parse_kind(&oc.kind, tr->o.optimizer));
 	ST_TRY(optim_init(&tr->opt, &oc, m));
-	ST_TRY(alloc_state(tr));
+	snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
+	ST_TRY(setup_tiers(tr, path, grads));
+	tr->grad_sumsq = st_calloc((size_t)m->n_units, sizeof *tr->grad_sumsq);
+	if (!tr->grad_sumsq)
+		return ST_FAIL;
+	if (!tr->per_layer) {
+		ST_TRY(updater_init(&tr->up, ops, &tr->opt, m, &tr->s.store, tr->o.prefetch,
+				    tr->o.threads, tr->place.offloaded));
+		tr->s.exec.before_unit = wait_update;
+		tr->s.exec.before_unit_ctx = &tr->up;
+	}
 	if (tr->per_layer)
 		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->state,
 				     tr->o.grad_accum));
@@ -146,9 +246,6 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	tr->targets = st_malloc(n * sizeof *tr->targets);
 	if (!tr->tokens || !tr->targets)
 		return ST_FAIL;
-	ST_TRY(session_exec(&tr->s, tr->o.micro_batch, tr->o.seq_len));
-
-	char path[4096];
 	snprintf(path, sizeof path, "%s/metrics.jsonl", tr->o.out);
 	tr->metrics = fopen(path, "a");
 	ST_CHECK(tr->metrics, "choose a writable --out directory", "cannot open %s: %s", path,
@@ -161,7 +258,10 @@ void trainer_close(struct st_trainer *tr)
 	if (tr->metrics)
 		fclose(tr->metrics);
 	data_close(&tr->data);
+	updater_free(&tr->up); /* finishes queued updates before the store goes */
 	session_close(&tr->s);
+	place_free(&tr->place);
+	free(tr->grad_sumsq);
 	if (tr->per_layer)
 		perlayer_free(&tr->pl);
 	optim_free(&tr->opt);
@@ -222,7 +322,13 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 	return ST_OK;
 }
 
-/* One optimizer step: all micro-batches, norm, clip, per-unit updates. */
+/* One optimizer step: all micro-batches, norm, clip, per-unit updates.
+ *
+ * Without per-layer GaLore the updates are queued to the updater (trainer/
+ * updater.h) and run while the next step's forward proceeds; every gradient
+ * slab is zero when a step starts (fresh, or discarded by its last update).
+ * Per-layer GaLore consumes each layer's gradient in the executor's callback
+ * and applies its updates here. */
 static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out, double *lr_out)
 {
 	struct st_session *s = &tr->s;
@@ -239,32 +345,44 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		for (size_t i = 0; i < per; i++)
 			n_targets += tr->targets[j * per + i] >= 0;
 	}
-	for (int u = 0; u < m->n_units; u++)
-		memset(store_acquire(&s->store, u, ST_SLAB_G), 0, m->units[u].numel * sizeof(float));
-
-	const float scale = 1.0f / (float)n_targets;
 	struct st_perlayer *pl = tr->per_layer ? &tr->pl : NULL;
 	if (pl) {
+		for (int u = 0; u < m->n_units; u++)
+			memset(store_acquire(&s->store, u, ST_SLAB_G), 0,
+			       m->units[u].numel * sizeof(float));
 		perlayer_begin(pl, tr->updates + 1);
 		s->exec.on_unit_grad = perlayer_on_unit;
 		s->exec.on_unit_grad_ctx = pl;
 	}
+
+	const float scale = 1.0f / (float)n_targets;
 	double loss_sum = 0;
 	for (int j = 0; j < A; j++) {
 		long c;
+		/* the last micro-batch leaves each unit's gradient norm behind */
+		s->exec.grad_sumsq = !pl && j == A - 1 ? tr->grad_sumsq : NULL;
 		loss_sum += exec_micro_step(&s->exec, tr->tokens + j * per, tr->targets + j * per,
 					    scale, &c);
 		if (pl)
 			perlayer_end_micro(pl);
 	}
+	s->exec.grad_sumsq = NULL;
+	ST_TRY(store_ok(&s->store));
+	const int head = model_head_unit(m);
 	const char *fault = getenv("STRATA_FAULT_NAN_AT_STEP"); /* test hook */
-	if (fault && atol(fault) == step)
-		((float *)store_acquire(&s->store, model_head_unit(m), ST_SLAB_G))[0] = NAN;
-	double sumsq = 0;
+	if (fault && atol(fault) == step) {
+		float *g = store_acquire(&s->store, head, ST_SLAB_G);
+		g[0] = NAN;
+		tr->grad_sumsq[head] = ops->sumsq(g, m->units[head].numel);
+		store_release(&s->store, head, ST_SLAB_G, 1);
+	}
+	double sumsq = 0; /* in unit order, whatever order the norms came in */
 	for (int u = 0; u < m->n_units; u++)
-		sumsq += pl && m->units[u].kind == ST_UNIT_LAYER
-				 ? perlayer_unit_sumsq(pl, u)
-				 : ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G), m->units[u].numel);
+		sumsq += pl ? (m->units[u].kind == ST_UNIT_LAYER
+				       ? perlayer_unit_sumsq(pl, u)
+				       : ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G),
+						    m->units[u].numel))
+			    : tr->grad_sumsq[u];
 	const double gnorm = sqrt(sumsq), loss = loss_sum / (double)n_targets;
 	*loss_out = loss;
 	*gnorm_out = gnorm;
@@ -274,6 +392,8 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		 * them, as bitsandbytes does), count it, and stop after too many. */
 		if (pl)
 			perlayer_undo(pl);
+		else
+			updater_submit(&tr->up, 0, 0, 0, 0); /* only clears the gradients */
 		tr->step = step;
 		tr->tokens_seen += (double)per * A;
 		tr->skipped++;
@@ -293,16 +413,31 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		clip = (float)(tr->o.grad_clip / (gnorm + 1e-6));
 	const double lr = lr_at(&tr->o, step, tr->total_steps, tr->warmup);
 	tr->updates++;
-	for (int u = 0; u < m->n_units; u++)
-		if (pl && m->units[u].kind == ST_UNIT_LAYER)
-			perlayer_apply(pl, u, s->w[u], (float)lr, clip);
-		else
-			optim_step_unit(ops, &tr->opt, u, s->w[u], store_acquire(&s->store, u, ST_SLAB_G),
-					tr->state[u], tr->updates, (float)lr, clip);
+	if (pl) {
+		for (int u = 0; u < m->n_units; u++)
+			if (m->units[u].kind == ST_UNIT_LAYER)
+				perlayer_apply(pl, u, s->w[u], (float)lr, clip);
+			else
+				optim_step_unit(ops, &tr->opt, u, s->w[u],
+						store_acquire(&s->store, u, ST_SLAB_G), tr->state[u],
+						tr->updates, (float)lr, clip);
+	} else {
+		updater_submit(&tr->up, 1, tr->updates, (float)lr, clip);
+	}
 	tr->step = step;
 	tr->tokens_seen += (double)per * A;
 	*lr_out = lr;
 	return ST_OK;
+}
+
+/* Every queued update done and written back (before evaluation reads the
+ * weights from outside the executor, checkpoints, and the end). */
+static int settle(struct st_trainer *tr)
+{
+	if (!tr->per_layer)
+		updater_drain(&tr->up);
+	store_drain(&tr->s.store);
+	return store_ok(&tr->s.store);
 }
 
 int trainer_run(struct st_trainer *tr)
@@ -381,10 +516,11 @@ int trainer_run(struct st_trainer *tr)
 		if (last || (tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0)) {
 			fflush(tr->metrics);
 			progress_pause(&pg);
+			ST_TRY(settle(tr));
 			ST_TRY(ckpt_save(tr));
 		}
 	}
 	progress_done(&pg);
 	fflush(tr->metrics);
-	return ST_OK;
+	return settle(tr);
 }

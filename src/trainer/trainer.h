@@ -12,13 +12,18 @@
 #include "trainer/data.h"
 #include "trainer/options.h"
 #include "trainer/perlayer.h"
+#include "trainer/updater.h"
 
 struct st_trainer {
 	struct st_train_opts o;
 	struct st_session s;
 	struct st_optim opt;
 	struct st_data data;
-	void **state;          /* per-unit optimizer state slabs (NULL where empty) */
+	void **state;          /* per-unit optimizer state slabs where resident (NULL where
+				  empty or staged: go through the store) */
+	struct st_place place; /* home tier of every slab (engine/place.h) */
+	struct st_updater up;  /* per-unit updates (not with per-layer GaLore) */
+	double *grad_sumsq;    /* per unit, from the executor */
 	int per_layer;         /* GaLore per-layer updates (pl in use) */
 	struct st_perlayer pl;
 	long step;             /* steps completed (updates + skipped) */

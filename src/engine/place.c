@@ -1,0 +1,248 @@
+/* Placement rules; see place.h. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/place.h"
+#include "util/check.h"
+
+#define UNDECIDED (-1)
+
+static int pool_w(const struct st_place_opts *o) { return o->prefetch + 3; }
+static int pool_s(const struct st_place_opts *o) { return o->prefetch + 1 > 2 ? o->prefetch + 1 : 2; }
+#define POOL_G 4
+
+static size_t max_of(const size_t *v, int n)
+{
+	size_t m = 0;
+	for (int i = 0; v && i < n; i++)
+		if (v[i] > m)
+			m = v[i];
+	return m;
+}
+
+int place_make(struct st_place *p, const struct st_model *m, const size_t *w_bytes,
+	       const size_t *g_bytes, const size_t *s_bytes, size_t act_bytes,
+	       const struct st_place_opts *o)
+{
+	memset(p, 0, sizeof *p);
+	const int n = m->n_units;
+	p->n_units = n;
+	p->home = st_calloc((size_t)n * ST_SLAB__COUNT, sizeof *p->home);
+	if (!p->home)
+		return ST_FAIL;
+	const size_t *bytes[ST_SLAB__COUNT] = {[ST_SLAB_W] = w_bytes, [ST_SLAB_G] = g_bytes,
+					       [ST_SLAB_S] = s_bytes};
+	const enum st_slab_kind kinds[] = {ST_SLAB_W, ST_SLAB_G, ST_SLAB_S};
+	int *h = (int *)p->home;
+	for (int u = 0; u < n; u++)
+		for (int k = 0; k < ST_SLAB__COUNT; k++)
+			h[u * ST_SLAB__COUNT + k] = bytes[k] ? o->force[k] : ST_TIER_DEVICE;
+	const size_t D = o->budget[ST_TIER_DEVICE], H = o->budget[ST_TIER_HOST];
+	char b1[32], b2[32], b3[32], b4[32];
+	ST_CHECK(!D || act_bytes <= D, "raise --device-mem, or lower --micro-batch / --seq-len",
+		 "the device budget %s cannot hold the activations of one micro-batch (%s)",
+		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes));
+
+	/* 1. the device: all weights and gradients, or pools plus what fits */
+	size_t dev = act_bytes, undecided = 0;
+	for (int u = 0; u < n; u++)
+		for (int k = 0; k < 2; k++) {
+			int i = u * ST_SLAB__COUNT + kinds[k];
+			if (!bytes[kinds[k]])
+				continue;
+			if (h[i] == ST_TIER_DEVICE)
+				dev += bytes[kinds[k]][u];
+			else if (h[i] == UNDECIDED)
+				undecided += bytes[kinds[k]][u];
+		}
+	const int fits_all = !D || dev + undecided <= D;
+	const int w_forced_off = o->force[ST_SLAB_W] >= 0 && o->force[ST_SLAB_W] != ST_TIER_DEVICE;
+	const int g_forced_off = o->force[ST_SLAB_G] >= 0 && o->force[ST_SLAB_G] != ST_TIER_DEVICE;
+	if (!fits_all || w_forced_off || g_forced_off) {
+		/* pools for whatever may be staged */
+		if (!fits_all || w_forced_off)
+			dev += (size_t)pool_w(o) * max_of(w_bytes, n);
+		if (g_bytes && (!fits_all || g_forced_off))
+			dev += (size_t)POOL_G * max_of(g_bytes, n);
+		ST_CHECK(!D || dev <= D, "raise --device-mem, or lower --prefetch / --micro-batch",
+			 "the device budget %s cannot hold the activations (%s) and the staging buffers "
+			 "of the streamed weights and gradients: %s needed, %s missing",
+			 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes),
+			 fmt_bytes(b3, sizeof b3, (double)dev),
+			 fmt_bytes(b4, sizeof b4, (double)(dev - D)));
+	}
+	for (int k = 0; k < 2; k++)
+		for (int u = 0; u < n; u++) {
+			int i = u * ST_SLAB__COUNT + kinds[k];
+			if (!bytes[kinds[k]] || h[i] != UNDECIDED)
+				continue;
+			size_t b = bytes[kinds[k]][u];
+			if (fits_all || dev + b <= D) {
+				h[i] = ST_TIER_DEVICE;
+				dev += fits_all ? 0 : b;
+			}
+		}
+	if (fits_all)
+		dev += undecided;
+
+	/* 2. the host: what the device left, then optimizer state */
+	size_t host = 0;
+	undecided = 0;
+	for (int u = 0; u < n; u++)
+		for (int k = 0; k < 3; k++) {
+			int i = u * ST_SLAB__COUNT + kinds[k];
+			if (!bytes[kinds[k]])
+				continue;
+			if (h[i] == ST_TIER_HOST)
+				host += bytes[kinds[k]][u];
+			else if (h[i] == UNDECIDED)
+				undecided += bytes[kinds[k]][u];
+		}
+	const int host_all = !H || host + undecided <= H;
+	const int s_forced_disk = o->force[ST_SLAB_S] == ST_TIER_DISK;
+	if (s_bytes && (!host_all || s_forced_disk)) {
+		host += (size_t)pool_s(o) * max_of(s_bytes, n);
+		ST_CHECK(!H || host <= H, "raise --host-mem, or lower --prefetch",
+			 "the host budget %s cannot hold the staging buffers of the streamed optimizer "
+			 "state: %s needed, %s missing",
+			 fmt_bytes(b1, sizeof b1, (double)H), fmt_bytes(b2, sizeof b2, (double)host),
+			 fmt_bytes(b4, sizeof b4, (double)(host - H)));
+	}
+	size_t disk = 0;
+	for (int k = 0; k < 3; k++)
+		for (int u = 0; u < n; u++) {
+			int i = u * ST_SLAB__COUNT + kinds[k];
+			if (!bytes[kinds[k]])
+				continue;
+			size_t b = bytes[kinds[k]][u];
+			if (h[i] == UNDECIDED) {
+				if (host_all || host + b <= H) {
+					h[i] = ST_TIER_HOST;
+					host += host_all ? 0 : b;
+				} else
+					h[i] = ST_TIER_DISK;
+			}
+			if (h[i] == ST_TIER_DISK)
+				disk += b;
+		}
+	if (host_all)
+		host += undecided;
+	ST_CHECK(!disk || o->n_dirs > 0,
+		 "give --offload-dir DIR (one per SSD), or raise --device-mem / --host-mem",
+		 "the model's state needs %s more than the device (%s) and host (%s) budgets hold",
+		 fmt_bytes(b1, sizeof b1, (double)disk),
+		 D ? fmt_bytes(b2, sizeof b2, (double)D) : "unlimited",
+		 H ? fmt_bytes(b3, sizeof b3, (double)H) : "unlimited");
+
+	/* 3. pools for what ended up staged: never more slots than staged slabs
+	 * (each then has its own), never fewer than 2 */
+	int staged[ST_SLAB__COUNT] = {0};
+	for (int u = 0; u < n; u++)
+		for (int k = 0; k < 3; k++) {
+			enum st_slab_kind kind = kinds[k];
+			if (!bytes[kind])
+				continue;
+			enum st_tier t = (enum st_tier)h[u * ST_SLAB__COUNT + kind];
+			if (t != ST_TIER_DEVICE && t != slab_work_tier(kind))
+				staged[kind]++;
+		}
+	for (int k = 0; k < 3; k++) {
+		enum st_slab_kind kind = kinds[k];
+		if (!staged[kind])
+			continue;
+		int want = kind == ST_SLAB_W ? pool_w(o) : kind == ST_SLAB_G ? POOL_G : pool_s(o);
+		if (want > staged[kind])
+			want = staged[kind] > 2 ? staged[kind] : 2;
+		p->pool_slots[kind] = want;
+		p->offloaded = 1;
+	}
+	p->bytes[ST_TIER_DEVICE] = dev;
+	p->bytes[ST_TIER_HOST] = host;
+	p->bytes[ST_TIER_DISK] = disk;
+	memcpy(p->budget, o->budget, sizeof p->budget);
+	return ST_OK;
+}
+
+void place_free(struct st_place *p)
+{
+	free(p->home);
+	memset(p, 0, sizeof *p);
+}
+
+int parse_bytes(const char *s, size_t *out, const char *what)
+{
+	*out = 0;
+	if (!s || !*s || !strcmp(s, "auto"))
+		return ST_OK;
+	char *end;
+	double v = strtod(s, &end);
+	double mul = 1;
+	while (*end == ' ')
+		end++;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': mul = 1024.0; end++; break;
+	case 'M': mul = 1024.0 * 1024; end++; break;
+	case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+	case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	default: break;
+	}
+	if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "ib")))
+		end += strlen(end);
+	else if (mul == 1 && !strcmp(end, "B"))
+		end++;
+	ST_CHECK(end != s && *end == '\0' && v > 0 && v * mul < 1.8e19,
+		 "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto",
+		 "%s: '%s' is not a size", what, s);
+	*out = (size_t)(v * mul);
+	return ST_OK;
+}
+
+int parse_place(const char *s, int force[ST_SLAB__COUNT])
+{
+	for (int k = 0; k < ST_SLAB__COUNT; k++)
+		force[k] = UNDECIDED;
+	if (!s || !*s || !strcmp(s, "auto"))
+		return ST_OK;
+	const char *hint = "use e.g. --place weights=host,gradients=host,optimizer=disk "
+			   "(tiers: device, host, disk)";
+	char buf[256];
+	ST_CHECK(strlen(s) < sizeof buf, hint, "--place '%s' is too long", s);
+	strcpy(buf, s);
+	for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
+	     item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+		ST_CHECK(eq, hint, "--place: '%s' is not KIND=TIER", item);
+		*eq = '\0';
+		const char *kind = item, *tier = eq + 1;
+		int k = !strcmp(kind, "weights") ? ST_SLAB_W
+			: !strcmp(kind, "gradients") ? ST_SLAB_G
+			: !strcmp(kind, "optimizer") ? ST_SLAB_S : -1;
+		int t = !strcmp(tier, "device") ? ST_TIER_DEVICE
+			: !strcmp(tier, "host") ? ST_TIER_HOST
+			: !strcmp(tier, "disk") ? ST_TIER_DISK : -1;
+		ST_CHECK(k >= 0, hint, "--place: unknown slab kind '%s' (weights, gradients, optimizer)",
+			 kind);
+		ST_CHECK(t >= 0, hint, "--place: unknown tier '%s' (device, host, disk)", tier);
+		ST_CHECK(!(k == ST_SLAB_S && t == ST_TIER_DEVICE), hint,
+			 "--place: optimizer state on the device arrives with the CUDA backend and the "
+			 "planner (device-side updates)");
+		force[k] = t;
+	}
+	return ST_OK;
+}
+
+size_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (!f)
+		return 0;
+	char line[256];
+	size_t kb = 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}

@@ -1,0 +1,151 @@
+/* The update queue; see updater.h. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainer/updater.h"
+#include "util/check.h"
+
+static double up_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_job(struct st_updater *up, const struct st_update_job *j)
+{
+	struct st_store *s = up->store;
+	const int u = j->unit;
+	if (j->apply) {
+		/* the next units' master weights and state stream in meanwhile */
+		for (int i = 1; i <= up->prefetch && u + i < up->m->n_units; i++) {
+			store_prefetch(s, u + i, ST_SLAB_M);
+			store_prefetch(s, u + i, ST_SLAB_S);
+		}
+		float *w = store_acquire(s, u, ST_SLAB_M);
+		const float *g = store_acquire_as(s, u, ST_SLAB_G, ST_ACCESS_READ);
+		void *st = up->opt->unit_bytes[u] ? store_acquire(s, u, ST_SLAB_S) : NULL;
+		optim_step_unit(up->ops, up->opt, u, w, g, st, j->t, j->lr, j->clip);
+		if (st)
+			store_release(s, u, ST_SLAB_S, 1);
+		store_release(s, u, ST_SLAB_G, 0);
+		store_release(s, u, ST_SLAB_M, 1);
+	}
+	store_discard(s, u, ST_SLAB_G);
+}
+
+static void *worker(void *arg)
+{
+	struct st_updater *up = arg;
+	omp_set_num_threads(up->threads);
+	pthread_mutex_lock(&up->mu);
+	for (;;) {
+		while (!up->q_count && !up->stop)
+			pthread_cond_wait(&up->cv, &up->mu);
+		if (!up->q_count)
+			break;
+		struct st_update_job j = up->q[up->q_head];
+		pthread_mutex_unlock(&up->mu);
+		double t0 = up_now();
+		run_job(up, &j);
+		double dt = up_now() - t0;
+		pthread_mutex_lock(&up->mu);
+		up->busy_s += dt;
+		up->q_head = (up->q_head + 1) % up->m->n_units;
+		up->q_count--;
+		up->done[j.unit]++;
+		pthread_cond_broadcast(&up->cv);
+	}
+	pthread_mutex_unlock(&up->mu);
+	return NULL;
+}
+
+int updater_init(struct st_updater *up, const struct st_ops *ops, const struct st_optim *opt,
+		 const struct st_model *m, struct st_store *store, int prefetch, int threads,
+		 int threaded)
+{
+	memset(up, 0, sizeof *up);
+	up->ops = ops;
+	up->opt = opt;
+	up->m = m;
+	up->store = store;
+	up->prefetch = prefetch;
+	up->threads = threads > 0 ? threads : omp_get_max_threads();
+	up->q = st_calloc((size_t)m->n_units, sizeof *up->q);
+	up->done = st_calloc((size_t)m->n_units, sizeof *up->done);
+	if (!up->q || !up->done)
+		return ST_FAIL;
+	pthread_mutex_init(&up->mu, NULL);
+	pthread_cond_init(&up->cv, NULL);
+	if (threaded) {
+		ST_CHECK(pthread_create(&up->thread, NULL, worker, up) == 0, NULL,
+			 "cannot start the optimizer thread");
+		up->threaded = 1;
+	}
+	return ST_OK;
+}
+
+void updater_free(struct st_updater *up)
+{
+	if (!up->q)
+		return;
+	if (up->threaded) {
+		pthread_mutex_lock(&up->mu);
+		up->stop = 1;
+		pthread_cond_broadcast(&up->cv);
+		pthread_mutex_unlock(&up->mu);
+		pthread_join(up->thread, NULL); /* finishes the queued jobs first */
+	}
+	pthread_mutex_destroy(&up->mu);
+	pthread_cond_destroy(&up->cv);
+	free(up->q);
+	free(up->done);
+	memset(up, 0, sizeof *up);
+}
+
+void updater_submit(struct st_updater *up, int apply, long t, float lr, float clip)
+{
+	const int n = up->m->n_units;
+	if (!up->threaded) {
+		double t0 = up_now();
+		for (int u = 0; u < n; u++)
+			run_job(up, &(struct st_update_job){u, apply, t, lr, clip});
+		up->busy_s += up_now() - t0;
+		up->gen++;
+		for (int u = 0; u < n; u++)
+			up->done[u] = up->gen;
+		return;
+	}
+	pthread_mutex_lock(&up->mu);
+	/* a step's jobs are queued only after the previous step's finished
+	 * (its forward waited for every unit), so the ring never overflows */
+	while (up->q_count)
+		pthread_cond_wait(&up->cv, &up->mu);
+	up->gen++;
+	for (int u = 0; u < n; u++)
+		up->q[(up->q_head + up->q_count++) % n] = (struct st_update_job){u, apply, t, lr, clip};
+	pthread_cond_broadcast(&up->cv);
+	pthread_mutex_unlock(&up->mu);
+}
+
+void updater_wait_unit(struct st_updater *up, int unit)
+{
+	if (!up->threaded)
+		return;
+	pthread_mutex_lock(&up->mu);
+	while (up->done[unit] < up->gen)
+		pthread_cond_wait(&up->cv, &up->mu);
+	pthread_mutex_unlock(&up->mu);
+}
+
+void updater_drain(struct st_updater *up)
+{
+	if (!up->threaded)
+		return;
+	pthread_mutex_lock(&up->mu);
+	while (up->q_count)
+		pthread_cond_wait(&up->cv, &up->mu);
+	pthread_mutex_unlock(&up->mu);
+}
