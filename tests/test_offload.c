@@ -41,6 +41,12 @@ static void make_dirs(char dirs[][256], int n, const char *tag)
 		cu_tmpdir(dirs[i], sizeof dirs[i], tag);
 }
 
+static void count_done(void *ctx, int item, int rc)
+{
+	cr_expect_eq(rc, ST_OK, "item %d failed", item);
+	((int *)ctx)[item]++;
+}
+
 Test(io, striped_roundtrip)
 {
 	char d[3][256];
@@ -63,6 +69,35 @@ Test(io, striped_roundtrip)
 		off += io_round(sizes[i], block);
 		free(w);
 		free(r);
+	}
+	/* a batch: the same slabs again in one transfer, each reported done once */
+	struct st_io_item items[5];
+	unsigned char *bufs[5];
+	int seen[5] = {0};
+	off = 0;
+	for (int i = 0; i < 5; i++) {
+		bufs[i] = aligned_buf(sizes[i]);
+		fill_random(bufs[i], sizes[i], 900 + (uint64_t)i);
+		items[i] = (struct st_io_item){off, bufs[i], sizes[i]};
+		off += io_round(sizes[i], block);
+	}
+	cr_assert_eq(io_transfer(&io, 1, items, 5, count_done, seen), ST_OK);
+	for (int i = 0; i < 5; i++) {
+		cr_expect_eq(seen[i], 1, "write item %d reported %d times", i, seen[i]);
+		unsigned char *r = aligned_buf(sizes[i]);
+		cr_assert_eq(io_read(&io, items[i].voff, r, sizes[i]), ST_OK);
+		cr_expect_eq(memcmp(r, bufs[i], sizes[i]), 0, "batched slab %d differs", i);
+		memset(bufs[i], 0, sizes[i]);
+		free(r);
+	}
+	cr_assert_eq(io_transfer(&io, 0, items, 5, count_done, seen), ST_OK);
+	for (int i = 0; i < 5; i++) {
+		unsigned char *w = aligned_buf(sizes[i]);
+		fill_random(w, sizes[i], 900 + (uint64_t)i);
+		cr_expect_eq(memcmp(w, bufs[i], sizes[i]), 0, "batched read of slab %d differs", i);
+		cr_expect_eq(seen[i], 2, "read item %d not reported once", i);
+		free(w);
+		free(bufs[i]);
 	}
 	/* every directory got its share of the blocks */
 	for (int i = 0; i < 3; i++) {

@@ -156,6 +156,7 @@ void io_close(struct st_io *io)
 
 struct io_req {
 	size_t vb;         /* virtual block */
+	int item;          /* which item of the batch */
 	char *buf;
 	size_t len, done;  /* bytes of this block's transfer, bytes completed */
 };
@@ -186,54 +187,137 @@ static void queue_req(struct st_io *io, int writing, struct io_req *r)
 	io_uring_sqe_set_data(sqe, r);
 }
 
-static int transfer(struct st_io *io, int writing, uint64_t voff, char *buf, size_t len)
+/* Per item of a batch: blocks, blocks not yet finished, its status. */
+struct item_state {
+	size_t first, n, submitted, pending;
+	int rc, reported;
+};
+
+/* A block whose transfer is over but whose checksum is still to do. */
+struct io_block {
+	size_t vb;
+	int item;
+	char *buf;
+	size_t len;
+};
+
+struct batch {
+	struct st_io *io;
+	int writing;
+	const struct st_io_item *items;
+	struct item_state *is;
+	void (*done)(void *ctx, int item, int rc);
+	void *ctx;
+	int rc;
+};
+
+/* A block is finished: count it, and report its item when it was the last. */
+static void block_finished(struct batch *b, int item, int ok)
 {
-	ST_CHECK(voff % io->block == 0, NULL, "internal: unaligned disk offset %llu",
-		 (unsigned long long)voff);
-	const size_t total = io_round(len, ST_IO_ALIGN);
-	const size_t first = voff / io->block, n = (total + io->block - 1) / io->block;
-	ST_CHECK(first + n <= io->n_blocks, NULL, "internal: disk transfer past the reserved space");
-	struct io_req *reqs = st_calloc((size_t)io->depth, sizeof *reqs);
-	if (!reqs)
-		return ST_FAIL;
-	int *free_slots = st_calloc((size_t)io->depth, sizeof *free_slots);
-	if (!free_slots) {
+	struct item_state *it = &b->is[item];
+	if (!ok)
+		b->rc = it->rc = ST_FAIL;
+	it->pending--;
+	if (it->submitted == it->n && !it->pending && !it->reported) {
+		it->reported = 1;
+		if (it->rc == ST_OK)
+			*(b->writing ? &b->io->bytes_written : &b->io->bytes_read) +=
+				io_round(b->items[item].len, ST_IO_ALIGN);
+		if (b->done)
+			b->done(b->ctx, item, it->rc);
+	}
+}
+
+static int verify_block(struct st_io *io, const struct io_block *k)
+{
+	if (XXH3_64bits(k->buf, k->len) == io->sums[k->vb])
+		return 1;
+	const struct st_io_dir *d = &io->dirs[k->vb % (size_t)io->n_dirs];
+	ST_ERROR("the disk or filesystem under it returned damaged data: check it (dmesg), "
+		 "or move --offload-dir; restart from the last checkpoint",
+		 "checksum mismatch reading offloaded state from %s (block %zu at offset %llu)",
+		 d->path, k->vb, (unsigned long long)((k->vb / (size_t)io->n_dirs) * io->block));
+	return 0;
+}
+
+/* The checksums stay off the path from one request to the next: a write's
+ * block is hashed right after it is submitted (its buffer does not change
+ * while it is written: the store lets nobody write a slab being written
+ * back), a read's block is verified after the queue has been refilled. */
+int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, int n_items,
+		void (*done)(void *ctx, int item, int rc), void *ctx)
+{
+	const int depth = io->depth;
+	struct item_state *is = st_calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *is);
+	struct io_req *reqs = st_calloc((size_t)depth, sizeof *reqs);
+	int *free_slots = st_calloc((size_t)depth, sizeof *free_slots);
+	struct io_block *fresh = st_calloc((size_t)depth, sizeof *fresh);
+	if (!is || !reqs || !free_slots || !fresh) {
+		free(is);
 		free(reqs);
+		free(free_slots);
+		free(fresh);
 		return ST_FAIL;
 	}
-	int n_free = io->depth;
-	for (int i = 0; i < io->depth; i++)
+	struct batch b = {io, writing, items, is, done, ctx, ST_OK};
+	for (int k = 0; k < n_items; k++) {
+		const size_t total = io_round(items[k].len, ST_IO_ALIGN);
+		is[k].first = items[k].voff / io->block;
+		is[k].n = (total + io->block - 1) / io->block;
+		if (items[k].voff % io->block || is[k].first + is[k].n > io->n_blocks) {
+			ST_ERROR(NULL, "internal: disk transfer outside the reserved blocks");
+			b.rc = ST_FAIL;
+		}
+	}
+	int n_free = depth;
+	for (int i = 0; i < depth; i++)
 		free_slots[i] = i;
 	const double t0 = io_now();
-	size_t next = 0;
-	int inflight = 0, rc = ST_OK;
-	while ((rc == ST_OK && next < n) || inflight > 0) {
-		while (rc == ST_OK && next < n && n_free > 0) {
-			struct io_req *r = &reqs[free_slots[--n_free]];
-			r->vb = first + next;
-			r->buf = buf + next * io->block;
-			r->len = total - next * io->block < io->block ? total - next * io->block
-								      : io->block;
-			r->done = 0;
-			if (writing) {
-				io->sums[r->vb] = XXH3_64bits(r->buf, r->len);
-				io->valid[r->vb] = 1;
-			} else if (!io->valid[r->vb]) {
+	int item = 0, inflight = 0, n_fresh = 0;
+	for (;;) {
+		/* fill the queue: the blocks of one item after another */
+		while (b.rc == ST_OK && item < n_items && n_free > 0) {
+			struct item_state *it = &is[item];
+			if (it->submitted == it->n) {
+				item++;
+				continue;
+			}
+			if (!writing && !io->valid[it->first + it->submitted]) {
 				ST_ERROR(NULL, "internal: reading disk block %zu before it was written",
-					 r->vb);
-				rc = ST_FAIL;
-				free_slots[n_free++] = (int)(r - reqs);
+					 it->first + it->submitted);
+				b.rc = ST_FAIL;
 				break;
 			}
-			next++;
+			struct io_req *r = &reqs[free_slots[--n_free]];
+			const size_t total = io_round(items[item].len, ST_IO_ALIGN);
+			const size_t k = it->submitted++;
+			r->vb = it->first + k;
+			r->item = item;
+			r->buf = (char *)items[item].buf + k * io->block;
+			r->len = total - k * io->block < io->block ? total - k * io->block : io->block;
+			r->done = 0;
+			it->pending++;
 			queue_req(io, writing, r);
 			inflight++;
+			if (writing)
+				fresh[n_fresh++] = (struct io_block){r->vb, item, r->buf, r->len};
 		}
-		int s = io_uring_submit(&io->ring);
-		if (s < 0) {
-			ST_ERROR(NULL, "io_uring submit failed: %s", strerror(-s));
-			return ST_FAIL; /* the ring is unusable; the store stops on this error */
+		int sub = io_uring_submit(&io->ring);
+		if (sub < 0) {
+			ST_ERROR(NULL, "io_uring submit failed: %s", strerror(-sub));
+			b.rc = ST_FAIL;
+			break; /* the ring is unusable; the store stops on this error */
 		}
+		/* the work that waited for the queue to be full again */
+		for (int i = 0; i < n_fresh; i++) {
+			if (writing) {
+				io->sums[fresh[i].vb] = XXH3_64bits(fresh[i].buf, fresh[i].len);
+				io->valid[fresh[i].vb] = 1;
+			} else {
+				block_finished(&b, fresh[i].item, b.rc == ST_OK && verify_block(io, &fresh[i]));
+			}
+		}
+		n_fresh = 0;
 		if (inflight == 0)
 			break;
 		struct io_uring_cqe *cqe;
@@ -242,7 +326,8 @@ static int transfer(struct st_io *io, int writing, uint64_t voff, char *buf, siz
 			if (w == -EINTR)
 				continue;
 			ST_ERROR(NULL, "io_uring wait failed: %s", strerror(-w));
-			return ST_FAIL;
+			b.rc = ST_FAIL;
+			break;
 		}
 		struct io_req *r = io_uring_cqe_get_data(cqe);
 		const int res = cqe->res;
@@ -250,58 +335,57 @@ static int transfer(struct st_io *io, int writing, uint64_t voff, char *buf, siz
 		inflight--;
 		const struct st_io_dir *d = &io->dirs[r->vb % (size_t)io->n_dirs];
 		if (res <= 0) {
-			if (rc == ST_OK) {
-				char b[32];
+			if (b.rc == ST_OK) {
+				char bb[32];
 				if (res == -ENOSPC)
 					ST_ERROR("free space there or add another --offload-dir",
 						 "offload directory %s is full: writing %s of offloaded state failed",
-						 d->path, fmt_bytes(b, sizeof b, (double)r->len));
+						 d->path, fmt_bytes(bb, sizeof bb, (double)r->len));
 				else
 					ST_ERROR("check the disk (dmesg) and the offload directory",
 						 "%s offloaded state in %s failed: %s",
 						 writing ? "writing" : "reading", d->path,
 						 res ? strerror(-res) : "unexpected end of file");
 			}
-			rc = ST_FAIL;
 			free_slots[n_free++] = (int)(r - reqs);
+			block_finished(&b, r->item, 0);
 			continue;
 		}
 		r->done += (size_t)res;
-		if (r->done < r->len && rc == ST_OK) { /* short transfer: ask for the rest */
+		if (r->done < r->len && b.rc == ST_OK) { /* short transfer: ask for the rest */
 			queue_req(io, writing, r);
 			inflight++;
 			continue;
 		}
-		if (writing && io->corrupt_after > 0 && --io->corrupt_after == 0)
-			corrupt_block(io, r->vb);
-		if (!writing && rc == ST_OK && XXH3_64bits(r->buf, r->len) != io->sums[r->vb]) {
-			ST_ERROR("the disk or filesystem under it returned damaged data: check it (dmesg), "
-				 "or move --offload-dir; restart from the last checkpoint",
-				 "checksum mismatch reading offloaded state from %s (block %zu at offset %llu)",
-				 d->path, r->vb, (unsigned long long)((r->vb / (size_t)io->n_dirs) * io->block));
-			rc = ST_FAIL;
-		}
 		free_slots[n_free++] = (int)(r - reqs);
+		if (writing) {
+			if (io->corrupt_after > 0 && --io->corrupt_after == 0)
+				corrupt_block(io, r->vb);
+			block_finished(&b, r->item, 1);
+		} else {
+			fresh[n_fresh++] = (struct io_block){r->vb, r->item, r->buf, r->len};
+		}
 	}
-	const double dt = io_now() - t0;
-	io->busy_s += dt;
-	if (rc == ST_OK) {
-		if (writing)
-			io->bytes_written += total;
-		else
-			io->bytes_read += total;
-	}
+	/* items never finished (a failure stopped the batch) fail */
+	for (int k = 0; k < n_items; k++)
+		if (!is[k].reported && done)
+			done(ctx, k, ST_FAIL);
+	io->busy_s += io_now() - t0;
+	free(is);
 	free(reqs);
 	free(free_slots);
-	return rc;
+	free(fresh);
+	return b.rc;
 }
 
 int io_write(struct st_io *io, uint64_t voff, const void *buf, size_t len)
 {
-	return transfer(io, 1, voff, (char *)buf, len);
+	struct st_io_item it = {voff, (void *)buf, len};
+	return io_transfer(io, 1, &it, 1, NULL, NULL);
 }
 
 int io_read(struct st_io *io, uint64_t voff, void *buf, size_t len)
 {
-	return transfer(io, 0, voff, buf, len);
+	struct st_io_item it = {voff, buf, len};
+	return io_transfer(io, 0, &it, 1, NULL, NULL);
 }

@@ -62,6 +62,20 @@ void io_close(struct st_io *io);
 int io_write(struct st_io *io, uint64_t voff, const void *buf, size_t len);
 int io_read(struct st_io *io, uint64_t voff, void *buf, size_t len);
 
+/* A batch: the items' blocks go into one queue back to back, so the queue
+ * stays full across item boundaries (a slab a unit: 12 MiB for the 60M
+ * preset, where one transfer at a time would drain the queue at each end).
+ * done(ctx, item, rc), when given, is called as each item completes, in the
+ * calling thread; every item gets exactly one call. Returns ST_FAIL if any
+ * item failed. */
+struct st_io_item {
+	uint64_t voff;
+	void *buf;
+	size_t len;
+};
+int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, int n_items,
+		void (*done)(void *ctx, int item, int rc), void *ctx);
+
 /* Round up to the alignment that transfers need. */
 static inline size_t io_round(size_t n, size_t a) { return (n + a - 1) / a * a; }
 

@@ -212,20 +212,55 @@ static void enqueue(struct st_store *s, int slot, int slab, int write)
 	pthread_cond_broadcast(&s->cv);
 }
 
-static int run_job(struct st_store *s, const struct st_job *j)
+/* Locked: a job's transfer is over; its slot is usable again. */
+static void job_finished(struct st_store *s, struct st_queue *q, struct st_job *j, int rc,
+			 double dt)
+{
+	q->busy_s += dt;
+	q->bytes += s->slabs[j->slab].bytes;
+	if (rc != ST_OK)
+		s->failed = 1;
+	struct st_slot *sl = &s->slots[j->slot];
+	if (j->write)
+		sl->writes--;
+	else
+		sl->fetching = 0;
+	free(j);
+	pthread_cond_broadcast(&s->cv);
+}
+
+/* host <-> device: memcpy on the CPU backend (the CUDA backend's copy stream
+ * takes this place) */
+static void copy_job(struct st_store *s, const struct st_job *j)
 {
 	const struct st_slab *sl = &s->slabs[j->slab];
 	void *buf = s->slots[j->slot].buf;
-	if (sl->home == ST_TIER_DISK)
-		return j->write ? io_write(&s->io, sl->disk_off, buf, sl->bytes)
-				: io_read(&s->io, sl->disk_off, buf, sl->bytes);
-	/* host <-> device: memcpy on the CPU backend (the CUDA backend's copy
-	 * stream takes this place) */
 	if (j->write)
 		memcpy(sl->ptr, buf, sl->bytes);
 	else
 		memcpy(buf, sl->ptr, sl->bytes);
-	return ST_OK;
+}
+
+/* Disk jobs go to the I/O engine in batches of consecutive jobs of one
+ * direction (reads and writes are not mixed, as Fuyou does), so its queue
+ * stays full across slabs; each job completes as its own blocks do. */
+#define DISK_BATCH 32
+
+struct disk_batch {
+	struct st_store *s;
+	struct st_job *jobs[DISK_BATCH];
+	double t0;
+};
+
+static void disk_item_done(void *ctx, int item, int rc)
+{
+	struct disk_batch *b = ctx;
+	const double t = store_now();
+	pthread_mutex_lock(&b->s->mu);
+	/* the queue's busy time is the batch's span, shared out as jobs end */
+	job_finished(b->s, &b->s->q_disk, b->jobs[item], rc, t - b->t0);
+	b->t0 = t;
+	pthread_mutex_unlock(&b->s->mu);
 }
 
 struct queue_arg {
@@ -238,34 +273,44 @@ static void *queue_main(void *arg)
 	struct st_store *s = ((struct queue_arg *)arg)->s;
 	struct st_queue *q = ((struct queue_arg *)arg)->q;
 	free(arg);
+	const int disk = q == &s->q_disk;
+	struct disk_batch batch = {.s = s};
+	struct st_io_item items[DISK_BATCH];
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		while (!q->head && !s->stopping)
 			pthread_cond_wait(&s->cv, &s->mu);
 		if (!q->head)
 			break;
-		struct st_job *j = q->head;
-		q->head = j->next;
-		if (!q->head)
-			q->tail = NULL;
+		int n = 0;
+		do {
+			struct st_job *j = q->head;
+			q->head = j->next;
+			if (!q->head)
+				q->tail = NULL;
+			batch.jobs[n++] = j;
+		} while (disk && n < DISK_BATCH && q->head && q->head->write == batch.jobs[0]->write);
 		const int failed = s->failed;
 		pthread_mutex_unlock(&s->mu);
 		/* after a failure, transfers are skipped: the run is stopping */
+		if (disk && !failed) {
+			for (int i = 0; i < n; i++) {
+				const struct st_slab *sl = &s->slabs[batch.jobs[i]->slab];
+				items[i] = (struct st_io_item){sl->disk_off, s->slots[batch.jobs[i]->slot].buf,
+							       sl->bytes};
+			}
+			batch.t0 = store_now();
+			io_transfer(&s->io, batch.jobs[0]->write, items, n, disk_item_done, &batch);
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
 		double t0 = store_now();
-		int rc = failed ? ST_FAIL : run_job(s, j);
+		if (!failed)
+			copy_job(s, batch.jobs[0]);
 		double dt = store_now() - t0;
 		pthread_mutex_lock(&s->mu);
-		q->busy_s += dt;
-		q->bytes += s->slabs[j->slab].bytes;
-		if (rc != ST_OK)
-			s->failed = 1;
-		struct st_slot *sl = &s->slots[j->slot];
-		if (j->write)
-			sl->writes--;
-		else
-			sl->fetching = 0;
-		free(j);
-		pthread_cond_broadcast(&s->cv);
+		for (int i = 0; i < n; i++)
+			job_finished(s, q, batch.jobs[i], failed ? ST_FAIL : ST_OK, i ? 0 : dt);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
@@ -412,12 +457,20 @@ void store_prefetch(struct st_store *s, int unit, enum st_slab_kind kind)
 	pthread_mutex_unlock(&s->mu);
 }
 
+static __thread int thread_role;
+
+void store_thread_role(int role)
+{
+	thread_role = role ? 1 : 0;
+}
+
 void *store_acquire_as(struct st_store *s, int unit, enum st_slab_kind kind, enum st_access a)
 {
 	const int idx = slab_index(s, unit, kind);
 	struct st_slab *sl = &s->slabs[idx];
 	if (!staged(sl, (enum st_slab_kind)(idx % ST_SLAB__COUNT)))
 		return sl->ptr;
+	const double t0 = store_now();
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		if (sl->slot >= 0) {
@@ -431,6 +484,7 @@ void *store_acquire_as(struct st_store *s, int unit, enum st_slab_kind kind, enu
 			st->prefetched = 0;
 			st->refs++;
 			st->lru = ++s->clock;
+			s->wait_s[thread_role] += store_now() - t0;
 			pthread_mutex_unlock(&s->mu);
 			return st->buf;
 		}

@@ -120,6 +120,7 @@ struct st_store {
 	size_t io_block;
 	/* counts, for reports */
 	uint64_t hits, fills, writebacks;
+	double wait_s[2];      /* time acquirers waited for transfers: main thread, worker */
 };
 
 const char *tier_name(enum st_tier t);
@@ -163,6 +164,9 @@ void store_release(struct st_store *s, int unit, enum st_slab_kind kind, int dir
 void store_discard(struct st_store *s, int unit, enum st_slab_kind kind);
 /* Wait until every queued transfer has finished. */
 void store_drain(struct st_store *s);
+/* Which thread calls, for the wait accounting: 0 the main thread (default),
+ * 1 a worker (the optimizer thread). */
+void store_thread_role(int role);
 /* ST_FAIL (already reported) once a transfer has failed. */
 int store_ok(struct st_store *s);
 

@@ -440,6 +440,46 @@ static int settle(struct st_trainer *tr)
 	return store_ok(&tr->s.store);
 }
 
+/* How busy each queue was over the training steps, and which one bounds the
+ * step: compute (the main thread, less its waits), the copy and disk
+ * transfer queues, and the optimizer thread. Printed, and appended to
+ * metrics.jsonl as {"queues": ...} for bench/offload. */
+static void report_queues(struct st_trainer *tr)
+{
+	const struct st_store *s = &tr->s.store;
+	const double wall = tr->train_s;
+	if (wall <= 0 || !tr->timed_steps)
+		return;
+	const double waits = s->wait_s[0] + tr->up.wait_s;
+	const double busy[4] = {wall - waits, s->q_copy.busy_s, s->q_disk.busy_s, tr->up.busy_s};
+	const char *names[4] = {"compute", "copy", "disk", "optimizer"};
+	int bound = 0;
+	for (int i = 1; i < 4; i++)
+		if (busy[i] > busy[bound])
+			bound = i;
+	st_log_info("queues over %ld steps (%.2f s/step): compute %.0f%%, copy %.0f%%, disk %.0f%%, "
+		    "optimizer %.0f%% busy; the main thread waited %.2f s for transfers and %.2f s for "
+		    "updates; bound by %s",
+		    tr->timed_steps, wall / (double)tr->timed_steps, 100 * busy[0] / wall,
+		    100 * busy[1] / wall, 100 * busy[2] / wall, 100 * busy[3] / wall, s->wait_s[0],
+		    tr->up.wait_s, names[bound]);
+	if (s->io_ready)
+		st_log_info("disk: read %.2f GiB, wrote %.2f GiB (%.2f GB/s while busy)",
+			    (double)s->io.bytes_read / 1073741824.0,
+			    (double)s->io.bytes_written / 1073741824.0,
+			    s->io.busy_s > 0 ? (double)(s->io.bytes_read + s->io.bytes_written) /
+						   s->io.busy_s / 1e9
+					     : 0.0);
+	fprintf(tr->metrics,
+		"{\"queues\": {\"steps\": %ld, \"wall_s\": %.4f, \"compute_s\": %.4f, \"copy_s\": %.4f, "
+		"\"disk_s\": %.4f, \"optimizer_s\": %.4f, \"wait_transfer_s\": %.4f, "
+		"\"wait_update_s\": %.4f, \"disk_read_bytes\": %llu, \"disk_write_bytes\": %llu, "
+		"\"bound\": \"%s\"}}\n",
+		tr->timed_steps, wall, busy[0], busy[1], busy[2], busy[3], s->wait_s[0], tr->up.wait_s,
+		(unsigned long long)s->io.bytes_read, (unsigned long long)s->io.bytes_written,
+		names[bound]);
+}
+
 int trainer_run(struct st_trainer *tr)
 {
 	const struct st_model *m = &tr->s.model;
@@ -501,6 +541,8 @@ int trainer_run(struct st_trainer *tr)
 		const long skipped_before = tr->skipped;
 		ST_TRY(train_step(tr, &loss, &gnorm, &lr));
 		double dt = now_s() - t0;
+		tr->train_s += dt;
+		tr->timed_steps++;
 		if (tr->skipped == skipped_before) { /* a skipped step was logged already */
 			tr->last_loss = loss;
 			fprintf(tr->metrics,
@@ -521,6 +563,9 @@ int trainer_run(struct st_trainer *tr)
 		}
 	}
 	progress_done(&pg);
+	ST_TRY(settle(tr));
+	if (tr->place.offloaded)
+		report_queues(tr);
 	fflush(tr->metrics);
-	return settle(tr);
+	return ST_OK;
 }

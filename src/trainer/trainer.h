@@ -24,6 +24,8 @@ struct st_trainer {
 	struct st_place place; /* home tier of every slab (engine/place.h) */
 	struct st_updater up;  /* per-unit updates (not with per-layer GaLore) */
 	double *grad_sumsq;    /* per unit, from the executor */
+	double train_s;        /* wall time of the training steps of this process */
+	long timed_steps;
 	int per_layer;         /* GaLore per-layer updates (pl in use) */
 	struct st_perlayer pl;
 	long step;             /* steps completed (updates + skipped) */

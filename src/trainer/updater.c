@@ -40,6 +40,7 @@ static void *worker(void *arg)
 {
 	struct st_updater *up = arg;
 	omp_set_num_threads(up->threads);
+	store_thread_role(1);
 	pthread_mutex_lock(&up->mu);
 	for (;;) {
 		while (!up->q_count && !up->stop)
@@ -134,9 +135,11 @@ void updater_wait_unit(struct st_updater *up, int unit)
 {
 	if (!up->threaded)
 		return;
+	const double t0 = up_now();
 	pthread_mutex_lock(&up->mu);
 	while (up->done[unit] < up->gen)
 		pthread_cond_wait(&up->cv, &up->mu);
+	up->wait_s += up_now() - t0;
 	pthread_mutex_unlock(&up->mu);
 }
 

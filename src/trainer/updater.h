@@ -53,6 +53,7 @@ struct st_updater {
 	long *done;          /* per unit: the last step whose job finished */
 	int stop;
 	double busy_s;       /* time spent in updates (worker) */
+	double wait_s;       /* time the main thread waited for updates */
 };
 
 int updater_init(struct st_updater *up, const struct st_ops *ops, const struct st_optim *opt,

@@ -1,0 +1,204 @@
+/* bench/io: streaming write and read rate of the store's disk tier (io_uring,
+ * O_DIRECT, striped, checksummed; store/io.c) against dd with O_DIRECT on the
+ * same directory in the same run, and against fio (io_uring, O_DIRECT, 1 MiB
+ * blocks, depth 32: the stronger ceiling) where fio is installed.
+ *
+ * usage: io [--dir DIR]... [--gib 1] [--slab-mib 64] [--block 1M] [--depth 16]
+ *           [--reps 5] [--json FILE]
+ * The store moves whole slabs (a unit's weights or state: tens to hundreds of
+ * MiB), handed to the engine in batches of up to 32; it is timed the same
+ * way, best of --reps passes. dd writes and reads one file of the same size with
+ * 4 MiB blocks (oflag/iflag=direct), best of --reps. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/place.h"
+#include "store/io.h"
+#include "util/check.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* dd with O_DIRECT: GB/s of one pass, or -1 */
+static double dd_rate(const char *dir, size_t bytes, int writing)
+{
+	char cmd[1024];
+	const size_t bs = 4u << 20;
+	if (writing)
+		snprintf(cmd, sizeof cmd,
+			 "dd if=/dev/zero of=%s/.bench-dd bs=%zu count=%zu oflag=direct conv=fsync 2>&1",
+			 dir, bs, bytes / bs);
+	else
+		snprintf(cmd, sizeof cmd, "dd if=%s/.bench-dd of=/dev/null bs=%zu iflag=direct 2>&1", dir,
+			 bs);
+	double t0 = now();
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	char line[512];
+	while (fgets(line, sizeof line, p))
+		;
+	int rc = pclose(p);
+	double dt = now() - t0;
+	return rc == 0 ? (double)bytes / dt / 1e9 : -1;
+}
+
+/* fio sequential write or read with io_uring and O_DIRECT: GB/s, or -1 when
+ * fio is missing or fails */
+static double fio_rate(const char *dir, size_t bytes, int writing)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+		 "fio --name=strata --directory=%s --filename=.bench-fio --rw=%s --bs=1M --size=%zu "
+		 "--ioengine=io_uring --iodepth=32 --direct=1 --end_fsync=1 --output-format=terse "
+		 "--terse-version=3 2>/dev/null",
+		 dir, writing ? "write" : "read", bytes);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	char line[8192] = "";
+	if (!fgets(line, sizeof line, p))
+		line[0] = '\0';
+	if (pclose(p) != 0)
+		return -1;
+	/* terse v3: field 7 is read bandwidth KiB/s, field 48 write bandwidth */
+	int field = 1;
+	double kib = -1;
+	for (char *save = NULL, *t = strtok_r(line, ";", &save); t; t = strtok_r(NULL, ";", &save), field++)
+		if (field == (writing ? 48 : 7))
+			kib = atof(t);
+	return kib > 0 ? kib * 1024 / 1e9 : -1;
+}
+
+/* All slabs through the engine in batches of 32, as the store's disk queue
+ * hands them over (one buffer serves every slab: the rate is the disk's). */
+static int stream(struct st_io *io, int writing, void *buf, size_t slab, size_t n_slabs)
+{
+	struct st_io_item items[32];
+	for (size_t k = 0; k < n_slabs;) {
+		int n = 0;
+		for (; n < 32 && k < n_slabs; n++, k++)
+			items[n] = (struct st_io_item){k * slab, buf, slab};
+		if (io_transfer(io, writing, items, n, NULL, NULL) != ST_OK)
+			return ST_FAIL;
+	}
+	return ST_OK;
+}
+
+int main(int argc, char **argv)
+{
+	const char *dirs[16];
+	int n_dirs = 0, depth = 16, reps = 3;
+	double gib = 1;
+	size_t slab = 64u << 20, block = 1u << 20;
+	const char *json = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!v) {
+			fprintf(stderr, "io: %s needs a value\n", a);
+			return 2;
+		}
+		if (!strcmp(a, "--dir") && n_dirs < 16)
+			dirs[n_dirs++] = v;
+		else if (!strcmp(a, "--gib"))
+			gib = atof(v);
+		else if (!strcmp(a, "--slab-mib"))
+			slab = (size_t)atol(v) << 20;
+		else if (!strcmp(a, "--block")) {
+			if (parse_bytes(v, &block, "--block") != ST_OK)
+				return 2;
+		} else if (!strcmp(a, "--depth"))
+			depth = atoi(v);
+		else if (!strcmp(a, "--reps"))
+			reps = atoi(v);
+		else if (!strcmp(a, "--json"))
+			json = v;
+		else {
+			fprintf(stderr, "usage: io [--dir DIR]... [--gib 1] [--slab-mib 64] [--block 1M] "
+					"[--depth 16] [--reps 5] [--json FILE]\n");
+			return 2;
+		}
+		i++;
+	}
+	char tmp[] = "bench/results/.io-XXXXXX";
+	if (!n_dirs) {
+		if (!mkdtemp(tmp)) {
+			perror("mkdtemp");
+			return 1;
+		}
+		dirs[n_dirs++] = tmp;
+	}
+	const size_t n_slabs = (size_t)(gib * 1073741824.0) / slab, total = n_slabs * slab;
+	struct st_io io;
+	if (io_open(&io, dirs, n_dirs, block, depth, total) != ST_OK)
+		return 1;
+	void *buf = NULL;
+	if (posix_memalign(&buf, ST_IO_ALIGN, slab) != 0)
+		return 1;
+	for (size_t i = 0; i < slab; i++)
+		((unsigned char *)buf)[i] = (unsigned char)(i * 2654435761u >> 24);
+	/* the passes interleave (store, dd, fio; writes, then reads) so that the
+	 * drift of a shared virtual disk hits all three alike; best of reps */
+	double best_w = 0, best_r = 0, dd_w = 0, dd_r = 0, fio_w = 0, fio_r = 0;
+#define KEEP_MAX(m, v) ((m) = (v) > (m) ? (v) : (m))
+	for (int r = 0; r < reps; r++) {
+		double t0 = now();
+		if (stream(&io, 1, buf, slab, n_slabs) != ST_OK)
+			return 1;
+		KEEP_MAX(best_w, (double)total / (now() - t0) / 1e9);
+		KEEP_MAX(dd_w, dd_rate(dirs[0], total, 1));
+		KEEP_MAX(fio_w, fio_rate(dirs[0], total, 1));
+		t0 = now();
+		if (stream(&io, 0, buf, slab, n_slabs) != ST_OK)
+			return 1;
+		KEEP_MAX(best_r, (double)total / (now() - t0) / 1e9);
+		KEEP_MAX(dd_r, dd_rate(dirs[0], total, 0));
+		KEEP_MAX(fio_r, fio_rate(dirs[0], total, 0));
+	}
+	io_close(&io);
+	free(buf);
+	char path[4200];
+	snprintf(path, sizeof path, "%s/.bench-dd", dirs[0]);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/.bench-fio", dirs[0]);
+	unlink(path);
+	const double ceil_w = fio_w > dd_w ? fio_w : dd_w, ceil_r = fio_r > dd_r ? fio_r : dd_r;
+	if (dirs[0] == tmp)
+		rmdir(tmp);
+
+	printf("bench/io: %.2f GiB in %zu MiB slabs, %d director%s, %zu KiB blocks, depth %d\n",
+	       (double)total / 1073741824.0, slab >> 20, n_dirs, n_dirs == 1 ? "y" : "ies",
+	       block >> 10, depth);
+	printf("%-28s %10s %10s\n", "", "write GB/s", "read GB/s");
+	printf("%-28s %10.2f %10.2f\n", "strata store (io_uring)", best_w, best_r);
+	printf("%-28s %10.2f %10.2f\n", "dd O_DIRECT 4 MiB", dd_w, dd_r);
+	if (fio_w > 0)
+		printf("%-28s %10.2f %10.2f\n", "fio io_uring 1 MiB qd 32", fio_w, fio_r);
+	else
+		printf("fio not installed (apt-get install fio): dd is the only ceiling\n");
+	printf("%-28s %10.2f %10.2f   (store / best ceiling; target >= 0.90)\n", "ratio",
+	       best_w / ceil_w, best_r / ceil_r);
+	if (json) {
+		FILE *f = fopen(json, "w");
+		if (!f) {
+			perror(json);
+			return 1;
+		}
+		fprintf(f,
+			"{\"bench\": \"io\", \"bytes\": %zu, \"slab\": %zu, \"dirs\": %d, \"block\": %zu, "
+			"\"depth\": %d, \"store_write_gbs\": %.4f, \"store_read_gbs\": %.4f, "
+			"\"dd_write_gbs\": %.4f, \"dd_read_gbs\": %.4f, \"fio_write_gbs\": %.4f, "
+			"\"fio_read_gbs\": %.4f, \"write_ratio\": %.4f, \"read_ratio\": %.4f}\n",
+			total, slab, n_dirs, block, depth, best_w, best_r, dd_w, dd_r, fio_w, fio_r,
+			best_w / ceil_w, best_r / ceil_r);
+		fclose(f);
+	}
+	return 0;
+}
