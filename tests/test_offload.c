@@ -355,6 +355,38 @@ Test(offload, resume_bit_identical, .timeout = 300)
 	cu_expect_same_state(a, b, "offloaded checkpoint resumed in memory");
 }
 
+/* Lazy asynchronous checkpoints: with the capture slowed down (a slow disk),
+ * an offloaded run goes on training while its checkpoint is written, and the
+ * checkpoint still holds exactly the state of its step. */
+Test(offload, checkpoint_written_while_training, .timeout = 300)
+{
+	char dir[256], flags[1024];
+	cu_tmpdir(dir, sizeof dir, "offck");
+	cu_setup_run(dir, "");
+	train(dir, "mem", "");
+	snprintf(flags, sizeof flags,
+		 "--place weights=disk,gradients=disk,optimizer=disk --offload-dir %s --log-interval 1",
+		 dir);
+	int rc = cu_run(out, sizeof out,
+			"STRATA_FAULT_SLOW_CKPT=1500 %s train --model %s/init --data %s/data --out %s/slow %s %s",
+			cu_bin(), dir, dir, dir, RUN, flags);
+	cr_assert_eq(rc, 0, "slow-checkpoint run failed: %s", out);
+	const char *step4 = strstr(out, "step 4/6"), *saved3 = strstr(out, "saved checkpoint");
+	cr_assert(step4 && saved3, "log lacks step 4 or the checkpoint: %s", out);
+	cr_expect(step4 < saved3, "training did not go on while step 3's checkpoint was written: %s",
+		  out);
+	cr_expect(strstr(out, "training paused"), "the checkpoint does not report its pause: %s", out);
+	expect_same_run(dir, "mem", "slow", "checkpoint written while training");
+	/* and it resumes like any other */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/slow/step-000003 --out %s/again --place auto",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "resume failed: %s", out);
+	char a[512], b[512];
+	snprintf(a, sizeof a, "%s/mem/step-000006", dir);
+	snprintf(b, sizeof b, "%s/again/step-000006", dir);
+	cu_expect_same_state(a, b, "resumed from a lazily written checkpoint");
+}
+
 static void expect_fail(const char *what, const char *needle, int rc)
 {
 	cr_expect_neq(rc, 0, "%s: exit status 0", what);

@@ -13,14 +13,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io/fsutil.h"
 #include "io/safetensors.h"
+#include "model/hf.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
 
 #define CKPT_FORMAT "strata-checkpoint-1"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* State tensors come from the store a unit at a time (staged state too). */
 struct state_source {
@@ -36,10 +45,23 @@ static const void *state_get(void *ctx, int i)
 					      ST_ACCESS_READ) + ss->off[i];
 }
 
+/* Units at and past `unit` are not captured yet: every unit below it is. */
+static void mark_captured(struct st_ckpt_async *c, int *done, int unit)
+{
+	pthread_mutex_lock(&c->mu);
+	if (*done < unit) {
+		*done = unit;
+		pthread_cond_broadcast(&c->cv);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
 static void state_put(void *ctx, int i)
 {
 	struct state_source *ss = ctx;
 	store_release(&ss->tr->s.store, ss->unit[i], ST_SLAB_S, 0);
+	/* the next tensor's unit: all before it are in the file */
+	mark_captured(&ss->tr->ck, &ss->tr->ck.s_done, ss->unit[i + 1]);
 }
 
 static int save_optimizer(struct st_trainer *tr, const char *path)
@@ -48,7 +70,7 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	const int cap = m->n_params * ST_STATE_TENSORS_MAX;
 	struct st_tensor_out *t = st_calloc((size_t)cap, sizeof *t);
 	char (*names)[192] = st_calloc((size_t)cap, sizeof *names);
-	struct state_source ss = {tr, st_calloc((size_t)cap, sizeof(int)),
+	struct state_source ss = {tr, st_calloc((size_t)cap + 1, sizeof(int)),
 				  st_calloc((size_t)cap, sizeof(size_t))};
 	if (!t || !names || !ss.unit || !ss.off) {
 		free(t);
@@ -72,8 +94,9 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 			t[n].shape[1] = st[j].shape[1];
 		}
 	}
+	ss.unit[n] = m->n_units; /* past the last tensor: every unit */
 	char updates[32], block[32];
-	snprintf(updates, sizeof updates, "%ld", tr->updates);
+	snprintf(updates, sizeof updates, "%ld", tr->ck.updates);
 	snprintf(block, sizeof block, "%d", tr->opt.cfg.quant_block);
 	const char *meta[] = {"optimizer", optim_kind_name(tr->opt.cfg.kind), "updates", updates,
 			      "quant_block", block};
@@ -84,6 +107,31 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	free(ss.unit);
 	free(ss.off);
 	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
+}
+
+/* Weights, a unit at a time through the store, marking each unit captured. */
+static const float *weights_get(void *ctx, int unit)
+{
+	struct st_trainer *tr = ctx;
+	return store_acquire_as(&tr->s.store, unit, ST_SLAB_W, ST_ACCESS_READ);
+}
+
+static void weights_put(void *ctx, int unit)
+{
+	struct st_trainer *tr = ctx;
+	store_release(&tr->s.store, unit, ST_SLAB_W, 0);
+	mark_captured(&tr->ck, &tr->ck.w_done, unit);
+}
+
+static int save_model(struct st_trainer *tr, const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	ST_TRY(config_save(&tr->s.model.cfg, path));
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	ST_TRY(model_save_weights_from(&tr->s.model, path, weights_get, weights_put, tr));
+	mark_captured(&tr->ck, &tr->ck.w_done, tr->s.model.n_units);
+	return store_ok(&tr->s.store);
 }
 
 static int save_trainer_json(const struct st_trainer *tr, const char *path)
@@ -158,36 +206,35 @@ static void prune(const char *out, int keep, long current)
 	}
 }
 
-int ckpt_save(struct st_trainer *tr)
+/* The capture thread: weights, optimizer state, then the directory is
+ * renamed into place and `latest` moved. */
+static int write_checkpoint(struct st_trainer *tr)
 {
+	struct st_ckpt_async *c = &tr->ck;
 	const char *out = tr->o.out;
-	char name[64], tmp[4096], final[4096], path[4200], old[4096];
-	snprintf(name, sizeof name, "step-%06ld", tr->step);
-	snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%d", out, name, (int)getpid());
-	snprintf(final, sizeof final, "%s/%s", out, name);
-	if (fs_exists(tmp))
-		ST_TRY(fs_rmtree(tmp));
-	ST_TRY(fs_mkdir_p(tmp));
-
-	ST_TRY(session_save_model(&tr->s, tmp));
+	char final[4096], path[4200], old[4096];
+	snprintf(final, sizeof final, "%s/%s", out, c->name);
+	const char *slow = getenv("STRATA_FAULT_SLOW_CKPT"); /* test hook: a slow disk */
+	if (slow)
+		usleep((useconds_t)atol(slow) * 1000);
+	ST_TRY(save_model(tr, c->tmp));
 	/* Fault injection for the crash-safety test: die mid-save. */
 	if (getenv("STRATA_FAULT_KILL_IN_SAVE"))
 		raise(SIGKILL);
-	snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+	snprintf(path, sizeof path, "%s/optimizer.safetensors", c->tmp);
 	ST_TRY(save_optimizer(tr, path));
-	snprintf(path, sizeof path, "%s/trainer.json", tmp);
-	ST_TRY(save_trainer_json(tr, path));
-	ST_TRY(fs_fsync_dir(tmp));
+	mark_captured(c, &c->s_done, tr->s.model.n_units); /* also units without state */
+	ST_TRY(fs_fsync_dir(c->tmp));
 
 	if (fs_exists(final)) { /* re-saving a step: keep the old one until the new one is in */
-		snprintf(old, sizeof old, "%s/.old-%s.%d", out, name, (int)getpid());
+		snprintf(old, sizeof old, "%s/.old-%s.%d", out, c->name, (int)getpid());
 		ST_CHECK(rename(final, old) == 0, "check the run directory's permissions",
 			 "cannot move %s aside: %s", final, strerror(errno));
 	} else {
 		old[0] = '\0';
 	}
-	ST_CHECK(rename(tmp, final) == 0, "check the run directory's permissions and free space",
-		 "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+	ST_CHECK(rename(c->tmp, final) == 0, "check the run directory's permissions and free space",
+		 "cannot rename %s to %s: %s", c->tmp, final, strerror(errno));
 	ST_TRY(fs_fsync_dir(out));
 	if (*old)
 		fs_rmtree(old);
@@ -196,13 +243,94 @@ int ckpt_save(struct st_trainer *tr)
 	snprintf(link_tmp, sizeof link_tmp, "%s/.latest.%d", out, (int)getpid());
 	snprintf(link, sizeof link, "%s/latest", out);
 	unlink(link_tmp);
-	ST_CHECK(symlink(name, link_tmp) == 0 && rename(link_tmp, link) == 0,
+	ST_CHECK(symlink(c->name, link_tmp) == 0 && rename(link_tmp, link) == 0,
 		 "check the run directory's permissions", "cannot update %s: %s", link,
 		 strerror(errno));
 	ST_TRY(fs_fsync_dir(out));
-	prune(out, tr->o.keep_ckpts, tr->step);
-	st_log_info("saved checkpoint %s", final);
+	prune(out, tr->o.keep_ckpts, c->step);
 	return ST_OK;
+}
+
+static void *capture_main(void *arg)
+{
+	struct st_trainer *tr = arg;
+	struct st_ckpt_async *c = &tr->ck;
+	store_thread_role(1);
+	int rc = write_checkpoint(tr);
+	pthread_mutex_lock(&c->mu);
+	c->rc = rc;
+	/* a failed capture must not hold the updates back forever */
+	c->w_done = c->s_done = tr->s.model.n_units;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	if (rc == ST_OK)
+		st_log_info("saved checkpoint %s/%s (training paused %.3f s, updates waited %.3f s for "
+			    "it, written in %.2f s)",
+			    tr->o.out, c->name, c->pause_s, c->wait_s, now_s() - c->t0);
+	return NULL;
+}
+
+void ckpt_wait_unit(void *ckpt_async, int unit)
+{
+	struct st_ckpt_async *c = ckpt_async;
+	pthread_mutex_lock(&c->mu);
+	if (c->running && (c->w_done <= unit || c->s_done <= unit)) {
+		const double t0 = now_s();
+		while (c->w_done <= unit || c->s_done <= unit)
+			pthread_cond_wait(&c->cv, &c->mu);
+		c->wait_s += now_s() - t0;
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+int ckpt_finish(struct st_trainer *tr)
+{
+	struct st_ckpt_async *c = &tr->ck;
+	if (!c->running)
+		return ST_OK;
+	pthread_join(c->thread, NULL);
+	c->running = 0;
+	return c->rc;
+}
+
+int ckpt_poll(struct st_trainer *tr)
+{
+	pthread_mutex_lock(&tr->ck.mu);
+	int rc = tr->ck.rc;
+	pthread_mutex_unlock(&tr->ck.mu);
+	return rc;
+}
+
+int ckpt_begin(struct st_trainer *tr)
+{
+	struct st_ckpt_async *c = &tr->ck;
+	ST_TRY(ckpt_finish(tr)); /* one at a time */
+	const double t0 = now_s();
+	snprintf(c->name, sizeof c->name, "step-%06ld", tr->step);
+	snprintf(c->tmp, sizeof c->tmp, "%s/.tmp-%s.%d", tr->o.out, c->name, (int)getpid());
+	if (fs_exists(c->tmp))
+		ST_TRY(fs_rmtree(c->tmp));
+	ST_TRY(fs_mkdir_p(c->tmp));
+	char path[4200];
+	snprintf(path, sizeof path, "%s/trainer.json", c->tmp);
+	ST_TRY(save_trainer_json(tr, path));
+	c->step = tr->step;
+	c->updates = tr->updates;
+	c->w_done = c->s_done = 0;
+	c->rc = ST_OK;
+	c->t0 = t0;
+	c->wait_s = 0;
+	c->pause_s = now_s() - t0;
+	ST_CHECK(pthread_create(&c->thread, NULL, capture_main, tr) == 0, NULL,
+		 "cannot start the checkpoint thread");
+	c->running = 1;
+	return ST_OK;
+}
+
+int ckpt_save(struct st_trainer *tr)
+{
+	ST_TRY(ckpt_begin(tr));
+	return ckpt_finish(tr);
 }
 
 int ckpt_resolve(char *out, size_t n, const char *path)

@@ -166,6 +166,8 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	memset(tr, 0, sizeof *tr);
 	tr->o = *o;
 	tr->last_val_loss = NAN;
+	pthread_mutex_init(&tr->ck.mu, NULL);
+	pthread_cond_init(&tr->ck.cv, NULL);
 	ST_TRY(train_opts_validate(&tr->o));
 	const int resuming = *tr->o.resume != 0;
 	ST_TRY(check_run_dir(&tr->o, resuming));
@@ -228,6 +230,8 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 				    tr->o.threads, tr->place.offloaded));
 		tr->s.exec.before_unit = wait_update;
 		tr->s.exec.before_unit_ctx = &tr->up;
+		tr->up.before_update = ckpt_wait_unit;
+		tr->up.before_update_ctx = &tr->ck;
 	}
 	if (tr->per_layer)
 		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->state,
@@ -259,6 +263,9 @@ void trainer_close(struct st_trainer *tr)
 		fclose(tr->metrics);
 	data_close(&tr->data);
 	updater_free(&tr->up); /* finishes queued updates before the store goes */
+	ckpt_finish(tr);       /* and a checkpoint still being written */
+	pthread_mutex_destroy(&tr->ck.mu);
+	pthread_cond_destroy(&tr->ck.cv);
 	session_close(&tr->s);
 	place_free(&tr->place);
 	free(tr->grad_sumsq);
@@ -537,6 +544,7 @@ int trainer_run(struct st_trainer *tr)
 	if (tr->step == 0 && tr->o.eval_interval > 0)
 		ST_TRY(run_eval(tr, &pg));
 	while (tr->step < tr->total_steps) {
+		ST_TRY(ckpt_poll(tr));
 		double t0 = now_s(), loss, gnorm, lr;
 		const long skipped_before = tr->skipped;
 		ST_TRY(train_step(tr, &loss, &gnorm, &lr));
@@ -559,11 +567,13 @@ int trainer_run(struct st_trainer *tr)
 			fflush(tr->metrics);
 			progress_pause(&pg);
 			ST_TRY(settle(tr));
-			ST_TRY(ckpt_save(tr));
+			/* per-layer GaLore updates in this thread, past the hook: wait */
+			ST_TRY(tr->per_layer ? ckpt_save(tr) : ckpt_begin(tr));
 		}
 	}
 	progress_done(&pg);
 	ST_TRY(settle(tr));
+	ST_TRY(ckpt_finish(tr));
 	if (tr->place.offloaded)
 		report_queues(tr);
 	fflush(tr->metrics);

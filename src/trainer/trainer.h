@@ -4,6 +4,7 @@
 #ifndef ST_TRAINER_H
 #define ST_TRAINER_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -13,6 +14,23 @@
 #include "trainer/options.h"
 #include "trainer/perlayer.h"
 #include "trainer/updater.h"
+
+/* A checkpoint being written in the background (trainer/checkpoint.c): its
+ * capture thread copies each unit's weights and then each unit's optimizer
+ * state into the checkpoint files in unit order; an update of unit u waits
+ * (ckpt_wait_unit) until both of u's are captured, so the files hold the
+ * state of the checkpoint's step exactly. */
+struct st_ckpt_async {
+	pthread_t thread;
+	int running;          /* a capture thread is not joined yet */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int w_done, s_done;   /* units whose weights / state are captured */
+	int rc;
+	long step, updates;
+	char name[64], tmp[4096];
+	double t0, pause_s, wait_s; /* when it began; the pause; updates' waits */
+};
 
 struct st_trainer {
 	struct st_train_opts o;
@@ -37,6 +55,7 @@ struct st_trainer {
 	FILE *metrics;
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
+	struct st_ckpt_async ck;
 };
 
 /* Set up a run: a fresh model directory (--model) or a checkpoint (--resume,
@@ -60,6 +79,19 @@ int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long m
  * and trainer.json, written under a temporary name, fsynced and renamed into
  * place, so a crash leaves either the old set of checkpoints or the new one. */
 int ckpt_save(struct st_trainer *tr);
+/* Lazy asynchronous checkpoints (Deep Optimizer States' idea, arXiv
+ * 2410.21316): ckpt_begin snapshots the counters and options, writes
+ * trainer.json and starts the capture thread, and returns; training goes on
+ * while the weights and state are written, each update waiting only for its
+ * own unit's capture. ckpt_finish joins it (renaming the directory into
+ * place happened in the thread) and returns its status. ckpt_save is
+ * begin + finish. */
+int ckpt_begin(struct st_trainer *tr);
+int ckpt_finish(struct st_trainer *tr);
+/* ST_FAIL once a background checkpoint has failed (already reported). */
+int ckpt_poll(struct st_trainer *tr);
+/* The updater's hook: wait until unit's weights and state are captured. */
+void ckpt_wait_unit(void *ckpt_async, int unit);
 /* Resolve a checkpoint path: a step directory, or a run directory (its
  * "latest"). */
 int ckpt_resolve(char *out, size_t n, const char *path);

@@ -19,6 +19,8 @@ static void run_job(struct st_updater *up, const struct st_update_job *j)
 	struct st_store *s = up->store;
 	const int u = j->unit;
 	if (j->apply) {
+		if (up->before_update)
+			up->before_update(up->before_update_ctx, u);
 		/* the next units' master weights and state stream in meanwhile */
 		for (int i = 1; i <= up->prefetch && u + i < up->m->n_units; i++) {
 			store_prefetch(s, u + i, ST_SLAB_M);

@@ -52,6 +52,10 @@ struct st_updater {
 	long gen;            /* steps submitted */
 	long *done;          /* per unit: the last step whose job finished */
 	int stop;
+	/* called before each unit's update is applied (a checkpoint capturing
+	 * the unit holds it back); may be NULL */
+	void (*before_update)(void *ctx, int unit);
+	void *before_update_ctx;
 	double busy_s;       /* time spent in updates (worker) */
 	double wait_s;       /* time the main thread waited for updates */
 };

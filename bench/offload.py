@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""bench/offload: step time of offloaded training against in-memory training
+of the same model and batch, measured in the same run, and the share of the
+step each queue (compute, copy, disk, optimizer) was busy.
+
+For each case it runs `strata train` twice from the same initialization:
+in memory (every slab resident), and fully offloaded (weights, gradients and
+optimizer state all homed on disk, streamed through staging buffers). The
+step time is the median of the timed steps after the first (warm-up). The
+offloaded run's queue report (metrics.jsonl {"queues": ...}) gives the busy
+shares and the queue that bounds the step. Both runs must end with the same
+loss (bit-identical training is a test; here it is a sanity check).
+
+usage: bench/offload.py [--quick] [--dir DIR] [--json FILE]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STRATA = os.path.join(ROOT, "build", "strata")
+
+# (name, init config, micro-batch, seq-len, steps)
+CASES = [
+    ("llama-130m, 2 x 256 tokens", "llama-130m", 2, 256, 5),
+    ("llama-130m, 8 x 256 tokens", "llama-130m", 8, 256, 4),
+    ("llama-350m, 4 x 256 tokens", "llama-350m", 4, 256, 3),
+]
+QUICK = [("llama-60m, 4 x 128 tokens", "llama-60m", 4, 128, 4)]
+
+
+def run(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit("bench/offload: command failed: %s\n%s" % (" ".join(cmd), p.stdout[-3000:]))
+    return p.stdout
+
+
+def metrics(run_dir):
+    steps, queues = [], None
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if "step_s" in r:
+                steps.append(r)
+            if "queues" in r:
+                queues = r["queues"]
+    return steps, queues
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="one small case (a smoke test)")
+    ap.add_argument("--dir", help="work directory on the disk to offload to (default: a temp dir under bench/results)")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    work = a.dir or tempfile.mkdtemp(prefix=".offload-", dir=os.path.join(ROOT, "bench", "results"))
+    os.makedirs(work, exist_ok=True)
+    data = os.path.join(work, "data")
+    if not os.path.exists(os.path.join(data, "train.bin")):
+        run([os.path.join(ROOT, "scripts", "get-corpus"), os.path.join(work, "kjv.txt")])
+        run([STRATA, "prepare", "--input", os.path.join(work, "kjv.txt"), "--out", data])
+    results = []
+    for name, preset, b, t, steps in (QUICK if a.quick else CASES):
+        init = os.path.join(work, "init-" + preset)
+        if not os.path.exists(init):
+            run([STRATA, "init", "--config", preset, "--out", init])
+        common = [STRATA, "train", "--model", init, "--data", data, "--micro-batch", str(b),
+                  "--seq-len", str(t), "--steps", str(steps), "--eval-interval", "0",
+                  "--eval-tokens", str(t), "--progress", "none", "--ckpt-interval", "0"]
+        rows = {}
+        for mode in ("memory", "offloaded"):
+            out = os.path.join(work, "run-%s-%d-%s" % (preset, b, mode))
+            shutil.rmtree(out, ignore_errors=True)
+            extra = [] if mode == "memory" else [
+                "--place", "weights=disk,gradients=disk,optimizer=disk", "--offload-dir", work]
+            t0 = time.time()
+            log = run(common + ["--out", out] + extra)
+            wall = time.time() - t0
+            st, q = metrics(out)
+            timed = [r["step_s"] for r in st[1:]] or [st[0]["step_s"]]
+            rows[mode] = {"step_s": statistics.median(timed), "loss": st[-1]["loss"],
+                          "queues": q, "wall_s": wall,
+                          "plan": [l for l in log.splitlines() if " on " in l or "tier" in l]}
+            shutil.rmtree(out, ignore_errors=True)
+        m, o = rows["memory"], rows["offloaded"]
+        q = o["queues"]
+        share = {k: q[k + "_s"] / q["wall_s"] for k in ("compute", "copy", "disk", "optimizer")}
+        res = {"case": name, "preset": preset, "micro_batch": b, "seq_len": t,
+               "tokens_per_step": b * t, "memory_step_s": m["step_s"],
+               "offloaded_step_s": o["step_s"], "ratio": m["step_s"] / o["step_s"],
+               "busy_share": share, "bound": q["bound"],
+               "disk_gb_per_step": (q["disk_read_bytes"] + q["disk_write_bytes"]) / q["steps"] / 1e9,
+               "same_loss": m["loss"] == o["loss"], "plan": o["plan"]}
+        results.append(res)
+        print("%-30s memory %6.2f s/step  offloaded %6.2f s/step  ratio %.2f  "
+              "busy: compute %3.0f%% copy %3.0f%% disk %3.0f%% optimizer %3.0f%%  "
+              "disk %.2f GB/step  bound by %s%s" %
+              (name, m["step_s"], o["step_s"], res["ratio"], 100 * share["compute"],
+               100 * share["copy"], 100 * share["disk"], 100 * share["optimizer"],
+               res["disk_gb_per_step"], q["bound"], "" if res["same_loss"] else "  LOSS DIFFERS"),
+              flush=True)
+    if not a.dir:
+        shutil.rmtree(work, ignore_errors=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"bench": "offload", "cpu": cpu_name(), "cases": results}, f, indent=1)
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()
