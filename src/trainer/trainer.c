@@ -566,16 +566,20 @@ int trainer_run(struct st_trainer *tr)
 		if (last || (tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0)) {
 			fflush(tr->metrics);
 			progress_pause(&pg);
-			ST_TRY(settle(tr));
+			const double ts = now_s();
+			ST_TRY(settle(tr)); /* the step's updates: part of its time */
+			tr->train_s += now_s() - ts;
+			if (last && tr->place.offloaded) /* before the checkpoint's own I/O */
+				report_queues(tr);
 			/* per-layer GaLore updates in this thread, past the hook: wait */
 			ST_TRY(tr->per_layer ? ckpt_save(tr) : ckpt_begin(tr));
 		}
 	}
 	progress_done(&pg);
+	const double ts = now_s();
 	ST_TRY(settle(tr));
+	tr->train_s += now_s() - ts;
 	ST_TRY(ckpt_finish(tr));
-	if (tr->place.offloaded)
-		report_queues(tr);
 	fflush(tr->metrics);
 	return ST_OK;
 }
