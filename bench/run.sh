@@ -5,7 +5,11 @@
 #   bench/optim: fp32 and 8-bit AdamW steps vs a STREAM-like bandwidth
 #     ceiling (same run); bench/optim_peers.py: PyTorch's CPU AdamW and
 #     bitsandbytes' 8-bit AdamW on a tensor of the same size.
-# usage: bench/run.sh [train|optim|all]   (default all)
+#   bench/io: the disk tier's streaming write/read rate vs dd and fio with
+#     O_DIRECT on the same directory (same run).
+#   bench/offload.py: offloaded vs in-memory step time (same run), queue
+#     busy shares.
+# usage: bench/run.sh [train|optim|io|offload|all]   (default all)
 set -e
 cd "$(dirname "$0")/.."
 # Debian's OpenBLAS misdetects some AVX-512 CPUs (REFERENCES.md): give it the
@@ -35,4 +39,12 @@ if [ "$which" = all ] || [ "$which" = optim ]; then
 	else
 		echo "PyTorch not installed: skipping the optimizer peers (pip install torch bitsandbytes)"
 	fi
+fi
+
+if [ "$which" = all ] || [ "$which" = io ]; then
+	./build/bench/io --json "bench/results/io-$stamp.json"
+fi
+
+if [ "$which" = all ] || [ "$which" = offload ]; then
+	python3 bench/offload.py --json "bench/results/offload-$stamp.json"
 fi

@@ -338,18 +338,33 @@ Test(train, bad_data)
 	expect_fail("vocab mismatch", "vocabulary",
 		    cu_run(out, sizeof out, "%s train --model %s/v200 --data %s/data --out %s/r2 --steps 1 " SMALL,
 			   cu_bin(), dir, dir, dir));
-	/* a shard whose header claims vocab 258 but holds a token id >= 258 */
+	/* a shard whose header is consistent (vocabulary 40, hash right) but
+	 * holds a token id >= 40: one token patched in place and the header's
+	 * FNV-1a 64 hash recomputed, so only the per-token check can catch it */
 	char path[512];
 	snprintf(path, sizeof path, "%s/bad.bin", dir);
-	uint32_t toks[100];
-	for (int i = 0; i < 100; i++)
-		toks[i] = (uint32_t)(i % 50);
-	cr_assert_eq(shard_write(path, toks, 100, 258, "byte"), 0);
-	/* patch one token in place (and its hash) through a raw rewrite */
-	struct st_shard sh;
-	cr_assert_eq(shard_open(&sh, path), 0);
-	cr_expect_eq(data_check_shard(&sh, 40, 2), ST_FAIL, "token >= vocab was not caught");
-	shard_close(&sh);
+	uint32_t toks[200];
+	for (int i = 0; i < 200; i++)
+		toks[i] = (uint32_t)(i % 40);
+	cr_assert_eq(shard_write(path, toks, 200, 40, "byte"), 0);
+	FILE *f = fopen(path, "r+b");
+	cr_assert(f);
+	unsigned char buf[64 + 400];
+	cr_assert_eq(fread(buf, 1, sizeof buf, f), sizeof buf);
+	buf[64 + 2 * 7] = 45; /* token 7 (u16 little-endian) := 45 */
+	buf[64 + 2 * 7 + 1] = 0;
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (int i = 64; i < 64 + 400; i++)
+		h = (h ^ buf[i]) * 0x100000001b3ull;
+	for (int i = 0; i < 8; i++)
+		buf[56 + i] = (unsigned char)(h >> (8 * i));
+	rewind(f);
+	cr_assert_eq(fwrite(buf, 1, sizeof buf, f), sizeof buf);
+	fclose(f);
+	cu_run(NULL, 0, "%s init --config %s/cfg.json --vocab 40 --out %s/v40", cu_bin(), dir, dir);
+	expect_fail("token id >= vocab", "token 45 at position 7",
+		    cu_run(out, sizeof out, "%s train --model %s/v40 --data %s --out %s/r4 --steps 1 " SMALL,
+			   cu_bin(), dir, path, dir));
 	/* corrupted shard bytes are caught by the checksum */
 	cu_run(NULL, 0, "cp %s/data/train.bin %s/c.bin && printf 'Z' | dd of=%s/c.bin bs=1 seek=1000 conv=notrunc 2>/dev/null",
 	       dir, dir, dir);
@@ -375,8 +390,24 @@ Test(train, unwritable_out_and_existing_run)
 			   cu_bin(), dir, dir, dir));
 	expect_fail("resume with another optimizer", "optimizer",
 		    cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --optimizer sgd", cu_bin(), dir));
-	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums", dir), 0,
-		     "a failed run touched the saved checkpoint: %s", out);
+	/* more bad input on resume: none of it may touch the saved checkpoint */
+	cu_run(NULL, 0, "cp %s/data/train.bin %s/c.bin && printf 'Z' | dd of=%s/c.bin bs=1 seek=1000 conv=notrunc 2>/dev/null",
+	       dir, dir, dir);
+	expect_fail("resume on a damaged shard", "c.bin",
+		    cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --data %s/c.bin", cu_bin(),
+			   dir, dir));
+	expect_fail("resume with too long a sequence", "max_position_embeddings",
+		    cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --seq-len 4096", cu_bin(), dir));
+	expect_fail("resume with an impossible option", "--micro-batch",
+		    cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --micro-batch 0", cu_bin(), dir));
+	cu_run(NULL, 0, "cp -r %s/run/step-000002 %s/trunc && truncate -s 1000 %s/trunc/model.safetensors",
+	       dir, dir, dir);
+	expect_fail("resume from a truncated checkpoint", "model.safetensors",
+		    cu_run(out, sizeof out, "%s train --resume %s/trunc --out %s/run --steps 4", cu_bin(), dir,
+			   dir));
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && readlink %s/run/latest", dir, dir),
+		     0, "a failed run touched the saved checkpoint: %s", out);
+	cr_expect(strstr(out, "step-000002"), "latest moved: %s", out);
 }
 
 /* A non-finite gradient skips the update (weights and moments untouched),

@@ -23,7 +23,8 @@ static double io_now(void)
 }
 
 /* One probe write decides whether the filesystem takes O_DIRECT: some refuse
- * it at open (tmpfs: EINVAL), some only at the first transfer. */
+ * it at open (ramfs, tmpfs before Linux 6.6: EINVAL), some only at the first
+ * transfer. */
 static int probe_direct(int fd)
 {
 	void *buf = NULL;
@@ -48,7 +49,8 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 	if (!d->path)
 		return ST_FAIL;
 	struct statvfs vs;
-	if (statvfs(dir, &vs) == 0) {
+	/* a filesystem that reports no size at all (ramfs) is left to fallocate */
+	if (statvfs(dir, &vs) == 0 && vs.f_blocks > 0) {
 		double avail = (double)vs.f_bavail * (double)vs.f_frsize;
 		ST_CHECK(avail >= (double)size,
 			 "free space there, add more --offload-dir directories, or raise --host-mem",
@@ -59,6 +61,8 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 	char path[4200];
 	snprintf(path, sizeof path, "%s/.strata-offload-%d.bin", dir, (int)getpid());
 	d->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+	if (d->fd < 0 && errno == EINVAL)
+		unlink(path); /* some filesystems create the file, then refuse O_DIRECT */
 	if (d->fd >= 0) {
 		d->direct = probe_direct(d->fd);
 		if (!d->direct) {
@@ -71,7 +75,7 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 		d->fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
 		ST_CHECK(d->fd >= 0, "choose a writable --offload-dir",
 			 "offload directory %s is not writable: %s", dir, strerror(errno));
-		st_log_warn("offload directory %s refuses O_DIRECT (tmpfs?): using buffered I/O, "
+		st_log_warn("offload directory %s refuses O_DIRECT (ramfs, some FUSE or older tmpfs): using buffered I/O, "
 			    "so the page cache may hold RAM beyond --host-mem", dir);
 	}
 	/* The name goes at once: the space returns when the process ends, even
@@ -135,7 +139,7 @@ int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block,
 	}
 	io->ring_ready = 1;
 	const char *fault = getenv("STRATA_FAULT_CORRUPT_OFFLOAD");
-	io->corrupt_after = fault ? atol(fault) : 0;
+	io->corrupt_before = fault ? atol(fault) : 0;
 	return ST_OK;
 }
 
@@ -288,6 +292,8 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 				b.rc = ST_FAIL;
 				break;
 			}
+			if (!writing && io->corrupt_before > 0 && --io->corrupt_before == 0)
+				corrupt_block(io, it->first + it->submitted); /* test hook */
 			struct io_req *r = &reqs[free_slots[--n_free]];
 			const size_t total = io_round(items[item].len, ST_IO_ALIGN);
 			const size_t k = it->submitted++;
@@ -359,8 +365,6 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 		}
 		free_slots[n_free++] = (int)(r - reqs);
 		if (writing) {
-			if (io->corrupt_after > 0 && --io->corrupt_after == 0)
-				corrupt_block(io, r->vb);
 			block_finished(&b, r->item, 1);
 		} else {
 			fresh[n_fresh++] = (struct io_block){r->vb, r->item, r->buf, r->len};

@@ -13,7 +13,7 @@
  *
  * Every block written gets an XXH3-64 checksum of its bytes, kept in memory;
  * every block read is verified against it, and a mismatch is an error naming
- * the directory and offset. O_DIRECT refused by the filesystem (tmpfs) gives
+ * the directory and offset. O_DIRECT refused by the filesystem (ramfs, older tmpfs) gives
  * one warning and buffered I/O.
  *
  * One st_io is driven by one thread at a time (the store's disk queue); the
@@ -44,7 +44,8 @@ struct st_io {
 	uint8_t *valid;    /* per virtual block: written at least once */
 	struct io_uring ring;
 	int ring_ready;
-	long corrupt_after; /* test hook STRATA_FAULT_CORRUPT_OFFLOAD: corrupt the Nth block write */
+	long corrupt_before; /* test hook STRATA_FAULT_CORRUPT_OFFLOAD=N: the disk bytes of the
+			     N-th block read are corrupted just before it is read */
 	/* totals, for reports and benchmarks */
 	uint64_t bytes_read, bytes_written;
 	double busy_s;
