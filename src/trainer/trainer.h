@@ -13,7 +13,7 @@
 #include "trainer/data.h"
 #include "trainer/options.h"
 #include "trainer/perlayer.h"
-#include "trainer/updater.h"
+#include "engine/updater.h"
 
 /* A checkpoint being written in the background (trainer/checkpoint.c): its
  * capture thread copies each unit's weights and then each unit's optimizer

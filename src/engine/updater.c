@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "trainer/updater.h"
+#include "engine/updater.h"
 #include "util/check.h"
 
 static double up_now(void)
