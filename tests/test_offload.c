@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "cliutil.h"
+#include "engine/place.h"
+#include "engine/session.h"
+#include "optim/optim.h"
 #include "store/io.h"
 #include "store/store.h"
 #include "util/check.h"
@@ -237,6 +240,90 @@ Test(store, staged_slabs_keep_their_data)
 		for (int k = 0; k < 3; k++)
 			free(shadow[u][kinds[k]]);
 	store_free(&s);
+}
+
+/* ---- placement ------------------------------------------------------------ */
+
+/* Over a grid of budgets and forced homes, every placement either fails with
+ * a message or fits its budgets — and the store, allocating exactly what the
+ * placement chose (slabs, activations, staging pools), never exceeds them. */
+Test(place, placements_fit_their_budgets)
+{
+	char d[256];
+	cu_tmpdir(d, sizeof d, "place");
+	const char *dirs[] = {d};
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), ST_OK);
+	/* device budgets from just the activations to everything with pools, in
+	 * 40 steps; host budgets from none to all the optimizer state */
+	size_t act_b, all_b, state_b;
+	{
+		struct st_session s;
+		cr_assert_eq(session_build(&s, ops_cpu(), &cfg, NULL), ST_OK);
+		act_b = (acts_layer_floats(&s.model, 2, 64) * (size_t)cfg.n_layers +
+			 acts_rest_floats(&s.model, 2, 64)) * sizeof(float);
+		state_b = 8 * s.model.numel;
+		all_b = act_b + 2 * 4 * s.model.numel + 9 * 4 * s.model.numel / (size_t)cfg.n_layers;
+		session_close(&s);
+	}
+	size_t devs[41], hosts[6];
+	for (int i = 0; i <= 40; i++)
+		devs[i] = act_b + (all_b - act_b) * (size_t)i / 40;
+	for (int i = 0; i < 6; i++)
+		hosts[i] = state_b * (size_t)i / 5;
+	const char *forces[] = {"auto", "weights=host", "gradients=disk", "optimizer=disk",
+				"weights=disk,gradients=host,optimizer=host"};
+	int ok = 0, refused = 0;
+	for (size_t a = 0; a < sizeof devs / sizeof *devs; a++)
+		for (size_t b = 0; b < sizeof hosts / sizeof *hosts; b++)
+			for (size_t f = 0; f < sizeof forces / sizeof *forces; f++) {
+				struct st_session s;
+				const size_t budgets[ST_TIER__COUNT] = {devs[a], hosts[b], 0};
+				cr_assert_eq(session_build(&s, ops_cpu(), &cfg, budgets), ST_OK);
+				const struct st_model *m = &s.model;
+				struct st_optim opt;
+				struct st_optim_cfg oc = {.kind = ST_OPT_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f,
+							  .eps = 1e-8f, .quant_block = 256};
+				cr_assert_eq(optim_init(&opt, &oc, m), ST_OK);
+				size_t wb[64];
+				for (int u = 0; u < m->n_units; u++)
+					wb[u] = m->units[u].numel * sizeof(float);
+				const size_t act = (acts_layer_floats(m, 2, 64) * (size_t)m->cfg.n_layers +
+						    acts_rest_floats(m, 2, 64)) * sizeof(float);
+				struct st_place_opts po = {.prefetch = 1, .n_dirs = 1};
+				memcpy(po.budget, budgets, sizeof po.budget);
+				cr_assert_eq(parse_place(forces[f], po.force), ST_OK);
+				struct st_place pl;
+				if (place_make(&pl, m, wb, wb, opt.unit_bytes, act, &po) != ST_OK) {
+					refused++;
+					optim_free(&opt);
+					session_close(&s);
+					continue;
+				}
+				cr_expect(!devs[a] || pl.bytes[ST_TIER_DEVICE] <= devs[a],
+					  "device %zu of %zu (%s)", pl.bytes[ST_TIER_DEVICE], devs[a], forces[f]);
+				cr_expect(!hosts[b] || pl.bytes[ST_TIER_HOST] <= hosts[b],
+					  "host %zu of %zu (%s)", pl.bytes[ST_TIER_HOST], hosts[b], forces[f]);
+				int rc = session_alloc(&s, &pl, ST_GRADS_ALL);
+				for (int u = 0; rc == ST_OK && u < m->n_units; u++)
+					rc = store_alloc(&s.store, u, ST_SLAB_S, place_home(&pl, u, ST_SLAB_S),
+							 opt.unit_bytes[u]);
+				if (rc == ST_OK)
+					rc = session_exec(&s, 2, 64);
+				struct st_offload_cfg oc2 = {.dirs = dirs, .n_dirs = 1, .io_block = 1 << 20,
+							     .io_depth = 4};
+				memcpy(oc2.pool_slots, pl.pool_slots, sizeof oc2.pool_slots);
+				if (rc == ST_OK)
+					rc = store_start(&s.store, &oc2);
+				cr_expect_eq(rc, ST_OK, "the store refused the placement for device %zu, host %zu, %s",
+					     devs[a], hosts[b], forces[f]);
+				ok++;
+				place_free(&pl);
+				optim_free(&opt);
+				session_close(&s);
+			}
+	cr_expect_gt(ok, 300, "too few budgets placed (%d of %d)", ok, ok + refused);
+	cr_expect_gt(refused, 0, "no budget was too small: the grid tests nothing");
 }
 
 /* ---- offloaded training through the binary ------------------------------ */

@@ -13,13 +13,14 @@ static int pool_w(const struct st_place_opts *o) { return o->prefetch + 3; }
 static int pool_s(const struct st_place_opts *o) { return o->prefetch + 1 > 2 ? o->prefetch + 1 : 2; }
 #define POOL_G 4
 
+/* The largest slab, rounded as the store rounds its staging buffers. */
 static size_t max_of(const size_t *v, int n)
 {
 	size_t m = 0;
 	for (int i = 0; v && i < n; i++)
 		if (v[i] > m)
 			m = v[i];
-	return m;
+	return io_round(m, ST_IO_ALIGN);
 }
 
 int place_make(struct st_place *p, const struct st_model *m, const size_t *w_bytes,
@@ -57,22 +58,22 @@ int place_make(struct st_place *p, const struct st_model *m, const size_t *w_byt
 			else if (h[i] == UNDECIDED)
 				undecided += bytes[kinds[k]][u];
 		}
-	const int fits_all = !D || dev + undecided <= D;
+	/* pools for a kind forced off the device are needed in any case; for
+	 * both kinds once not everything fits */
 	const int w_forced_off = o->force[ST_SLAB_W] >= 0 && o->force[ST_SLAB_W] != ST_TIER_DEVICE;
 	const int g_forced_off = o->force[ST_SLAB_G] >= 0 && o->force[ST_SLAB_G] != ST_TIER_DEVICE;
-	if (!fits_all || w_forced_off || g_forced_off) {
-		/* pools for whatever may be staged */
-		if (!fits_all || w_forced_off)
-			dev += (size_t)pool_w(o) * max_of(w_bytes, n);
-		if (g_bytes && (!fits_all || g_forced_off))
-			dev += (size_t)POOL_G * max_of(g_bytes, n);
-		ST_CHECK(!D || dev <= D, "raise --device-mem, or lower --prefetch / --micro-batch",
-			 "the device budget %s cannot hold the activations (%s) and the staging buffers "
-			 "of the streamed weights and gradients: %s needed, %s missing",
-			 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes),
-			 fmt_bytes(b3, sizeof b3, (double)dev),
-			 fmt_bytes(b4, sizeof b4, (double)(dev - D)));
-	}
+	const int w_may_stream = o->force[ST_SLAB_W] != ST_TIER_DEVICE;
+	const int g_may_stream = g_bytes && o->force[ST_SLAB_G] != ST_TIER_DEVICE;
+	const size_t pw = w_may_stream ? (size_t)pool_w(o) * max_of(w_bytes, n) : 0;
+	const size_t pg = g_may_stream ? (size_t)POOL_G * max_of(g_bytes, n) : 0;
+	const size_t forced_pools = (w_forced_off ? pw : 0) + (g_forced_off ? pg : 0);
+	const int fits_all = !D || dev + forced_pools + undecided <= D;
+	dev += fits_all ? forced_pools : pw + pg;
+	ST_CHECK(!D || dev <= D, "raise --device-mem, or lower --prefetch / --micro-batch",
+		 "the device budget %s cannot hold the activations (%s) and the staging buffers "
+		 "of the streamed weights and gradients: %s needed, %s missing",
+		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes),
+		 fmt_bytes(b3, sizeof b3, (double)dev), fmt_bytes(b4, sizeof b4, (double)(dev - D)));
 	for (int k = 0; k < 2; k++)
 		for (int u = 0; u < n; u++) {
 			int i = u * ST_SLAB__COUNT + kinds[k];
@@ -81,11 +82,9 @@ int place_make(struct st_place *p, const struct st_model *m, const size_t *w_byt
 			size_t b = bytes[kinds[k]][u];
 			if (fits_all || dev + b <= D) {
 				h[i] = ST_TIER_DEVICE;
-				dev += fits_all ? 0 : b;
+				dev += b;
 			}
 		}
-	if (fits_all)
-		dev += undecided;
 
 	/* 2. the host: what the device left, then optimizer state */
 	size_t host = 0;
@@ -100,16 +99,16 @@ int place_make(struct st_place *p, const struct st_model *m, const size_t *w_byt
 			else if (h[i] == UNDECIDED)
 				undecided += bytes[kinds[k]][u];
 		}
-	const int host_all = !H || host + undecided <= H;
-	const int s_forced_disk = o->force[ST_SLAB_S] == ST_TIER_DISK;
-	if (s_bytes && (!host_all || s_forced_disk)) {
-		host += (size_t)pool_s(o) * max_of(s_bytes, n);
-		ST_CHECK(!H || host <= H, "raise --host-mem, or lower --prefetch",
-			 "the host budget %s cannot hold the staging buffers of the streamed optimizer "
-			 "state: %s needed, %s missing",
-			 fmt_bytes(b1, sizeof b1, (double)H), fmt_bytes(b2, sizeof b2, (double)host),
-			 fmt_bytes(b4, sizeof b4, (double)(host - H)));
-	}
+	const int s_may_stream = s_bytes && o->force[ST_SLAB_S] != ST_TIER_HOST;
+	const size_t ps = s_may_stream ? (size_t)pool_s(o) * max_of(s_bytes, n) : 0;
+	const size_t forced_ps = o->force[ST_SLAB_S] == ST_TIER_DISK ? ps : 0;
+	const int host_all = !H || host + forced_ps + undecided <= H;
+	host += host_all ? forced_ps : ps;
+	ST_CHECK(!H || host <= H, "raise --host-mem, or lower --prefetch",
+		 "the host budget %s cannot hold the staging buffers of the streamed optimizer "
+		 "state: %s needed, %s missing",
+		 fmt_bytes(b1, sizeof b1, (double)H), fmt_bytes(b2, sizeof b2, (double)host),
+		 fmt_bytes(b4, sizeof b4, (double)(host - H)));
 	size_t disk = 0;
 	for (int k = 0; k < 3; k++)
 		for (int u = 0; u < n; u++) {
@@ -120,15 +119,13 @@ int place_make(struct st_place *p, const struct st_model *m, const size_t *w_byt
 			if (h[i] == UNDECIDED) {
 				if (host_all || host + b <= H) {
 					h[i] = ST_TIER_HOST;
-					host += host_all ? 0 : b;
+					host += b;
 				} else
 					h[i] = ST_TIER_DISK;
 			}
 			if (h[i] == ST_TIER_DISK)
 				disk += b;
 		}
-	if (host_all)
-		host += undecided;
 	ST_CHECK(!disk || o->n_dirs > 0,
 		 "give --offload-dir DIR (one per SSD), or raise --device-mem / --host-mem",
 		 "the model's state needs %s more than the device (%s) and host (%s) budgets hold",

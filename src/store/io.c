@@ -256,7 +256,11 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 	struct io_req *reqs = st_calloc((size_t)depth, sizeof *reqs);
 	int *free_slots = st_calloc((size_t)depth, sizeof *free_slots);
 	struct io_block *fresh = st_calloc((size_t)depth, sizeof *fresh);
-	if (!is || !reqs || !free_slots || !fresh) {
+	if (!is || !reqs || !free_slots || !fresh || io->broken) {
+		if (io->broken)
+			ST_ERROR(NULL, "the disk tier's io_uring failed earlier; no more transfers");
+		for (int k = 0; done && k < n_items; k++) /* every item gets its one call */
+			done(ctx, k, ST_FAIL);
 		free(is);
 		free(reqs);
 		free(free_slots);
@@ -277,7 +281,8 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 	for (int i = 0; i < depth; i++)
 		free_slots[i] = i;
 	const double t0 = io_now();
-	int item = 0, inflight = 0, n_fresh = 0;
+	/* queued: prepared in the ring, not yet submitted; inflight: submitted */
+	int item = 0, queued = 0, inflight = 0, n_fresh = 0, retries = 0;
 	for (;;) {
 		/* fill the queue: the blocks of one item after another */
 		while (b.rc == ST_OK && item < n_items && n_free > 0) {
@@ -304,15 +309,29 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 			r->done = 0;
 			it->pending++;
 			queue_req(io, writing, r);
-			inflight++;
+			queued++;
 			if (writing)
 				fresh[n_fresh++] = (struct io_block){r->vb, item, r->buf, r->len};
 		}
-		int sub = io_uring_submit(&io->ring);
-		if (sub < 0) {
-			ST_ERROR(NULL, "io_uring submit failed: %s", strerror(-sub));
-			b.rc = ST_FAIL;
-			break; /* the ring is unusable; the store stops on this error */
+		if (queued > 0) {
+			int sub = io_uring_submit(&io->ring);
+			if (sub >= 0) {
+				queued -= sub;
+				inflight += sub;
+				retries = 0;
+			} else if ((sub == -EINTR || sub == -EAGAIN || sub == -EBUSY) && ++retries < 1000) {
+				/* the kernel is short of something: reap, then submit again */
+				if (inflight == 0)
+					continue;
+			} else {
+				/* The ring is unusable: what was submitted is reaped below,
+				 * what was not stays in the ring, which takes no more work. */
+				ST_ERROR("check the kernel log (dmesg)", "io_uring submit failed: %s",
+					 strerror(-sub));
+				b.rc = ST_FAIL;
+				io->broken = 1;
+				queued = 0;
+			}
 		}
 		/* the work that waited for the queue to be full again */
 		for (int i = 0; i < n_fresh; i++) {
@@ -324,16 +343,24 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 			}
 		}
 		n_fresh = 0;
-		if (inflight == 0)
+		if (inflight == 0 && queued == 0)
 			break;
+		if (inflight == 0)
+			continue;
 		struct io_uring_cqe *cqe;
 		int w = io_uring_wait_cqe(&io->ring, &cqe);
 		if (w < 0) {
 			if (w == -EINTR)
 				continue;
-			ST_ERROR(NULL, "io_uring wait failed: %s", strerror(-w));
-			b.rc = ST_FAIL;
-			break;
+			/* Requests are still in flight and cannot be reaped: their
+			 * buffers and this batch's records must outlive them, so they
+			 * are left allocated, and the engine takes no more work. */
+			ST_ERROR("check the kernel log (dmesg)", "io_uring wait failed: %s", strerror(-w));
+			io->broken = 1;
+			for (int k = 0; done && k < n_items; k++)
+				if (!is[k].reported)
+					done(ctx, k, ST_FAIL);
+			return ST_FAIL;
 		}
 		struct io_req *r = io_uring_cqe_get_data(cqe);
 		const int res = cqe->res;
@@ -360,7 +387,7 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 		r->done += (size_t)res;
 		if (r->done < r->len && b.rc == ST_OK) { /* short transfer: ask for the rest */
 			queue_req(io, writing, r);
-			inflight++;
+			queued++;
 			continue;
 		}
 		free_slots[n_free++] = (int)(r - reqs);

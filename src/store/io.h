@@ -44,6 +44,7 @@ struct st_io {
 	uint8_t *valid;    /* per virtual block: written at least once */
 	struct io_uring ring;
 	int ring_ready;
+	int broken;        /* io_uring failed: no more transfers */
 	long corrupt_before; /* test hook STRATA_FAULT_CORRUPT_OFFLOAD=N: the disk bytes of the
 			     N-th block read are corrupted just before it is read */
 	/* totals, for reports and benchmarks */

@@ -83,14 +83,15 @@ void store_free(struct st_store *s)
 		if (s->q_disk.started)
 			pthread_join(s->q_disk.thread, NULL);
 	}
+	/* the ring goes first: no transfer may outlive the buffers */
+	if (s->io_ready)
+		io_close(&s->io);
 	for (size_t i = 0; i < (size_t)s->n_units * ST_SLAB__COUNT; i++)
 		if (s->slabs[i].alias_of < 0 && s->slabs[i].shared_from < 0)
 			free(s->slabs[i].ptr);
 	for (int i = 0; i < s->n_slots; i++)
 		free(s->slots[i].buf);
 	free(s->slots);
-	if (s->io_ready)
-		io_close(&s->io);
 	free(s->slabs);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
@@ -263,6 +264,16 @@ static void disk_item_done(void *ctx, int item, int rc)
 	pthread_mutex_unlock(&b->s->mu);
 }
 
+/* A batch's requests complete in any order, so one slab's transfers must not
+ * share a batch: its two writes could land in either order. */
+static int in_batch(struct st_job *const *jobs, int n, int slab)
+{
+	for (int i = 0; i < n; i++)
+		if (jobs[i]->slab == slab)
+			return 1;
+	return 0;
+}
+
 struct queue_arg {
 	struct st_store *s;
 	struct st_queue *q;
@@ -289,7 +300,8 @@ static void *queue_main(void *arg)
 			if (!q->head)
 				q->tail = NULL;
 			batch.jobs[n++] = j;
-		} while (disk && n < DISK_BATCH && q->head && q->head->write == batch.jobs[0]->write);
+		} while (disk && n < DISK_BATCH && q->head && q->head->write == batch.jobs[0]->write &&
+			 !in_batch(batch.jobs, n, q->head->slab));
 		const int failed = s->failed;
 		pthread_mutex_unlock(&s->mu);
 		/* after a failure, transfers are skipped: the run is stopping */
@@ -323,8 +335,11 @@ static int start_queue(struct st_store *s, struct st_queue *q)
 		return ST_FAIL;
 	a->s = s;
 	a->q = q;
-	ST_CHECK(pthread_create(&q->thread, NULL, queue_main, a) == 0, NULL,
-		 "cannot start a transfer thread");
+	if (pthread_create(&q->thread, NULL, queue_main, a) != 0) {
+		free(a);
+		ST_ERROR(NULL, "cannot start a transfer thread");
+		return ST_FAIL;
+	}
 	q->started = 1;
 	return ST_OK;
 }
@@ -378,6 +393,7 @@ int store_start(struct st_store *s, const struct st_offload_cfg *cfg)
 			sl->pool = k;
 			sl->owner = -1;
 		}
+	s->started = 1; /* from here on store_free stops what was started */
 	if (any_disk) {
 		/* block-aligned ranges, so every transfer starts on a stripe block */
 		for (int u = 0; u < s->n_units; u++)
@@ -394,7 +410,6 @@ int store_start(struct st_store *s, const struct st_offload_cfg *cfg)
 		ST_TRY(start_queue(s, &s->q_disk));
 	}
 	ST_TRY(start_queue(s, &s->q_copy));
-	s->started = 1;
 	return ST_OK;
 }
 
@@ -420,7 +435,8 @@ static int find_slot(struct st_store *s, int kind, int for_prefetch)
 	return best;
 }
 
-/* Locked: give slot i to slab idx and start its fill. */
+/* Locked (the lock may be let go meanwhile): give slot i to slab idx and
+ * start its fill. */
 static void attach(struct st_store *s, int i, int idx)
 {
 	struct st_slot *sl = &s->slots[i];
@@ -429,14 +445,20 @@ static void attach(struct st_store *s, int i, int idx)
 	sl->owner = idx;
 	sl->lru = ++s->clock;
 	s->slabs[idx].slot = i;
+	sl->fetching = 1;
 	if (s->slabs[idx].zero) {
-		/* nothing to read: zero-fill here, and remember that home lacks it */
-		memset(sl->buf, 0, s->slabs[idx].bytes);
+		/* nothing to read: zero-fill (outside the lock; the slot counts as
+		 * being filled meanwhile), and remember that home lacks it */
+		const size_t n = s->slabs[idx].bytes;
 		s->slabs[idx].zero = 0;
 		sl->unsaved = 1;
+		pthread_mutex_unlock(&s->mu);
+		memset(sl->buf, 0, n);
+		pthread_mutex_lock(&s->mu);
+		sl->fetching = 0;
+		pthread_cond_broadcast(&s->cv);
 		return;
 	}
-	sl->fetching = 1;
 	enqueue(s, i, idx, 0);
 }
 
@@ -517,6 +539,26 @@ void store_release(struct st_store *s, int unit, enum st_slab_kind kind, int dir
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Locked: drop the write-backs of slab idx that have not started (its data
+ * is being discarded: they would only cost disk bandwidth). */
+static void cancel_writes(struct st_store *s, int idx)
+{
+	struct st_queue *q = queue_of(s, &s->slabs[idx]);
+	struct st_job **link = &q->head, *prev = NULL;
+	while (*link) {
+		struct st_job *j = *link;
+		if (j->write && j->slab == idx) {
+			*link = j->next;
+			s->slots[j->slot].writes--;
+			free(j);
+			continue;
+		}
+		prev = j;
+		link = &j->next;
+	}
+	q->tail = prev;
+}
+
 void store_discard(struct st_store *s, int unit, enum st_slab_kind kind)
 {
 	const int idx = slab_index(s, unit, kind);
@@ -526,10 +568,11 @@ void store_discard(struct st_store *s, int unit, enum st_slab_kind kind)
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
+	cancel_writes(s, idx);
 	if (sl->slot >= 0) {
 		/* An unused slot is let go at once; one still being written keeps
 		 * its buffer until that write ends (the write is harmless: a later
-		 * write of this slab queues behind it). */
+		 * write of this slab queues behind it, in another batch). */
 		struct st_slot *st = &s->slots[sl->slot];
 		while (st->refs || st->fetching)
 			pthread_cond_wait(&s->cv, &s->mu);

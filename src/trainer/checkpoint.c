@@ -261,12 +261,13 @@ static void *capture_main(void *arg)
 	c->rc = rc;
 	/* a failed capture must not hold the updates back forever */
 	c->w_done = c->s_done = tr->s.model.n_units;
+	const double waited = c->wait_s;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 	if (rc == ST_OK)
 		st_log_info("saved checkpoint %s/%s (training paused %.3f s, updates waited %.3f s for "
 			    "it, written in %.2f s)",
-			    tr->o.out, c->name, c->pause_s, c->wait_s, now_s() - c->t0);
+			    tr->o.out, c->name, c->pause_s, waited, now_s() - c->t0);
 	return NULL;
 }
 
