@@ -8,7 +8,7 @@ BUILD   ?= build
 OPT     ?= -O3 -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=gnu11 $(OPT) $(WARN) -g -fno-fast-math -fno-math-errno -Isrc -I/usr/include/cjson -MMD -MP
-LDLIBS  += -ldnnl -lcjson -lopenblas -luring -lxxhash -lm -lpthread
+LDLIBS  += -ldnnl -lcjson -lopenblas -luring -lxxhash -lpcre2-8 -lm -lpthread
 BENCH_LIBS :=
 
 # --- OpenMP -----------------------------------------------------------------

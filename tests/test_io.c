@@ -5,6 +5,7 @@
  * Malformed files are built byte by byte in a fresh mkdtemp directory; stderr
  * is captured around each failing call so a test fails when the wrong check
  * fires, not only when none does. */
+#include <cJSON.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -798,16 +799,99 @@ Test(io, byte_tokenizer_round_trip)
 	size_t k = 0;
 	for (size_t i = 0; i < len; i++) {
 		cr_assert_lt(ids[i], 256);
-		k += (size_t)tokenizer_decode_one(&tk, out + k, ids[i]);
+		k += tokenizer_decode_one(&tk, out + k, sizeof out - k, ids[i]);
 	}
 	cr_assert_eq(k, len);
 	cr_assert(!memcmp(out, text, len));
 	cr_assert_eq(ids[1], 0xC3, "é is two bytes: C3 A9");
 	cr_assert_eq(ids[2], 0xA9);
 	char buf[8];
-	cr_assert_eq(tokenizer_decode_one(&tk, buf, ST_BYTE_BOS), 0);
-	cr_assert_eq(tokenizer_decode_one(&tk, buf, ST_BYTE_EOS), 0);
-	cr_assert_eq(tokenizer_decode_one(&tk, buf, 100000), 0);
+	cr_assert_eq(tokenizer_decode_one(&tk, buf, sizeof buf, ST_BYTE_BOS), 0);
+	cr_assert_eq(tokenizer_decode_one(&tk, buf, sizeof buf, ST_BYTE_EOS), 0);
+	cr_assert_eq(tokenizer_decode_one(&tk, buf, sizeof buf, 100000), 0);
+}
+
+/* Hugging Face byte-level BPE: the ids of the reference library (tokenizers,
+ * written by scripts/tokref.py into tests/data/tokenizers/NAME/ref.json) on
+ * a varied sample: unicode, whitespace runs, digits, contractions, special
+ * and added tokens; and decode(encode(x)) == x. */
+static void check_bpe_reference(const char *name)
+{
+	char path[256];
+	snprintf(path, sizeof path, "tests/data/tokenizers/%s", name);
+	struct st_tokenizer tk;
+	cr_assert_eq(tokenizer_load(&tk, path), ST_OK, "cannot load %s", path);
+	cr_assert(!strncmp(tk.name, "bpe-", 4), "name %s", tk.name);
+	snprintf(path, sizeof path, "tests/data/tokenizers/%s/ref.json", name);
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK);
+	cJSON *root = cJSON_Parse(text);
+	free(text);
+	cr_assert(root);
+	cr_assert_eq(tk.vocab_size,
+		     (int)cJSON_GetObjectItem(root, "vocab_size")->valuedouble, "vocabulary size");
+	const cJSON *sample;
+	int n_samples = 0;
+	cJSON_ArrayForEach(sample, cJSON_GetObjectItem(root, "samples"))
+	{
+		const char *t = cJSON_GetObjectItem(sample, "text")->valuestring;
+		const cJSON *want = cJSON_GetObjectItem(sample, "ids");
+		size_t tl = strlen(t);
+		uint32_t *ids = malloc(tokenizer_max_ids(tl) * sizeof *ids);
+		size_t n = tokenizer_encode(&tk, ids, t, tl);
+		int same = n == (size_t)cJSON_GetArraySize(want);
+		for (size_t i = 0; same && i < n; i++)
+			same = ids[i] == (uint32_t)cJSON_GetArrayItem(want, (int)i)->valuedouble;
+		char *got = cJSON_PrintUnformatted(want);
+		cr_expect(same, "%s: ids differ from the tokenizers library for \"%s\" (%zu ids, want %s)",
+			  name, t, n, got);
+		free(got);
+		char *dec = malloc(tl * 2 + 64);
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++)
+			k += tokenizer_decode_one(&tk, dec + k, tl * 2 + 64 - k, ids[i]);
+		cr_expect(k == tl && !memcmp(dec, t, tl), "%s: decode(encode(x)) != x for \"%s\"", name, t);
+		const char *ref_dec = cJSON_GetObjectItem(sample, "decoded")->valuestring;
+		cr_expect(k == strlen(ref_dec) && !memcmp(dec, ref_dec, k),
+			  "%s: decoding differs from the library's for \"%s\"", name, t);
+		free(dec);
+		free(ids);
+		n_samples++;
+	}
+	cr_expect_gt(n_samples, 20);
+	cJSON_Delete(root);
+	tokenizer_free(&tk);
+}
+
+Test(io, bpe_gpt2_matches_reference) { check_bpe_reference("gpt2"); }
+Test(io, bpe_llama3_matches_reference) { check_bpe_reference("llama3"); }
+
+/* Files that are not byte-level BPE tokenizers: each a clear error. */
+Test(io, bpe_bad_files)
+{
+	char dir[] = "/tmp/strata-bpe-XXXXXX";
+	cr_assert(mkdtemp(dir));
+	const char *cases[][2] = {
+		{"not json", "{"},
+		{"a WordPiece model", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}"},
+		{"a normalizer", "{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}"},
+		{"a Metaspace pre-tokenizer", "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Metaspace\"}}"},
+		{"a vocabulary outside the byte alphabet", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u0100\\u0100\\u4e00\": 0}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}"},
+		{"bytes without tokens", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char path[256];
+		snprintf(path, sizeof path, "%s/t%zu.json", dir, i);
+		FILE *f = fopen(path, "w");
+		cr_assert(f);
+		fputs(cases[i][1], f);
+		fclose(f);
+		struct st_tokenizer tk;
+		cr_expect_eq(tokenizer_load(&tk, path), ST_FAIL, "%s was accepted", cases[i][0]);
+	}
+	struct st_tokenizer tk;
+	cr_expect_eq(tokenizer_load(&tk, "/nonexistent/tokenizer.json"), ST_FAIL);
 }
 
 /* ---- fsutil ---------------------------------------------------------------- */

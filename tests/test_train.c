@@ -373,6 +373,30 @@ Test(train, bad_data)
 			   cu_bin(), dir, dir, dir));
 }
 
+/* A Hugging Face tokenizer.json through prepare, train and sample: the shards
+ * record it (name and vocabulary), a model with a smaller vocabulary is
+ * refused, a matching one trains, and sample decodes with it. */
+Test(train, hf_tokenizer_end_to_end)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "hftok");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s/text.txt --out %s/bpe --tokenizer tests/data/tokenizers/llama3",
+			cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "prepare failed: %s", out);
+	cr_expect(strstr(out, "tokenizer bpe-") && strstr(out, "vocab 3002"), "prepare: %s", out);
+	expect_fail("model vocabulary smaller than the tokenizer's", "vocabulary",
+		    cu_run(out, sizeof out, "%s train --model %s/init --data %s/bpe --out %s/small --steps 1 " SMALL,
+			   cu_bin(), dir, dir, dir));
+	rc = cu_run(out, sizeof out,
+		    "%s init --config %s/cfg.json --vocab 3002 --out %s/m3002 && "
+		    "%s train --model %s/m3002 --data %s/bpe --out %s/run --steps 2 --eval-interval 0 " SMALL " && "
+		    "%s sample --model %s/run --tokenizer tests/data/tokenizers/llama3 --prompt 'And the lord' --tokens 5 --seed 3",
+		    cu_bin(), dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir);
+	cr_assert_eq(rc, 0, "training or sampling with the tokenizer failed: %s", out);
+	cr_expect(strstr(out, "And the lord"), "sample output lacks the prompt: %s", out);
+}
+
 Test(train, unwritable_out_and_existing_run)
 {
 	char dir[256];

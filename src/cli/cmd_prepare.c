@@ -21,7 +21,7 @@ static void help(void)
 	       "  --out DIR           writes DIR/train.bin and DIR/val.bin\n"
 	       "  --val-fraction X    share of chunks held out for validation [0.05]\n"
 	       "  --chunk N           split granularity in bytes [16384]\n"
-	       "  --tokenizer NAME    byte (Hugging Face tokenizer.json: interop issue) [byte]\n");
+	       "  --tokenizer T       byte, a Hugging Face tokenizer.json, or a model directory with one [byte]\n");
 }
 
 struct buf {
@@ -70,11 +70,8 @@ int cmd_prepare(int argc, char **argv)
 	ST_CHECK(val_frac >= 0 && val_frac < 1, "use a fraction like 0.05",
 		 "--val-fraction must be in [0,1)");
 	ST_CHECK(chunk > 0, "use a positive --chunk", "--chunk must be positive");
-	ST_CHECK(!strcmp(tok_name, "byte"), "use --tokenizer byte",
-		 "tokenizer '%s' is not available yet (Hugging Face tokenizers come with the interop issue)",
-		 tok_name);
 	struct st_tokenizer tk;
-	tokenizer_byte(&tk);
+	ST_TRY(tokenizer_load(&tk, tok_name));
 
 	/* read every input first: small corpora get smaller chunks, so that the
 	 * validation split still has about 20 chunks to draw from */
@@ -95,7 +92,8 @@ int cmd_prepare(int argc, char **argv)
 
 	struct buf train = {0}, val = {0};
 	long chunk_idx = 0;
-	uint32_t *ids = rc == ST_OK ? st_malloc(((size_t)chunk + 65536 + 4) * sizeof *ids) : NULL;
+	uint32_t *ids = rc == ST_OK ? st_malloc(tokenizer_max_ids((size_t)chunk + 65536 + 4) * sizeof *ids)
+				    : NULL;
 	if (!ids)
 		rc = ST_FAIL;
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
@@ -113,7 +111,7 @@ int cmd_prepare(int argc, char **argv)
 			pos = end;
 		}
 		uint32_t eos = (uint32_t)tk.eos_id;
-		if (rc == ST_OK && len > 0)
+		if (rc == ST_OK && len > 0 && tk.eos_id >= 0)
 			rc = push(&train, &eos, 1);
 	}
 	free(ids);
@@ -147,5 +145,6 @@ int cmd_prepare(int argc, char **argv)
 		       out, train.n, val.n, tk.name, tk.vocab_size, total_bytes);
 	free(train.v);
 	free(val.v);
+	tokenizer_free(&tk);
 	return rc;
 }

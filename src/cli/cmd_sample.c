@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "engine/generate.h"
+#include "io/fsutil.h"
 #include "io/tokenizer.h"
 #include "util/check.h"
 
@@ -21,7 +22,8 @@ static void help(void)
 	       "  --seed N           sampling seed [1]\n"
 	       "  --context N        tokens of context per step (<= max_position_embeddings) [256]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
-	       "  --device S         cpu | cuda | auto [auto]\n");
+	       "  --device S         cpu | cuda | auto [auto]\n"
+	       "  --tokenizer T      byte, a tokenizer.json or a directory with one [the model's, else byte]\n");
 }
 
 struct out_ctx {
@@ -31,9 +33,9 @@ struct out_ctx {
 static void emit(int32_t tok, void *arg)
 {
 	const struct out_ctx *o = arg;
-	char buf[8];
-	int n = tokenizer_decode_one(o->tk, buf, (uint32_t)tok);
-	fwrite(buf, 1, (size_t)n, stdout);
+	char buf[1024];
+	size_t n = tokenizer_decode_one(o->tk, buf, sizeof buf, (uint32_t)tok);
+	fwrite(buf, 1, n, stdout);
 	fflush(stdout);
 }
 
@@ -47,6 +49,7 @@ int cmd_sample(int argc, char **argv)
 	}
 	const char *model = cli_get(&a, "model", NULL), *prompt = cli_get(&a, "prompt", "\n");
 	const char *device = cli_get(&a, "device", "auto");
+	const char *tok_name = cli_get(&a, "tokenizer", NULL);
 	long n_tok, seed, ctx_len, threads;
 	double temp, top_p;
 	ST_TRY(cli_get_long(&a, "tokens", 200, &n_tok));
@@ -67,12 +70,20 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(session_backend(&ops, device, (int)threads));
 	struct st_session s;
 	ST_TRY(session_open(&s, ops, dir, 0));
+	/* the model directory's own tokenizer.json when it has one */
+	char tk_path[4200];
+	snprintf(tk_path, sizeof tk_path, "%s/tokenizer.json", dir);
+	if (!tok_name)
+		tok_name = fs_exists(tk_path) ? tk_path : "byte";
 	struct st_tokenizer tk;
-	tokenizer_byte(&tk);
+	if (tokenizer_load(&tk, tok_name) != ST_OK) {
+		session_close(&s);
+		return ST_FAIL;
+	}
 	int rc = ST_OK;
 	if (s.model.cfg.vocab_size < tk.vocab_size) {
-		ST_ERROR("sample from a model made for the byte tokenizer",
-			 "the model's vocabulary (%d) is smaller than the byte tokenizer's (%d)",
+		ST_ERROR("sample with the tokenizer the model was trained with (--tokenizer)",
+			 "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
 			 s.model.cfg.vocab_size, tk.vocab_size);
 		rc = ST_FAIL;
 	}
@@ -81,15 +92,15 @@ int cmd_sample(int argc, char **argv)
 	if (rc == ST_OK)
 		rc = session_exec(&s, 1, (int)ctx_len);
 	size_t plen = strlen(prompt);
-	uint32_t *ids = st_malloc((plen + 1) * sizeof *ids);
-	int32_t *ctx = st_malloc((plen + 1) * sizeof *ctx);
+	uint32_t *ids = st_malloc(tokenizer_max_ids(plen) * sizeof *ids);
+	int32_t *ctx = st_malloc(tokenizer_max_ids(plen) * sizeof *ctx);
 	if (rc == ST_OK && ids && ctx) {
 		size_t n = tokenizer_encode(&tk, ids, prompt, plen);
 		for (size_t i = 0; i < n; i++)
 			ctx[i] = (int32_t)ids[i];
 		fwrite(prompt, 1, plen, stdout);
 		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
-					.seed = (uint64_t)seed, .stop_at_eos = 1,
+					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,
 					.eos_id = tk.eos_id};
 		struct out_ctx oc = {&tk};
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
@@ -99,6 +110,7 @@ int cmd_sample(int argc, char **argv)
 	}
 	free(ids);
 	free(ctx);
+	tokenizer_free(&tk);
 	session_close(&s);
 	return rc;
 }

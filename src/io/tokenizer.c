@@ -1,10 +1,15 @@
-/* The byte-level tokenizer: every byte of the UTF-8 input is one token, so
- * encoding is lossless for any text (multi-byte characters become several
- * tokens) and decoding concatenates bytes. Two specials sit above the bytes:
- * <bos> = 256 and <eos> = 257, which decode to nothing. */
+/* Tokenizers; see tokenizer.h. The byte-level tokenizer: every byte of the
+ * UTF-8 input is one token, so encoding is lossless for any text (multi-byte
+ * characters become several tokens) and decoding concatenates bytes; <bos> =
+ * 256 and <eos> = 257 decode to nothing. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "io/bpe.h"
+#include "io/fsutil.h"
 #include "io/tokenizer.h"
+#include "util/check.h"
 
 void tokenizer_byte(struct st_tokenizer *tk)
 {
@@ -15,22 +20,81 @@ void tokenizer_byte(struct st_tokenizer *tk)
 	tk->eos_id = ST_BYTE_EOS;
 }
 
+/* The first of names that the tokenizer has, or -1. */
+static int find_special(const struct st_bpe *b, const char *const *names)
+{
+	for (int i = 0; names[i]; i++) {
+		int id = bpe_token_id(b, names[i]);
+		if (id >= 0)
+			return id;
+	}
+	return -1;
+}
+
+int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
+{
+	if (!strcmp(name_or_path, "byte")) {
+		tokenizer_byte(tk);
+		return ST_OK;
+	}
+	memset(tk, 0, sizeof *tk);
+	char path[4200];
+	if (fs_is_dir(name_or_path))
+		snprintf(path, sizeof path, "%s/tokenizer.json", name_or_path);
+	else
+		snprintf(path, sizeof path, "%s", name_or_path);
+	ST_CHECK(fs_exists(path), "give --tokenizer byte, a tokenizer.json, or a model directory with one",
+		 "no tokenizer at %s", path);
+	ST_TRY(bpe_load(&tk->bpe, path));
+	tk->vocab_size = bpe_vocab_size(tk->bpe);
+	static const char *bos[] = {"<|begin_of_text|>", "<s>", "<bos>", "<|im_start|>", NULL};
+	static const char *eos[] = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>",
+				    "<|im_end|>", NULL};
+	tk->bos_id = find_special(tk->bpe, bos);
+	tk->eos_id = find_special(tk->bpe, eos);
+	/* the name shards record: which tokenizer.json exactly */
+	char *text = NULL;
+	size_t len = 0;
+	uint64_t h = 0xcbf29ce484222325ull;
+	if (fs_read_file(path, &text, &len) == ST_OK)
+		for (size_t i = 0; i < len; i++)
+			h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+	free(text);
+	snprintf(tk->name, sizeof tk->name, "bpe-%016llx", (unsigned long long)h);
+	return ST_OK;
+}
+
+void tokenizer_free(struct st_tokenizer *tk)
+{
+	bpe_free(tk->bpe);
+	tk->bpe = NULL;
+}
+
 size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char *text,
 			size_t len)
 {
-	(void)tk; /* the byte tokenizer has no table */
+	if (tk->bpe)
+		return bpe_encode(tk->bpe, out, text, len);
 	const unsigned char *b = (const unsigned char *)text;
 	for (size_t i = 0; i < len; i++)
 		out[i] = b[i];
 	return len;
 }
 
-int tokenizer_decode_one(const struct st_tokenizer *tk, char *buf, uint32_t id)
+size_t tokenizer_decode_one(const struct st_tokenizer *tk, char *buf, size_t cap, uint32_t id)
 {
+	if (tk->bpe) {
+		size_t n = 0;
+		const char *s = bpe_token_bytes(tk->bpe, id, &n);
+		if (!s)
+			return 0;
+		n = n < cap ? n : cap;
+		memcpy(buf, s, n);
+		return n;
+	}
 	/* Specials and ids outside the vocabulary (a model with a larger vocab
 	 * than the tokenizer can still sample them) produce no text. */
-	(void)tk;
-	if (id >= 256)
+	if (id >= 256 || !cap)
 		return 0;
 	buf[0] = (char)(unsigned char)id;
 	return 1;

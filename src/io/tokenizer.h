@@ -1,7 +1,6 @@
-/* Tokenizers. For now the byte-level tokenizer: ids 0..255 are the bytes of
- * UTF-8 text, 256 is <bos>, 257 is <eos>; vocab 258. A Hugging Face
- * tokenizer.json (byte-level BPE) arrives with the interop issue behind the
- * same interface. */
+/* Tokenizers behind one interface: the byte-level tokenizer (ids 0..255 are
+ * the bytes of UTF-8 text, 256 is <bos>, 257 is <eos>; vocab 258), and a
+ * Hugging Face tokenizer.json with byte-level BPE (io/bpe.h). */
 #ifndef ST_TOKENIZER_H
 #define ST_TOKENIZER_H
 
@@ -12,17 +11,27 @@
 #define ST_BYTE_BOS 256
 #define ST_BYTE_EOS 257
 
+struct st_bpe;
+
 struct st_tokenizer {
-	char name[25]; /* recorded in shards: "byte" */
+	char name[25];       /* recorded in shards: "byte", or "bpe-" + a hash of tokenizer.json */
 	int vocab_size;
-	int bos_id, eos_id;
+	int bos_id, eos_id;  /* -1 when the tokenizer has none */
+	struct st_bpe *bpe;  /* NULL for the byte tokenizer */
 };
 
 void tokenizer_byte(struct st_tokenizer *tk);
-/* Encode len bytes of text; out must hold len ids; returns the count. */
+/* "byte", a tokenizer.json, or a model directory holding one. */
+int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path);
+void tokenizer_free(struct st_tokenizer *tk);
+/* The most ids len bytes of text can become. */
+static inline size_t tokenizer_max_ids(size_t len) { return 2 * len + 1; }
+/* Encode len bytes of text into out (tokenizer_max_ids(len) ids); returns the count. */
 size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char *text,
 			size_t len);
-/* Decode one id into buf (up to 8 bytes); returns bytes written (0 for specials). */
-int tokenizer_decode_one(const struct st_tokenizer *tk, char *buf, uint32_t id);
+/* The text of one id into buf (at most cap bytes; a longer token is cut);
+ * returns the bytes written (0 for the byte tokenizer's specials and for ids
+ * outside the vocabulary). */
+size_t tokenizer_decode_one(const struct st_tokenizer *tk, char *buf, size_t cap, uint32_t id);
 
 #endif

@@ -1,0 +1,571 @@
+/* Byte-level BPE from tokenizer.json; see bpe.h. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <cJSON.h>
+#include <pcre2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/bpe.h"
+#include "io/fsutil.h"
+#include "util/check.h"
+
+/* GPT-2's pre-tokenizer regex, as the ByteLevel pre-tokenizer applies it */
+static const char *GPT2_PATTERN =
+	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* ---- hash tables ---------------------------------------------------------- */
+
+static uint64_t fnv(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* string -> id, open addressing (keys are the token strings as in the file) */
+struct str_map {
+	const char **keys;
+	size_t *lens;
+	uint32_t *vals;
+	size_t cap;
+};
+
+static int smap_init(struct str_map *m, size_t n)
+{
+	m->cap = 16;
+	while (m->cap < 2 * n + 16)
+		m->cap *= 2;
+	m->keys = st_calloc(m->cap, sizeof *m->keys);
+	m->lens = st_calloc(m->cap, sizeof *m->lens);
+	m->vals = st_calloc(m->cap, sizeof *m->vals);
+	return m->keys && m->lens && m->vals ? ST_OK : ST_FAIL;
+}
+
+static void smap_put(struct str_map *m, const char *k, size_t n, uint32_t v)
+{
+	for (size_t i = fnv(k, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1))
+		if (!m->keys[i] || (m->lens[i] == n && !memcmp(m->keys[i], k, n))) {
+			m->keys[i] = k;
+			m->lens[i] = n;
+			m->vals[i] = v;
+			return;
+		}
+}
+
+static int smap_get(const struct str_map *m, const char *k, size_t n)
+{
+	for (size_t i = fnv(k, n) & (m->cap - 1); m->keys[i]; i = (i + 1) & (m->cap - 1))
+		if (m->lens[i] == n && !memcmp(m->keys[i], k, n))
+			return (int)m->vals[i];
+	return -1;
+}
+
+/* (left id, right id) -> (rank, merged id) */
+struct pair_map {
+	uint64_t *keys; /* (a << 32 | b) + 1; 0 = empty */
+	uint32_t *rank, *merged;
+	size_t cap;
+};
+
+static int pmap_init(struct pair_map *m, size_t n)
+{
+	m->cap = 16;
+	while (m->cap < 2 * n + 16)
+		m->cap *= 2;
+	m->keys = st_calloc(m->cap, sizeof *m->keys);
+	m->rank = st_calloc(m->cap, sizeof *m->rank);
+	m->merged = st_calloc(m->cap, sizeof *m->merged);
+	return m->keys && m->rank && m->merged ? ST_OK : ST_FAIL;
+}
+
+static size_t pmap_slot(const struct pair_map *m, uint64_t key)
+{
+	size_t i = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & (m->cap - 1);
+	while (m->keys[i] && m->keys[i] != key)
+		i = (i + 1) & (m->cap - 1);
+	return i;
+}
+
+/* ---- the tokenizer -------------------------------------------------------- */
+
+struct added {
+	const char *content;
+	size_t len;
+	uint32_t id;
+};
+
+struct st_bpe {
+	cJSON *json;             /* owns the vocabulary strings */
+	int n_vocab;
+	char **raw;              /* per id: its bytes (decoded alphabet, or an added token's text) */
+	size_t *raw_len;
+	struct str_map vocab;
+	struct pair_map merges;
+	struct added *added;
+	int n_added;
+	int added_first[257];    /* added tokens sorted by first byte: [first[c], first[c+1]) */
+	int byte_id[256];        /* id of each byte's single-character token */
+	char byte_char[256][3];  /* GPT-2's alphabet: each byte as a printable character (UTF-8) */
+	int byte_char_len[256];
+	int ignore_merges, add_prefix_space;
+	pcre2_code *re;
+};
+
+/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
+ * the rest for 256, 257, ... in byte order. */
+static void byte_alphabet(struct st_bpe *b, int cp_to_byte[512])
+{
+	int n = 0;
+	for (int c = 0; c < 512; c++)
+		cp_to_byte[c] = -1;
+	for (int x = 0; x < 256; x++) {
+		int printable = (x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || (x >= 0xae);
+		int cp = printable ? x : 256 + n++;
+		cp_to_byte[cp] = x;
+		if (cp < 0x80) {
+			b->byte_char[x][0] = (char)cp;
+			b->byte_char_len[x] = 1;
+		} else {
+			b->byte_char[x][0] = (char)(0xc0 | (cp >> 6));
+			b->byte_char[x][1] = (char)(0x80 | (cp & 0x3f));
+			b->byte_char_len[x] = 2;
+		}
+	}
+}
+
+/* A vocabulary string in GPT-2's alphabet back to bytes; -1 if it is not. */
+static long unmap(const char *s, size_t n, const int cp_to_byte[512], char *out)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n;) {
+		unsigned c = (unsigned char)s[i];
+		unsigned cp;
+		if (c < 0x80) {
+			cp = c;
+			i++;
+		} else if ((c & 0xe0) == 0xc0 && i + 1 < n) {
+			cp = ((c & 0x1f) << 6) | ((unsigned char)s[i + 1] & 0x3f);
+			i += 2;
+		} else {
+			return -1;
+		}
+		if (cp >= 512 || cp_to_byte[cp] < 0)
+			return -1;
+		out[k++] = (char)cp_to_byte[cp];
+	}
+	return (long)k;
+}
+
+static int cmp_added(const void *a, const void *b)
+{
+	const struct added *x = a, *y = b;
+	unsigned cx = x->len ? (unsigned char)x->content[0] : 0;
+	unsigned cy = y->len ? (unsigned char)y->content[0] : 0;
+	if (cx != cy)
+		return cx < cy ? -1 : 1;
+	return x->len > y->len ? -1 : x->len < y->len; /* longest first */
+}
+
+static int compile_re(struct st_bpe *b, const char *pattern, const char *path)
+{
+	int err;
+	PCRE2_SIZE off;
+	b->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+			      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
+	if (!b->re) {
+		PCRE2_UCHAR msg[256];
+		pcre2_get_error_message(err, msg, sizeof msg);
+		ST_ERROR("the tokenizer's pre-tokenizer pattern must be a PCRE-compatible regex",
+			 "%s: cannot compile the pre-tokenizer regex at offset %zu: %s", path, (size_t)off,
+			 (char *)msg);
+		return ST_FAIL;
+	}
+	pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE); /* faster where available; optional */
+	return ST_OK;
+}
+
+static int is_true(const cJSON *o, const char *key, int def)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
+}
+
+static const char *type_of(const cJSON *o)
+{
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
+	return cJSON_IsString(t) ? t->valuestring : "?";
+}
+
+static int load_pre_tokenizer(struct st_bpe *b, const cJSON *pt, const char *path)
+{
+	const char *hint = "strata reads byte-level BPE tokenizers (GPT-2, LLaMA-3, Qwen, SmolLM "
+			   "style)";
+	ST_CHECK(cJSON_IsObject(pt), hint, "%s: no pre_tokenizer", path);
+	if (!strcmp(type_of(pt), "ByteLevel")) {
+		b->add_prefix_space = is_true(pt, "add_prefix_space", 0);
+		ST_CHECK(is_true(pt, "use_regex", 1), hint,
+			 "%s: a ByteLevel pre-tokenizer without a regex and without a Split", path);
+		return compile_re(b, GPT2_PATTERN, path);
+	}
+	ST_CHECK(!strcmp(type_of(pt), "Sequence"), hint, "%s: unsupported pre_tokenizer %s", path,
+		 type_of(pt));
+	const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
+	const cJSON *split = cJSON_GetArrayItem(seq, 0), *bl = cJSON_GetArrayItem(seq, 1);
+	ST_CHECK(cJSON_GetArraySize(seq) == 2 && !strcmp(type_of(split), "Split") &&
+			 !strcmp(type_of(bl), "ByteLevel") && !is_true(bl, "use_regex", 1),
+		 hint, "%s: unsupported pre_tokenizer sequence (expected Split, then ByteLevel "
+		       "without a regex)", path);
+	const cJSON *behavior = cJSON_GetObjectItemCaseSensitive(split, "behavior");
+	ST_CHECK(cJSON_IsString(behavior) && !strcmp(behavior->valuestring, "Isolated") &&
+			 !is_true(split, "invert", 0),
+		 hint, "%s: unsupported Split behavior (only Isolated, not inverted)", path);
+	const cJSON *pat = cJSON_GetObjectItemCaseSensitive(split, "pattern");
+	const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+	ST_CHECK(cJSON_IsString(re), hint, "%s: the Split pattern is not a regex", path);
+	b->add_prefix_space = is_true(bl, "add_prefix_space", 0);
+	return compile_re(b, re->valuestring, path);
+}
+
+int bpe_load(struct st_bpe **out, const char *path)
+{
+	*out = NULL;
+	char *text = NULL;
+	size_t len;
+	ST_TRY(fs_read_file(path, &text, &len));
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	free(text);
+	ST_CHECK(root, "give the tokenizer.json of a Hugging Face model", "%s: not valid JSON", path);
+	struct st_bpe *b = st_calloc(1, sizeof *b);
+	if (!b) {
+		cJSON_Delete(root);
+		return ST_FAIL;
+	}
+	b->json = root;
+	*out = b;
+	const char *hint = "strata reads byte-level BPE tokenizers (GPT-2, LLaMA-3, Qwen, SmolLM style)";
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+	int rc = ST_OK;
+	if (!cJSON_IsObject(model) || strcmp(type_of(model), "BPE") || !cJSON_IsObject(vocab) ||
+	    !cJSON_IsArray(merges)) {
+		ST_ERROR(hint, "%s: the model is not a BPE model with a vocab and merges (type %s)", path,
+			 cJSON_IsObject(model) ? type_of(model) : "missing");
+		rc = ST_FAIL;
+	} else if (norm && !cJSON_IsNull(norm)) {
+		ST_ERROR(hint, "%s: normalizer %s is not supported", path, type_of(norm));
+		rc = ST_FAIL;
+	} else if (is_true(model, "byte_fallback", 0)) {
+		ST_ERROR(hint, "%s: byte_fallback (SentencePiece-style BPE) is not supported", path);
+		rc = ST_FAIL;
+	}
+	if (rc != ST_OK) {
+		bpe_free(b);
+		*out = NULL;
+		return rc;
+	}
+	b->ignore_merges = is_true(model, "ignore_merges", 0);
+	if (load_pre_tokenizer(b, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), path) !=
+	    ST_OK)
+		goto fail;
+
+	/* ids: the vocabulary's and the added tokens' */
+	int max_id = -1;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, vocab)
+	{
+		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e8) {
+			ST_ERROR(hint, "%s: vocab entry '%s' has no valid id", path, it->string);
+			goto fail;
+		}
+		if ((int)it->valuedouble > max_id)
+			max_id = (int)it->valuedouble;
+	}
+	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+	cJSON_ArrayForEach(it, added)
+	{
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+		const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 1e8 ||
+		    !cJSON_IsString(content) || !*content->valuestring) {
+			ST_ERROR(hint, "%s: an added token without an id or content", path);
+			goto fail;
+		}
+		if ((int)id->valuedouble > max_id)
+			max_id = (int)id->valuedouble;
+		b->n_added++;
+	}
+	b->n_vocab = max_id + 1;
+	b->raw = st_calloc((size_t)b->n_vocab, sizeof *b->raw);
+	b->raw_len = st_calloc((size_t)b->n_vocab, sizeof *b->raw_len);
+	b->added = st_calloc((size_t)(b->n_added + 1), sizeof *b->added);
+	if (!b->raw || !b->raw_len || !b->added ||
+	    smap_init(&b->vocab, (size_t)cJSON_GetArraySize(vocab)) != ST_OK ||
+	    pmap_init(&b->merges, (size_t)cJSON_GetArraySize(merges)) != ST_OK)
+		goto fail;
+	int cp_to_byte[512];
+	byte_alphabet(b, cp_to_byte);
+	cJSON_ArrayForEach(it, vocab)
+	{
+		const size_t n = strlen(it->string);
+		const int id = (int)it->valuedouble;
+		char *raw = st_malloc(n + 1);
+		if (!raw)
+			goto fail;
+		long k = unmap(it->string, n, cp_to_byte, raw);
+		if (k < 0) {
+			free(raw);
+			ST_ERROR(hint, "%s: vocab entry '%s' is not in the byte-level alphabet", path,
+				 it->string);
+			goto fail;
+		}
+		free(b->raw[id]);
+		b->raw[id] = raw;
+		b->raw_len[id] = (size_t)k;
+		smap_put(&b->vocab, it->string, n, (uint32_t)id);
+	}
+	for (int x = 0; x < 256; x++) {
+		b->byte_id[x] = smap_get(&b->vocab, b->byte_char[x], (size_t)b->byte_char_len[x]);
+		if (b->byte_id[x] < 0) {
+			ST_ERROR(hint, "%s: byte 0x%02x has no token (not a byte-level vocabulary)", path, x);
+			goto fail;
+		}
+	}
+	int rank = 0;
+	cJSON_ArrayForEach(it, merges)
+	{
+		/* "a b" (older files) or ["a", "b"] */
+		char buf[1024];
+		const char *l, *r;
+		size_t ln, rn;
+		if (cJSON_IsString(it)) {
+			const char *sp = strchr(it->valuestring, ' ');
+			if (!sp) {
+				ST_ERROR(hint, "%s: merge %d ('%s') is not two tokens", path, rank,
+					 it->valuestring);
+				goto fail;
+			}
+			l = it->valuestring;
+			ln = (size_t)(sp - l);
+			r = sp + 1;
+			rn = strlen(r);
+		} else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 &&
+			   cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+			   cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+			l = cJSON_GetArrayItem(it, 0)->valuestring;
+			r = cJSON_GetArrayItem(it, 1)->valuestring;
+			ln = strlen(l);
+			rn = strlen(r);
+		} else {
+			ST_ERROR(hint, "%s: merge %d is neither \"a b\" nor [a, b]", path, rank);
+			goto fail;
+		}
+		int a = smap_get(&b->vocab, l, ln), c = smap_get(&b->vocab, r, rn), m = -1;
+		if (ln + rn < sizeof buf) {
+			memcpy(buf, l, ln);
+			memcpy(buf + ln, r, rn);
+			m = smap_get(&b->vocab, buf, ln + rn);
+		}
+		if (a < 0 || c < 0 || m < 0) {
+			ST_ERROR(hint, "%s: merge %d (%.*s + %.*s) names tokens not in the vocabulary",
+				 path, rank, (int)ln, l, (int)rn, r);
+			goto fail;
+		}
+		uint64_t key = (((uint64_t)a << 32) | (uint32_t)c) + 1;
+		size_t slot = pmap_slot(&b->merges, key);
+		if (!b->merges.keys[slot]) { /* the first (lowest) rank of a pair wins */
+			b->merges.keys[slot] = key;
+			b->merges.rank[slot] = (uint32_t)rank;
+			b->merges.merged[slot] = (uint32_t)m;
+		}
+		rank++;
+	}
+	int k = 0;
+	cJSON_ArrayForEach(it, added)
+	{
+		const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
+		const int id = (int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
+		b->added[k++] = (struct added){content, strlen(content), (uint32_t)id};
+		free(b->raw[id]);
+		b->raw[id] = strdup(content);
+		b->raw_len[id] = strlen(content);
+		if (!b->raw[id])
+			goto fail;
+	}
+	qsort(b->added, (size_t)b->n_added, sizeof *b->added, cmp_added);
+	for (int c = 0, i = 0; c <= 256; c++) {
+		while (i < b->n_added && (unsigned char)b->added[i].content[0] < c)
+			i++;
+		b->added_first[c] = i;
+	}
+	return ST_OK;
+fail:
+	bpe_free(b);
+	*out = NULL;
+	return ST_FAIL;
+}
+
+void bpe_free(struct st_bpe *b)
+{
+	if (!b)
+		return;
+	for (int i = 0; b->raw && i < b->n_vocab; i++)
+		free(b->raw[i]);
+	free(b->raw);
+	free(b->raw_len);
+	free(b->added);
+	free(b->vocab.keys);
+	free(b->vocab.lens);
+	free(b->vocab.vals);
+	free(b->merges.keys);
+	free(b->merges.rank);
+	free(b->merges.merged);
+	if (b->re)
+		pcre2_code_free(b->re);
+	cJSON_Delete(b->json);
+	free(b);
+}
+
+int bpe_vocab_size(const struct st_bpe *b) { return b->n_vocab; }
+
+int bpe_token_id(const struct st_bpe *b, const char *content)
+{
+	for (int i = 0; i < b->n_added; i++)
+		if (!strcmp(b->added[i].content, content))
+			return (int)b->added[i].id;
+	return -1;
+}
+
+const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len)
+{
+	if (id >= (uint32_t)b->n_vocab || !b->raw[id])
+		return NULL;
+	*len = b->raw_len[id];
+	return b->raw[id];
+}
+
+/* One pre-tokenized piece: bytes -> ids, appended at out; returns the count.
+ * sym is scratch for n ids. */
+static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned char *p, size_t n,
+			   uint32_t *sym, char *mapped)
+{
+	if (!n)
+		return 0;
+	if (b->ignore_merges) { /* a piece that is a token stays one */
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			memcpy(mapped + k, b->byte_char[p[i]], (size_t)b->byte_char_len[p[i]]);
+			k += (size_t)b->byte_char_len[p[i]];
+		}
+		int id = smap_get(&b->vocab, mapped, k);
+		if (id >= 0) {
+			out[0] = (uint32_t)id;
+			return 1;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		sym[i] = (uint32_t)b->byte_id[p[i]];
+	size_t m = n;
+	for (;;) {
+		/* the lowest-ranked adjacent pair, leftmost on ties */
+		uint32_t best = UINT32_MAX, merged = 0;
+		size_t at = 0;
+		for (size_t i = 0; i + 1 < m; i++) {
+			uint64_t key = (((uint64_t)sym[i] << 32) | sym[i + 1]) + 1;
+			size_t slot = pmap_slot(&b->merges, key);
+			if (b->merges.keys[slot] && b->merges.rank[slot] < best) {
+				best = b->merges.rank[slot];
+				merged = b->merges.merged[slot];
+				at = i;
+			}
+		}
+		if (best == UINT32_MAX)
+			break;
+		sym[at] = merged;
+		memmove(sym + at + 1, sym + at + 2, (m - at - 2) * sizeof *sym);
+		m--;
+	}
+	memcpy(out, sym, m * sizeof *out);
+	return m;
+}
+
+/* A stretch of text with no added token: regex pieces (matches and the gaps
+ * between them, as Split's Isolated behavior keeps both), each through BPE. */
+static size_t encode_text(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
+			  pcre2_match_data *md, uint32_t *sym, char *mapped, char *prefixed)
+{
+	if (!len)
+		return 0;
+	if (b->add_prefix_space && text[0] != ' ') {
+		prefixed[0] = ' ';
+		memcpy(prefixed + 1, text, len);
+		text = prefixed;
+		len++;
+	}
+	size_t n = 0, pos = 0, prev = 0;
+	while (pos <= len) {
+		int rc = pcre2_match(b->re, (PCRE2_SPTR)text, len, pos, 0, md, NULL);
+		if (rc < 0)
+			break; /* no more matches (or unmatchable bytes): the rest is a gap */
+		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+		size_t s = ov[0], e = ov[1];
+		if (s > prev)
+			n += encode_piece(b, out + n, (const unsigned char *)text + prev, s - prev, sym,
+					  mapped);
+		if (e > s)
+			n += encode_piece(b, out + n, (const unsigned char *)text + s, e - s, sym, mapped);
+		prev = e;
+		if (e == s) { /* an empty match: step over one character */
+			pos = e + 1;
+			while (pos < len && ((unsigned char)text[pos] & 0xc0) == 0x80)
+				pos++;
+		} else {
+			pos = e;
+		}
+		if (pos >= len)
+			break;
+	}
+	if (prev < len)
+		n += encode_piece(b, out + n, (const unsigned char *)text + prev, len - prev, sym, mapped);
+	return n;
+}
+
+size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
+{
+	uint32_t *sym = st_malloc((len + 2) * sizeof *sym);
+	char *mapped = st_malloc(2 * (len + 2));
+	char *prefixed = st_malloc(len + 2);
+	pcre2_match_data *md = pcre2_match_data_create_from_pattern(b->re, NULL);
+	size_t n = 0;
+	if (!sym || !mapped || !prefixed || !md)
+		goto done;
+	/* added tokens first: at each position the longest one that matches */
+	size_t start = 0;
+	for (size_t i = 0; i < len;) {
+		const unsigned c = (unsigned char)text[i];
+		int hit = -1;
+		for (int k = b->added_first[c]; k < b->added_first[c + 1]; k++)
+			if (b->added[k].len <= len - i && !memcmp(text + i, b->added[k].content, b->added[k].len)) {
+				hit = k; /* sorted longest first */
+				break;
+			}
+		if (hit < 0) {
+			i++;
+			continue;
+		}
+		n += encode_text(b, out + n, text + start, i - start, md, sym, mapped, prefixed);
+		out[n++] = b->added[hit].id;
+		i += b->added[hit].len;
+		start = i;
+	}
+	n += encode_text(b, out + n, text + start, len - start, md, sym, mapped, prefixed);
+done:
+	free(sym);
+	free(mapped);
+	free(prefixed);
+	if (md)
+		pcre2_match_data_free(md);
+	return n;
+}
