@@ -397,6 +397,46 @@ Test(train, hf_tokenizer_end_to_end)
 	cr_expect(strstr(out, "And the lord"), "sample output lacks the prompt: %s", out);
 }
 
+/* Sharded weights (model-0000k-of-0000n.safetensors + index, as Hugging
+ * Face writes models above its shard size): init writes them, every command
+ * reads them, checkpoints are sharded by --shard-size and resume exactly;
+ * a broken index is a clear error. */
+Test(train, sharded_weights)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "shards");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s init --config %s/cfg.json --out %s/sharded --shard-size 40K && ls %s/sharded",
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "model-00001-of-") && strstr(out, "model.safetensors.index.json") &&
+			  !strstr(out, "model.safetensors\n"),
+		  "no sharded layout: %s", out);
+	/* the same weights as the single-file init: the same training, bit for bit */
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/sharded --data %s/data --out %s/a --steps 4 --ckpt-interval 2 --shard-size 40K " SMALL
+		    " && %s train --model %s/init --data %s/data --out %s/b --steps 4 --ckpt-interval 2 " SMALL
+		    " && %s train --resume %s/a/step-000002 --out %s/c --shard-size auto",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "ls %s/a/step-000002 %s/c/step-000004", dir, dir);
+	cr_expect(strstr(out, "model.safetensors.index.json") && strstr(out, "model.safetensors\n"),
+		  "the checkpoints are not sharded, then single, as asked: %s", out);
+	char a[512], b[512];
+	snprintf(a, sizeof a, "%s/b/step-000004", dir);
+	snprintf(b, sizeof b, "%s/c/step-000004", dir);
+	cu_expect_same_state(a, b, "resumed from a sharded checkpoint");
+	/* a broken index: a shard file missing, then an entry outside the dir */
+	rc = cu_run(out, sizeof out, "cp -r %s/sharded %s/broken && rm %s/broken/model-00002-of-*.safetensors && "
+		    "%s eval --model %s/broken --data %s/data", dir, dir, dir, cu_bin(), dir, dir);
+	expect_fail("missing shard", "model-00002-of-", rc);
+	rc = cu_run(out, sizeof out, "cp -r %s/sharded %s/broken2 && sed -i 's#model-00001-of#../model-00001-of#' "
+		    "%s/broken2/model.safetensors.index.json && %s eval --model %s/broken2 --data %s/data",
+		    dir, dir, dir, cu_bin(), dir, dir);
+	expect_fail("index entry outside the directory", "bad entry", rc);
+}
+
 Test(train, unwritable_out_and_existing_run)
 {
 	char dir[256];

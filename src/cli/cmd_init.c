@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/place.h"
 #include "engine/session.h"
 #include "io/fsutil.h"
 #include "store/store.h"
@@ -18,6 +19,7 @@ static void help(void)
 	       "  --max-seq N    override max_position_embeddings\n"
 	       "  --tied         tie the output projection to the embedding\n"
 	       "  --stable-embedding  LayerNorm after the embedding, Xavier init (for 8-bit optimizers)\n"
+	       "  --shard-size S write the weights as shards of at most S (e.g. 2G) with an index [5 GB]\n"
 	       "  --force        overwrite an existing model in DIR\n",
 	       config_preset_names());
 }
@@ -38,6 +40,8 @@ int cmd_init(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "max-seq", 0, &max_seq));
 	int tied = cli_has(&a, "tied"), force = cli_has(&a, "force");
 	int stable = cli_has(&a, "stable-embedding");
+	size_t shard = 0;
+	ST_TRY(parse_bytes(cli_get(&a, "shard-size", "auto"), &shard, "--shard-size"));
 	ST_TRY(cli_check_unused(&a, "init"));
 	ST_CHECK(out, "pass --out DIR", "strata init: no output directory (--out)");
 
@@ -53,14 +57,16 @@ int cmd_init(int argc, char **argv)
 		cfg.stable_embedding = 1;
 	ST_TRY(config_validate(&cfg));
 
-	char path[4096];
+	char path[4096], index[4096];
 	snprintf(path, sizeof path, "%s/model.safetensors", out);
-	ST_CHECK(force || !fs_exists(path), "pass --force to overwrite it, or choose another --out",
-		 "%s already holds a model", out);
+	snprintf(index, sizeof index, "%s/model.safetensors.index.json", out);
+	ST_CHECK(force || (!fs_exists(path) && !fs_exists(index)),
+		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
 	ST_TRY(fs_mkdir_p(out));
 	struct st_session s;
 	ST_TRY(session_create(&s, ops_cpu(), &cfg, 0));
 	session_init_random(&s, (unsigned long)seed);
+	s.shard_bytes = shard;
 	int rc = session_save_model(&s, out);
 	if (rc == ST_OK) {
 		char b[32];

@@ -76,19 +76,19 @@ int session_create(struct st_session *s, const struct st_ops *ops, const struct 
 	return session_alloc(s, NULL, with_grads);
 }
 
-int session_load_weights(struct st_session *s, const char *path)
+int session_load_weights(struct st_session *s, const char *dir)
 {
-	struct st_safetensors sf;
-	ST_TRY(safetensors_open(&sf, path));
+	struct st_weight_files wf;
+	ST_TRY(weights_open(&wf, dir));
 	int rc = ST_OK;
 	for (int u = 0; u < s->model.n_units && rc == ST_OK; u++) {
 		float *w = store_acquire(&s->store, u, ST_SLAB_W);
-		rc = model_load_unit(&s->model, &sf, u, w);
+		rc = model_load_unit(&s->model, &wf, u, w);
 		store_release(&s->store, u, ST_SLAB_W, 1);
 	}
 	if (rc == ST_OK)
-		rc = model_check_extra(&s->model, &sf);
-	safetensors_close(&sf);
+		rc = model_check_extra(&s->model, &wf);
+	weights_close(&wf);
 	if (rc == ST_OK)
 		rc = store_ok(&s->store);
 	return rc;
@@ -101,8 +101,7 @@ int session_open(struct st_session *s, const struct st_ops *ops, const char *dir
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	ST_TRY(config_load(&cfg, path));
 	ST_TRY(session_create(s, ops, &cfg, with_grads));
-	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	return session_load_weights(s, path);
+	return session_load_weights(s, dir);
 }
 
 void session_init_random(struct st_session *s, unsigned long seed)
@@ -143,8 +142,9 @@ int session_save_model(struct st_session *s, const char *dir)
 	char path[4096];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	ST_TRY(config_save(&s->model.cfg, path));
-	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	ST_TRY(model_save_weights_from(&s->model, path, weights_get, weights_put, s));
+	ST_TRY(model_save_weights_dir(&s->model, dir, s->shard_bytes ? s->shard_bytes
+								  : ST_DEFAULT_SHARD_BYTES,
+				      weights_get, weights_put, s));
 	return store_ok(&s->store);
 }
 

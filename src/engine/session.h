@@ -17,6 +17,7 @@ struct st_session {
 	struct st_exec exec;
 	int exec_ready;
 	float **w;  /* per-unit W slab pointers where resident (NULL where staged) */
+	size_t shard_bytes; /* saving: weight files above this are sharded (0: 5 GB) */
 };
 
 /* Choose the backend ("cpu", "cuda", "auto") and set the thread count
@@ -36,16 +37,17 @@ int session_create(struct st_session *s, const struct st_ops *ops, const struct 
 int session_build(struct st_session *s, const struct st_ops *ops, const struct st_config *cfg,
 		  const size_t budgets[ST_TIER__COUNT]);
 int session_alloc(struct st_session *s, const struct st_place *pl, int with_grads);
-/* Load model.safetensors into the W slabs, a unit at a time (after
- * store_start when slabs are staged). */
-int session_load_weights(struct st_session *s, const char *path);
+/* Load a model directory's weights (model.safetensors or its shards) into
+ * the W slabs, a unit at a time (after store_start when slabs are staged). */
+int session_load_weights(struct st_session *s, const char *dir);
 /* Open a HF model directory: config.json + model.safetensors. */
 int session_open(struct st_session *s, const struct st_ops *ops, const char *dir, int with_grads);
 /* Random init of every unit (deterministic in seed). */
 void session_init_random(struct st_session *s, unsigned long seed);
 /* Allocate the executor for micro-batches of b x t (once). */
 int session_exec(struct st_session *s, int b, int t);
-/* Write config.json + model.safetensors into dir (which must exist). */
+/* Write config.json + model.safetensors (sharded above shard_bytes) into
+ * dir (which must exist). */
 int session_save_model(struct st_session *s, const char *dir);
 void session_close(struct st_session *s);
 

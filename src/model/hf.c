@@ -1,53 +1,153 @@
-/* Hugging Face LLaMA weights: model.safetensors in and out, with HF parameter
- * names and (out,in) layout, straight into / out of the units' W slabs. */
+/* Hugging Face LLaMA weights: model.safetensors (or its shards) in and out,
+ * with HF parameter names and (out,in) layout, straight into / out of the
+ * units' W slabs. */
+#include <cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "io/fsutil.h"
 #include "io/safetensors.h"
 #include "model/hf.h"
 #include "util/check.h"
 
-int model_load_unit(const struct st_model *m, const struct st_safetensors *sf, int unit, float *w)
+#define INDEX_NAME "model.safetensors.index.json"
+
+void weights_close(struct st_weight_files *w)
 {
-	const struct st_unit *u = &m->units[unit];
-	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
-		const struct st_param *p = &m->params[i];
-		ST_TRY(safetensors_load_f32(sf, p->name, p->ndim, p->shape, w + p->offset));
-	}
-	return ST_OK;
+	for (int i = 0; w->sf && i < w->n; i++)
+		safetensors_close(&w->sf[i]);
+	free(w->sf);
+	w->sf = NULL;
+	w->n = 0;
 }
 
-int model_check_extra(const struct st_model *m, const struct st_safetensors *sf)
+/* The shard files an index names, each once, in order of first mention. */
+static int open_index(struct st_weight_files *w, const char *dir, const char *index)
 {
-	/* Tensors the model does not use: a tied model may still carry lm_head;
-	 * anything else means the file and config.json disagree. */
-	for (int i = 0; i < sf->n; i++) {
-		const char *name = sf->tensors[i].name;
-		if (model_find_param(m, name) || (m->cfg.tied && !strcmp(name, "lm_head.weight")) ||
-		    strstr(name, "rotary_emb.inv_freq"))
+	char *text = NULL;
+	size_t len = 0;
+	ST_TRY(fs_read_file(index, &text, &len));
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	free(text);
+	const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+	if (!cJSON_IsObject(map) || !cJSON_GetArraySize(map)) {
+		cJSON_Delete(root);
+		ST_ERROR("the index must be {\"weight_map\": {tensor: file, ...}}",
+			 "%s: not a safetensors index (no weight_map)", index);
+		return ST_FAIL;
+	}
+	const int cap = cJSON_GetArraySize(map);
+	char **files = st_calloc((size_t)cap, sizeof *files);
+	w->sf = st_calloc((size_t)cap, sizeof *w->sf);
+	int rc = files && w->sf ? ST_OK : ST_FAIL;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, map)
+	{
+		if (rc != ST_OK)
+			break;
+		if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
+			ST_ERROR("the index must map tensor names to files in the same directory",
+				 "%s: bad entry for '%s'", index, it->string);
+			rc = ST_FAIL;
+			break;
+		}
+		int seen = 0;
+		for (int i = 0; i < w->n && !seen; i++)
+			seen = !strcmp(files[i], it->valuestring);
+		if (seen)
 			continue;
-		ST_ERROR("check that config.json belongs to these weights",
-			 "%s: tensor '%s' is not part of the configured model", sf->path, name);
+		files[w->n] = it->valuestring;
+		char path[2200];
+		snprintf(path, sizeof path, "%s/%s", dir, it->valuestring);
+		rc = safetensors_open(&w->sf[w->n], path);
+		if (rc == ST_OK)
+			w->n++;
+	}
+	free(files);
+	cJSON_Delete(root);
+	return rc;
+}
+
+int weights_open(struct st_weight_files *w, const char *dir)
+{
+	memset(w, 0, sizeof *w);
+	snprintf(w->dir, sizeof w->dir, "%s", dir);
+	char path[2200];
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	if (fs_exists(path)) {
+		w->sf = st_calloc(1, sizeof *w->sf);
+		if (!w->sf)
+			return ST_FAIL;
+		ST_TRY(safetensors_open(&w->sf[0], path));
+		w->n = 1;
+		return ST_OK;
+	}
+	snprintf(path, sizeof path, "%s/" INDEX_NAME, dir);
+	ST_CHECK(fs_exists(path), "give a Hugging Face model directory (or create one with strata init)",
+		 "%s has neither model.safetensors nor " INDEX_NAME, dir);
+	if (open_index(w, dir, path) != ST_OK) {
+		weights_close(w);
 		return ST_FAIL;
 	}
 	return ST_OK;
 }
 
+int model_load_unit(const struct st_model *m, const struct st_weight_files *wf, int unit, float *w)
+{
+	const struct st_unit *u = &m->units[unit];
+	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		int f = 0;
+		while (f < wf->n && !safetensors_find(&wf->sf[f], p->name))
+			f++;
+		ST_CHECK(f < wf->n, "check that config.json belongs to these weights",
+			 "%s: tensor '%s' is missing from the model's weight files", wf->dir, p->name);
+		ST_TRY(safetensors_load_f32(&wf->sf[f], p->name, p->ndim, p->shape, w + p->offset));
+	}
+	return ST_OK;
+}
+
+int model_check_extra(const struct st_model *m, const struct st_weight_files *wf)
+{
+	/* Tensors the model does not use: a tied model may still carry lm_head;
+	 * anything else means the files and config.json disagree. */
+	for (int f = 0; f < wf->n; f++)
+		for (int i = 0; i < wf->sf[f].n; i++) {
+			const char *name = wf->sf[f].tensors[i].name;
+			if (model_find_param(m, name) || (m->cfg.tied && !strcmp(name, "lm_head.weight")) ||
+			    strstr(name, "rotary_emb.inv_freq"))
+				continue;
+			ST_ERROR("check that config.json belongs to these weights",
+				 "%s: tensor '%s' is not part of the configured model", wf->sf[f].path, name);
+			return ST_FAIL;
+		}
+	return ST_OK;
+}
+
 int model_load_weights(const struct st_model *m, float *const *unit_w, const char *path)
 {
-	struct st_safetensors sf;
-	ST_TRY(safetensors_open(&sf, path));
-	int rc = ST_OK;
-	for (int u = 0; u < m->n_units && rc == ST_OK; u++)
-		rc = model_load_unit(m, &sf, u, unit_w[u]);
+	struct st_weight_files wf = {0};
+	wf.sf = st_calloc(1, sizeof *wf.sf);
+	if (!wf.sf)
+		return ST_FAIL;
+	snprintf(wf.dir, sizeof wf.dir, "%s", path);
+	int rc = safetensors_open(&wf.sf[0], path);
 	if (rc == ST_OK)
-		rc = model_check_extra(m, &sf);
-	safetensors_close(&sf);
+		wf.n = 1;
+	for (int u = 0; u < m->n_units && rc == ST_OK; u++)
+		rc = model_load_unit(m, &wf, u, unit_w[u]);
+	if (rc == ST_OK)
+		rc = model_check_extra(m, &wf);
+	weights_close(&wf);
 	return rc;
 }
 
+/* One file's tensors: params [first, first + n), fetched a unit at a time. */
 struct unit_source {
 	const struct st_model *m;
+	int first;
 	const float *(*get)(void *ctx, int unit);
 	void (*put)(void *ctx, int unit);
 	void *ctx;
@@ -56,34 +156,94 @@ struct unit_source {
 static const void *param_get(void *ctx, int i)
 {
 	const struct unit_source *us = ctx;
-	const struct st_param *p = &us->m->params[i];
+	const struct st_param *p = &us->m->params[us->first + i];
 	return us->get(us->ctx, p->unit) + p->offset;
 }
 
 static void param_put(void *ctx, int i)
 {
 	const struct unit_source *us = ctx;
-	us->put(us->ctx, us->m->params[i].unit);
+	us->put(us->ctx, us->m->params[us->first + i].unit);
 }
 
-int model_save_weights_from(const struct st_model *m, const char *path,
-			    const float *(*get)(void *ctx, int unit),
-			    void (*put)(void *ctx, int unit), void *ctx)
+static int save_file(const struct st_model *m, const char *path, int first, int n,
+		     const float *(*get)(void *ctx, int unit), void (*put)(void *ctx, int unit),
+		     void *ctx)
 {
-	struct st_tensor_out *t = st_calloc((size_t)m->n_params, sizeof *t);
+	struct st_tensor_out *t = st_calloc((size_t)(n > 0 ? n : 1), sizeof *t);
 	if (!t)
 		return ST_FAIL;
-	for (int i = 0; i < m->n_params; i++) {
-		const struct st_param *p = &m->params[i];
+	for (int i = 0; i < n; i++) {
+		const struct st_param *p = &m->params[first + i];
 		t[i] = (struct st_tensor_out){.name = p->name, .dtype = ST_DT_F32, .ndim = p->ndim};
 		t[i].shape[0] = p->shape[0];
 		t[i].shape[1] = p->shape[1];
 	}
-	struct unit_source us = {m, get, put, ctx};
+	struct unit_source us = {m, first, get, put, ctx};
 	struct st_tensor_source src = {param_get, param_put, &us};
 	const char *meta[] = {"format", "pt"};
-	int rc = safetensors_write_from(path, t, m->n_params, meta, 1, &src);
+	int rc = safetensors_write_from(path, t, n, meta, 1, &src);
 	free(t);
+	return rc;
+}
+
+int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max_shard,
+			   const float *(*get)(void *ctx, int unit),
+			   void (*put)(void *ctx, int unit), void *ctx)
+{
+	char path[2200], index[2200];
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	snprintf(index, sizeof index, "%s/" INDEX_NAME, dir);
+	/* shards: consecutive parameters, each shard at most max_shard bytes */
+	int *shard_of = st_calloc((size_t)m->n_params, sizeof *shard_of);
+	if (!shard_of)
+		return ST_FAIL;
+	int n_shards = 1;
+	size_t in_shard = 0, total = 0;
+	for (int i = 0; i < m->n_params; i++) {
+		size_t b = m->params[i].numel * sizeof(float);
+		if (max_shard && in_shard && in_shard + b > max_shard) {
+			n_shards++;
+			in_shard = 0;
+		}
+		in_shard += b;
+		total += b;
+		shard_of[i] = n_shards - 1;
+	}
+	int rc = ST_OK;
+	if (n_shards == 1) {
+		rc = save_file(m, path, 0, m->n_params, get, put, ctx);
+		if (rc == ST_OK)
+			unlink(index); /* a stale sharded layout must not shadow it */
+		free(shard_of);
+		return rc;
+	}
+	cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "metadata");
+	cJSON_AddNumberToObject(meta, "total_size", (double)total);
+	cJSON *map = cJSON_AddObjectToObject(root, "weight_map");
+	for (int s = 0, i = 0; s < n_shards && rc == ST_OK; s++) {
+		int first = i;
+		while (i < m->n_params && shard_of[i] == s)
+			i++;
+		char name[64];
+		snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		rc = save_file(m, path, first, i - first, get, put, ctx);
+		for (int k = first; k < i; k++)
+			cJSON_AddStringToObject(map, m->params[k].name, name);
+	}
+	char *text = rc == ST_OK ? cJSON_Print(root) : NULL;
+	if (rc == ST_OK && !text)
+		rc = ST_FAIL;
+	if (rc == ST_OK)
+		rc = fs_write_file_atomic(index, text, strlen(text));
+	if (rc == ST_OK) { /* the single-file layout would shadow the index */
+		snprintf(path, sizeof path, "%s/model.safetensors", dir);
+		unlink(path);
+	}
+	free(text);
+	cJSON_Delete(root);
+	free(shard_of);
 	return rc;
 }
 
@@ -92,5 +252,5 @@ static void array_put(void *ctx, int unit) { (void)ctx, (void)unit; }
 
 int model_save_weights(const struct st_model *m, const float *const *unit_w, const char *path)
 {
-	return model_save_weights_from(m, path, array_get, array_put, (void *)unit_w);
+	return save_file(m, path, 0, m->n_params, array_get, array_put, (void *)unit_w);
 }

@@ -11,16 +11,34 @@ int model_load_weights(const struct st_model *m, float *const *unit_w, const cha
 /* Write every parameter as F32 under its HF name (fsynced). */
 int model_save_weights(const struct st_model *m, const float *const *unit_w, const char *path);
 
-/* The same, a unit at a time, for weights that are not all in memory (the
- * store's staged slabs): the loader fills unit `unit`'s slab w from an open
- * file; model_check_extra rejects tensors the config does not explain; the
- * saver asks get(ctx, unit) for a unit's weights and calls put(ctx, unit)
- * when it is done with them. */
+/* A model directory's weight files: model.safetensors, or the shards that
+ * model.safetensors.index.json maps tensor names to (as Hugging Face writes
+ * models above its shard size). */
 struct st_safetensors;
-int model_load_unit(const struct st_model *m, const struct st_safetensors *sf, int unit, float *w);
-int model_check_extra(const struct st_model *m, const struct st_safetensors *sf);
-int model_save_weights_from(const struct st_model *m, const char *path,
-			    const float *(*get)(void *ctx, int unit),
-			    void (*put)(void *ctx, int unit), void *ctx);
+struct st_weight_files {
+	int n;
+	struct st_safetensors *sf;
+	char dir[1024];
+};
+int weights_open(struct st_weight_files *w, const char *dir);
+void weights_close(struct st_weight_files *w);
+
+/* The same, a unit at a time, for weights that are not all in memory (the
+ * store's staged slabs): the loader fills unit `unit`'s slab w; a tensor in
+ * no file is an error naming it; model_check_extra rejects tensors the config
+ * does not explain. */
+int model_load_unit(const struct st_model *m, const struct st_weight_files *wf, int unit, float *w);
+int model_check_extra(const struct st_model *m, const struct st_weight_files *wf);
+
+/* Write the weights into dir: one model.safetensors, or, when they pass
+ * max_shard bytes (0: never), model-0000k-of-0000n.safetensors shards of at
+ * most max_shard bytes each (a larger tensor alone) and
+ * model.safetensors.index.json, as Hugging Face's save_pretrained does; the
+ * other layout's files are removed. get(ctx, unit) gives a unit's weights,
+ * readable until put(ctx, unit). */
+#define ST_DEFAULT_SHARD_BYTES 5000000000ull /* Hugging Face's "5GB" */
+int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max_shard,
+			   const float *(*get)(void *ctx, int unit),
+			   void (*put)(void *ctx, int unit), void *ctx);
 
 #endif

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "io/fsutil.h"
+#include "engine/place.h"
 #include "io/safetensors.h"
 #include "model/hf.h"
 #include "trainer/trainer.h"
@@ -128,8 +129,10 @@ static int save_model(struct st_trainer *tr, const char *dir)
 	char path[4200];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	ST_TRY(config_save(&tr->s.model.cfg, path));
-	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	ST_TRY(model_save_weights_from(&tr->s.model, path, weights_get, weights_put, tr));
+	size_t shard;
+	ST_TRY(parse_bytes(tr->o.shard_size, &shard, "--shard-size"));
+	ST_TRY(model_save_weights_dir(&tr->s.model, dir, shard ? shard : ST_DEFAULT_SHARD_BYTES,
+				      weights_get, weights_put, tr));
 	mark_captured(&tr->ck, &tr->ck.w_done, tr->s.model.n_units);
 	return store_ok(&tr->s.store);
 }

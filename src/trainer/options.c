@@ -60,6 +60,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"prefetch", OT_INT, F(prefetch), "2", "units whose weights are fetched ahead of the one computing"},
 	{"io-block", OT_STR, F(io_block), "1M", "disk tier: stripe block and request size"},
 	{"io-depth", OT_INT, F(io_depth), "16", "disk tier: requests in flight per transfer"},
+	{"shard-size", OT_STR, F(shard_size), "auto", "checkpoints: model weights above this go into shards with an index (auto: 5 GB, as Hugging Face)"},
 };
 const int train_opt_count = sizeof train_opt_table / sizeof train_opt_table[0];
 

@@ -44,6 +44,7 @@ struct st_train_opts {
 	int prefetch;
 	char io_block[16];
 	int io_depth;
+	char shard_size[24];               /* checkpoints: weight files above it are sharded */
 };
 
 enum st_opt_type { OT_INT, OT_LONG, OT_DOUBLE, OT_STR, OT_BOOL };

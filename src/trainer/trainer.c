@@ -80,7 +80,7 @@ static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT],
 
 /* Decide every slab's home, allocate the slabs and the executor, start the
  * store (staging pools, disk tier) and load the weights. */
-static int setup_tiers(struct st_trainer *tr, const char *weights_path, int grads)
+static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 {
 	struct st_session *s = &tr->s;
 	const struct st_model *m = &s->model;
@@ -129,7 +129,7 @@ static int setup_tiers(struct st_trainer *tr, const char *weights_path, int grad
 	memcpy(oc.pool_slots, tr->place.pool_slots, sizeof oc.pool_slots);
 	ST_TRY(store_start(&s->store, &oc));
 	s->exec.prefetch = tr->o.prefetch;
-	return session_load_weights(s, weights_path);
+	return session_load_weights(s, model_dir);
 }
 
 static void wait_update(void *ctx, int unit)
@@ -220,8 +220,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 				  .seed = (uint64_t)tr->o.seed};
 	ST_TRY(optim_parse_kind(&oc.kind, tr->o.optimizer));
 	ST_TRY(optim_init(&tr->opt, &oc, m));
-	snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
-	ST_TRY(setup_tiers(tr, path, grads));
+	ST_TRY(setup_tiers(tr, model_dir, grads));
 	tr->grad_sumsq = st_calloc((size_t)m->n_units, sizeof *tr->grad_sumsq);
 	if (!tr->grad_sumsq)
 		return ST_FAIL;
