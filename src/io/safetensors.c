@@ -111,7 +111,7 @@ static float f32_from_bits(uint32_t b)
 
 /* IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Every value
  * is exactly representable in fp32, so this is exact. */
-static float f16_to_f32(uint16_t h)
+float f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
 	uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
@@ -131,7 +131,7 @@ static float f16_to_f32(uint16_t h)
 }
 
 /* bfloat16 is the top half of an fp32: exact for every value. */
-static float bf16_to_f32(uint16_t h)
+float bf16_to_f32(uint16_t h)
 {
 	return f32_from_bits((uint32_t)h << 16);
 }

@@ -48,6 +48,9 @@ struct st_tensor_out {
 };
 
 size_t dtype_size(enum st_dtype dt);
+/* Exact conversions of IEEE half and bfloat16 (also used by the GGUF reader). */
+float f16_to_f32(uint16_t h);
+float bf16_to_f32(uint16_t h);
 const char *dtype_name(enum st_dtype dt); /* "F32", "BF16", ... as in the format */
 int64_t tensor_numel(const struct st_tensor_info *t);
 

@@ -41,4 +41,11 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 			   const float *(*get)(void *ctx, int unit),
 			   void (*put)(void *ctx, int unit), void *ctx);
 
+/* Import a llama-architecture GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1
+ * tensors, dequantized; q/k rows un-permuted) as a Hugging Face directory:
+ * config.json, the weights (sharded above shard_bytes), and tokenizer.json
+ * from tokenizer.ggml.* when it is byte-level BPE. cfg_out (may be NULL)
+ * gets the model's configuration. */
+int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, struct st_config *cfg_out);
+
 #endif

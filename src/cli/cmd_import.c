@@ -1,0 +1,50 @@
+/* strata import: a llama.cpp GGUF file -> a Hugging Face LLaMA directory. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/place.h"
+#include "io/fsutil.h"
+#include "model/hf.h"
+#include "util/check.h"
+
+static void help(void)
+{
+	printf("usage: strata import --gguf FILE --out DIR [--shard-size S] [--force]\n\n"
+	       "Writes config.json, model.safetensors (or shards) and, for byte-level BPE\n"
+	       "tokenizers, tokenizer.json: a Hugging Face LLaMA directory that train,\n"
+	       "eval and sample read. Tensors F32, F16, BF16, Q8_0, Q4_0 and Q4_1 are\n"
+	       "dequantized to fp32; llama.cpp's q/k row permutation is undone.\n\n"
+	       "  --gguf FILE    a llama-architecture GGUF file\n"
+	       "  --out DIR      the model directory to write\n"
+	       "  --shard-size S shard the weights above S (e.g. 2G) [5 GB]\n"
+	       "  --force        overwrite a model already in DIR\n");
+}
+
+int cmd_import(int argc, char **argv)
+{
+	struct cli_args a;
+	ST_TRY(cli_parse(&a, argc, argv));
+	if (cli_has(&a, "help")) {
+		help();
+		return ST_OK;
+	}
+	const char *in = cli_get(&a, "gguf", NULL), *out = cli_get(&a, "out", NULL);
+	const int force = cli_has(&a, "force");
+	size_t shard = 0;
+	ST_TRY(parse_bytes(cli_get(&a, "shard-size", "auto"), &shard, "--shard-size"));
+	ST_TRY(cli_check_unused(&a, "import"));
+	ST_CHECK(in, "pass --gguf FILE", "strata import: no input (--gguf)");
+	ST_CHECK(out, "pass --out DIR", "strata import: no output directory (--out)");
+	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", out);
+	ST_CHECK(force || !fs_exists(path), "pass --force to overwrite it, or choose another --out",
+		 "%s already holds a model", out);
+	struct st_config cfg;
+	ST_TRY(gguf_import(in, out, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg));
+	printf("imported %s into %s: dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d%s, rope "
+	       "theta %g\n",
+	       in, out, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size,
+	       cfg.tied ? ", tied head" : "", cfg.rope_theta);
+	return ST_OK;
+}

@@ -1,0 +1,396 @@
+/* GGUF reader; see gguf.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/fsutil.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "util/check.h"
+
+#define GGUF_MAX_COUNT 10000000u /* tensors, keys, array elements: far above any model */
+
+static const size_t vsize[GGUF__NTYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+
+struct cursor {
+	const uint8_t *p, *end;
+	const char *path;
+	int ok;
+};
+
+static int need(struct cursor *c, size_t n, const char *what)
+{
+	if (c->ok && (size_t)(c->end - c->p) >= n)
+		return 1;
+	if (c->ok)
+		ST_ERROR("the file is truncated or not a GGUF file; download it again",
+			 "%s: %s runs past the end of the file", c->path, what);
+	c->ok = 0;
+	return 0;
+}
+
+static uint64_t rd(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t take(struct cursor *c, int n, const char *what)
+{
+	if (!need(c, (size_t)n, what))
+		return 0;
+	uint64_t v = rd(c->p, n);
+	c->p += n;
+	return v;
+}
+
+/* A string: u64 length, bytes. */
+static const char *take_str(struct cursor *c, size_t *len, const char *what)
+{
+	uint64_t n = take(c, 8, what);
+	if (!c->ok || !need(c, n, what))
+		return NULL;
+	const char *s = (const char *)c->p;
+	c->p += n;
+	*len = (size_t)n;
+	return s;
+}
+
+/* Step over one value of type t (recursing into arrays). */
+static void skip_value(struct cursor *c, uint32_t t, int depth)
+{
+	if (t >= GGUF__NTYPES || depth > 4) {
+		if (c->ok)
+			ST_ERROR("the file is damaged or from a newer GGUF version",
+				 "%s: unknown metadata value type %u", c->path, t);
+		c->ok = 0;
+		return;
+	}
+	if (t == GGUF_STRING) {
+		size_t n;
+		take_str(c, &n, "a metadata string");
+	} else if (t == GGUF_ARRAY) {
+		uint32_t et = (uint32_t)take(c, 4, "an array type");
+		uint64_t n = take(c, 8, "an array length");
+		if (c->ok && n > GGUF_MAX_COUNT) {
+			ST_ERROR("the file is damaged", "%s: an array of %llu elements", c->path,
+				 (unsigned long long)n);
+			c->ok = 0;
+		}
+		for (uint64_t i = 0; c->ok && i < n; i++)
+			skip_value(c, et, depth + 1);
+	} else {
+		if (need(c, vsize[t], "a metadata value"))
+			c->p += vsize[t];
+	}
+}
+
+static size_t type_bytes(uint32_t type, uint64_t numel, int *ok)
+{
+	*ok = 1;
+	switch (type) {
+	case GGML_F32: return numel * 4;
+	case GGML_F16:
+	case GGML_BF16: return numel * 2;
+	case GGML_Q8_0: return numel / 32 * 34;
+	case GGML_Q4_0: return numel / 32 * 18;
+	case GGML_Q4_1: return numel / 32 * 20;
+	default: *ok = 0; return 0;
+	}
+}
+
+static int cmp_offset(const void *a, const void *b)
+{
+	const struct st_gguf_tensor *x = *(const struct st_gguf_tensor *const *)a;
+	const struct st_gguf_tensor *y = *(const struct st_gguf_tensor *const *)b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int parse(struct st_gguf *g)
+{
+	struct cursor c = {g->map, g->map + g->size, g->path, 1};
+	ST_CHECK(g->size >= 24 && !memcmp(g->map, "GGUF", 4), "give a .gguf file",
+		 "%s is not a GGUF file (no GGUF magic)", g->path);
+	c.p += 4;
+	g->version = (uint32_t)take(&c, 4, "the version");
+	ST_CHECK(g->version == 2 || g->version == 3, "convert it with a current llama.cpp",
+		 "%s: GGUF version %u (strata reads versions 2 and 3)", g->path, g->version);
+	uint64_t nt = take(&c, 8, "the tensor count"), nk = take(&c, 8, "the key count");
+	ST_CHECK(nt <= GGUF_MAX_COUNT && nk <= GGUF_MAX_COUNT, "the file is damaged",
+		 "%s: %llu tensors and %llu keys are not plausible", g->path, (unsigned long long)nt,
+		 (unsigned long long)nk);
+	g->kv = st_calloc(nk + 1, sizeof *g->kv);
+	g->t = st_calloc(nt + 1, sizeof *g->t);
+	if (!g->kv || !g->t)
+		return ST_FAIL;
+	uint64_t alignment = 32;
+	for (uint64_t i = 0; i < nk && c.ok; i++) {
+		struct st_gguf_kv *kv = &g->kv[g->n_kv];
+		kv->key = take_str(&c, &kv->key_len, "a metadata key");
+		kv->type = (uint32_t)take(&c, 4, "a metadata type");
+		kv->value = c.p;
+		if (c.ok && kv->type == GGUF_ARRAY) {
+			const uint8_t *start = c.p;
+			kv->arr_type = (uint32_t)take(&c, 4, "an array type");
+			kv->arr_n = take(&c, 8, "an array length");
+			c.p = start;
+			if (c.ok && kv->arr_type == GGUF_STRING && kv->arr_n <= GGUF_MAX_COUNT) {
+				kv->strs = st_calloc(kv->arr_n + 1, sizeof *kv->strs);
+				if (!kv->strs)
+					return ST_FAIL;
+				struct cursor e = c;
+				e.p += 12;
+				for (uint64_t k = 0; k < kv->arr_n && e.ok; k++) {
+					kv->strs[k] = e.p;
+					size_t n;
+					take_str(&e, &n, "a string array element");
+				}
+			}
+		}
+		skip_value(&c, kv->type, 0);
+		if (!c.ok)
+			break;
+		g->n_kv++;
+		if (kv->key_len == 17 && !memcmp(kv->key, "general.alignment", 17) &&
+		    kv->type == GGUF_UINT32)
+			alignment = rd(kv->value, 4);
+	}
+	ST_CHECK(c.ok, NULL, "%s: cannot read the metadata", g->path);
+	ST_CHECK(alignment && alignment <= 65536 && !(alignment & (alignment - 1)), "the file is damaged",
+		 "%s: general.alignment %llu is not a power of two", g->path,
+		 (unsigned long long)alignment);
+	for (uint64_t i = 0; i < nt && c.ok; i++) {
+		struct st_gguf_tensor *t = &g->t[i];
+		size_t n;
+		const char *name = take_str(&c, &n, "a tensor name");
+		t->n_dims = (int)take(&c, 4, "a tensor's dimension count");
+		if (!c.ok)
+			break;
+		t->name = strndup(name, n);
+		ST_CHECK(t->name, NULL, "out of memory");
+		ST_CHECK(t->n_dims >= 1 && t->n_dims <= 4, "the file is damaged",
+			 "%s: tensor '%s' has %d dimensions", g->path, t->name, t->n_dims);
+		t->numel = 1;
+		for (int d = 0; d < t->n_dims; d++) {
+			t->ne[d] = take(&c, 8, "a tensor's dimensions");
+			ST_CHECK(c.ok && t->ne[d] > 0 && t->ne[d] < (1ull << 40) &&
+					 t->numel <= (1ull << 40) / t->ne[d],
+				 "the file is damaged", "%s: tensor '%s' has a bad dimension", g->path,
+				 t->name);
+			t->numel *= t->ne[d];
+		}
+		t->type = (uint32_t)take(&c, 4, "a tensor type");
+		t->offset = take(&c, 8, "a tensor offset");
+		if (!c.ok)
+			break;
+		int known;
+		t->bytes = type_bytes(t->type, t->numel, &known);
+		ST_CHECK(known, "convert the model to F16, BF16, Q8_0, Q4_0 or Q4_1 (llama-quantize)",
+			 "%s: tensor '%s' has ggml type %u, which strata cannot read", g->path, t->name,
+			 t->type);
+		ST_CHECK(t->type <= GGML_F16 || t->type == GGML_BF16 || t->ne[0] % 32 == 0,
+			 "the file is damaged", "%s: quantized tensor '%s' has rows of %llu (not blocks of 32)",
+			 g->path, t->name, (unsigned long long)t->ne[0]);
+		ST_CHECK(t->offset % alignment == 0, "the file is damaged",
+			 "%s: tensor '%s' is not aligned to %llu bytes", g->path, t->name,
+			 (unsigned long long)alignment);
+		g->n_tensors++;
+	}
+	ST_CHECK(c.ok, NULL, "%s: cannot read the tensor infos", g->path);
+	g->data_start = (size_t)((c.p - g->map + alignment - 1) / alignment * alignment);
+	/* every tensor inside the file, none overlapping */
+	struct st_gguf_tensor **by_off = st_calloc((size_t)g->n_tensors + 1, sizeof *by_off);
+	if (!by_off)
+		return ST_FAIL;
+	for (int i = 0; i < g->n_tensors; i++)
+		by_off[i] = &g->t[i];
+	qsort(by_off, (size_t)g->n_tensors, sizeof *by_off, cmp_offset);
+	int rc = ST_OK;
+	for (int i = 0; i < g->n_tensors && rc == ST_OK; i++) {
+		const struct st_gguf_tensor *t = by_off[i];
+		if (t->offset > g->size || g->data_start + t->offset + t->bytes > g->size) {
+			ST_ERROR("the file is truncated; download it again",
+				 "%s: tensor '%s' runs past the end of the file", g->path, t->name);
+			rc = ST_FAIL;
+		} else if (i && by_off[i - 1]->offset + by_off[i - 1]->bytes > t->offset) {
+			ST_ERROR("the file is damaged", "%s: tensors '%s' and '%s' overlap", g->path,
+				 by_off[i - 1]->name, t->name);
+			rc = ST_FAIL;
+		}
+	}
+	free(by_off);
+	return rc;
+}
+
+int gguf_open(struct st_gguf *g, const char *path)
+{
+	memset(g, 0, sizeof *g);
+	void *map = NULL;
+	ST_TRY(fs_map_file(path, "GGUF file", &map, &g->size));
+	g->map = map;
+	g->path = strdup(path);
+	if (!g->path || parse(g) != ST_OK) {
+		gguf_close(g);
+		return ST_FAIL;
+	}
+	return ST_OK;
+}
+
+void gguf_close(struct st_gguf *g)
+{
+	for (int i = 0; g->t && i < g->n_tensors; i++)
+		free(g->t[i].name);
+	for (int i = 0; g->kv && i < g->n_kv; i++)
+		free(g->kv[i].strs);
+	free(g->t);
+	free(g->kv);
+	fs_unmap_file((void *)g->map, g->size);
+	free(g->path);
+	memset(g, 0, sizeof *g);
+}
+
+const struct st_gguf_kv *gguf_kv(const struct st_gguf *g, const char *key)
+{
+	const size_t n = strlen(key);
+	for (int i = 0; i < g->n_kv; i++)
+		if (g->kv[i].key_len == n && !memcmp(g->kv[i].key, key, n))
+			return &g->kv[i];
+	return NULL;
+}
+
+const struct st_gguf_tensor *gguf_tensor(const struct st_gguf *g, const char *name)
+{
+	for (int i = 0; i < g->n_tensors; i++)
+		if (!strcmp(g->t[i].name, name))
+			return &g->t[i];
+	return NULL;
+}
+
+static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u)
+{
+	if (!kv)
+		return ST_FAIL;
+	const uint8_t *p = kv->value;
+	switch (kv->type) {
+	case GGUF_UINT8: case GGUF_BOOL: *u = p[0]; *f = (double)*u; return ST_OK;
+	case GGUF_UINT16: *u = rd(p, 2); *f = (double)*u; return ST_OK;
+	case GGUF_UINT32: *u = rd(p, 4); *f = (double)*u; return ST_OK;
+	case GGUF_UINT64: *u = rd(p, 8); *f = (double)*u; return ST_OK;
+	case GGUF_INT8: *f = (double)(int8_t)p[0]; break;
+	case GGUF_INT16: *f = (double)(int16_t)rd(p, 2); break;
+	case GGUF_INT32: *f = (double)(int32_t)rd(p, 4); break;
+	case GGUF_INT64: *f = (double)(int64_t)rd(p, 8); break;
+	case GGUF_FLOAT32: {
+		uint32_t b = (uint32_t)rd(p, 4);
+		float x;
+		memcpy(&x, &b, 4);
+		*f = x;
+		break;
+	}
+	case GGUF_FLOAT64: {
+		uint64_t b = rd(p, 8);
+		memcpy(f, &b, 8);
+		break;
+	}
+	default: return ST_FAIL;
+	}
+	*u = *f < 0 ? 0 : (uint64_t)*f;
+	return ST_OK;
+}
+
+int gguf_get_u64(const struct st_gguf *g, const char *key, uint64_t *out)
+{
+	double f;
+	return scalar(gguf_kv(g, key), &f, out);
+}
+
+int gguf_get_f64(const struct st_gguf *g, const char *key, double *out)
+{
+	uint64_t u;
+	return scalar(gguf_kv(g, key), out, &u);
+}
+
+const char *gguf_get_str(const struct st_gguf *g, const char *key, size_t *len)
+{
+	const struct st_gguf_kv *kv = gguf_kv(g, key);
+	if (!kv || kv->type != GGUF_STRING)
+		return NULL;
+	*len = (size_t)rd(kv->value, 8);
+	return (const char *)kv->value + 8;
+}
+
+const char *gguf_arr_str(const struct st_gguf_kv *kv, uint64_t i, size_t *len)
+{
+	if (!kv || !kv->strs || i >= kv->arr_n)
+		return NULL;
+	*len = (size_t)rd(kv->strs[i], 8);
+	return (const char *)kv->strs[i] + 8;
+}
+
+int64_t gguf_arr_int(const struct st_gguf_kv *kv, uint64_t i)
+{
+	if (!kv || kv->type != GGUF_ARRAY || i >= kv->arr_n || kv->arr_type >= GGUF__NTYPES ||
+	    !vsize[kv->arr_type] || kv->arr_type == GGUF_FLOAT32 || kv->arr_type == GGUF_FLOAT64)
+		return 0;
+	const size_t w = vsize[kv->arr_type];
+	uint64_t v = rd(kv->value + 12 + i * w, (int)w);
+	int signed_type = kv->arr_type == GGUF_INT8 || kv->arr_type == GGUF_INT16 ||
+			  kv->arr_type == GGUF_INT32 || kv->arr_type == GGUF_INT64;
+	if (signed_type && w < 8 && (v >> (8 * w - 1)))
+		v |= ~0ull << (8 * w); /* sign-extend */
+	return (int64_t)v;
+}
+
+/* ggml's dequantization, block by block of 32: Q8_0 = d * q; Q4_0 = d * (q
+ * - 8) with the low nibbles the first 16 values; Q4_1 = d * q + m. No fused
+ * multiply-add, so the values are ggml's (and the gguf package's) exactly. */
+__attribute__((optimize("fp-contract=off")))
+int gguf_read_f32(const struct st_gguf *g, const struct st_gguf_tensor *t, float *dst)
+{
+	const uint8_t *p = g->map + g->data_start + t->offset;
+	const uint64_t n = t->numel;
+	switch (t->type) {
+	case GGML_F32:
+		memcpy(dst, p, n * 4);
+		return ST_OK;
+	case GGML_F16:
+		for (uint64_t i = 0; i < n; i++)
+			dst[i] = f16_to_f32((uint16_t)rd(p + 2 * i, 2));
+		return ST_OK;
+	case GGML_BF16:
+		for (uint64_t i = 0; i < n; i++)
+			dst[i] = bf16_to_f32((uint16_t)rd(p + 2 * i, 2));
+		return ST_OK;
+	case GGML_Q8_0:
+		for (uint64_t b = 0; b < n / 32; b++, p += 34) {
+			const float d = f16_to_f32((uint16_t)rd(p, 2));
+			for (int i = 0; i < 32; i++)
+				dst[b * 32 + i] = d * (float)(int8_t)p[2 + i];
+		}
+		return ST_OK;
+	case GGML_Q4_0:
+		for (uint64_t b = 0; b < n / 32; b++, p += 18) {
+			const float d = f16_to_f32((uint16_t)rd(p, 2));
+			for (int i = 0; i < 16; i++) {
+				dst[b * 32 + i] = d * (float)((p[2 + i] & 0x0f) - 8);
+				dst[b * 32 + 16 + i] = d * (float)((p[2 + i] >> 4) - 8);
+			}
+		}
+		return ST_OK;
+	case GGML_Q4_1:
+		for (uint64_t b = 0; b < n / 32; b++, p += 20) {
+			const float d = f16_to_f32((uint16_t)rd(p, 2)), m = f16_to_f32((uint16_t)rd(p + 2, 2));
+			for (int i = 0; i < 16; i++) {
+				float lo = d * (float)(p[4 + i] & 0x0f), hi = d * (float)(p[4 + i] >> 4);
+				dst[b * 32 + i] = lo + m;
+				dst[b * 32 + 16 + i] = hi + m;
+			}
+		}
+		return ST_OK;
+	default:
+		ST_ERROR(NULL, "%s: tensor '%s' has an unreadable type %u", g->path, t->name, t->type);
+		return ST_FAIL;
+	}
+}

@@ -1,0 +1,299 @@
+/* GGUF import: a llama.cpp model file -> a Hugging Face LLaMA directory
+ * (config.json, model.safetensors or shards, tokenizer.json); see hf.h.
+ *
+ * llama.cpp's converter permutes the rows of q_proj and k_proj so that its
+ * RoPE can rotate adjacent pairs: per head, rows (j * hd/2 + i) of the
+ * Hugging Face matrix become rows (2i + j). Importing undoes it (k with the
+ * kv-head count), so the weights are the Hugging Face ones and strata's
+ * rotate_half RoPE applies unchanged. */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/fsutil.h"
+#include "io/gguf.h"
+#include "model/hf.h"
+#include "util/check.h"
+
+/* Hugging Face name -> GGUF name (out holds 128 bytes); 0 when unknown. */
+static int gguf_name(char *out, const char *hf)
+{
+	static const char *top[][2] = {{"model.embed_tokens.weight", "token_embd.weight"},
+				       {"model.norm.weight", "output_norm.weight"},
+				       {"lm_head.weight", "output.weight"}};
+	static const char *layer[][2] = {
+		{"input_layernorm.weight", "attn_norm.weight"}, {"self_attn.q_proj.weight", "attn_q.weight"},
+		{"self_attn.k_proj.weight", "attn_k.weight"},   {"self_attn.v_proj.weight", "attn_v.weight"},
+		{"self_attn.o_proj.weight", "attn_output.weight"},
+		{"post_attention_layernorm.weight", "ffn_norm.weight"},
+		{"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
+		{"mlp.down_proj.weight", "ffn_down.weight"}};
+	for (size_t i = 0; i < sizeof top / sizeof *top; i++)
+		if (!strcmp(hf, top[i][0])) {
+			snprintf(out, 128, "%s", top[i][1]);
+			return 1;
+		}
+	int l, n = 0;
+	if (sscanf(hf, "model.layers.%d.%n", &l, &n) == 1 && n > 0)
+		for (size_t i = 0; i < sizeof layer / sizeof *layer; i++)
+			if (!strcmp(hf + n, layer[i][0])) {
+				snprintf(out, 128, "blk.%d.%s", l, layer[i][1]);
+				return 1;
+			}
+	return 0;
+}
+
+static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
+{
+	size_t n;
+	const char *arch = gguf_get_str(g, "general.architecture", &n);
+	ST_CHECK(arch && n == 5 && !memcmp(arch, "llama", 5),
+		 "strata reads llama-architecture GGUF files (LLaMA, Mistral-style, SmolLM, ...)",
+		 "%s: unsupported architecture '%.*s'", g->path, arch ? (int)n : 7,
+		 arch ? arch : "missing");
+	memset(cfg, 0, sizeof *cfg);
+	uint64_t v;
+	double f;
+	const char *hint = "the file lacks llama.* metadata; convert it with a current llama.cpp";
+	ST_CHECK(gguf_get_u64(g, "llama.embedding_length", &v) == ST_OK, hint,
+		 "%s: no llama.embedding_length", g->path);
+	cfg->dim = (int)v;
+	ST_CHECK(gguf_get_u64(g, "llama.block_count", &v) == ST_OK, hint, "%s: no llama.block_count",
+		 g->path);
+	cfg->n_layers = (int)v;
+	ST_CHECK(gguf_get_u64(g, "llama.feed_forward_length", &v) == ST_OK, hint,
+		 "%s: no llama.feed_forward_length", g->path);
+	cfg->ffn_dim = (int)v;
+	ST_CHECK(gguf_get_u64(g, "llama.attention.head_count", &v) == ST_OK, hint,
+		 "%s: no llama.attention.head_count", g->path);
+	cfg->n_heads = (int)v;
+	cfg->n_kv_heads = gguf_get_u64(g, "llama.attention.head_count_kv", &v) == ST_OK ? (int)v
+											 : cfg->n_heads;
+	cfg->head_dim = gguf_get_u64(g, "llama.attention.key_length", &v) == ST_OK
+				? (int)v
+				: cfg->dim / (cfg->n_heads ? cfg->n_heads : 1);
+	cfg->max_seq = gguf_get_u64(g, "llama.context_length", &v) == ST_OK ? (int)v : 2048;
+	cfg->rope_theta = gguf_get_f64(g, "llama.rope.freq_base", &f) == ST_OK ? f : 10000.0;
+	cfg->norm_eps = gguf_get_f64(g, "llama.attention.layer_norm_rms_epsilon", &f) == ST_OK
+				? (float)f
+				: 1e-5f;
+	cfg->init_std = 0.02f;
+	const struct st_gguf_tensor *emb = gguf_tensor(g, "token_embd.weight");
+	ST_CHECK(emb && emb->n_dims == 2, "the file is not a complete llama model",
+		 "%s: no 2-D token_embd.weight tensor", g->path);
+	cfg->vocab_size = (int)emb->ne[1];
+	cfg->tied = gguf_tensor(g, "output.weight") == NULL;
+	cfg->bos_id = gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) == ST_OK ? (int)v : -1;
+	cfg->eos_id = gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v) == ST_OK ? (int)v : -1;
+	const char *scaling = gguf_get_str(g, "llama.rope.scaling.type", &n);
+	if (scaling && !(n == 4 && !memcmp(scaling, "none", 4)))
+		st_log_warn("%s: RoPE scaling '%.*s' is not implemented: the imported model uses plain "
+			    "RoPE (theta %g), which matches only within the original context length",
+			    g->path, (int)n, scaling, cfg->rope_theta);
+	return config_validate(cfg);
+}
+
+struct import_ctx {
+	const struct st_model *m;
+	const struct st_gguf *g;
+	float *buf;   /* one unit */
+	float *tmp;   /* one matrix, for the row permutation */
+};
+
+/* Undo llama.cpp's q/k row permutation: HF row h*hd + j*hd/2 + i is GGUF
+ * row h*hd + 2i + j. */
+static void unpermute(float *dst, const float *src, int n_head, int hd, int cols)
+{
+	for (int h = 0; h < n_head; h++)
+		for (int i = 0; i < hd / 2; i++)
+			for (int j = 0; j < 2; j++)
+				memcpy(dst + (size_t)(h * hd + j * hd / 2 + i) * cols,
+				       src + (size_t)(h * hd + 2 * i + j) * cols, (size_t)cols * sizeof *dst);
+}
+
+static const float *unit_get(void *ctx, int unit)
+{
+	struct import_ctx *c = ctx;
+	const struct st_unit *u = &c->m->units[unit];
+	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
+		const struct st_param *p = &c->m->params[i];
+		char name[128];
+		gguf_name(name, p->name); /* checked before saving */
+		const struct st_gguf_tensor *t = gguf_tensor(c->g, name);
+		float *w = c->buf + p->offset;
+		const int is_q = strstr(p->name, ".q_proj.") != NULL, is_k = strstr(p->name, ".k_proj.") != NULL;
+		gguf_read_f32(c->g, t, is_q || is_k ? c->tmp : w);
+		if (is_q || is_k)
+			unpermute(w, c->tmp, is_q ? c->m->cfg.n_heads : c->m->cfg.n_kv_heads,
+				  c->m->cfg.head_dim, (int)p->shape[1]);
+	}
+	return c->buf;
+}
+
+static void unit_put(void *ctx, int unit) { (void)ctx, (void)unit; }
+
+/* Every parameter present with the shape the config implies (GGUF lists
+ * dimensions innermost first: (in, out) for an (out, in) matrix). */
+static int check_tensors(const struct st_model *m, const struct st_gguf *g)
+{
+	for (int i = 0; i < m->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		char name[128];
+		ST_CHECK(gguf_name(name, p->name), NULL, "internal: no GGUF name for %s", p->name);
+		const struct st_gguf_tensor *t = gguf_tensor(g, name);
+		ST_CHECK(t, "the file is not a complete llama model", "%s: tensor '%s' (%s) is missing",
+			 g->path, name, p->name);
+		int ok = t->n_dims == p->ndim;
+		for (int d = 0; ok && d < p->ndim; d++)
+			ok = t->ne[d] == (uint64_t)p->shape[p->ndim - 1 - d];
+		ST_CHECK(ok, "the file's tensors disagree with its metadata",
+			 "%s: tensor '%s' has a shape that disagrees with the model's metadata", g->path, name);
+	}
+	return ST_OK;
+}
+
+/* tokenizer.ggml.* (model gpt2: byte-level BPE) -> tokenizer.json */
+static int write_tokenizer(const struct st_gguf *g, const char *dir)
+{
+	size_t n;
+	const char *model = gguf_get_str(g, "tokenizer.ggml.model", &n);
+	if (!model || !(n == 4 && !memcmp(model, "gpt2", 4))) {
+		st_log_warn("%s: tokenizer '%.*s' is not byte-level BPE: no tokenizer.json written (use "
+			    "the model's own tokenizer.json with --tokenizer)", g->path,
+			    model ? (int)n : 4, model ? model : "none");
+		return ST_OK;
+	}
+	const struct st_gguf_kv *tokens = gguf_kv(g, "tokenizer.ggml.tokens");
+	const struct st_gguf_kv *merges = gguf_kv(g, "tokenizer.ggml.merges");
+	const struct st_gguf_kv *types = gguf_kv(g, "tokenizer.ggml.token_type");
+	ST_CHECK(tokens && tokens->strs && merges && merges->strs, "the file's tokenizer is incomplete",
+		 "%s: tokenizer.ggml.tokens or .merges missing", g->path);
+	size_t pn = 0;
+	const char *pre = gguf_get_str(g, "tokenizer.ggml.pre", &pn);
+	char pre_name[64] = "default";
+	if (pre)
+		snprintf(pre_name, sizeof pre_name, "%.*s", (int)(pn < 63 ? pn : 63), pre);
+	const int llama3 = !strcmp(pre_name, "llama-bpe") || !strcmp(pre_name, "llama3") ||
+			   !strcmp(pre_name, "llama-v3");
+	ST_CHECK(llama3 || !strcmp(pre_name, "default") || !strcmp(pre_name, "gpt-2") ||
+			 !strcmp(pre_name, "gpt2"),
+		 "strata knows the llama-bpe and gpt-2 pre-tokenizers; give the model's tokenizer.json",
+		 "%s: pre-tokenizer '%s' is not supported", g->path, pre_name);
+	cJSON *root = cJSON_CreateObject();
+	cJSON_AddStringToObject(root, "version", "1.0");
+	cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+	cJSON_AddNullToObject(root, "normalizer");
+	cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
+	if (llama3) {
+		cJSON_AddStringToObject(pt, "type", "Sequence");
+		cJSON *seq = cJSON_AddArrayToObject(pt, "pretokenizers");
+		cJSON *split = cJSON_CreateObject(), *bl = cJSON_CreateObject();
+		cJSON_AddStringToObject(split, "type", "Split");
+		cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex",
+					"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+					" ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+");
+		cJSON_AddStringToObject(split, "behavior", "Isolated");
+		cJSON_AddBoolToObject(split, "invert", 0);
+		cJSON_AddStringToObject(bl, "type", "ByteLevel");
+		cJSON_AddBoolToObject(bl, "add_prefix_space", 0);
+		cJSON_AddBoolToObject(bl, "use_regex", 0);
+		cJSON_AddItemToArray(seq, split);
+		cJSON_AddItemToArray(seq, bl);
+	} else {
+		cJSON_AddStringToObject(pt, "type", "ByteLevel");
+		cJSON_AddBoolToObject(pt, "add_prefix_space", 0);
+		cJSON_AddBoolToObject(pt, "use_regex", 1);
+	}
+	cJSON_AddNullToObject(root, "post_processor");
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
+	cJSON *model_o = cJSON_AddObjectToObject(root, "model");
+	cJSON_AddStringToObject(model_o, "type", "BPE");
+	cJSON_AddBoolToObject(model_o, "ignore_merges", llama3);
+	cJSON *vocab = cJSON_AddObjectToObject(model_o, "vocab");
+	cJSON *mg = cJSON_AddArrayToObject(model_o, "merges");
+	char *buf = st_malloc(65536);
+	int rc = buf ? ST_OK : ST_FAIL;
+	for (uint64_t i = 0; i < tokens->arr_n && rc == ST_OK; i++) {
+		size_t len;
+		const char *s = gguf_arr_str(tokens, i, &len);
+		if (!s || len >= 65536) {
+			ST_ERROR(NULL, "%s: token %llu is unreadable", g->path, (unsigned long long)i);
+			rc = ST_FAIL;
+			break;
+		}
+		memcpy(buf, s, len);
+		buf[len] = '\0';
+		cJSON_AddNumberToObject(vocab, buf, (double)i);
+		int64_t type = types ? gguf_arr_int(types, i) : 1;
+		if (type == 3 || type == 4) { /* control or user-defined: an added token */
+			cJSON *a = cJSON_CreateObject();
+			cJSON_AddNumberToObject(a, "id", (double)i);
+			cJSON_AddStringToObject(a, "content", buf);
+			cJSON_AddBoolToObject(a, "special", type == 3);
+			cJSON_AddItemToArray(added, a);
+		}
+	}
+	for (uint64_t i = 0; i < merges->arr_n && rc == ST_OK; i++) {
+		size_t len;
+		const char *s = gguf_arr_str(merges, i, &len);
+		if (!s || len >= 65536) {
+			rc = ST_FAIL;
+			break;
+		}
+		memcpy(buf, s, len);
+		buf[len] = '\0';
+		cJSON_AddItemToArray(mg, cJSON_CreateString(buf));
+	}
+	free(buf);
+	char *text = rc == ST_OK ? cJSON_PrintUnformatted(root) : NULL;
+	cJSON_Delete(root);
+	if (rc == ST_OK && !text)
+		rc = ST_FAIL;
+	char path[4200];
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	if (rc == ST_OK)
+		rc = fs_write_file_atomic(path, text, strlen(text));
+	free(text);
+	return rc;
+}
+
+int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, struct st_config *cfg_out)
+{
+	struct st_gguf g;
+	ST_TRY(gguf_open(&g, gguf_path));
+	struct st_config cfg;
+	struct st_model m;
+	memset(&m, 0, sizeof m);
+	int rc = cfg_from_gguf(&cfg, &g);
+	if (rc == ST_OK)
+		rc = model_build(&m, &cfg);
+	if (rc == ST_OK)
+		rc = check_tensors(&m, &g);
+	struct import_ctx c = {&m, &g, NULL, NULL};
+	if (rc == ST_OK) {
+		size_t unit_max = 0, param_max = 0;
+		for (int u = 0; u < m.n_units; u++)
+			unit_max = m.units[u].numel > unit_max ? m.units[u].numel : unit_max;
+		for (int i = 0; i < m.n_params; i++)
+			param_max = m.params[i].numel > param_max ? m.params[i].numel : param_max;
+		c.buf = st_malloc(unit_max * sizeof(float));
+		c.tmp = st_malloc(param_max * sizeof(float));
+		rc = c.buf && c.tmp ? fs_mkdir_p(dir) : ST_FAIL;
+	}
+	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	if (rc == ST_OK)
+		rc = config_save(&cfg, path);
+	if (rc == ST_OK)
+		rc = model_save_weights_dir(&m, dir, shard_bytes, unit_get, unit_put, &c);
+	if (rc == ST_OK)
+		rc = write_tokenizer(&g, dir);
+	if (rc == ST_OK && cfg_out)
+		*cfg_out = cfg;
+	free(c.buf);
+	free(c.tmp);
+	model_free(&m);
+	gguf_close(&g);
+	return rc;
+}

@@ -1,0 +1,159 @@
+/* Interop with llama.cpp's GGUF files: import every supported tensor type
+ * against the reference the `gguf` package writes (scripts/ggufref.py into
+ * tests/data/gguf: its own dequantization, un-permuted, under Hugging Face
+ * names), the tokenizer rebuilt from tokenizer.ggml.* against the Hugging
+ * Face tokenizers library's ids, an imported model fine-tuned through the
+ * binary, and damaged files refused with clear errors. */
+#include <cJSON.h>
+#include <unistd.h>
+
+#include "cliutil.h"
+#include "io/fsutil.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "model/hf.h"
+#include "util/check.h"
+
+static char out[1 << 16];
+
+static void import_to(char *dir, size_t n, const char *type)
+{
+	cu_tmpdir(dir, n, "gguf");
+	char gguf[256];
+	snprintf(gguf, sizeof gguf, "tests/data/gguf/model-%s.gguf", type);
+	int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/m --force", cu_bin(), gguf, dir);
+	cr_assert_eq(rc, 0, "import of %s failed: %s", type, out);
+	strcat(dir, "/m");
+}
+
+/* Every tensor of the imported model equals the reference, bit for bit. */
+static void check_type(const char *type)
+{
+	char dir[300], ref[256];
+	import_to(dir, sizeof dir, type);
+	struct st_weight_files wf;
+	cr_assert_eq(weights_open(&wf, dir), ST_OK);
+	snprintf(ref, sizeof ref, "tests/data/gguf/expected-%s.safetensors", type);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, ref), ST_OK);
+	cr_assert_eq(wf.sf[0].n, sf.n, "%s: %d tensors, want %d", type, wf.sf[0].n, sf.n);
+	for (int i = 0; i < sf.n; i++) {
+		const struct st_tensor_info *want = &sf.tensors[i];
+		const struct st_tensor_info *got = safetensors_find(&wf.sf[0], want->name);
+		cr_assert(got, "%s: %s missing", type, want->name);
+		size_t n = (size_t)tensor_numel(want);
+		cr_assert_eq((size_t)tensor_numel(got), n, "%s: %s has another size", type, want->name);
+		float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+		cr_assert_eq(safetensors_read_f32(&wf.sf[0], got, a), ST_OK);
+		cr_assert_eq(safetensors_read_f32(&sf, want, b), ST_OK);
+		cr_expect_eq(memcmp(a, b, n * sizeof *a), 0, "%s: %s differs from the reference", type,
+			     want->name);
+		free(a);
+		free(b);
+	}
+	safetensors_close(&sf);
+	weights_close(&wf);
+}
+
+Test(gguf, import_f32) { check_type("F32"); }
+Test(gguf, import_f16) { check_type("F16"); }
+Test(gguf, import_bf16) { check_type("BF16"); }
+Test(gguf, import_q8_0) { check_type("Q8_0"); }
+Test(gguf, import_q4_0) { check_type("Q4_0"); }
+Test(gguf, import_q4_1) { check_type("Q4_1"); }
+
+/* The tokenizer rebuilt from tokenizer.ggml.* gives the library's ids. */
+Test(gguf, tokenizer_from_metadata)
+{
+	char dir[300];
+	import_to(dir, sizeof dir, "Q8_0");
+	struct st_tokenizer tk;
+	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
+	cr_expect_eq(tk.vocab_size, 320);
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file("tests/data/gguf/tokens.json", &text, &len), ST_OK);
+	cJSON *root = cJSON_Parse(text);
+	free(text);
+	const cJSON *s;
+	int n_s = 0;
+	cJSON_ArrayForEach(s, root)
+	{
+		const char *t = cJSON_GetObjectItem(s, "text")->valuestring;
+		const cJSON *want = cJSON_GetObjectItem(s, "ids");
+		uint32_t ids[1024];
+		size_t n = tokenizer_encode(&tk, ids, t, strlen(t));
+		int same = n == (size_t)cJSON_GetArraySize(want);
+		for (size_t i = 0; same && i < n; i++)
+			same = ids[i] == (uint32_t)cJSON_GetArrayItem(want, (int)i)->valuedouble;
+		cr_expect(same, "ids differ for \"%s\"", t);
+		n_s++;
+	}
+	cr_expect_eq(n_s, 3);
+	cJSON_Delete(root);
+	tokenizer_free(&tk);
+}
+
+/* An imported model, its tokenizer, and the trainer: prepare, fine-tune,
+ * evaluate and sample. */
+Test(gguf, imported_model_fine_tunes, .timeout = 300)
+{
+	char dir[300];
+	import_to(dir, sizeof dir, "Q4_0");
+	char work[256];
+	cu_tmpdir(work, sizeof work, "gguftrain");
+	char path[512];
+	snprintf(path, sizeof path, "%s/text.txt", work);
+	cu_write_text(path, 100000, 5);
+	int rc = cu_run(out, sizeof out,
+			"%s prepare --input %s --out %s/data --tokenizer %s && "
+			"%s train --model %s --data %s/data --out %s/run --steps 6 --micro-batch 4 --seq-len 32 "
+			"--lr 3e-3 --eval-interval 6 --eval-tokens 1024 --progress lines && "
+			"%s sample --model %s/run --prompt 'the lord' --tokens 8",
+			cu_bin(), path, work, dir, cu_bin(), dir, work, work, cu_bin(), work);
+	cr_assert_eq(rc, 0, "fine-tuning the imported model failed: %s", out);
+	cr_expect(strstr(out, "the lord"), "no sample: %s", out);
+	/* the held-out loss fell from step 0 to step 6 */
+	rc = cu_run(out, sizeof out, "grep val_loss %s/run/metrics.jsonl", work);
+	double first = 0, last = 0;
+	const char *p = strstr(out, "\"val_loss\": ");
+	cr_assert(p, "no evaluations: %s", out);
+	first = atof(p + 12);
+	for (const char *q = p; (q = strstr(q + 1, "\"val_loss\": "));)
+		last = atof(q + 12);
+	cr_expect_lt(last, first, "held-out loss did not fall: %g -> %g", first, last);
+}
+
+/* Damaged files: each a clear error naming the problem. */
+Test(gguf, bad_files)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ggufbad");
+	const char *src = "tests/data/gguf/model-Q8_0.gguf";
+	struct {
+		const char *what, *make, *needle;
+	} cases[] = {
+		{"truncated", "head -c 60000 %s > %s/x.gguf", "past the end"},
+		{"cut in the metadata", "head -c 300 %s > %s/x.gguf", "past the end"},
+		{"not GGUF", "printf 'GGML0000000000000000000000000' > %s/x.gguf; : %s", "not a GGUF file"},
+		{"version 9", "cp %s %s/x.gguf && printf '\\x09' | dd of=%s/x.gguf bs=1 seek=4 conv=notrunc 2>/dev/null",
+		 "version 9"},
+		{"another architecture", "sed 's/llama/gemm2/' %s > %s/x.gguf", "unsupported architecture"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char cmd[1024];
+		if (strstr(cases[i].make, "dd of"))
+			snprintf(cmd, sizeof cmd, cases[i].make, src, dir, dir);
+		else if (!strncmp(cases[i].make, "printf", 6))
+			snprintf(cmd, sizeof cmd, cases[i].make, dir, src);
+		else
+			snprintf(cmd, sizeof cmd, cases[i].make, src, dir);
+		cr_assert_eq(cu_run(NULL, 0, "%s", cmd), 0, "%s: cannot make the file", cases[i].what);
+		int rc = cu_run(out, sizeof out, "%s import --gguf %s/x.gguf --out %s/o%zu", cu_bin(), dir,
+				dir, i);
+		cr_expect_neq(rc, 0, "%s: accepted", cases[i].what);
+		cr_expect(strstr(out, cases[i].needle), "%s: message lacks '%s': %s", cases[i].what,
+			  cases[i].needle, out);
+	}
+}
