@@ -437,6 +437,62 @@ Test(train, sharded_weights)
 	expect_fail("index entry outside the directory", "bad entry", rc);
 }
 
+/* JSONL fine-tuning data: loss only on completions. The byte tokenizer makes
+ * the expected layout exact: <bos> prompt completion <eos>, the prompt's
+ * targets -1 (context only), the completion's and <eos> counted. */
+Test(train, jsonl_prompt_completion_masks)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "jsonl");
+	snprintf(path, sizeof path, "%s/ex.jsonl", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	for (int i = 0; i < 40; i++)
+		fprintf(f, "{\"prompt\": \"Q%d:\", \"completion\": \" A%d\"}\n", i, i);
+	fprintf(f, "\n{\"text\": \"plain\"}\n");
+	fclose(f);
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/data --val-fraction 0.1", cu_bin(),
+			path, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "41 examples"), "%s", out);
+	struct st_data d;
+	snprintf(path, sizeof path, "%s/data", dir);
+	cr_assert_eq(data_open(&d, path, NULL, 258, 1), ST_OK);
+	cr_assert(d.has_train_mask && d.has_val_mask, "no loss masks opened");
+	/* the first example: <bos> Q 0 : ' ' A 0 <eos> */
+	const char *ex = "Q0: A0";
+	cr_assert_eq(shard_token(&d.train, 0), 256u);
+	for (int i = 0; i < 6; i++)
+		cr_expect_eq(shard_token(&d.train, 1 + (uint64_t)i), (uint32_t)(unsigned char)ex[i]);
+	cr_expect_eq(shard_token(&d.train, 7), 257u);
+	const uint32_t want_mask[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+	for (int i = 0; i < 8; i++)
+		cr_expect_eq(shard_token(&d.train_mask, (uint64_t)i), want_mask[i], "mask at %d", i);
+	/* a validation window: targets -1 exactly where the mask is 0 */
+	int32_t tok[16], tgt[16];
+	data_val_batch(&d, tok, tgt, 1, 16, 0);
+	for (int i = 0; i < 16; i++) {
+		uint32_t m = shard_token(&d.val_mask, (uint64_t)i + 1);
+		cr_expect_eq(tgt[i], m ? (int32_t)shard_token(&d.val, (uint64_t)i + 1) : -1, "target %d", i);
+	}
+	data_close(&d);
+	/* training on it runs (loss on completions only) */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/run --steps 2 "
+		    "--eval-interval 0 --micro-batch 2 --seq-len 16", cu_bin(), dir, dir, dir);
+	cr_expect_neq(rc, 0, "no model yet: must fail");
+	cu_run(NULL, 0, "%s init --config tiny --out %s/init", cu_bin(), dir);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/run --steps 2 "
+		    "--eval-interval 0 --micro-batch 2 --seq-len 16", cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	/* a malformed line: the file and line number */
+	snprintf(path, sizeof path, "%s/bad.jsonl", dir);
+	f = fopen(path, "w");
+	fprintf(f, "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3}\n");
+	fclose(f);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/bad --val-fraction 0", cu_bin(), path, dir);
+	expect_fail("malformed JSONL", "bad.jsonl:2", rc);
+}
+
 Test(train, unwritable_out_and_existing_run)
 {
 	char dir[256];

@@ -3,10 +3,20 @@
  * The text is cut into chunks of about --chunk bytes at line ends; every
  * k-th chunk (k = 1/val_fraction) goes to val.bin, the rest to train.bin, so
  * the held-out text is spread over the whole corpus instead of being its
- * last pages. Files are separated by the tokenizer's end-of-text token. */
+ * last pages. Files are separated by the tokenizer's end-of-text token.
+ *
+ * Fine-tuning data: a .jsonl input holds one example per line,
+ * {"prompt": ..., "completion": ...} (loss on the completion only) or
+ * {"text": ...} (loss on all of it). Each example is [bos] + prompt +
+ * completion + [eos], prompt and completion tokenized separately; every k-th
+ * example goes to validation. Which tokens count in the loss is written to
+ * train.mask.bin / val.mask.bin beside the shards (1 = a target, 0 = context
+ * only), which the trainer and `strata eval` read with them. */
+#include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "io/fsutil.h"
@@ -17,7 +27,8 @@
 static void help(void)
 {
 	printf("usage: strata prepare --input FILE [--input FILE ...] --out DIR [options]\n\n"
-	       "  --input FILE        UTF-8 text (repeat for several files)\n"
+	       "  --input FILE        UTF-8 text, or .jsonl with {\"prompt\",\"completion\"} or {\"text\"}\n"
+	       "                      per line (repeat for several files)\n"
 	       "  --out DIR           writes DIR/train.bin and DIR/val.bin\n"
 	       "  --val-fraction X    share of chunks held out for validation [0.05]\n"
 	       "  --chunk N           split granularity in bytes [16384]\n"
@@ -41,6 +52,90 @@ static int push(struct buf *b, const uint32_t *x, size_t n)
 	memcpy(b->v + b->n, x, n * sizeof *x);
 	b->n += n;
 	return ST_OK;
+}
+
+/* One token run with its loss mask value. */
+static int push_masked(struct buf *tok, struct buf *mask, const uint32_t *x, size_t n, uint32_t m)
+{
+	ST_TRY(push(tok, x, n));
+	for (size_t i = 0; i < n; i++)
+		ST_TRY(push(mask, &m, 1));
+	return ST_OK;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* A JSONL file of examples into the train / val token and mask buffers. */
+static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *text, size_t len,
+			 long period, long *example, struct buf *tok[2], struct buf *mask[2])
+{
+	uint32_t *ids = NULL;
+	size_t cap = 0;
+	int line = 0, rc = ST_OK;
+	for (size_t pos = 0; pos < len && rc == ST_OK;) {
+		size_t end = pos;
+		while (end < len && text[end] != '\n')
+			end++;
+		line++;
+		const size_t n = end - pos;
+		int blank = 1;
+		for (size_t i = pos; i < end && blank; i++)
+			blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\r';
+		if (blank) {
+			pos = end + 1;
+			continue;
+		}
+		cJSON *o = cJSON_ParseWithLength(text + pos, n);
+		const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+		const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "completion");
+		const cJSON *tx = cJSON_GetObjectItemCaseSensitive(o, "text");
+		if (!cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) || cJSON_IsString(tx))) {
+			ST_ERROR("each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or {\"text\": \"...\"}",
+				 "%s:%d: %s", path, line,
+				 o ? "an object without string prompt and completion, or text" : "not valid JSON");
+			cJSON_Delete(o);
+			rc = ST_FAIL;
+			break;
+		}
+		const int split = period > 1 && *example % period == period - 1;
+		struct buf *t = tok[split], *m = mask[split];
+		const char *parts[2] = {cJSON_IsString(tx) ? NULL : pr->valuestring,
+					cJSON_IsString(tx) ? tx->valuestring : co->valuestring};
+		if (tk->bos_id >= 0) {
+			uint32_t bos = (uint32_t)tk->bos_id;
+			rc = push_masked(t, m, &bos, 1, 0);
+		}
+		for (int k = 0; k < 2 && rc == ST_OK; k++) {
+			if (!parts[k])
+				continue;
+			size_t pl = strlen(parts[k]), need = tokenizer_max_ids(pl);
+			if (need > cap) {
+				uint32_t *v = realloc(ids, need * sizeof *v);
+				if (!v) {
+					ST_ERROR(NULL, "out of memory");
+					rc = ST_FAIL;
+					break;
+				}
+				ids = v;
+				cap = need;
+			}
+			size_t c = tokenizer_encode(tk, ids, parts[k], pl);
+			rc = push_masked(t, m, ids, c, k == 1); /* the prompt is context only */
+		}
+		if (rc == ST_OK && tk->eos_id >= 0) {
+			uint32_t eos = (uint32_t)tk->eos_id;
+			rc = push_masked(t, m, &eos, 1, 1); /* learn to stop */
+		}
+		cJSON_Delete(o);
+		(*example)++;
+		pos = end + 1;
+	}
+	free(ids);
+	return rc;
 }
 
 int cmd_prepare(int argc, char **argv)
@@ -90,8 +185,10 @@ int cmd_prepare(int argc, char **argv)
 			chunk = 256;
 	}
 
-	struct buf train = {0}, val = {0};
-	long chunk_idx = 0;
+	struct buf train = {0}, val = {0}, train_m = {0}, val_m = {0};
+	struct buf *toks[2] = {&train, &val}, *masks[2] = {&train_m, &val_m};
+	long chunk_idx = 0, example = 0;
+	int masked = 0;
 	uint32_t *ids = rc == ST_OK ? st_malloc(tokenizer_max_ids((size_t)chunk + 65536 + 4) * sizeof *ids)
 				    : NULL;
 	if (!ids)
@@ -99,20 +196,25 @@ int cmd_prepare(int argc, char **argv)
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
 		const char *text = texts[f];
 		size_t len = lens[f], pos = 0;
+		if (ends_with(inputs[f], ".jsonl")) {
+			rc = prepare_jsonl(&tk, inputs[f], texts[f], len, period, &example, toks, masks);
+			masked = 1;
+			continue;
+		}
 		while (pos < len && rc == ST_OK) {
 			size_t end = pos + (size_t)chunk < len ? pos + (size_t)chunk : len;
 			/* extend to the end of the line (bounded, for files without newlines) */
 			while (end < len && text[end - 1] != '\n' && end - pos < (size_t)chunk + 65536)
 				end++;
 			size_t n = tokenizer_encode(&tk, ids, text + pos, end - pos);
-			struct buf *dst = period > 1 && chunk_idx % period == period - 1 ? &val : &train;
-			rc = push(dst, ids, n);
+			const int split = period > 1 && chunk_idx % period == period - 1;
+			rc = push_masked(toks[split], masks[split], ids, n, 1);
 			chunk_idx++;
 			pos = end;
 		}
 		uint32_t eos = (uint32_t)tk.eos_id;
 		if (rc == ST_OK && len > 0 && tk.eos_id >= 0)
-			rc = push(&train, &eos, 1);
+			rc = push_masked(&train, &train_m, &eos, 1, 1);
 	}
 	free(ids);
 	for (int f = 0; texts && f < n_in; f++)
@@ -140,11 +242,27 @@ int cmd_prepare(int argc, char **argv)
 		snprintf(path, sizeof path, "%s/val.bin", out);
 		rc = shard_write(path, val.v, val.n, (uint32_t)tk.vocab_size, tk.name);
 	}
+	/* loss masks beside the shards (only when some input had examples) */
+	for (int k = 0; k < 2 && rc == ST_OK; k++) {
+		snprintf(path, sizeof path, "%s/%s.mask.bin", out, k ? "val" : "train");
+		if (masked && toks[k]->n)
+			rc = shard_write(path, masks[k]->v, masks[k]->n, 2, "mask");
+		else
+			unlink(path); /* a stale mask must not apply to new shards */
+	}
+	if (rc == ST_OK && masked) {
+		size_t on = 0;
+		for (size_t i = 0; i < train_m.n; i++)
+			on += train_m.v[i];
+		printf("%ld examples; %zu of %zu training tokens are loss targets\n", example, on, train.n);
+	}
 	if (rc == ST_OK)
 		printf("wrote %s: %zu train tokens, %zu val tokens (tokenizer %s, vocab %d) from %zu bytes\n",
 		       out, train.n, val.n, tk.name, tk.vocab_size, total_bytes);
 	free(train.v);
 	free(val.v);
+	free(train_m.v);
+	free(val_m.v);
 	tokenizer_free(&tk);
 	return rc;
 }

@@ -26,6 +26,25 @@ int data_check_shard(const struct st_shard *s, int vocab_size, int min_tokens)
 	return ST_OK;
 }
 
+/* X.mask.bin beside X.bin, when there is one: it must match the shard. */
+static int open_mask(struct st_shard *mask, int *has, const struct st_shard *s)
+{
+	char path[4200];
+	size_t n = strlen(s->path);
+	if (n < 4 || strcmp(s->path + n - 4, ".bin"))
+		return ST_OK;
+	snprintf(path, sizeof path, "%.*s.mask.bin", (int)(n - 4), s->path);
+	if (!fs_exists(path))
+		return ST_OK;
+	ST_TRY(shard_open(mask, path));
+	*has = 1;
+	ST_CHECK(mask->n_tokens == s->n_tokens && mask->vocab_size == 2 && !strcmp(mask->tokenizer, "mask"),
+		 "re-run strata prepare: the loss mask belongs to other data",
+		 "%s does not match %s (%llu mask entries for %llu tokens)", path, s->path,
+		 (unsigned long long)mask->n_tokens, (unsigned long long)s->n_tokens);
+	return data_check_shard(mask, 2, 2);
+}
+
 int data_open(struct st_data *d, const char *data, const char *val, int vocab_size, int need_train)
 {
 	memset(d, 0, sizeof *d);
@@ -45,7 +64,8 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 			 "no training data given");
 		ST_TRY(shard_open(&d->train, train_path));
 		d->has_train = 1;
-		if (data_check_shard(&d->train, vocab_size, 2) != ST_OK) {
+		if (data_check_shard(&d->train, vocab_size, 2) != ST_OK ||
+		    open_mask(&d->train_mask, &d->has_train_mask, &d->train) != ST_OK) {
 			data_close(d);
 			return ST_FAIL;
 		}
@@ -56,7 +76,8 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 			return ST_FAIL;
 		}
 		d->has_val = 1;
-		if (data_check_shard(&d->val, vocab_size, 2) != ST_OK) {
+		if (data_check_shard(&d->val, vocab_size, 2) != ST_OK ||
+		    open_mask(&d->val_mask, &d->has_val_mask, &d->val) != ST_OK) {
 			data_close(d);
 			return ST_FAIL;
 		}
@@ -70,15 +91,20 @@ void data_close(struct st_data *d)
 		shard_close(&d->train);
 	if (d->has_val)
 		shard_close(&d->val);
+	if (d->has_train_mask)
+		shard_close(&d->train_mask);
+	if (d->has_val_mask)
+		shard_close(&d->val_mask);
 	memset(d, 0, sizeof *d);
 }
 
-static void window(const struct st_shard *s, int32_t *tokens, int32_t *targets, int t,
-		   uint64_t start)
+static void window(const struct st_shard *s, const struct st_shard *mask, int32_t *tokens,
+		   int32_t *targets, int t, uint64_t start)
 {
 	for (int i = 0; i < t; i++) {
+		const uint64_t next = start + (uint64_t)i + 1;
 		tokens[i] = (int32_t)shard_token(s, start + (uint64_t)i);
-		targets[i] = (int32_t)shard_token(s, start + (uint64_t)i + 1);
+		targets[i] = mask && !shard_token(mask, next) ? -1 : (int32_t)shard_token(s, next);
 	}
 }
 
@@ -90,7 +116,8 @@ void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets
 	uint64_t span = s->n_tokens - (uint64_t)t;
 	for (int r = 0; r < b; r++) {
 		uint64_t h = rng_hash3(seed, (uint64_t)step, ((uint64_t)micro << 32) | (uint64_t)r);
-		window(s, tokens + (size_t)r * t, targets + (size_t)r * t, t, h % span);
+		window(s, d->has_train_mask ? &d->train_mask : NULL, tokens + (size_t)r * t,
+		       targets + (size_t)r * t, t, h % span);
 	}
 }
 
@@ -115,7 +142,9 @@ void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, 
 			uint64_t pos = (uint64_t)w * (uint64_t)t + (uint64_t)i;
 			if (w < n && pos + 1 < s->n_tokens) {
 				tok[i] = (int32_t)shard_token(s, pos);
-				tgt[i] = (int32_t)shard_token(s, pos + 1);
+				tgt[i] = d->has_val_mask && !shard_token(&d->val_mask, pos + 1)
+						 ? -1
+						 : (int32_t)shard_token(s, pos + 1);
 			} else {
 				tok[i] = 0;
 				tgt[i] = -1;

@@ -3,7 +3,9 @@
  * Training windows are chosen statelessly: the start of sequence r of
  * micro-batch j at step s is a hash of (seed, s, j, r), so a resumed run sees
  * exactly the data the uninterrupted run would have, with no loader state to
- * save. Validation walks the val shard in consecutive windows. */
+ * save. Validation walks the val shard in consecutive windows. A shard with a
+ * loss mask beside it (strata prepare on JSONL examples) gets target -1 where
+ * the mask is 0, so only completions count in the loss. */
 #ifndef ST_DATA_H
 #define ST_DATA_H
 
@@ -14,6 +16,10 @@
 struct st_data {
 	struct st_shard train, val;
 	int has_train, has_val;
+	/* loss masks (X.mask.bin beside X.bin, from JSONL examples): a target
+	 * whose mask is 0 is context only (-1, not in the loss) */
+	struct st_shard train_mask, val_mask;
+	int has_train_mask, has_val_mask;
 };
 
 /* Open the shards: `data` is a prepared directory (train.bin, val.bin) or a

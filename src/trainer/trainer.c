@@ -361,8 +361,12 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		s->exec.on_unit_grad_ctx = pl;
 	}
 
-	const float scale = 1.0f / (float)n_targets;
+	/* a step whose windows hold no loss target (all prompt, with masks) has
+	 * a zero gradient and loss 0, not a division by zero */
+	const float scale = n_targets ? 1.0f / (float)n_targets : 0.0f;
 	double loss_sum = 0;
+	/* zero unless a backward runs (none does when no window has a target) */
+	memset(tr->grad_sumsq, 0, (size_t)m->n_units * sizeof *tr->grad_sumsq);
 	for (int j = 0; j < A; j++) {
 		long c;
 		/* the last micro-batch leaves each unit's gradient norm behind */
@@ -389,7 +393,7 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 				       : ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G),
 						    m->units[u].numel))
 			    : tr->grad_sumsq[u];
-	const double gnorm = sqrt(sumsq), loss = loss_sum / (double)n_targets;
+	const double gnorm = sqrt(sumsq), loss = n_targets ? loss_sum / (double)n_targets : 0.0;
 	*loss_out = loss;
 	*gnorm_out = gnorm;
 	*lr_out = 0;
