@@ -5,6 +5,7 @@
  * Face tokenizers library's ids, an imported model fine-tuned through the
  * binary, and damaged files refused with clear errors. */
 #include <cJSON.h>
+#include <math.h>
 #include <unistd.h>
 
 #include "cliutil.h"
@@ -123,6 +124,41 @@ Test(gguf, imported_model_fine_tunes, .timeout = 300)
 	for (const char *q = p; (q = strstr(q + 1, "\"val_loss\": "));)
 		last = atof(q + 12);
 	cr_expect_lt(last, first, "held-out loss did not fall: %g -> %g", first, last);
+}
+
+/* llama.cpp itself (llama-cpp-python, scripts/llamacpp_ref.py) computed the
+ * mean next-token loss of tests/data/gguf/seq.bin with each GGUF file; strata
+ * imports the same file and evaluates the same window. Tolerance: 1e-5
+ * relative for F32 (both engines compute in fp32: only summation order
+ * differs), 1e-4 for the others, where llama.cpp's dot products round the
+ * activations too (to BF16 for BF16 weights, to Q8_0 for the 4-bit types). */
+Test(gguf, loss_matches_llama_cpp, .timeout = 120)
+{
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file("tests/data/gguf/llamacpp.json", &text, &len), ST_OK);
+	cJSON *root = cJSON_Parse(text);
+	free(text);
+	const cJSON *losses = cJSON_GetObjectItem(root, "losses"), *it;
+	int n = 0;
+	cJSON_ArrayForEach(it, losses)
+	{
+		char dir[300];
+		import_to(dir, sizeof dir, it->string);
+		int rc = cu_run(out, sizeof out,
+				"%s eval --model %s --data tests/data/gguf/seq.bin --seq-len 48 --micro-batch 1 --json",
+				cu_bin(), dir);
+		cr_assert_eq(rc, 0, "%s: eval failed: %s", it->string, out);
+		const char *p = strstr(out, "\"loss\": ");
+		cr_assert(p, "%s: no loss in %s", it->string, out);
+		const double got = atof(p + 8), want = it->valuedouble;
+		const double tol = !strcmp(it->string, "F32") ? 1e-5 : 1e-4;
+		cr_expect(fabs(got - want) <= tol * want, "%s: strata loss %.6f, llama.cpp %.6f (rel. %.2g > %.0g)",
+			  it->string, got, want, fabs(got - want) / want, tol);
+		n++;
+	}
+	cr_expect_eq(n, 6);
+	cJSON_Delete(root);
 }
 
 /* Damaged files: each a clear error naming the problem. */

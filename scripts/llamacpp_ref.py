@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Reference losses from llama.cpp itself for strata's GGUF import.
+
+For each GGUF file in tests/data/gguf, llama.cpp (llama-cpp-python) computes
+the logits of a fixed token sequence; the script writes the sequence as a
+strata token shard (tests/data/gguf/seq.bin) and the mean cross-entropy of
+predicting each next token (tests/data/gguf/llamacpp.json). The test imports
+the same file with `strata import` and runs `strata eval` on the shard: the
+losses must agree, which checks the whole path (dequantization, the q/k
+un-permutation, RoPE theta, GQA, norms) against an independent engine.
+
+usage: scripts/llamacpp_ref.py        (pip install llama-cpp-python numpy)
+"""
+import json
+import os
+import struct
+
+import numpy as np
+from llama_cpp import Llama
+
+D = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "gguf")
+T = 48
+
+
+def write_shard(path, tokens, vocab):
+    data = struct.pack("<%dH" % len(tokens), *tokens)
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    name = b"ref".ljust(24, b"\0")
+    hdr = b"STRATOK1" + struct.pack("<IIII", 1, 2, vocab, 0) + struct.pack("<Q", len(tokens)) + name + \
+        struct.pack("<Q", h)
+    assert len(hdr) == 64
+    with open(path, "wb") as f:
+        f.write(hdr + data)
+
+
+def main():
+    texts = json.load(open(os.path.join(D, "tokens.json")))
+    seq = []
+    for t in texts:
+        seq += t["ids"]
+    rng = np.random.default_rng(3)
+    while len(seq) < T + 1:  # pad with seeded ids within the vocabulary
+        seq.append(int(rng.integers(0, 320)))
+    seq = seq[:T + 1]
+    write_shard(os.path.join(D, "seq.bin"), seq, 320)
+    out = {"tokens": seq, "seq_len": T, "losses": {}}
+    for q in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"):
+        llm = Llama(model_path=os.path.join(D, "model-%s.gguf" % q), n_ctx=64, logits_all=True,
+                    n_threads=2, verbose=False)
+        llm.eval(seq[:T])
+        logits = np.array(llm.scores[:T], dtype=np.float64)
+        m = logits.max(axis=1, keepdims=True)
+        lse = (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))[:, 0]
+        loss = float(np.mean(lse - logits[np.arange(T), seq[1:T + 1]]))
+        out["losses"][q] = loss
+        print("%s: llama.cpp loss %.6f" % (q, loss))
+    import llama_cpp
+    out["llama_cpp_python"] = llama_cpp.__version__
+    with open(os.path.join(D, "llamacpp.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
