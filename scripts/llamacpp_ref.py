@@ -47,8 +47,9 @@ def main():
     write_shard(os.path.join(D, "seq.bin"), seq, 320)
     out = {"tokens": seq, "seq_len": T, "losses": {}}
     for q in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"):
+        # fp32 KV cache (type 0): its default f16 cache would round keys and values
         llm = Llama(model_path=os.path.join(D, "model-%s.gguf" % q), n_ctx=64, logits_all=True,
-                    n_threads=2, verbose=False)
+                    n_threads=2, verbose=False, type_k=0, type_v=0, flash_attn=False)
         llm.eval(seq[:T])
         logits = np.array(llm.scores[:T], dtype=np.float64)
         m = logits.max(axis=1, keepdims=True)

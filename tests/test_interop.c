@@ -126,12 +126,16 @@ Test(gguf, imported_model_fine_tunes, .timeout = 300)
 	cr_expect_lt(last, first, "held-out loss did not fall: %g -> %g", first, last);
 }
 
-/* llama.cpp itself (llama-cpp-python, scripts/llamacpp_ref.py) computed the
- * mean next-token loss of tests/data/gguf/seq.bin with each GGUF file; strata
- * imports the same file and evaluates the same window. Tolerance: 1e-5
- * relative for F32 (both engines compute in fp32: only summation order
- * differs), 1e-4 for the others, where llama.cpp's dot products round the
- * activations too (to BF16 for BF16 weights, to Q8_0 for the 4-bit types). */
+/* llama.cpp itself (llama-cpp-python with an fp32 KV cache,
+ * scripts/llamacpp_ref.py) computed the mean next-token loss of
+ * tests/data/gguf/seq.bin with each GGUF file; strata imports the same file
+ * and evaluates the same window. The model is initialized with std 0.25, so
+ * its predictions are far from uniform and any mistake in RoPE, the q/k
+ * un-permutation or GQA moves the loss by percents. Relative tolerance: 1e-6
+ * for F32 (both engines compute in fp32: summation order only; measured
+ * 1.3e-7), 1e-3 for F16, BF16 and Q8_0 and 2e-3 for Q4_0 and Q4_1, where
+ * llama.cpp's dot products round the activations as well (to F16, BF16,
+ * Q8_0 / Q8_1; measured 5e-5 to 1.1e-3). */
 Test(gguf, loss_matches_llama_cpp, .timeout = 120)
 {
 	char *text;
@@ -152,7 +156,10 @@ Test(gguf, loss_matches_llama_cpp, .timeout = 120)
 		const char *p = strstr(out, "\"loss\": ");
 		cr_assert(p, "%s: no loss in %s", it->string, out);
 		const double got = atof(p + 8), want = it->valuedouble;
-		const double tol = !strcmp(it->string, "F32") ? 1e-5 : 1e-4;
+		const char *q = it->string;
+		const double tol = !strcmp(q, "F32")                      ? 1e-6
+				   : !strcmp(q, "Q4_0") || !strcmp(q, "Q4_1") ? 2e-3
+									       : 1e-3;
 		cr_expect(fabs(got - want) <= tol * want, "%s: strata loss %.6f, llama.cpp %.6f (rel. %.2g > %.0g)",
 			  it->string, got, want, fabs(got - want) / want, tol);
 		n++;
