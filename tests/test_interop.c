@@ -168,6 +168,38 @@ Test(gguf, loss_matches_llama_cpp, .timeout = 120)
 	cJSON_Delete(root);
 }
 
+/* What strata writes, transformers reads: scripts/hf_ref.py loaded the model
+ * directories in tests/data/hfref (written by strata init: untied, and tied
+ * with sharded weights) with LlamaForCausalLM in float32 and computed the
+ * mean next-token loss of seq.bin; strata's loss on the same window agrees
+ * to fp32 rounding (1e-6 relative). */
+Test(hf, transformers_reads_what_strata_writes, .timeout = 120)
+{
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file("tests/data/hfref/ref.json", &text, &len), ST_OK);
+	cJSON *root = cJSON_Parse(text);
+	free(text);
+	const cJSON *models = cJSON_GetObjectItem(root, "models"), *it;
+	int n = 0;
+	cJSON_ArrayForEach(it, models)
+	{
+		int rc = cu_run(out, sizeof out,
+				"%s eval --model tests/data/hfref/%s --data tests/data/hfref/seq.bin --seq-len 48 "
+				"--micro-batch 1 --json", cu_bin(), it->string);
+		cr_assert_eq(rc, 0, "%s: eval failed: %s", it->string, out);
+		const char *p = strstr(out, "\"loss\": ");
+		cr_assert(p, "%s: no loss in %s", it->string, out);
+		const double got = atof(p + 8);
+		const double want = cJSON_GetObjectItem(it, "loss")->valuedouble;
+		cr_expect(fabs(got - want) <= 1e-6 * want, "%s: strata loss %.7f, transformers %.7f",
+			  it->string, got, want);
+		n++;
+	}
+	cr_expect_eq(n, 2);
+	cJSON_Delete(root);
+}
+
 /* Damaged files: each a clear error naming the problem. */
 Test(gguf, bad_files)
 {
