@@ -54,6 +54,12 @@ def build(kind, corpus):
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         specials = ["<|endoftext|>", "<|user|>"]
+    elif kind == "smollm":  # SmolLM2 / StarCoder style: digits one by one, then GPT-2's regex
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     else:
         tok = Tokenizer(models.BPE(ignore_merges=True))
         tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -71,7 +77,7 @@ def build(kind, corpus):
 
 def main():
     corpus, out = sys.argv[1], sys.argv[2]
-    for kind in ("gpt2", "llama3"):
+    for kind in ("gpt2", "llama3", "smollm"):
         tok = build(kind, corpus)
         d = os.path.join(out, kind)
         os.makedirs(d, exist_ok=True)

@@ -866,6 +866,8 @@ static void check_bpe_reference(const char *name)
 
 Test(io, bpe_gpt2_matches_reference) { check_bpe_reference("gpt2"); }
 Test(io, bpe_llama3_matches_reference) { check_bpe_reference("llama3"); }
+/* SmolLM2 / StarCoder style: Digits (one by one), then ByteLevel's regex */
+Test(io, bpe_smollm_matches_reference) { check_bpe_reference("smollm"); }
 
 /* Files that are not byte-level BPE tokenizers: each a clear error. */
 Test(io, bpe_bad_files)

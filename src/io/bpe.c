@@ -89,6 +89,8 @@ static size_t pmap_slot(const struct pair_map *m, uint64_t key)
 
 /* ---- the tokenizer -------------------------------------------------------- */
 
+#define ST_BPE_STAGES 4
+
 struct added {
 	const char *content;
 	size_t len;
@@ -109,7 +111,11 @@ struct st_bpe {
 	char byte_char[256][3];  /* GPT-2's alphabet: each byte as a printable character (UTF-8) */
 	int byte_char_len[256];
 	int ignore_merges, add_prefix_space;
-	pcre2_code *re;
+	/* pre-tokenizer stages, each an Isolated split by a regex (Split, Digits,
+	 * ByteLevel's own regex), applied in order; ByteLevel's prefix space is
+	 * added to the pieces that reach stage bl_stage */
+	pcre2_code *re[ST_BPE_STAGES];
+	int n_re, bl_stage;
 };
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
@@ -167,13 +173,17 @@ static int cmp_added(const void *a, const void *b)
 	return x->len > y->len ? -1 : x->len < y->len; /* longest first */
 }
 
-static int compile_re(struct st_bpe *b, const char *pattern, const char *path)
+static int compile_re(struct st_bpe *b, const char *pattern, int literal, const char *path)
 {
+	ST_CHECK(b->n_re < ST_BPE_STAGES, "strata reads byte-level BPE tokenizers with up to 4 pre-tokenizer splits",
+		 "%s: too many pre-tokenizer stages", path);
 	int err;
 	PCRE2_SIZE off;
-	b->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-			      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
-	if (!b->re) {
+	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+				       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
+					       (literal ? PCRE2_LITERAL : 0),
+				       &err, &off, NULL);
+	if (!re) {
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(err, msg, sizeof msg);
 		ST_ERROR("the tokenizer's pre-tokenizer pattern must be a PCRE-compatible regex",
@@ -181,7 +191,8 @@ static int compile_re(struct st_bpe *b, const char *pattern, const char *path)
 			 (char *)msg);
 		return ST_FAIL;
 	}
-	pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE); /* faster where available; optional */
+	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* faster where available; optional */
+	b->re[b->n_re++] = re;
 	return ST_OK;
 }
 
@@ -197,34 +208,48 @@ static const char *type_of(const cJSON *o)
 	return cJSON_IsString(t) ? t->valuestring : "?";
 }
 
+/* One pre-tokenizer of the sequence as regex stages. */
+static int load_stage(struct st_bpe *b, const cJSON *pt, int last, const char *path)
+{
+	const char *hint = "strata reads byte-level BPE tokenizers: Split (Isolated), Digits and "
+			   "ByteLevel pre-tokenizers, ByteLevel last";
+	const char *type = type_of(pt);
+	if (!strcmp(type, "ByteLevel")) {
+		ST_CHECK(last, hint, "%s: ByteLevel is not the last pre-tokenizer", path);
+		b->add_prefix_space = is_true(pt, "add_prefix_space", 0);
+		b->bl_stage = b->n_re;
+		return is_true(pt, "use_regex", 1) ? compile_re(b, GPT2_PATTERN, 0, path) : ST_OK;
+	}
+	ST_CHECK(!last, hint, "%s: the last pre-tokenizer is %s, not ByteLevel", path, type);
+	if (!strcmp(type, "Digits")) /* char::is_numeric: \p{N}, one by one or in runs */
+		return compile_re(b, is_true(pt, "individual_digits", 0) ? "\\p{N}" : "\\p{N}+", 0, path);
+	ST_CHECK(!strcmp(type, "Split"), hint, "%s: unsupported pre_tokenizer %s", path, type);
+	const cJSON *behavior = cJSON_GetObjectItemCaseSensitive(pt, "behavior");
+	ST_CHECK(cJSON_IsString(behavior) && !strcmp(behavior->valuestring, "Isolated") &&
+			 !is_true(pt, "invert", 0),
+		 hint, "%s: unsupported Split behavior (only Isolated, not inverted)", path);
+	const cJSON *pat = cJSON_GetObjectItemCaseSensitive(pt, "pattern");
+	const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+	const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
+	ST_CHECK(cJSON_IsString(re) || cJSON_IsString(str), hint, "%s: a Split without a pattern", path);
+	return cJSON_IsString(re) ? compile_re(b, re->valuestring, 0, path)
+				  : compile_re(b, str->valuestring, 1, path);
+}
+
 static int load_pre_tokenizer(struct st_bpe *b, const cJSON *pt, const char *path)
 {
-	const char *hint = "strata reads byte-level BPE tokenizers (GPT-2, LLaMA-3, Qwen, SmolLM "
-			   "style)";
-	ST_CHECK(cJSON_IsObject(pt), hint, "%s: no pre_tokenizer", path);
-	if (!strcmp(type_of(pt), "ByteLevel")) {
-		b->add_prefix_space = is_true(pt, "add_prefix_space", 0);
-		ST_CHECK(is_true(pt, "use_regex", 1), hint,
-			 "%s: a ByteLevel pre-tokenizer without a regex and without a Split", path);
-		return compile_re(b, GPT2_PATTERN, path);
-	}
-	ST_CHECK(!strcmp(type_of(pt), "Sequence"), hint, "%s: unsupported pre_tokenizer %s", path,
-		 type_of(pt));
-	const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
-	const cJSON *split = cJSON_GetArrayItem(seq, 0), *bl = cJSON_GetArrayItem(seq, 1);
-	ST_CHECK(cJSON_GetArraySize(seq) == 2 && !strcmp(type_of(split), "Split") &&
-			 !strcmp(type_of(bl), "ByteLevel") && !is_true(bl, "use_regex", 1),
-		 hint, "%s: unsupported pre_tokenizer sequence (expected Split, then ByteLevel "
-		       "without a regex)", path);
-	const cJSON *behavior = cJSON_GetObjectItemCaseSensitive(split, "behavior");
-	ST_CHECK(cJSON_IsString(behavior) && !strcmp(behavior->valuestring, "Isolated") &&
-			 !is_true(split, "invert", 0),
-		 hint, "%s: unsupported Split behavior (only Isolated, not inverted)", path);
-	const cJSON *pat = cJSON_GetObjectItemCaseSensitive(split, "pattern");
-	const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
-	ST_CHECK(cJSON_IsString(re), hint, "%s: the Split pattern is not a regex", path);
-	b->add_prefix_space = is_true(bl, "add_prefix_space", 0);
-	return compile_re(b, re->valuestring, path);
+	ST_CHECK(cJSON_IsObject(pt), "strata reads byte-level BPE tokenizers", "%s: no pre_tokenizer",
+		 path);
+	if (strcmp(type_of(pt), "Sequence"))
+		return load_stage(b, pt, 1, path);
+	const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers"), *it;
+	const int n = cJSON_GetArraySize(seq);
+	ST_CHECK(n > 0, "strata reads byte-level BPE tokenizers", "%s: an empty pre_tokenizer sequence",
+		 path);
+	int i = 0;
+	cJSON_ArrayForEach(it, seq)
+		ST_TRY(load_stage(b, it, ++i == n, path));
+	return ST_OK;
 }
 
 int bpe_load(struct st_bpe **out, const char *path)
@@ -422,8 +447,8 @@ void bpe_free(struct st_bpe *b)
 	free(b->merges.keys);
 	free(b->merges.rank);
 	free(b->merges.merged);
-	if (b->re)
-		pcre2_code_free(b->re);
+	for (int i = 0; i < b->n_re; i++)
+		pcre2_code_free(b->re[i]);
 	cJSON_Delete(b->json);
 	free(b);
 }
@@ -491,55 +516,72 @@ static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned
 	return m;
 }
 
-/* A stretch of text with no added token: regex pieces (matches and the gaps
- * between them, as Split's Isolated behavior keeps both), each through BPE. */
-static size_t encode_text(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
-			  pcre2_match_data *md, uint32_t *sym, char *mapped, char *prefixed)
+/* Scratch for encoding: BPE symbols, the mapped piece, one match data per
+ * pre-tokenizer stage. */
+struct enc {
+	uint32_t *sym;
+	char *mapped;
+	pcre2_match_data *md[ST_BPE_STAGES];
+};
+
+/* Text through pre-tokenizer stages level.. (each an Isolated split: the
+ * matches and the gaps between them are pieces), then each piece through
+ * BPE. ByteLevel's prefix space goes on the pieces that reach its stage. */
+static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
+			 int level, struct enc *e)
 {
 	if (!len)
 		return 0;
-	if (b->add_prefix_space && text[0] != ' ') {
-		prefixed[0] = ' ';
-		memcpy(prefixed + 1, text, len);
-		text = prefixed;
-		len++;
+	char *prefixed = NULL;
+	if (level == b->bl_stage && b->add_prefix_space && text[0] != ' ') {
+		prefixed = malloc(len + 1);
+		if (prefixed) {
+			prefixed[0] = ' ';
+			memcpy(prefixed + 1, text, len);
+			text = prefixed;
+			len++;
+		}
 	}
-	size_t n = 0, pos = 0, prev = 0;
-	while (pos <= len) {
-		int rc = pcre2_match(b->re, (PCRE2_SPTR)text, len, pos, 0, md, NULL);
+	size_t n = 0;
+	if (level == b->n_re) {
+		n = encode_piece(b, out, (const unsigned char *)text, len, e->sym, e->mapped);
+		free(prefixed);
+		return n;
+	}
+	size_t pos = 0, prev = 0;
+	while (pos < len) {
+		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, 0, e->md[level], NULL);
 		if (rc < 0)
 			break; /* no more matches (or unmatchable bytes): the rest is a gap */
-		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-		size_t s = ov[0], e = ov[1];
+		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md[level]);
+		size_t s = ov[0], end = ov[1];
 		if (s > prev)
-			n += encode_piece(b, out + n, (const unsigned char *)text + prev, s - prev, sym,
-					  mapped);
-		if (e > s)
-			n += encode_piece(b, out + n, (const unsigned char *)text + s, e - s, sym, mapped);
-		prev = e;
-		if (e == s) { /* an empty match: step over one character */
-			pos = e + 1;
+			n += split_from(b, out + n, text + prev, s - prev, level + 1, e);
+		if (end > s)
+			n += split_from(b, out + n, text + s, end - s, level + 1, e);
+		prev = end;
+		if (end == s) { /* an empty match: step over one character */
+			pos = end + 1;
 			while (pos < len && ((unsigned char)text[pos] & 0xc0) == 0x80)
 				pos++;
 		} else {
-			pos = e;
+			pos = end;
 		}
-		if (pos >= len)
-			break;
 	}
 	if (prev < len)
-		n += encode_piece(b, out + n, (const unsigned char *)text + prev, len - prev, sym, mapped);
+		n += split_from(b, out + n, text + prev, len - prev, level + 1, e);
+	free(prefixed);
 	return n;
 }
 
 size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
 {
-	uint32_t *sym = st_malloc((len + 2) * sizeof *sym);
-	char *mapped = st_malloc(2 * (len + 2));
-	char *prefixed = st_malloc(len + 2);
-	pcre2_match_data *md = pcre2_match_data_create_from_pattern(b->re, NULL);
+	struct enc e = {st_malloc((len + 2) * sizeof *e.sym), st_malloc(2 * (len + 2)), {NULL}};
+	int ok = e.sym && e.mapped;
+	for (int i = 0; i < b->n_re && ok; i++)
+		ok = (e.md[i] = pcre2_match_data_create_from_pattern(b->re[i], NULL)) != NULL;
 	size_t n = 0;
-	if (!sym || !mapped || !prefixed || !md)
+	if (!ok)
 		goto done;
 	/* added tokens first: at each position the longest one that matches */
 	size_t start = 0;
@@ -555,17 +597,17 @@ size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_
 			i++;
 			continue;
 		}
-		n += encode_text(b, out + n, text + start, i - start, md, sym, mapped, prefixed);
+		n += split_from(b, out + n, text + start, i - start, 0, &e);
 		out[n++] = b->added[hit].id;
 		i += b->added[hit].len;
 		start = i;
 	}
-	n += encode_text(b, out + n, text + start, len - start, md, sym, mapped, prefixed);
+	n += split_from(b, out + n, text + start, len - start, 0, &e);
 done:
-	free(sym);
-	free(mapped);
-	free(prefixed);
-	if (md)
-		pcre2_match_data_free(md);
+	free(e.sym);
+	free(e.mapped);
+	for (int i = 0; i < b->n_re; i++)
+		if (e.md[i])
+			pcre2_match_data_free(e.md[i]);
 	return n;
 }
