@@ -3,6 +3,7 @@
  * through the binary: bit-identical to in-memory training for several
  * placements and optimizers, resume, peak memory within the budgets, and the
  * faults (full, missing, read-only directory; a corrupted block). */
+#include <cJSON.h>
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -12,12 +13,14 @@
 
 #include "cliutil.h"
 #include "engine/place.h"
+#include "io/fsutil.h"
 #include "engine/session.h"
 #include "optim/optim.h"
 #include "store/io.h"
 #include "store/store.h"
 #include "util/check.h"
 #include "util/rng.h"
+#include "util/trace.h"
 
 static char out[1 << 16];
 
@@ -498,6 +501,49 @@ Test(offload, checkpoint_written_while_training, .timeout = 300)
 	expect_same_run(dir, "mem", "slow", "checkpoint written while training");
 	/* and it resumes like any other */
 	resume_in_memory(dir, "slow", "resumed from a lazily written checkpoint");
+}
+
+/* --trace: a Chrome/Perfetto JSON timeline with a span per unit pass on the
+ * compute track, per transfer on the disk track and per update on the
+ * optimizer track, for the first --trace-steps steps only. */
+Test(offload, trace_of_every_queue, .timeout = 120)
+{
+	char dir[256], flags[1024];
+	cu_tmpdir(dir, sizeof dir, "offtrace");
+	cu_setup_run(dir, "");
+	snprintf(flags, sizeof flags,
+		 "--place weights=disk,gradients=disk,optimizer=disk --offload-dir %s --steps 3 "
+		 "--eval-interval 0 --trace %s/trace.json --trace-steps 2", dir, dir);
+	train(dir, "traced", flags);
+	char path[512];
+	snprintf(path, sizeof path, "%s/trace.json", dir);
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK);
+	cJSON *root = cJSON_Parse(text);
+	free(text);
+	cr_assert(root, "the trace is not valid JSON");
+	int per_track[ST_TRACK__COUNT] = {0}, fwd_layer = 0, bwd_layer = 0, updates = 0;
+	const cJSON *e;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents"))
+	{
+		if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X"))
+			continue;
+		int tid = (int)cJSON_GetObjectItem(e, "tid")->valuedouble;
+		cr_assert(tid >= 0 && tid < ST_TRACK__COUNT);
+		per_track[tid]++;
+		cr_expect_geq(cJSON_GetObjectItem(e, "dur")->valuedouble, 0.0);
+		const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+		fwd_layer += !strncmp(name, "fwd layer", 9);
+		bwd_layer += !strncmp(name, "bwd layer", 9);
+		updates += !strncmp(name, "update u", 8);
+	}
+	/* 2 layers x 2 micro-batches (RUN's --grad-accum 2) x 2 traced steps */
+	cr_expect_eq(fwd_layer, 8, "forward layer spans: %d", fwd_layer);
+	cr_expect_eq(bwd_layer, 8, "backward layer spans: %d", bwd_layer);
+	cr_expect_gt(per_track[ST_TRACK_DISK], 0, "no disk spans");
+	cr_expect_gt(updates, 0, "no update spans");
+	cJSON_Delete(root);
 }
 
 static void expect_fail(const char *what, const char *needle, int rc)

@@ -89,20 +89,26 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	prefetch_next(ex, -1, 1, 0);
 	const float *wte = acquire_w(ex, 0);
 	prefetch_next(ex, 0, 1, 0);
+	double t0 = trace_now();
 	llama_embed_forward(ops, m, a, wte, tokens);
+	trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "fwd embed");
 	if (!m->cfg.tied)
 		store_release(s, 0, ST_SLAB_W, 0);
 	for (int l = 0; l < L; l++) {
 		const float *w = acquire_w(ex, 1 + l);
 		prefetch_next(ex, 1 + l, 1, 0);
+		t0 = trace_now();
 		llama_layer_forward(ops, m, a, l, w);
+		trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "fwd layer %d", l);
 		store_release(s, 1 + l, ST_SLAB_W, 0);
 	}
 	const float *wh = acquire_w(ex, head);
 	if (backward)
 		prefetch_next(ex, head, -1, 1);
+	t0 = trace_now();
 	double loss = llama_head_forward(ops, m, a, wh, m->cfg.tied ? wte : NULL, targets,
 					 backward ? loss_scale : 0.0f);
+	trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "fwd head + loss");
 	long count = 0;
 	for (int i = 0; i < a->b * a->t; i++)
 		count += targets[i] >= 0;
@@ -117,7 +123,9 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	/* backward */
 	float *gh = store_acquire(s, head, ST_SLAB_G);
 	float *dwte = m->cfg.tied ? store_acquire(s, 0, ST_SLAB_G) : NULL;
+	t0 = trace_now();
 	llama_head_backward(ops, m, a, wh, m->cfg.tied ? wte : NULL, gh, dwte);
+	trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "bwd head");
 	store_release(s, head, ST_SLAB_W, 0);
 	release_g(ex, head, gh);
 	unit_done(ex, head);
@@ -125,7 +133,9 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 		const float *w = store_acquire_as(s, 1 + l, ST_SLAB_W, ST_ACCESS_READ);
 		float *g = store_acquire(s, 1 + l, ST_SLAB_G);
 		prefetch_next(ex, 1 + l, -1, 1);
+		t0 = trace_now();
 		llama_layer_backward(ops, m, a, l, w, g);
+		trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "bwd layer %d", l);
 		store_release(s, 1 + l, ST_SLAB_W, 0);
 		release_g(ex, 1 + l, g);
 		unit_done(ex, 1 + l);
@@ -135,7 +145,9 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	/* a tied head still holds the embed weights; otherwise acquire them again
 	 * (the stable embedding's LayerNorm needs its gains in backward) */
 	const float *we = m->cfg.tied ? wte : store_acquire_as(s, 0, ST_SLAB_W, ST_ACCESS_READ);
+	t0 = trace_now();
 	llama_embed_backward(ops, m, a, we, dwte, tokens);
+	trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "bwd embed");
 	store_release(s, 0, ST_SLAB_W, 0);
 	release_g(ex, 0, dwte);
 	unit_done(ex, 0);

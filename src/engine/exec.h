@@ -40,6 +40,7 @@ struct st_exec {
 	 * taken while it is still on the device */
 	double *grad_sumsq;
 	int prefetch;       /* units of weights fetched ahead of the one computing */
+	struct st_trace *trace; /* unit passes on the compute track; may be NULL */
 };
 
 /* Allocate the activation slabs for micro-batches of b x t tokens in the

@@ -54,6 +54,8 @@ static void *worker(void *arg)
 		double t0 = up_now();
 		run_job(up, &j);
 		double dt = up_now() - t0;
+		trace_span(up->trace, ST_TRACK_OPTIMIZER, t0, t0 + dt, "%s u%d",
+			   j.apply ? "update" : "clear gradient", j.unit);
 		pthread_mutex_lock(&up->mu);
 		up->busy_s += dt;
 		up->q_head = (up->q_head + 1) % up->m->n_units;
@@ -113,8 +115,12 @@ void updater_submit(struct st_updater *up, int apply, long t, float lr, float cl
 	const int n = up->m->n_units;
 	if (!up->threaded) {
 		double t0 = up_now();
-		for (int u = 0; u < n; u++)
+		for (int u = 0; u < n; u++) {
+			const double tj = up_now();
 			run_job(up, &(struct st_update_job){u, apply, t, lr, clip});
+			trace_span(up->trace, ST_TRACK_OPTIMIZER, tj, up_now(), "%s u%d",
+				   apply ? "update" : "clear gradient", u);
+		}
 		up->busy_s += up_now() - t0;
 		up->gen++;
 		for (int u = 0; u < n; u++)
@@ -141,8 +147,11 @@ void updater_wait_unit(struct st_updater *up, int unit)
 	pthread_mutex_lock(&up->mu);
 	while (up->done[unit] < up->gen)
 		pthread_cond_wait(&up->cv, &up->mu);
-	up->wait_s += up_now() - t0;
+	const double t1 = up_now();
+	up->wait_s += t1 - t0;
 	pthread_mutex_unlock(&up->mu);
+	if (t1 - t0 > 50e-6)
+		trace_span(up->trace, ST_TRACK_COMPUTE, t0, t1, "wait update u%d", unit);
 }
 
 void updater_drain(struct st_updater *up)

@@ -28,6 +28,7 @@
 #include "ops/ops.h"
 #include "optim/optim.h"
 #include "store/store.h"
+#include "util/trace.h"
 
 struct st_update_job {
 	int unit;
@@ -56,6 +57,7 @@ struct st_updater {
 	 * the unit holds it back); may be NULL */
 	void (*before_update)(void *ctx, int unit);
 	void *before_update_ctx;
+	struct st_trace *trace; /* may be NULL */
 	double busy_s;       /* time spent in updates (worker) */
 	double wait_s;       /* time the main thread waited for updates */
 };

@@ -253,10 +253,19 @@ struct disk_batch {
 	double t0;
 };
 
+/* "read weights u3" for a job's trace span */
+static void trace_job(struct st_store *s, enum st_track track, const struct st_job *j, double t0,
+		      double t1)
+{
+	trace_span(s->trace, track, t0, t1, "%s %s u%d", j->write ? "write" : "read",
+		   slab_kind_name((enum st_slab_kind)(j->slab % ST_SLAB__COUNT)), j->slab / ST_SLAB__COUNT);
+}
+
 static void disk_item_done(void *ctx, int item, int rc)
 {
 	struct disk_batch *b = ctx;
 	const double t = store_now();
+	trace_job(b->s, ST_TRACK_DISK, b->jobs[item], b->t0, t);
 	pthread_mutex_lock(&b->s->mu);
 	/* the queue's busy time is the batch's span, shared out as jobs end */
 	job_finished(b->s, &b->s->q_disk, b->jobs[item], rc, t - b->t0);
@@ -320,6 +329,7 @@ static void *queue_main(void *arg)
 		if (!failed)
 			copy_job(s, batch.jobs[0]);
 		double dt = store_now() - t0;
+		trace_job(s, ST_TRACK_COPY, batch.jobs[0], t0, t0 + dt);
 		pthread_mutex_lock(&s->mu);
 		for (int i = 0; i < n; i++)
 			job_finished(s, q, batch.jobs[i], failed ? ST_FAIL : ST_OK, i ? 0 : dt);
@@ -506,7 +516,11 @@ void *store_acquire_as(struct st_store *s, int unit, enum st_slab_kind kind, enu
 			st->prefetched = 0;
 			st->refs++;
 			st->lru = ++s->clock;
-			s->wait_s[thread_role] += store_now() - t0;
+			const double t1 = store_now();
+			s->wait_s[thread_role] += t1 - t0;
+			if (!thread_role && t1 - t0 > 50e-6) /* the main thread's stalls, on its track */
+				trace_span(s->trace, ST_TRACK_COMPUTE, t0, t1, "wait %s u%d",
+					   slab_kind_name((enum st_slab_kind)(idx % ST_SLAB__COUNT)), unit);
 			pthread_mutex_unlock(&s->mu);
 			return st->buf;
 		}

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "store/io.h"
+#include "util/trace.h"
 
 enum st_tier { ST_TIER_DEVICE, ST_TIER_HOST, ST_TIER_DISK, ST_TIER__COUNT };
 
@@ -121,6 +122,7 @@ struct st_store {
 	/* counts, for reports */
 	uint64_t hits, fills, writebacks;
 	double wait_s[2];      /* time acquirers waited for transfers: main thread, worker */
+	struct st_trace *trace; /* may be NULL */
 };
 
 const char *tier_name(enum st_tier t);

@@ -267,6 +267,8 @@ static void *capture_main(void *arg)
 	const double waited = c->wait_s;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
+	trace_span(tr->trace.f ? &tr->trace : NULL, ST_TRACK_CHECKPOINT, c->t0, now_s(), "checkpoint %s",
+		   c->name);
 	if (rc == ST_OK)
 		st_log_info("saved checkpoint %s/%s (training paused %.3f s, updates waited %.3f s for "
 			    "it, written in %.2f s)",

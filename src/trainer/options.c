@@ -60,6 +60,8 @@ const struct st_opt_desc train_opt_table[] = {
 	{"prefetch", OT_INT, F(prefetch), "2", "units whose weights are fetched ahead of the one computing"},
 	{"io-block", OT_STR, F(io_block), "1M", "disk tier: stripe block and request size"},
 	{"io-depth", OT_INT, F(io_depth), "16", "disk tier: requests in flight per transfer"},
+	{"trace", OT_STR, F(trace), "", "write a Chrome/Perfetto trace (JSON) of every queue's timeline to this file"},
+	{"trace-steps", OT_INT, F(trace_steps), "20", "steps recorded in the trace (from the start of the run)"},
 	{"shard-size", OT_STR, F(shard_size), "auto", "checkpoints: model weights above this go into shards with an index (auto: 5 GB, as Hugging Face)"},
 };
 const int train_opt_count = sizeof train_opt_table / sizeof train_opt_table[0];
@@ -238,6 +240,7 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->threads >= 0, h, "--threads must be >= 0");
 	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive");
 	ST_CHECK(o->prefetch >= 1 && o->prefetch <= 64, h, "--prefetch must be between 1 and 64");
+	ST_CHECK(o->trace_steps >= 0, h, "--trace-steps must be >= 0");
 	ST_CHECK(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
 		 "use --device cpu, cuda or auto", "unknown device '%s'", o->device);
 	ST_CHECK(!strcmp(o->progress, "auto") || !strcmp(o->progress, "bar") ||

@@ -45,6 +45,8 @@ struct st_train_opts {
 	char io_block[16];
 	int io_depth;
 	char shard_size[24];               /* checkpoints: weight files above it are sharded */
+	char trace[ST_PATH];               /* Chrome/Perfetto trace of every queue ("" = none) */
+	int trace_steps;
 };
 
 enum st_opt_type { OT_INT, OT_LONG, OT_DOUBLE, OT_STR, OT_BOOL };

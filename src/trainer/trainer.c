@@ -249,6 +249,11 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	tr->targets = st_malloc(n * sizeof *tr->targets);
 	if (!tr->tokens || !tr->targets)
 		return ST_FAIL;
+	if (*tr->o.trace) {
+		ST_TRY(trace_open(&tr->trace, tr->o.trace));
+		tr->s.store.trace = tr->s.exec.trace = tr->up.trace = &tr->trace;
+		tr->trace_until = tr->step + tr->o.trace_steps;
+	}
 	snprintf(path, sizeof path, "%s/metrics.jsonl", tr->o.out);
 	tr->metrics = fopen(path, "a");
 	ST_CHECK(tr->metrics, "choose a writable --out directory", "cannot open %s: %s", path,
@@ -265,7 +270,8 @@ void trainer_close(struct st_trainer *tr)
 	ckpt_finish(tr);       /* and a checkpoint still being written */
 	pthread_mutex_destroy(&tr->ck.mu);
 	pthread_cond_destroy(&tr->ck.cv);
-	session_close(&tr->s);
+	session_close(&tr->s); /* joins the transfer threads */
+	trace_close(&tr->trace); /* no thread records any more */
 	place_free(&tr->place);
 	free(tr->grad_sumsq);
 	if (tr->per_layer)
@@ -554,6 +560,11 @@ int trainer_run(struct st_trainer *tr)
 		double dt = now_s() - t0;
 		tr->train_s += dt;
 		tr->timed_steps++;
+		if (tr->trace.f && tr->step >= tr->trace_until) {
+			pthread_mutex_lock(&tr->trace.mu);
+			tr->trace.on = 0;
+			pthread_mutex_unlock(&tr->trace.mu);
+		}
 		if (tr->skipped == skipped_before) { /* a skipped step was logged already */
 			tr->last_loss = loss;
 			fprintf(tr->metrics,

@@ -14,6 +14,7 @@
 #include "trainer/options.h"
 #include "trainer/perlayer.h"
 #include "engine/updater.h"
+#include "util/trace.h"
 
 /* A checkpoint being written in the background (trainer/checkpoint.c): its
  * capture thread copies each unit's weights and then each unit's optimizer
@@ -56,6 +57,8 @@ struct st_trainer {
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
 	struct st_ckpt_async ck;
+	struct st_trace trace;  /* --trace */
+	long trace_until;       /* stop recording after this step */
 };
 
 /* Set up a run: a fresh model directory (--model) or a checkpoint (--resume,
