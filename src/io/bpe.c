@@ -473,56 +473,120 @@ const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len)
 
 /* One pre-tokenized piece: bytes -> ids, appended at out; returns the count.
  * sym is scratch for n ids. */
+/* Scratch for encoding one text: BPE symbols and their links, the merge
+ * heap, the mapped piece, one match data per pre-tokenizer stage. */
+struct merge_cand {
+	uint32_t rank, pos, a, b; /* pair (a, b) starting at symbol pos */
+};
+
+struct enc {
+	uint32_t *sym;
+	int32_t *nxt, *prv;
+	struct merge_cand *heap;
+	size_t heap_cap;
+	char *mapped;
+	pcre2_match_data *md[ST_BPE_STAGES];
+};
+
+static int cand_less(const struct merge_cand *x, const struct merge_cand *y)
+{
+	return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static void heap_push(struct enc *e, size_t *n, struct merge_cand c)
+{
+	if (*n >= e->heap_cap)
+		return; /* cannot happen: at most 3 candidates per symbol are pushed */
+	size_t i = (*n)++;
+	while (i && cand_less(&c, &e->heap[(i - 1) / 2])) {
+		e->heap[i] = e->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	e->heap[i] = c;
+}
+
+static struct merge_cand heap_pop(struct enc *e, size_t *n)
+{
+	struct merge_cand top = e->heap[0], last = e->heap[--(*n)];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && cand_less(&e->heap[c + 1], &e->heap[c]))
+			c++;
+		if (!cand_less(&e->heap[c], &last))
+			break;
+		e->heap[i] = e->heap[c];
+		i = c;
+	}
+	if (*n)
+		e->heap[i] = last;
+	return top;
+}
+
+/* The candidate merge of symbols at pos and its successor, if any. */
+static void push_pair(const struct st_bpe *b, struct enc *e, size_t *hn, int32_t pos)
+{
+	if (pos < 0 || e->nxt[pos] < 0)
+		return;
+	const uint32_t a = e->sym[pos], c = e->sym[e->nxt[pos]];
+	const size_t slot = pmap_slot(&b->merges, (((uint64_t)a << 32) | c) + 1);
+	if (b->merges.keys[slot])
+		heap_push(e, hn, (struct merge_cand){b->merges.rank[slot], (uint32_t)pos, a, c});
+}
+
+/* One pre-tokenized piece: bytes -> ids, appended at out; returns the count.
+ * Merges go lowest rank first, leftmost on ties, as Hugging Face's BPE
+ * does; a heap of candidate pairs over a linked list of symbols keeps long
+ * pieces (a run of 100 KB of one character) at O(n log n). */
 static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned char *p, size_t n,
-			   uint32_t *sym, char *mapped)
+			   struct enc *e)
 {
 	if (!n)
 		return 0;
 	if (b->ignore_merges) { /* a piece that is a token stays one */
 		size_t k = 0;
 		for (size_t i = 0; i < n; i++) {
-			memcpy(mapped + k, b->byte_char[p[i]], (size_t)b->byte_char_len[p[i]]);
+			memcpy(e->mapped + k, b->byte_char[p[i]], (size_t)b->byte_char_len[p[i]]);
 			k += (size_t)b->byte_char_len[p[i]];
 		}
-		int id = smap_get(&b->vocab, mapped, k);
+		int id = smap_get(&b->vocab, e->mapped, k);
 		if (id >= 0) {
 			out[0] = (uint32_t)id;
 			return 1;
 		}
 	}
-	for (size_t i = 0; i < n; i++)
-		sym[i] = (uint32_t)b->byte_id[p[i]];
-	size_t m = n;
-	for (;;) {
-		/* the lowest-ranked adjacent pair, leftmost on ties */
-		uint32_t best = UINT32_MAX, merged = 0;
-		size_t at = 0;
-		for (size_t i = 0; i + 1 < m; i++) {
-			uint64_t key = (((uint64_t)sym[i] << 32) | sym[i + 1]) + 1;
-			size_t slot = pmap_slot(&b->merges, key);
-			if (b->merges.keys[slot] && b->merges.rank[slot] < best) {
-				best = b->merges.rank[slot];
-				merged = b->merges.merged[slot];
-				at = i;
-			}
-		}
-		if (best == UINT32_MAX)
-			break;
-		sym[at] = merged;
-		memmove(sym + at + 1, sym + at + 2, (m - at - 2) * sizeof *sym);
-		m--;
+	for (size_t i = 0; i < n; i++) {
+		e->sym[i] = (uint32_t)b->byte_id[p[i]];
+		e->prv[i] = (int32_t)i - 1;
+		e->nxt[i] = i + 1 < n ? (int32_t)i + 1 : -1;
 	}
-	memcpy(out, sym, m * sizeof *out);
+	size_t hn = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		push_pair(b, e, &hn, (int32_t)i);
+	while (hn) {
+		struct merge_cand c = heap_pop(e, &hn);
+		const int32_t l = (int32_t)c.pos, r = e->nxt[l];
+		/* stale: the left symbol merged away (its slot is reused only by
+		 * itself), or either side changed since the candidate was pushed */
+		if (r < 0 || e->sym[l] != c.a || e->sym[r] != c.b || e->prv[l] == -2)
+			continue;
+		const size_t slot = pmap_slot(&b->merges, (((uint64_t)c.a << 32) | c.b) + 1);
+		e->sym[l] = b->merges.merged[slot];
+		e->nxt[l] = e->nxt[r];
+		if (e->nxt[r] >= 0)
+			e->prv[e->nxt[r]] = l;
+		e->prv[r] = -2; /* gone */
+		e->nxt[r] = -1;
+		push_pair(b, e, &hn, e->prv[l]);
+		push_pair(b, e, &hn, l);
+	}
+	size_t m = 0;
+	for (int32_t i = 0; i >= 0; i = e->nxt[i])
+		out[m++] = e->sym[i];
 	return m;
 }
-
-/* Scratch for encoding: BPE symbols, the mapped piece, one match data per
- * pre-tokenizer stage. */
-struct enc {
-	uint32_t *sym;
-	char *mapped;
-	pcre2_match_data *md[ST_BPE_STAGES];
-};
 
 /* Text through pre-tokenizer stages level.. (each an Isolated split: the
  * matches and the gaps between them are pieces), then each piece through
@@ -544,7 +608,7 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 	}
 	size_t n = 0;
 	if (level == b->n_re) {
-		n = encode_piece(b, out, (const unsigned char *)text, len, e->sym, e->mapped);
+		n = encode_piece(b, out, (const unsigned char *)text, len, e);
 		free(prefixed);
 		return n;
 	}
@@ -576,8 +640,14 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 
 size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
 {
-	struct enc e = {st_malloc((len + 2) * sizeof *e.sym), st_malloc(2 * (len + 2)), {NULL}};
-	int ok = e.sym && e.mapped;
+	struct enc e = {0};
+	e.sym = st_malloc((len + 2) * sizeof *e.sym);
+	e.nxt = st_malloc((len + 2) * sizeof *e.nxt);
+	e.prv = st_malloc((len + 2) * sizeof *e.prv);
+	e.heap_cap = 3 * (len + 2);
+	e.heap = st_malloc(e.heap_cap * sizeof *e.heap);
+	e.mapped = st_malloc(2 * (len + 2));
+	int ok = e.sym && e.nxt && e.prv && e.heap && e.mapped;
 	for (int i = 0; i < b->n_re && ok; i++)
 		ok = (e.md[i] = pcre2_match_data_create_from_pattern(b->re[i], NULL)) != NULL;
 	size_t n = 0;
@@ -605,6 +675,9 @@ size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_
 	n += split_from(b, out + n, text + start, len - start, 0, &e);
 done:
 	free(e.sym);
+	free(e.nxt);
+	free(e.prv);
+	free(e.heap);
 	free(e.mapped);
 	for (int i = 0; i < b->n_re; i++)
 		if (e.md[i])
