@@ -89,7 +89,13 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 			pos = end + 1;
 			continue;
 		}
-		cJSON *o = cJSON_ParseWithLength(text + pos, n);
+		const char *stop = NULL;
+		cJSON *o = cJSON_ParseWithLengthOpts(text + pos, n, &stop, 0);
+		for (const char *q = stop; o && q && q < text + end; q++)
+			if (*q != ' ' && *q != '\t' && *q != '\r') { /* two objects on a line */
+				cJSON_Delete(o);
+				o = NULL;
+			}
 		const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
 		const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "completion");
 		const cJSON *tx = cJSON_GetObjectItemCaseSensitive(o, "text");

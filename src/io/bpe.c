@@ -296,12 +296,26 @@ int bpe_load(struct st_bpe **out, const char *path)
 	    ST_OK)
 		goto fail;
 
-	/* ids: the vocabulary's and the added tokens' */
+	/* ids: the vocabulary's and the added tokens', whole numbers below the
+	 * number of entries plus a margin (ids may have gaps, not huge ones) */
+	const double id_max = (double)cJSON_GetArraySize(vocab) +
+			      (double)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "added_tokens")) +
+			      65536.0;
 	int max_id = -1;
 	const cJSON *it;
+	/* settings that change how text is cut, which strata does not implement */
+	const char *unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix", "dropout", NULL};
+	for (int i = 0; unsupported[i]; i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, unsupported[i]);
+		if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !*v->valuestring)) {
+			ST_ERROR(hint, "%s: the BPE model's %s is not supported", path, unsupported[i]);
+			goto fail;
+		}
+	}
 	cJSON_ArrayForEach(it, vocab)
 	{
-		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e8) {
+		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > id_max ||
+		    it->valuedouble != (double)(int)it->valuedouble) {
 			ST_ERROR(hint, "%s: vocab entry '%s' has no valid id", path, it->string);
 			goto fail;
 		}
@@ -313,9 +327,15 @@ int bpe_load(struct st_bpe **out, const char *path)
 	{
 		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
 		const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
-		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 1e8 ||
-		    !cJSON_IsString(content) || !*content->valuestring) {
-			ST_ERROR(hint, "%s: an added token without an id or content", path);
+		if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > id_max ||
+		    id->valuedouble != (double)(int)id->valuedouble || !cJSON_IsString(content) ||
+		    !*content->valuestring) {
+			ST_ERROR(hint, "%s: an added token without a valid id or content", path);
+			goto fail;
+		}
+		if (is_true(it, "lstrip", 0) || is_true(it, "rstrip", 0) || is_true(it, "single_word", 0)) {
+			ST_ERROR(hint, "%s: added token '%s' uses lstrip, rstrip or single_word, which strata "
+				       "does not implement", path, content->valuestring);
 			goto fail;
 		}
 		if ((int)id->valuedouble > max_id)
@@ -342,6 +362,16 @@ int bpe_load(struct st_bpe **out, const char *path)
 		long k = unmap(it->string, n, cp_to_byte, raw);
 		if (k < 0) {
 			free(raw);
+			/* an added token's text stands for itself (its bytes come from
+			 * added_tokens below); anything else must be in the alphabet */
+			int is_added = 0;
+			const cJSON *a;
+			cJSON_ArrayForEach(a, added)
+				is_added |= (int)cJSON_GetObjectItemCaseSensitive(a, "id")->valuedouble == id;
+			if (is_added) {
+				smap_put(&b->vocab, it->string, n, (uint32_t)id);
+				continue;
+			}
 			ST_ERROR(hint, "%s: vocab entry '%s' is not in the byte-level alphabet", path,
 				 it->string);
 			goto fail;
@@ -400,11 +430,11 @@ int bpe_load(struct st_bpe **out, const char *path)
 		}
 		uint64_t key = (((uint64_t)a << 32) | (uint32_t)c) + 1;
 		size_t slot = pmap_slot(&b->merges, key);
-		if (!b->merges.keys[slot]) { /* the first (lowest) rank of a pair wins */
-			b->merges.keys[slot] = key;
-			b->merges.rank[slot] = (uint32_t)rank;
-			b->merges.merged[slot] = (uint32_t)m;
-		}
+		/* a pair listed twice keeps its last rank: the Hugging Face library
+		 * builds its merge map in file order */
+		b->merges.keys[slot] = key;
+		b->merges.rank[slot] = (uint32_t)rank;
+		b->merges.merged[slot] = (uint32_t)m;
 		rank++;
 	}
 	int k = 0;
@@ -615,8 +645,12 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 	size_t pos = 0, prev = 0;
 	while (pos < len) {
 		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, 0, e->md[level], NULL);
-		if (rc < 0)
-			break; /* no more matches (or unmatchable bytes): the rest is a gap */
+		if (rc < 0) {
+			if (rc != PCRE2_ERROR_NOMATCH) /* a match limit: say so, keep the rest whole */
+				st_log_warn("tokenizer: pre-tokenizer regex failed (PCRE2 error %d) on a "
+					    "%zu-byte piece; it is encoded without further splitting", rc, len);
+			break; /* no more matches: the rest is a gap */
+		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md[level]);
 		size_t s = ov[0], end = ov[1];
 		if (s > prev)

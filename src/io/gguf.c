@@ -118,9 +118,13 @@ static int parse(struct st_gguf *g)
 	ST_CHECK(g->version == 2 || g->version == 3, "convert it with a current llama.cpp",
 		 "%s: GGUF version %u (strata reads versions 2 and 3)", g->path, g->version);
 	uint64_t nt = take(&c, 8, "the tensor count"), nk = take(&c, 8, "the key count");
-	ST_CHECK(nt <= GGUF_MAX_COUNT && nk <= GGUF_MAX_COUNT, "the file is damaged",
-		 "%s: %llu tensors and %llu keys are not plausible", g->path, (unsigned long long)nt,
-		 (unsigned long long)nk);
+	/* each key takes at least 13 bytes, each tensor info 32: counts beyond
+	 * what the file can hold are damage, found before any allocation */
+	const size_t rem = (size_t)(c.end - c.p);
+	ST_CHECK(nt <= GGUF_MAX_COUNT && nk <= GGUF_MAX_COUNT && nk <= rem / 13 && nt <= rem / 32,
+		 "the file is truncated or damaged; download it again",
+		 "%s: the header's %llu tensors and %llu keys run past the end of the file (%zu bytes)",
+		 g->path, (unsigned long long)nt, (unsigned long long)nk, g->size);
 	g->kv = st_calloc(nk + 1, sizeof *g->kv);
 	g->t = st_calloc(nt + 1, sizeof *g->t);
 	if (!g->kv || !g->t)
@@ -136,7 +140,8 @@ static int parse(struct st_gguf *g)
 			kv->arr_type = (uint32_t)take(&c, 4, "an array type");
 			kv->arr_n = take(&c, 8, "an array length");
 			c.p = start;
-			if (c.ok && kv->arr_type == GGUF_STRING && kv->arr_n <= GGUF_MAX_COUNT) {
+			if (c.ok && kv->arr_type == GGUF_STRING && kv->arr_n <= GGUF_MAX_COUNT &&
+			    kv->arr_n <= (uint64_t)(c.end - c.p) / 8) {
 				kv->strs = st_calloc(kv->arr_n + 1, sizeof *kv->strs);
 				if (!kv->strs)
 					return ST_FAIL;
@@ -296,7 +301,9 @@ static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u)
 	}
 	default: return ST_FAIL;
 	}
-	*u = *f < 0 ? 0 : (uint64_t)*f;
+	if (!(*f >= 0 && *f < 1.8e19)) /* NaN, negative or too large: no count */
+		return ST_FAIL;
+	*u = (uint64_t)*f;
 	return ST_OK;
 }
 

@@ -2,6 +2,7 @@
  * UTF-8 input is one token, so encoding is lossless for any text (multi-byte
  * characters become several tokens) and decoding concatenates bytes; <bos> =
  * 256 and <eos> = 257 decode to nothing. */
+#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,27 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 				    "<|im_end|>", NULL};
 	tk->bos_id = find_special(tk->bpe, bos);
 	tk->eos_id = find_special(tk->bpe, eos);
+	/* a model directory's config.json knows which ones the model uses
+	 * (LLaMA-3-Instruct ends turns with <|eot_id|>, not <|end_of_text|>) */
+	if (fs_is_dir(name_or_path)) {
+		snprintf(path, sizeof path, "%s/config.json", name_or_path);
+		char *cfg = NULL;
+		size_t n = 0;
+		if (fs_exists(path) && fs_read_file(path, &cfg, &n) == ST_OK) {
+			cJSON *root = cJSON_ParseWithLength(cfg, n);
+			const char *keys[2] = {"bos_token_id", "eos_token_id"};
+			int *ids[2] = {&tk->bos_id, &tk->eos_id};
+			for (int k = 0; k < 2; k++) {
+				const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+				if (cJSON_IsArray(v)) /* several end tokens: the first */
+					v = cJSON_GetArrayItem(v, 0);
+				if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < tk->vocab_size)
+					*ids[k] = (int)v->valuedouble;
+			}
+			cJSON_Delete(root);
+		}
+		free(cfg);
+	}
 	/* the name shards record: which tokenizer.json exactly */
 	char *text = NULL;
 	size_t len = 0;

@@ -56,17 +56,17 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	uint64_t v;
 	double f;
 	const char *hint = "the file lacks llama.* metadata; convert it with a current llama.cpp";
-	ST_CHECK(gguf_get_u64(g, "llama.embedding_length", &v) == ST_OK, hint,
-		 "%s: no llama.embedding_length", g->path);
+	ST_CHECK(gguf_get_u64(g, "llama.embedding_length", &v) == ST_OK && v < (1 << 24), hint,
+		 "%s: no usable llama.embedding_length", g->path);
 	cfg->dim = (int)v;
-	ST_CHECK(gguf_get_u64(g, "llama.block_count", &v) == ST_OK, hint, "%s: no llama.block_count",
-		 g->path);
+	ST_CHECK(gguf_get_u64(g, "llama.block_count", &v) == ST_OK && v < (1 << 24), hint,
+		 "%s: no usable llama.block_count", g->path);
 	cfg->n_layers = (int)v;
-	ST_CHECK(gguf_get_u64(g, "llama.feed_forward_length", &v) == ST_OK, hint,
-		 "%s: no llama.feed_forward_length", g->path);
+	ST_CHECK(gguf_get_u64(g, "llama.feed_forward_length", &v) == ST_OK && v < (1 << 24), hint,
+		 "%s: no usable llama.feed_forward_length", g->path);
 	cfg->ffn_dim = (int)v;
-	ST_CHECK(gguf_get_u64(g, "llama.attention.head_count", &v) == ST_OK, hint,
-		 "%s: no llama.attention.head_count", g->path);
+	ST_CHECK(gguf_get_u64(g, "llama.attention.head_count", &v) == ST_OK && v < (1 << 24), hint,
+		 "%s: no usable llama.attention.head_count", g->path);
 	cfg->n_heads = (int)v;
 	cfg->n_kv_heads = gguf_get_u64(g, "llama.attention.head_count_kv", &v) == ST_OK ? (int)v
 											 : cfg->n_heads;
@@ -87,10 +87,27 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	cfg->bos_id = gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) == ST_OK ? (int)v : -1;
 	cfg->eos_id = gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v) == ST_OK ? (int)v : -1;
 	const char *scaling = gguf_get_str(g, "llama.rope.scaling.type", &n);
-	if (scaling && !(n == 4 && !memcmp(scaling, "none", 4)))
-		st_log_warn("%s: RoPE scaling '%.*s' is not implemented: the imported model uses plain "
-			    "RoPE (theta %g), which matches only within the original context length",
-			    g->path, (int)n, scaling, cfg->rope_theta);
+	ST_CHECK(!(scaling && !(n == 4 && !memcmp(scaling, "none", 4))) &&
+			 !gguf_tensor(g, "rope_freqs.weight"),
+		 "strata implements plain RoPE only; LLaMA 3.1-style and linear scaling are not yet "
+		 "supported",
+		 "%s: the model uses RoPE scaling (%s), which strata does not implement", g->path,
+		 scaling ? "llama.rope.scaling.type" : "rope_freqs.weight");
+	ST_CHECK(gguf_get_u64(g, "llama.expert_count", &v) != ST_OK || v == 0,
+		 "strata trains dense LLaMA models, not mixtures of experts",
+		 "%s: a mixture-of-experts model (llama.expert_count %llu)", g->path, (unsigned long long)v);
+	/* counts that must fit an int (a damaged file can hold anything) */
+	const int64_t fields[] = {cfg->dim, cfg->n_layers, cfg->ffn_dim, cfg->n_heads, cfg->n_kv_heads,
+				  cfg->head_dim, cfg->max_seq};
+	for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+		ST_CHECK(fields[i] > 0 && fields[i] < (1 << 24), "the file's metadata is damaged",
+			 "%s: a llama.* size is out of range", g->path);
+	ST_CHECK(emb->ne[1] < (1u << 24), "the file's metadata is damaged",
+		 "%s: a vocabulary of %llu tokens", g->path, (unsigned long long)emb->ne[1]);
+	if (cfg->bos_id >= cfg->vocab_size)
+		cfg->bos_id = -1;
+	if (cfg->eos_id >= cfg->vocab_size)
+		cfg->eos_id = -1;
 	return config_validate(cfg);
 }
 
@@ -149,6 +166,22 @@ static int check_tensors(const struct st_model *m, const struct st_gguf *g)
 			ok = t->ne[d] == (uint64_t)p->shape[p->ndim - 1 - d];
 		ST_CHECK(ok, "the file's tensors disagree with its metadata",
 			 "%s: tensor '%s' has a shape that disagrees with the model's metadata", g->path, name);
+	}
+	return ST_OK;
+}
+
+/* Every tensor of the file is one the model uses: anything else (biases, a
+ * different architecture under the llama name) would be dropped silently. */
+static int check_extra(const struct st_model *m, const struct st_gguf *g)
+{
+	for (int i = 0; i < g->n_tensors; i++) {
+		int used = 0;
+		for (int k = 0; k < m->n_params && !used; k++) {
+			char name[128];
+			used = gguf_name(name, m->params[k].name) && !strcmp(name, g->t[i].name);
+		}
+		ST_CHECK(used, "the file holds more than a plain LLaMA model; strata cannot import it",
+			 "%s: tensor '%s' has no place in the model", g->path, g->t[i].name);
 	}
 	return ST_OK;
 }
@@ -238,6 +271,8 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 		size_t len;
 		const char *s = gguf_arr_str(merges, i, &len);
 		if (!s || len >= 65536) {
+			ST_ERROR("the file's tokenizer is damaged", "%s: merge %llu is unreadable", g->path,
+				 (unsigned long long)i);
 			rc = ST_FAIL;
 			break;
 		}
@@ -270,6 +305,8 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 		rc = model_build(&m, &cfg);
 	if (rc == ST_OK)
 		rc = check_tensors(&m, &g);
+	if (rc == ST_OK)
+		rc = check_extra(&m, &g);
 	struct import_ctx c = {&m, &g, NULL, NULL};
 	if (rc == ST_OK) {
 		size_t unit_max = 0, param_max = 0;
