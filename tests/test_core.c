@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "engine/generate.h"
+#include "engine/session.h"
 #include "model/llama.h"
+#include "optim/optim.h"
 #include "store/store.h"
 #include "trainer/options.h"
 #include "trainer/trainer.h"
@@ -175,4 +177,94 @@ Test(generate, sampling_rules)
 		z += exp(logits[i]);
 	for (int i = 0; i < 5; i++)
 		cr_expect(fabs(hist[i] / 10000.0 - exp(logits[i]) / z) < 0.002, "token %d frequency", i);
+}
+
+/* The stable embedding (Dettmers et al. 2021, section 2.3): the config key
+ * round-trips through config.json, the embedding is initialized
+ * Xavier-uniform with a LayerNorm of gain 1 and bias 0 after it, and the
+ * 8-bit optimizers keep fp32 state for the embedding while quantizing the
+ * large matrices. */
+Test(config, stable_embedding_round_trip_init_and_state)
+{
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), ST_OK);
+	char path[] = "/tmp/strata-stable-XXXXXX";
+	cr_assert(mkdtemp(path));
+	char file[128];
+	snprintf(file, sizeof file, "%s/config.json", path);
+	for (int stable = 0; stable <= 1; stable++) {
+		cfg.stable_embedding = stable;
+		cr_assert_eq(config_save(&cfg, file), ST_OK);
+		struct st_config back;
+		cr_assert_eq(config_load(&back, file), ST_OK);
+		cr_expect_eq(back.stable_embedding, stable, "stable_embedding %d did not round-trip", stable);
+	}
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &cfg), ST_OK); /* cfg.stable_embedding == 1 */
+	float *w = malloc(m.units[0].numel * sizeof *w);
+	model_init_unit(&m, 0, w, 7);
+	const struct st_param *emb = model_find_param(&m, "model.embed_tokens.weight");
+	const struct st_param *g = model_find_param(&m, "model.embed_norm.weight");
+	const struct st_param *b = model_find_param(&m, "model.embed_norm.bias");
+	cr_assert(emb && g && b, "the stable embedding's parameters are missing");
+	const double a = sqrt(6.0 / (cfg.vocab_size + cfg.dim));
+	double sumsq = 0, maxabs = 0;
+	for (size_t i = 0; i < emb->numel; i++) {
+		double x = w[emb->offset + i];
+		sumsq += x * x;
+		maxabs = fabs(x) > maxabs ? fabs(x) : maxabs;
+	}
+	const double rms = sqrt(sumsq / (double)emb->numel);
+	cr_expect_leq(maxabs, a, "a value outside +-sqrt(6/(vocab+dim)) = %g: %g", a, maxabs);
+	cr_expect_gt(maxabs, 0.99 * a, "the values do not fill the Xavier range (max %g of %g)", maxabs, a);
+	/* uniform(-a, a) has rms a/sqrt(3); 66K samples: within 2% */
+	cr_expect(fabs(rms / (a / sqrt(3.0)) - 1) < 0.02, "rms %g, uniform(-a,a) has %g", rms, a / sqrt(3.0));
+	for (size_t i = 0; i < g->numel; i++) {
+		cr_expect_eq(w[g->offset + i], 1.0f);
+		cr_expect_eq(w[b->offset + i], 0.0f);
+	}
+	struct st_optim opt;
+	struct st_optim_cfg oc = {.kind = ST_OPT_ADAMW8, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+				  .quant_block = 256, .quant_min_numel = 4096};
+	cr_assert_eq(optim_init(&opt, &oc, &m), ST_OK);
+	const int i_emb = (int)(emb - m.params);
+	const struct st_param *q = model_find_param(&m, "model.layers.0.self_attn.q_proj.weight");
+	cr_expect_eq(opt.ps[i_emb].q8, 0, "the embedding's state is 8-bit");
+	cr_expect_eq(opt.ps[q - m.params].q8, 1, "a large matrix's state is not 8-bit");
+	optim_free(&opt);
+	free(w);
+	model_free(&m);
+}
+
+/* GaLore's per-layer updates keep no full-model gradient buffer: every layer
+ * unit shares one gradient slab (the largest layer's), so the gradient bytes
+ * are the embed's, the head's and one layer's. */
+Test(store, per_layer_gradients_share_one_slab)
+{
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), ST_OK);
+	struct st_session s;
+	cr_assert_eq(session_create(&s, ops_cpu(), &cfg, ST_GRADS_SHARED_LAYERS), ST_OK);
+	const struct st_model *m = &s.model;
+	size_t g_bytes = 0, layer_max = 0, all = 0;
+	int first = -1;
+	for (int u = 0; u < m->n_units; u++) {
+		const struct st_slab *sl = store_slab(&s.store, u, ST_SLAB_G);
+		all += m->units[u].numel * sizeof(float);
+		if (m->units[u].kind == ST_UNIT_LAYER) {
+			layer_max = m->units[u].numel * sizeof(float) > layer_max ? m->units[u].numel * sizeof(float)
+										   : layer_max;
+			if (first < 0)
+				first = u;
+			else
+				cr_expect_eq(sl->shared_from, first, "layer unit %d has its own gradient slab", u);
+			cr_expect_eq(store_acquire(&s.store, u, ST_SLAB_G), store_acquire(&s.store, first, ST_SLAB_G));
+		}
+		if (sl->shared_from < 0)
+			g_bytes += sl->bytes;
+	}
+	const size_t want = (m->units[0].numel + m->units[m->n_units - 1].numel) * sizeof(float) + layer_max;
+	cr_expect_eq(g_bytes, want, "gradient bytes %zu, want %zu (full model: %zu)", g_bytes, want, all);
+	cr_expect_lt(g_bytes, all / 2);
+	session_close(&s);
 }
