@@ -115,6 +115,9 @@ Test(gguf, imported_model_fine_tunes, .timeout = 300)
 			cu_bin(), path, work, dir, cu_bin(), dir, work, work, cu_bin(), work);
 	cr_assert_eq(rc, 0, "fine-tuning the imported model failed: %s", out);
 	cr_expect(strstr(out, "the lord"), "no sample: %s", out);
+	/* the checkpoint is a complete model directory: its tokenizer came along */
+	snprintf(path, sizeof path, "%s/run/latest/tokenizer.json", work);
+	cr_expect(fs_exists(path), "the checkpoint has no tokenizer.json");
 	/* the held-out loss fell from step 0 to step 6 */
 	rc = cu_run(out, sizeof out, "grep val_loss %s/run/metrics.jsonl", work);
 	double first = 0, last = 0;

@@ -209,6 +209,29 @@ static void prune(const char *out, int keep, long current)
 	}
 }
 
+/* The tokenizer files of the model the run started from travel into every
+ * checkpoint, so a checkpoint is a complete Hugging Face model directory
+ * (sample, eval and transformers find its tokenizer there). */
+static int copy_tokenizer_files(const struct st_trainer *tr, const char *dir)
+{
+	static const char *files[] = {"tokenizer.json", "tokenizer_config.json",
+				      "special_tokens_map.json", "generation_config.json", NULL};
+	for (int i = 0; files[i]; i++) {
+		char src[4200], dst[4200];
+		snprintf(src, sizeof src, "%s/%s", tr->model_dir, files[i]);
+		if (!fs_exists(src))
+			continue;
+		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+		char *text = NULL;
+		size_t len = 0;
+		ST_TRY(fs_read_file(src, &text, &len));
+		int rc = fs_write_file_atomic(dst, text, len);
+		free(text);
+		ST_TRY(rc);
+	}
+	return ST_OK;
+}
+
 /* The capture thread: weights, optimizer state, then the directory is
  * renamed into place and `latest` moved. */
 static int write_checkpoint(struct st_trainer *tr)
@@ -227,6 +250,7 @@ static int write_checkpoint(struct st_trainer *tr)
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", c->tmp);
 	ST_TRY(save_optimizer(tr, path));
 	mark_captured(c, &c->s_done, tr->s.model.n_units); /* also units without state */
+	ST_TRY(copy_tokenizer_files(tr, c->tmp));
 	ST_TRY(fs_fsync_dir(c->tmp));
 
 	if (fs_exists(final)) { /* re-saving a step: keep the old one until the new one is in */

@@ -188,6 +188,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 			 "no model given (--model DIR)");
 		snprintf(model_dir, sizeof model_dir, "%s", tr->o.model);
 	}
+	snprintf(tr->model_dir, sizeof tr->model_dir, "%s", model_dir);
 	struct st_config cfg;
 	snprintf(path, sizeof path, "%s/config.json", model_dir);
 	ST_TRY(config_load(&cfg, path));

@@ -56,6 +56,7 @@ struct st_trainer {
 	FILE *metrics;
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
+	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
 	struct st_ckpt_async ck;
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
