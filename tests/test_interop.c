@@ -203,6 +203,35 @@ Test(hf, transformers_reads_what_strata_writes, .timeout = 120)
 	cJSON_Delete(root);
 }
 
+/* The round trip through llama.cpp: a model strata wrote
+ * (tests/data/hfref/untied), converted to GGUF by llama.cpp's own
+ * convert_hf_to_gguf.py (scripts/llamacpp_convert.py), imported back by
+ * strata: every weight is bit-identical to the original. */
+Test(hf, llama_cpp_converts_what_strata_writes)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "roundtrip");
+	int rc = cu_run(out, sizeof out,
+			"%s import --gguf tests/data/hfref/untied-llamacpp-f32.gguf --out %s/m", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	char path[512];
+	snprintf(path, sizeof path, "%s/m", dir);
+	struct st_weight_files a, b;
+	cr_assert_eq(weights_open(&a, path), ST_OK);
+	cr_assert_eq(weights_open(&b, "tests/data/hfref/untied"), ST_OK);
+	cr_assert_eq(a.sf[0].n, b.sf[0].n);
+	for (int i = 0; i < b.sf[0].n; i++) {
+		const struct st_tensor_info *want = &b.sf[0].tensors[i];
+		const struct st_tensor_info *got = safetensors_find(&a.sf[0], want->name);
+		cr_assert(got, "%s missing after the round trip", want->name);
+		cr_expect_eq(got->end - got->begin, want->end - want->begin);
+		cr_expect_eq(memcmp(safetensors_data(&a.sf[0], got), safetensors_data(&b.sf[0], want),
+				    want->end - want->begin), 0, "%s changed in the round trip", want->name);
+	}
+	weights_close(&a);
+	weights_close(&b);
+}
+
 /* Damaged files: each a clear error naming the problem. */
 Test(gguf, bad_files)
 {

@@ -213,8 +213,13 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 			 !strcmp(pre_name, "gpt2"),
 		 "strata knows the llama-bpe and gpt-2 pre-tokenizers; give the model's tokenizer.json",
 		 "%s: pre-tokenizer '%s' is not supported", g->path, pre_name);
+	/* every field the Hugging Face tokenizers library requires when it
+	 * deserializes the file, so that transformers and llama.cpp's converter
+	 * read it too */
 	cJSON *root = cJSON_CreateObject();
 	cJSON_AddStringToObject(root, "version", "1.0");
+	cJSON_AddNullToObject(root, "truncation");
+	cJSON_AddNullToObject(root, "padding");
 	cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
 	cJSON_AddNullToObject(root, "normalizer");
 	cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
@@ -230,18 +235,30 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 		cJSON_AddBoolToObject(split, "invert", 0);
 		cJSON_AddStringToObject(bl, "type", "ByteLevel");
 		cJSON_AddBoolToObject(bl, "add_prefix_space", 0);
+		cJSON_AddBoolToObject(bl, "trim_offsets", 1);
 		cJSON_AddBoolToObject(bl, "use_regex", 0);
 		cJSON_AddItemToArray(seq, split);
 		cJSON_AddItemToArray(seq, bl);
 	} else {
 		cJSON_AddStringToObject(pt, "type", "ByteLevel");
 		cJSON_AddBoolToObject(pt, "add_prefix_space", 0);
+		cJSON_AddBoolToObject(pt, "trim_offsets", 1);
 		cJSON_AddBoolToObject(pt, "use_regex", 1);
 	}
 	cJSON_AddNullToObject(root, "post_processor");
-	cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
+	cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
+	cJSON_AddStringToObject(dec, "type", "ByteLevel");
+	cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
+	cJSON_AddBoolToObject(dec, "trim_offsets", 1);
+	cJSON_AddBoolToObject(dec, "use_regex", 1);
 	cJSON *model_o = cJSON_AddObjectToObject(root, "model");
 	cJSON_AddStringToObject(model_o, "type", "BPE");
+	cJSON_AddNullToObject(model_o, "dropout");
+	cJSON_AddNullToObject(model_o, "unk_token");
+	cJSON_AddNullToObject(model_o, "continuing_subword_prefix");
+	cJSON_AddNullToObject(model_o, "end_of_word_suffix");
+	cJSON_AddBoolToObject(model_o, "fuse_unk", 0);
+	cJSON_AddBoolToObject(model_o, "byte_fallback", 0);
 	cJSON_AddBoolToObject(model_o, "ignore_merges", llama3);
 	cJSON *vocab = cJSON_AddObjectToObject(model_o, "vocab");
 	cJSON *mg = cJSON_AddArrayToObject(model_o, "merges");
@@ -263,6 +280,10 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 			cJSON *a = cJSON_CreateObject();
 			cJSON_AddNumberToObject(a, "id", (double)i);
 			cJSON_AddStringToObject(a, "content", buf);
+			cJSON_AddBoolToObject(a, "single_word", 0);
+			cJSON_AddBoolToObject(a, "lstrip", 0);
+			cJSON_AddBoolToObject(a, "rstrip", 0);
+			cJSON_AddBoolToObject(a, "normalized", 0);
 			cJSON_AddBoolToObject(a, "special", type == 3);
 			cJSON_AddItemToArray(added, a);
 		}
