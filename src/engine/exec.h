@@ -1,9 +1,9 @@
 /* The executor: walks the model's units through forward, loss and backward
  * for one micro-batch, asking the store for each unit's slabs just before the
- * unit runs and handing them back right after. This is the seam where the
- * offload issue adds prefetch of the next units' weights, activation swapping
- * and per-unit optimizer updates overlapped with backward: on_unit_grad is
- * called the moment a unit's gradient for the micro-batch is complete.
+ * unit runs and handing them back right after: on_unit_grad is called the
+ * moment a unit's gradient for the micro-batch is complete, before_unit
+ * before a unit's forward (the updater's per-unit wait), and the planner
+ * issue adds activation swapping here.
  *
  * Streaming: before computing unit u the executor asks the store to
  * prefetch the weights of the next `prefetch` units in the direction of the

@@ -1,7 +1,7 @@
 /* Text generation: temperature and nucleus (top-p) sampling, one token per
  * forward pass over the last T tokens of the context (no KV cache yet: the
  * models trained on the CPU are small enough that recomputing the window is
- * fast; a cache arrives with the interop issue's real models). */
+ * fast). */
 #ifndef ST_GENERATE_H
 #define ST_GENERATE_H
 
