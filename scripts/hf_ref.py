@@ -13,7 +13,6 @@ usage: scripts/hf_ref.py OUTDIR MODEL_DIR...     (pip install torch transformers
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -21,18 +20,10 @@ import torch
 import transformers
 from transformers import LlamaForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from strata_shard import write_shard  # noqa: E402
+
 T = 48
-
-
-def write_shard(path, tokens, vocab):
-    data = struct.pack("<%dH" % len(tokens), *tokens)
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
-    hdr = b"STRATOK1" + struct.pack("<IIII", 1, 2, vocab, 0) + struct.pack("<Q", len(tokens)) + \
-        b"ref".ljust(24, b"\0") + struct.pack("<Q", h)
-    with open(path, "wb") as f:
-        f.write(hdr + data)
 
 
 def main():

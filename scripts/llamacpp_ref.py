@@ -13,26 +13,16 @@ usage: scripts/llamacpp_ref.py        (pip install llama-cpp-python numpy)
 """
 import json
 import os
-import struct
+import sys
 
 import numpy as np
 from llama_cpp import Llama
 
 D = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "gguf")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from strata_shard import write_shard  # noqa: E402
+
 T = 48
-
-
-def write_shard(path, tokens, vocab):
-    data = struct.pack("<%dH" % len(tokens), *tokens)
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
-    name = b"ref".ljust(24, b"\0")
-    hdr = b"STRATOK1" + struct.pack("<IIII", 1, 2, vocab, 0) + struct.pack("<Q", len(tokens)) + name + \
-        struct.pack("<Q", h)
-    assert len(hdr) == 64
-    with open(path, "wb") as f:
-        f.write(hdr + data)
 
 
 def main():

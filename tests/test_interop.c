@@ -28,6 +28,29 @@ static void import_to(char *dir, size_t n, const char *type)
 	strcat(dir, "/m");
 }
 
+/* A JSON file from tests/data, parsed. */
+static cJSON *read_json(const char *path)
+{
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK, "cannot read %s", path);
+	cJSON *root = cJSON_Parse(text);
+	free(text);
+	cr_assert(root, "%s is not valid JSON", path);
+	return root;
+}
+
+/* strata eval's mean loss of model on one window of seq_len from a shard. */
+static double eval_loss(const char *model, const char *shard, int seq_len)
+{
+	int rc = cu_run(out, sizeof out, "%s eval --model %s --data %s --seq-len %d --micro-batch 1 --json",
+			cu_bin(), model, shard, seq_len);
+	cr_assert_eq(rc, 0, "eval of %s failed: %s", model, out);
+	const char *p = strstr(out, "\"loss\": ");
+	cr_assert(p, "no loss from eval of %s: %s", model, out);
+	return atof(p + 8);
+}
+
 /* Every tensor of the imported model equals the reference, bit for bit. */
 static void check_type(const char *type)
 {
@@ -72,11 +95,7 @@ Test(gguf, tokenizer_from_metadata)
 	struct st_tokenizer tk;
 	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
 	cr_expect_eq(tk.vocab_size, 320);
-	char *text;
-	size_t len;
-	cr_assert_eq(fs_read_file("tests/data/gguf/tokens.json", &text, &len), ST_OK);
-	cJSON *root = cJSON_Parse(text);
-	free(text);
+	cJSON *root = read_json("tests/data/gguf/tokens.json");
 	const cJSON *s;
 	int n_s = 0;
 	cJSON_ArrayForEach(s, root)
@@ -141,30 +160,20 @@ Test(gguf, imported_model_fine_tunes, .timeout = 300)
  * Q8_0 / Q8_1; measured 5e-5 to 1.1e-3). */
 Test(gguf, loss_matches_llama_cpp, .timeout = 120)
 {
-	char *text;
-	size_t len;
-	cr_assert_eq(fs_read_file("tests/data/gguf/llamacpp.json", &text, &len), ST_OK);
-	cJSON *root = cJSON_Parse(text);
-	free(text);
-	const cJSON *losses = cJSON_GetObjectItem(root, "losses"), *it;
+	cJSON *root = read_json("tests/data/gguf/llamacpp.json");
+	const cJSON *it;
 	int n = 0;
-	cJSON_ArrayForEach(it, losses)
+	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "losses"))
 	{
 		char dir[300];
 		import_to(dir, sizeof dir, it->string);
-		int rc = cu_run(out, sizeof out,
-				"%s eval --model %s --data tests/data/gguf/seq.bin --seq-len 48 --micro-batch 1 --json",
-				cu_bin(), dir);
-		cr_assert_eq(rc, 0, "%s: eval failed: %s", it->string, out);
-		const char *p = strstr(out, "\"loss\": ");
-		cr_assert(p, "%s: no loss in %s", it->string, out);
-		const double got = atof(p + 8), want = it->valuedouble;
+		const double got = eval_loss(dir, "tests/data/gguf/seq.bin", 48), want = it->valuedouble;
 		const char *q = it->string;
 		const double tol = !strcmp(q, "F32")                      ? 1e-6
 				   : !strcmp(q, "Q4_0") || !strcmp(q, "Q4_1") ? 2e-3
 									       : 1e-3;
 		cr_expect(fabs(got - want) <= tol * want, "%s: strata loss %.6f, llama.cpp %.6f (rel. %.2g > %.0g)",
-			  it->string, got, want, fabs(got - want) / want, tol);
+			  q, got, want, fabs(got - want) / want, tol);
 		n++;
 	}
 	cr_expect_eq(n, 6);
@@ -178,22 +187,14 @@ Test(gguf, loss_matches_llama_cpp, .timeout = 120)
  * to fp32 rounding (1e-6 relative). */
 Test(hf, transformers_reads_what_strata_writes, .timeout = 120)
 {
-	char *text;
-	size_t len;
-	cr_assert_eq(fs_read_file("tests/data/hfref/ref.json", &text, &len), ST_OK);
-	cJSON *root = cJSON_Parse(text);
-	free(text);
-	const cJSON *models = cJSON_GetObjectItem(root, "models"), *it;
+	cJSON *root = read_json("tests/data/hfref/ref.json");
+	const cJSON *it;
 	int n = 0;
-	cJSON_ArrayForEach(it, models)
+	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "models"))
 	{
-		int rc = cu_run(out, sizeof out,
-				"%s eval --model tests/data/hfref/%s --data tests/data/hfref/seq.bin --seq-len 48 "
-				"--micro-batch 1 --json", cu_bin(), it->string);
-		cr_assert_eq(rc, 0, "%s: eval failed: %s", it->string, out);
-		const char *p = strstr(out, "\"loss\": ");
-		cr_assert(p, "%s: no loss in %s", it->string, out);
-		const double got = atof(p + 8);
+		char model[256];
+		snprintf(model, sizeof model, "tests/data/hfref/%s", it->string);
+		const double got = eval_loss(model, "tests/data/hfref/seq.bin", 48);
 		const double want = cJSON_GetObjectItem(it, "loss")->valuedouble;
 		cr_expect(fabs(got - want) <= 1e-6 * want, "%s: strata loss %.7f, transformers %.7f",
 			  it->string, got, want);
