@@ -406,6 +406,28 @@ static void check_placements(const char *init_flags, const char *opt_flags)
 }
 
 Test(offload, bit_identical_adamw, .timeout = 300) { check_placements("", ""); }
+/* Recomputed activations: the forward re-run before each backward gives the
+ * same bits, for some, all, and as many layers as a small device budget
+ * needs (auto, with offload). */
+Test(offload, bit_identical_recompute, .timeout = 300)
+{
+	check_placements("", "--recompute all");
+	check_placements("", "--recompute 5");
+	char dir[256], flags[512];
+	cu_tmpdir(dir, sizeof dir, "recomp");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"printf '{\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96,"
+			"\"num_hidden_layers\":12,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+			"\"max_position_embeddings\":128}' > %s/deep.json && %s init --config %s/deep.json --out %s/deep",
+			dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	train_model(dir, "deep", "mem", "--recompute 0");
+	snprintf(flags, sizeof flags, "--device-mem 4M --host-mem 2M --prefetch 1 --offload-dir %s", dir);
+	train_model(dir, "deep", "auto", flags);
+	cr_expect(strstr(out, "layers recomputed in backward"), "auto chose no recompute: %s", out);
+	expect_same_run(dir, "mem", "auto", "recompute chosen by the device budget");
+}
 Test(offload, bit_identical_adamw8bit_tied, .timeout = 300)
 {
 	check_placements("--tied", "--optimizer adamw8bit --quant-min-size 1024");

@@ -8,6 +8,12 @@
 int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
 	      struct st_store *s, int b, int t)
 {
+	return exec_init_recompute(ex, ops, m, s, b, t, 0);
+}
+
+int exec_init_recompute(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
+			struct st_store *s, int b, int t, int n_recompute)
+{
 	memset(ex, 0, sizeof *ex);
 	ex->ops = ops;
 	ex->model = m;
@@ -15,21 +21,31 @@ int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_mode
 	ex->b = b;
 	ex->t = t;
 	const int L = m->cfg.n_layers, head = model_head_unit(m);
+	ST_CHECK(n_recompute >= 0 && n_recompute <= L, NULL, "internal: %d recomputed layers of %d",
+		 n_recompute, L);
+	ex->n_recompute = n_recompute;
 	float **blocks = st_calloc((size_t)L, sizeof *blocks);
 	if (!blocks)
 		return ST_FAIL;
 	int rc = ST_OK;
 	for (int l = 0; l < L && rc == ST_OK; l++) {
 		rc = store_alloc(s, 1 + l, ST_SLAB_A, ST_TIER_DEVICE,
-				 acts_layer_floats(m, b, t) * sizeof(float));
+				 (l < n_recompute ? acts_input_floats(m, b, t) : acts_layer_floats(m, b, t)) *
+					 sizeof(float));
 		if (rc == ST_OK)
 			blocks[l] = store_acquire(s, 1 + l, ST_SLAB_A);
 	}
+	/* the head's A slab: its tensors and the backward scratch, then the
+	 * recomputed layers' shared block */
+	const size_t rest = acts_rest_floats(m, b, t);
 	if (rc == ST_OK)
 		rc = store_alloc(s, head, ST_SLAB_A, ST_TIER_DEVICE,
-				 acts_rest_floats(m, b, t) * sizeof(float));
-	if (rc == ST_OK)
-		rc = acts_bind(&ex->acts, m, b, t, blocks, store_acquire(s, head, ST_SLAB_A));
+				 (rest + (n_recompute ? acts_layer_floats(m, b, t) : 0)) * sizeof(float));
+	if (rc == ST_OK) {
+		float *hb = store_acquire(s, head, ST_SLAB_A);
+		rc = acts_bind_recompute(&ex->acts, m, b, t, blocks, hb, n_recompute,
+					 n_recompute ? hb + rest : NULL);
+	}
 	free(blocks);
 	return rc;
 }
@@ -133,6 +149,11 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 		const float *w = store_acquire_as(s, 1 + l, ST_SLAB_W, ST_ACCESS_READ);
 		float *g = store_acquire(s, 1 + l, ST_SLAB_G);
 		prefetch_next(ex, 1 + l, -1, 1);
+		if (l < ex->n_recompute) { /* rebuild its activations from its kept input */
+			t0 = trace_now();
+			llama_layer_forward(ops, m, a, l, w);
+			trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "recompute layer %d", l);
+		}
 		t0 = trace_now();
 		llama_layer_backward(ops, m, a, l, w, g);
 		trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "bwd layer %d", l);

@@ -41,12 +41,17 @@ struct st_exec {
 	double *grad_sumsq;
 	int prefetch;       /* units of weights fetched ahead of the one computing */
 	struct st_trace *trace; /* unit passes on the compute track; may be NULL */
+	int n_recompute;    /* the first n layers keep only their input and are recomputed */
 };
 
 /* Allocate the activation slabs for micro-batches of b x t tokens in the
  * device tier; reports the bytes missing when the budget is too small. */
 int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
 	      struct st_store *s, int b, int t);
+/* The same with the first n_recompute layers' activations recomputed in
+ * backward (bit-identical: the forward is re-run on the same inputs). */
+int exec_init_recompute(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
+			struct st_store *s, int b, int t, int n_recompute);
 void exec_free(struct st_exec *ex);
 
 /* Forward (and, when loss_scale > 0, backward) of one micro-batch.

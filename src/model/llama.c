@@ -46,8 +46,26 @@ size_t acts_rest_floats(const struct st_model *m, int b, int t)
 	       (c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0);
 }
 
+size_t acts_input_floats(const struct st_model *m, int b, int t)
+{
+	return R16((size_t)b * t * m->cfg.dim);
+}
+
+size_t acts_total_floats(const struct st_model *m, int b, int t, int n_recompute)
+{
+	const size_t L = (size_t)m->cfg.n_layers, r = (size_t)n_recompute;
+	return (L - r) * acts_layer_floats(m, b, t) + r * acts_input_floats(m, b, t) +
+	       (r ? acts_layer_floats(m, b, t) : 0) + acts_rest_floats(m, b, t);
+}
+
 int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *const *layer_blocks,
 	      float *rest_block)
+{
+	return acts_bind_recompute(a, m, b, t, layer_blocks, rest_block, 0, NULL);
+}
+
+int acts_bind_recompute(struct st_acts *a, const struct st_model *m, int b, int t,
+			float *const *layer_blocks, float *rest_block, int n_recompute, float *shared)
 {
 	const struct st_config *c = &m->cfg;
 	memset(a, 0, sizeof *a);
@@ -64,6 +82,8 @@ int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *
 		struct st_layer_acts *la = &a->layers[l];
 		cur = layer_blocks[l];
 		la->x = TAKE(N * C);
+		if (l < n_recompute) /* the rest in the shared block, at the usual offsets */
+			cur = shared + R16(N * C);
 		la->xn1 = TAKE(N * C);
 		la->rstd1 = TAKE(N);
 		la->q = TAKE(N * QD);

@@ -117,10 +117,22 @@ struct st_acts {
  * all units), for micro-batches of b sequences of t tokens. */
 size_t acts_layer_floats(const struct st_model *m, int b, int t);
 size_t acts_rest_floats(const struct st_model *m, int b, int t);
+/* A recomputed layer keeps only its input (N,C); the rest of its tensors live
+ * in one scratch block of acts_layer_floats shared by all recomputed layers
+ * and are rebuilt by re-running the layer's forward before its backward
+ * (activation checkpointing). All the A slabs' floats with the first
+ * n_recompute layers recomputed: */
+size_t acts_input_floats(const struct st_model *m, int b, int t);
+size_t acts_total_floats(const struct st_model *m, int b, int t, int n_recompute);
 /* Point a's tensors into the given blocks (64-byte aligned, sized as above)
  * and fill the RoPE tables. */
 int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *const *layer_blocks,
 	      float *rest_block);
+/* The same with the first n_recompute layers recomputed: their
+ * layer_blocks hold acts_input_floats, and shared (acts_layer_floats) holds
+ * the rest of whichever of them is being computed. */
+int acts_bind_recompute(struct st_acts *a, const struct st_model *m, int b, int t,
+			float *const *layer_blocks, float *rest_block, int n_recompute, float *shared);
 void acts_unbind(struct st_acts *a);
 
 /* Unit passes. w/g point at the unit's W and G slabs; the head also receives

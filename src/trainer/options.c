@@ -60,6 +60,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"prefetch", OT_INT, F(prefetch), "2", "units whose weights are fetched ahead of the one computing"},
 	{"io-block", OT_STR, F(io_block), "1M", "disk tier: stripe block and request size"},
 	{"io-depth", OT_INT, F(io_depth), "16", "disk tier: requests in flight per transfer"},
+	{"recompute", OT_STR, F(recompute), "auto", "layers whose activations are recomputed in backward: N, all, or auto (as many as the device budget needs)"},
 	{"trace", OT_STR, F(trace), "", "write a Chrome/Perfetto trace (JSON) of every queue's timeline to this file"},
 	{"trace-steps", OT_INT, F(trace_steps), "20", "steps recorded in the trace (from the start of the run)"},
 	{"shard-size", OT_STR, F(shard_size), "auto", "checkpoints: model weights above this go into shards with an index (auto: 5 GB, as Hugging Face)"},

@@ -46,6 +46,7 @@ struct st_train_opts {
 	int io_depth;
 	char shard_size[24];               /* checkpoints: weight files above it are sharded */
 	char trace[ST_PATH];               /* Chrome/Perfetto trace of every queue ("" = none) */
+	char recompute[8];                 /* layers whose activations are recomputed: N, all, auto */
 	int trace_steps;
 };
 

@@ -93,11 +93,46 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 		wb[u] = m->units[u].numel * sizeof(float);
 		need += 2 * wb[u] + tr->opt.unit_bytes[u];
 	}
-	const size_t act = (acts_layer_floats(m, tr->o.micro_batch, tr->o.seq_len) * (size_t)m->cfg.n_layers +
-			    acts_rest_floats(m, tr->o.micro_batch, tr->o.seq_len)) * sizeof(float);
-	need += act;
+	const int B = tr->o.micro_batch, T = tr->o.seq_len, L = m->cfg.n_layers;
+	need += acts_total_floats(m, B, T, 0) * sizeof(float);
 	struct st_place_opts po = {.prefetch = tr->o.prefetch};
 	int rc = choose_budgets(tr, po.budget, need);
+	/* Activation recompute: the first r layers keep only their inputs. auto
+	 * recomputes only when the device budget cannot hold every layer's
+	 * activations beside the staging pools the weights and gradients would
+	 * stream through: the fewest layers that make it fit (identical layers
+	 * save the same bytes for the same recompute FLOPs, so the order is
+	 * free; the first layers, whose activations live longest). */
+	int r = 0;
+	const size_t D = po.budget[ST_TIER_DEVICE];
+	if (!strcmp(tr->o.recompute, "all")) {
+		r = L;
+	} else if (!strcmp(tr->o.recompute, "auto")) {
+		size_t maxw = 0, wg = 0;
+		for (int u = 0; u < n; u++) {
+			maxw = wb[u] > maxw ? wb[u] : maxw;
+			wg += 2 * wb[u];
+		}
+		const size_t pools = (size_t)(tr->o.prefetch + 3 + 4) * maxw;
+		while (D && r < L && acts_total_floats(m, B, T, r) * sizeof(float) + (pools < wg ? pools : wg) > D)
+			r++;
+	} else {
+		char *end;
+		long v = strtol(tr->o.recompute, &end, 10);
+		if (rc == ST_OK && (*end || end == tr->o.recompute || v < 0 || v > L)) {
+			ST_ERROR("use --recompute N (0 to the number of layers), all, or auto",
+				 "--recompute '%s' is not a layer count between 0 and %d", tr->o.recompute, L);
+			rc = ST_FAIL;
+		}
+		r = (int)v;
+	}
+	const size_t act = acts_total_floats(m, B, T, r) * sizeof(float);
+	if (rc == ST_OK && r) {
+		char b1[32], b2[32];
+		st_log_info("activations: %d of %d layers recomputed in backward (%s instead of %s)", r, L,
+			    fmt_bytes(b1, sizeof b1, (double)act),
+			    fmt_bytes(b2, sizeof b2, (double)acts_total_floats(m, B, T, 0) * sizeof(float)));
+	}
 	if (rc == ST_OK)
 		rc = parse_place(tr->o.place, po.force);
 	/* the directories, split at commas */
@@ -121,7 +156,7 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 		s->store.tiers[t].budget = po.budget[t];
 	ST_TRY(session_alloc(s, &tr->place, grads));
 	ST_TRY(alloc_state(tr));
-	ST_TRY(session_exec(s, tr->o.micro_batch, tr->o.seq_len));
+	ST_TRY(session_exec_recompute(s, B, T, r));
 	size_t block;
 	ST_TRY(parse_bytes(tr->o.io_block, &block, "--io-block"));
 	struct st_offload_cfg oc = {.dirs = dirs, .n_dirs = n_dirs, .io_block = block,
