@@ -369,19 +369,26 @@ static void expect_same_run(const char *dir, const char *a, const char *b, const
 	cr_expect_str_eq(la, lb, "%s: losses differ", what);
 }
 
+/* dir/deep: the test model with 12 layers, so that budgets can keep some
+ * units on each tier and activations matter */
+static void make_deep(const char *dir, const char *init_flags)
+{
+	int rc = cu_run(out, sizeof out,
+			"printf '{\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96,"
+			"\"num_hidden_layers\":12,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+			"\"max_position_embeddings\":128}' > %s/deep.json && "
+			"%s init --config %s/deep.json --out %s/deep %s",
+			dir, cu_bin(), dir, dir, init_flags);
+	cr_assert_eq(rc, 0, "init failed: %s", out);
+}
+
 static void check_placements(const char *init_flags, const char *opt_flags)
 {
 	char dir[256], flags[1024];
 	cu_tmpdir(dir, sizeof dir, "offload");
 	cu_setup_run(dir, "");
-	/* 12 layers, so that budgets can keep some units on each tier */
-	int rc = cu_run(out, sizeof out,
-			"printf '{\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96,"
-			"\"num_hidden_layers\":12,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
-			"\"max_position_embeddings\":128}' > %s/deep.json && "
-			"%s init --config %s/deep.json --out %s/deep %s && mkdir -p %s/nvme0 %s/nvme1",
-			dir, cu_bin(), dir, dir, init_flags, dir, dir);
-	cr_assert_eq(rc, 0, "init failed: %s", out);
+	make_deep(dir, init_flags);
+	cu_run(NULL, 0, "mkdir -p %s/nvme0 %s/nvme1", dir, dir);
 	train_model(dir, "deep", "mem", opt_flags);
 	const char *placements[] = {
 		/* every slab's home on disk, striped over two directories */
@@ -416,12 +423,7 @@ Test(offload, bit_identical_recompute, .timeout = 300)
 	char dir[256], flags[512];
 	cu_tmpdir(dir, sizeof dir, "recomp");
 	cu_setup_run(dir, "");
-	int rc = cu_run(out, sizeof out,
-			"printf '{\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96,"
-			"\"num_hidden_layers\":12,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
-			"\"max_position_embeddings\":128}' > %s/deep.json && %s init --config %s/deep.json --out %s/deep",
-			dir, cu_bin(), dir, dir);
-	cr_assert_eq(rc, 0, "%s", out);
+	make_deep(dir, "");
 	train_model(dir, "deep", "mem", "--recompute 0");
 	snprintf(flags, sizeof flags, "--device-mem 4M --host-mem 2M --prefetch 1 --offload-dir %s", dir);
 	train_model(dir, "deep", "auto", flags);
