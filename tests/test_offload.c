@@ -570,6 +570,41 @@ Test(offload, trace_of_every_queue, .timeout = 120)
 	cJSON_Delete(root);
 }
 
+static void expect_fail(const char *what, const char *needle, int rc);
+
+/* strata plan: the plan training would use, printed without training, and a
+ * prediction that moves the way it should with the profile: a slow disk
+ * bounds an offloaded step, a fast one leaves it to compute. */
+Test(offload, plan_without_training, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "plan");
+	cu_setup_run(dir, "");
+	make_deep(dir, "");
+	const char *prof = "{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+			   "\"disk_read_gbs\": %s, \"disk_write_gbs\": %s}";
+	char p1[256], p2[256], cmd[4096];
+	snprintf(p1, sizeof p1, prof, "0.001", "0.001");
+	snprintf(p2, sizeof p2, prof, "1000", "1000");
+	const char *flags = "--micro-batch 4 --seq-len 32 --place weights=disk,gradients=disk,optimizer=disk";
+	for (int k = 0; k < 2; k++) {
+		snprintf(cmd, sizeof cmd, "echo '%s' > %s/prof%d.json && %s plan --model %s/deep %s "
+			 "--offload-dir %s --profile %s/prof%d.json", k ? p2 : p1, dir, k, cu_bin(), dir,
+			 flags, dir, dir, k);
+		int rc = cu_run(out, sizeof out, "%s", cmd);
+		cr_assert_eq(rc, 0, "plan failed: %s", out);
+		cr_expect(strstr(out, "weights") && strstr(out, "tier total") && strstr(out, "predicted step"),
+			  "no plan table: %s", out);
+		cr_expect(strstr(out, k ? "bound by compute" : "bound by disk"),
+			  "a %s disk does not move the bound: %s", k ? "fast" : "slow", out);
+	}
+	/* nothing was trained or written but the profile */
+	cr_expect_neq(cu_run(NULL, 0, "ls %s/*/step-* 2>/dev/null | grep -q .", dir), 0);
+	int rc = cu_run(out, sizeof out, "%s plan --model %s/deep --device-mem 64K --profile %s/prof0.json",
+			cu_bin(), dir, dir);
+	expect_fail("plan over budget", "device budget", rc);
+}
+
 static void expect_fail(const char *what, const char *needle, int rc)
 {
 	cr_expect_neq(rc, 0, "%s: exit status 0", what);

@@ -29,5 +29,6 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_import(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ static void usage(FILE *f)
 		"  eval     loss and perplexity of a model on a token shard\n"
 		"  sample   generate text from a model\n"
 		"  import   turn a llama.cpp GGUF file into a Hugging Face model directory\n"
+		"  plan     where a run's state would live and its predicted step, without training\n"
 		"\n"
 		"`strata COMMAND --help` lists a command's options.\n");
 }
@@ -32,7 +33,7 @@ int main(int argc, char **argv)
 		const char *name;
 		int (*fn)(int, char **);
 	} cmds[] = {{"init", cmd_init},   {"prepare", cmd_prepare}, {"train", cmd_train},
-		    {"eval", cmd_eval},   {"sample", cmd_sample}, {"import", cmd_import}};
+		    {"eval", cmd_eval},   {"sample", cmd_sample}, {"import", cmd_import}, {"plan", cmd_plan}};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))
 			return cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : 1;

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "io/fsutil.h"
+#include "engine/profile.h"
+#include "trainer/planview.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
@@ -78,9 +80,18 @@ static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT],
 	return ST_OK;
 }
 
-/* Decide every slab's home, allocate the slabs and the executor, start the
- * store (staging pools, disk tier) and load the weights. */
-static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
+/* What the tiers will hold: budgets, activation recompute, every slab's
+ * home (no allocation). dirs point into dirbuf. */
+struct tier_choice {
+	struct st_place_opts po;
+	int r;               /* layers recomputed */
+	size_t act;          /* activation bytes */
+	char dirbuf[ST_PATH];
+	const char *dirs[64];
+	int n_dirs;
+};
+
+static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 {
 	struct st_session *s = &tr->s;
 	const struct st_model *m = &s->model;
@@ -95,8 +106,9 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 	}
 	const int B = tr->o.micro_batch, T = tr->o.seq_len, L = m->cfg.n_layers;
 	need += acts_total_floats(m, B, T, 0) * sizeof(float);
-	struct st_place_opts po = {.prefetch = tr->o.prefetch};
-	int rc = choose_budgets(tr, po.budget, need);
+	memset(ch, 0, sizeof *ch);
+	ch->po.prefetch = tr->o.prefetch;
+	int rc = choose_budgets(tr, ch->po.budget, need);
 	/* Activation recompute: the first r layers keep only their inputs. auto
 	 * recomputes only when the device budget cannot hold every layer's
 	 * activations beside the staging pools the weights and gradients would
@@ -104,7 +116,7 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 	 * save the same bytes for the same recompute FLOPs, so the order is
 	 * free; the first layers, whose activations live longest). */
 	int r = 0;
-	const size_t D = po.budget[ST_TIER_DEVICE];
+	const size_t D = ch->po.budget[ST_TIER_DEVICE];
 	if (!strcmp(tr->o.recompute, "all")) {
 		r = L;
 	} else if (!strcmp(tr->o.recompute, "auto")) {
@@ -126,45 +138,125 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 		}
 		r = (int)v;
 	}
-	const size_t act = acts_total_floats(m, B, T, r) * sizeof(float);
+	ch->r = r;
+	ch->act = acts_total_floats(m, B, T, r) * sizeof(float);
 	if (rc == ST_OK && r) {
 		char b1[32], b2[32];
 		st_log_info("activations: %d of %d layers recomputed in backward (%s instead of %s)", r, L,
-			    fmt_bytes(b1, sizeof b1, (double)act),
+			    fmt_bytes(b1, sizeof b1, (double)ch->act),
 			    fmt_bytes(b2, sizeof b2, (double)acts_total_floats(m, B, T, 0) * sizeof(float)));
 	}
 	if (rc == ST_OK)
-		rc = parse_place(tr->o.place, po.force);
+		rc = parse_place(tr->o.place, ch->po.force);
 	/* the directories, split at commas */
-	char dirbuf[sizeof tr->o.offload_dir];
-	const char *dirs[64];
-	int n_dirs = 0;
-	snprintf(dirbuf, sizeof dirbuf, "%s", tr->o.offload_dir);
-	for (char *save = NULL, *d = strtok_r(dirbuf, ",", &save); d && n_dirs < 64;
+	snprintf(ch->dirbuf, sizeof ch->dirbuf, "%s", tr->o.offload_dir);
+	for (char *save = NULL, *d = strtok_r(ch->dirbuf, ",", &save); d && ch->n_dirs < 64;
 	     d = strtok_r(NULL, ",", &save))
-		dirs[n_dirs++] = d;
-	po.n_dirs = n_dirs;
+		ch->dirs[ch->n_dirs++] = d;
+	ch->po.n_dirs = ch->n_dirs;
 	if (rc == ST_OK)
-		rc = place_make(&tr->place, m, wb, tr->per_layer ? NULL : wb, tr->opt.unit_bytes, act,
-				&po);
+		rc = place_make(&tr->place, m, wb, tr->per_layer ? NULL : wb, tr->opt.unit_bytes, ch->act,
+				&ch->po);
 	free(wb);
 	ST_TRY(rc);
 	ST_CHECK(!(tr->per_layer && tr->place.offloaded),
 		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
 		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
+	return ST_OK;
+}
+
+/* Decide every slab's home, allocate the slabs and the executor, start the
+ * store (staging pools, disk tier) and load the weights. */
+static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
+{
+	struct st_session *s = &tr->s;
+	struct tier_choice ch;
+	ST_TRY(decide_tiers(tr, &ch));
 	for (int t = 0; t < ST_TIER__COUNT; t++)
-		s->store.tiers[t].budget = po.budget[t];
+		s->store.tiers[t].budget = ch.po.budget[t];
 	ST_TRY(session_alloc(s, &tr->place, grads));
 	ST_TRY(alloc_state(tr));
-	ST_TRY(session_exec_recompute(s, B, T, r));
+	ST_TRY(session_exec_recompute(s, tr->o.micro_batch, tr->o.seq_len, ch.r));
 	size_t block;
 	ST_TRY(parse_bytes(tr->o.io_block, &block, "--io-block"));
-	struct st_offload_cfg oc = {.dirs = dirs, .n_dirs = n_dirs, .io_block = block,
+	struct st_offload_cfg oc = {.dirs = ch.dirs, .n_dirs = ch.n_dirs, .io_block = block,
 				    .io_depth = tr->o.io_depth};
 	memcpy(oc.pool_slots, tr->place.pool_slots, sizeof oc.pool_slots);
 	ST_TRY(store_start(&s->store, &oc));
 	s->exec.prefetch = tr->o.prefetch;
 	return session_load_weights(s, model_dir);
+}
+
+int trainer_plan(const struct st_train_opts *o, const char *profile_path)
+{
+	struct st_trainer *tr = st_calloc(1, sizeof *tr);
+	if (!tr)
+		return ST_FAIL;
+	tr->o = *o;
+	if (tr->o.steps <= 0 && tr->o.max_tokens <= 0)
+		tr->o.steps = 1; /* a plan needs no training length */
+	const struct st_ops *ops;
+	enum st_optim_kind kind;
+	char model_dir[4096], path[4200];
+	struct st_config cfg;
+	int rc = train_opts_validate(&tr->o);
+	if (rc == ST_OK)
+		rc = session_backend(&ops, tr->o.device, tr->o.threads);
+	if (rc == ST_OK)
+		rc = optim_parse_kind(&kind, tr->o.optimizer);
+	if (rc == ST_OK && *tr->o.resume)
+		rc = ckpt_resolve(model_dir, sizeof model_dir, tr->o.resume);
+	else if (rc == ST_OK && !*tr->o.model) {
+		ST_ERROR("pass --model DIR", "strata plan: no model (--model DIR)");
+		rc = ST_FAIL;
+	} else if (rc == ST_OK)
+		snprintf(model_dir, sizeof model_dir, "%s", tr->o.model);
+	tr->per_layer = (kind == ST_OPT_GALORE_ADAMW || kind == ST_OPT_GALORE_ADAMW8) &&
+			tr->o.galore_per_layer;
+	if (rc == ST_OK) {
+		snprintf(path, sizeof path, "%s/config.json", model_dir);
+		rc = config_load(&cfg, path);
+	}
+	int built = 0, optim = 0;
+	if (rc == ST_OK)
+		rc = session_build(&tr->s, ops, &cfg, NULL);
+	built = rc == ST_OK;
+	struct st_optim_cfg oc = {.kind = kind, .beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
+				  .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
+				  .weight_decay = (float)tr->o.weight_decay,
+				  .quant_block = tr->o.quant_block, .quant_min_numel = tr->o.quant_min_size,
+				  .galore_rank = tr->o.galore_rank, .galore_gap = tr->o.galore_update_gap,
+				  .galore_scale = (float)tr->o.galore_scale, .seed = (uint64_t)tr->o.seed};
+	if (rc == ST_OK)
+		rc = optim_init(&tr->opt, &oc, &tr->s.model);
+	optim = rc == ST_OK;
+	struct tier_choice ch;
+	if (rc == ST_OK)
+		rc = decide_tiers(tr, &ch);
+	struct st_profile prof;
+	int have_prof = 0;
+	if (rc == ST_OK) {
+		if (profile_path && fs_exists(profile_path)) {
+			rc = profile_load(&prof, profile_path);
+		} else {
+			st_log_info("measuring this machine (matmul, copy, AdamW%s)...",
+				    ch.n_dirs ? ", the first offload directory" : "");
+			rc = profile_measure(&prof, ops, ch.n_dirs ? ch.dirs[0] : NULL);
+			if (rc == ST_OK && profile_path)
+				rc = profile_save(&prof, profile_path);
+		}
+		have_prof = rc == ST_OK;
+	}
+	if (rc == ST_OK)
+		plan_print(&tr->s.model, &tr->place, &tr->o, &tr->opt, ch.r, ch.act,
+			   have_prof ? &prof : NULL);
+	place_free(&tr->place);
+	if (optim)
+		optim_free(&tr->opt);
+	if (built)
+		session_close(&tr->s);
+	free(tr);
+	return rc;
 }
 
 static void wait_update(void *ctx, int unit)

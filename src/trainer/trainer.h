@@ -68,6 +68,11 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o);
 /* Train to total_steps; evaluates and checkpoints as configured, and once at
  * the end. */
 int trainer_run(struct st_trainer *tr);
+/* `strata plan`: the placement and recompute choice training would make,
+ * and the step predicted from a hardware profile (profile_path: read it, or
+ * measure and write it there; NULL: measure), printed; nothing is allocated
+ * or trained. */
+int trainer_plan(const struct st_train_opts *o, const char *profile_path);
 void trainer_close(struct st_trainer *tr);
 
 /* Learning rate at 1-based step: linear warmup to lr over `warmup` steps,
