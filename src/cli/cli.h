@@ -30,5 +30,9 @@ int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+/* Apply every flag but `skip` to train options (--offload-dir may repeat: the
+ * values are joined with commas). */
+struct st_train_opts;
+int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip);
 
 #endif

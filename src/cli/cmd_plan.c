@@ -32,20 +32,6 @@ int cmd_plan(int argc, char **argv)
 	struct st_train_opts o;
 	train_opts_defaults(&o);
 	const char *profile = cli_get(&a, "profile", NULL);
-	char dirs[sizeof o.offload_dir] = "";
-	for (int i = 0; i < a.n; i++) {
-		if (!strcmp(a.key[i], "profile"))
-			continue;
-		if (!strcmp(a.key[i], "offload-dir") || !strcmp(a.key[i], "offload_dir")) {
-			size_t len = strlen(dirs);
-			ST_CHECK(len + strlen(a.val[i]) + 2 < sizeof dirs, "use shorter paths",
-				 "--offload-dir: too many or too long directories");
-			snprintf(dirs + len, sizeof dirs - len, "%s%s", len ? "," : "", a.val[i]);
-			continue;
-		}
-		ST_TRY(train_opts_set(&o, a.key[i], a.val[i]));
-	}
-	if (*dirs)
-		ST_TRY(train_opts_set(&o, "offload-dir", dirs));
+	ST_TRY(cli_train_flags(&a, &o, "profile"));
 	return trainer_plan(&o, profile);
 }

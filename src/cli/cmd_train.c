@@ -17,6 +17,29 @@ static void help(void)
 	       "override them (for example --steps to train further).\n");
 }
 
+int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip)
+{
+	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
+	char dirs[sizeof o->offload_dir] = "";
+	for (int i = 0; i < a->n; i++) {
+		if (!strcmp(a->key[i], skip))
+			continue;
+		if (!strcmp(a->key[i], "offload-dir") || !strcmp(a->key[i], "offload_dir")) {
+			size_t len = strlen(dirs);
+			ST_CHECK(len + strlen(a->val[i]) + 2 < sizeof dirs, "use shorter paths",
+				 "--offload-dir: too many or too long directories");
+			snprintf(dirs + len, sizeof dirs - len, "%s%s", len ? "," : "", a->val[i]);
+			a->used[i] = 1;
+			continue;
+		}
+		ST_TRY(train_opts_set(o, a->key[i], a->val[i]));
+		a->used[i] = 1;
+	}
+	if (*dirs)
+		ST_TRY(train_opts_set(o, "offload-dir", dirs));
+	return ST_OK;
+}
+
 int cmd_train(int argc, char **argv)
 {
 	struct cli_args a;
@@ -38,24 +61,7 @@ int cmd_train(int argc, char **argv)
 	const char *conf = cli_get(&a, "config", NULL);
 	if (conf)
 		ST_TRY(train_opts_load_json(&o, conf));
-	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
-	char dirs[sizeof o.offload_dir] = "";
-	for (int i = 0; i < a.n; i++) {
-		if (!strcmp(a.key[i], "config"))
-			continue;
-		if (!strcmp(a.key[i], "offload-dir") || !strcmp(a.key[i], "offload_dir")) {
-			size_t len = strlen(dirs);
-			ST_CHECK(len + strlen(a.val[i]) + 2 < sizeof dirs, "use shorter paths",
-				 "--offload-dir: too many or too long directories");
-			snprintf(dirs + len, sizeof dirs - len, "%s%s", len ? "," : "", a.val[i]);
-			a.used[i] = 1;
-			continue;
-		}
-		ST_TRY(train_opts_set(&o, a.key[i], a.val[i]));
-		a.used[i] = 1;
-	}
-	if (*dirs)
-		ST_TRY(train_opts_set(&o, "offload-dir", dirs));
+	ST_TRY(cli_train_flags(&a, &o, "config"));
 	struct st_trainer tr;
 	int rc = trainer_open(&tr, &o);
 	if (rc == ST_OK)
