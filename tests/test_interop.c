@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cliutil.h"
+#include "jsonutil.h"
 #include "io/fsutil.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -26,18 +27,6 @@ static void import_to(char *dir, size_t n, const char *type)
 	int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/m --force", cu_bin(), gguf, dir);
 	cr_assert_eq(rc, 0, "import of %s failed: %s", type, out);
 	strcat(dir, "/m");
-}
-
-/* A JSON file from tests/data, parsed. */
-static cJSON *read_json(const char *path)
-{
-	char *text;
-	size_t len;
-	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK, "cannot read %s", path);
-	cJSON *root = cJSON_Parse(text);
-	free(text);
-	cr_assert(root, "%s is not valid JSON", path);
-	return root;
 }
 
 /* strata eval's mean loss of model on one window of seq_len from a shard. */
@@ -95,7 +84,7 @@ Test(gguf, tokenizer_from_metadata)
 	struct st_tokenizer tk;
 	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
 	cr_expect_eq(tk.vocab_size, 320);
-	cJSON *root = read_json("tests/data/gguf/tokens.json");
+	cJSON *root = tu_read_json("tests/data/gguf/tokens.json");
 	const cJSON *s;
 	int n_s = 0;
 	cJSON_ArrayForEach(s, root)
@@ -160,7 +149,7 @@ Test(gguf, imported_model_fine_tunes, .timeout = 300)
  * Q8_0 / Q8_1; measured 5e-5 to 1.1e-3). */
 Test(gguf, loss_matches_llama_cpp, .timeout = 120)
 {
-	cJSON *root = read_json("tests/data/gguf/llamacpp.json");
+	cJSON *root = tu_read_json("tests/data/gguf/llamacpp.json");
 	const cJSON *it;
 	int n = 0;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "losses"))
@@ -187,7 +176,7 @@ Test(gguf, loss_matches_llama_cpp, .timeout = 120)
  * to fp32 rounding (1e-6 relative). */
 Test(hf, transformers_reads_what_strata_writes, .timeout = 120)
 {
-	cJSON *root = read_json("tests/data/hfref/ref.json");
+	cJSON *root = tu_read_json("tests/data/hfref/ref.json");
 	const cJSON *it;
 	int n = 0;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "models"))

@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "io/shard.h"
 #include "io/tokenizer.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/check.h"
 
@@ -823,12 +824,7 @@ static void check_bpe_reference(const char *name)
 	cr_assert_eq(tokenizer_load(&tk, path), ST_OK, "cannot load %s", path);
 	cr_assert(!strncmp(tk.name, "bpe-", 4), "name %s", tk.name);
 	snprintf(path, sizeof path, "tests/data/tokenizers/%s/ref.json", name);
-	char *text;
-	size_t len;
-	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK);
-	cJSON *root = cJSON_Parse(text);
-	free(text);
-	cr_assert(root);
+	cJSON *root = tu_read_json(path);
 	cr_assert_eq(tk.vocab_size,
 		     (int)cJSON_GetObjectItem(root, "vocab_size")->valuedouble, "vocabulary size");
 	const cJSON *sample;

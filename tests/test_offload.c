@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cliutil.h"
+#include "jsonutil.h"
 #include "engine/place.h"
 #include "io/fsutil.h"
 #include "engine/session.h"
@@ -541,12 +542,7 @@ Test(offload, trace_of_every_queue, .timeout = 120)
 	train(dir, "traced", flags);
 	char path[512];
 	snprintf(path, sizeof path, "%s/trace.json", dir);
-	char *text;
-	size_t len;
-	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK);
-	cJSON *root = cJSON_Parse(text);
-	free(text);
-	cr_assert(root, "the trace is not valid JSON");
+	cJSON *root = tu_read_json(path);
 	int per_track[ST_TRACK__COUNT] = {0}, fwd_layer = 0, bwd_layer = 0, updates = 0;
 	const cJSON *e;
 	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents"))
