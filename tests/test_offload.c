@@ -298,7 +298,7 @@ Test(place, placements_fit_their_budgets)
 				memcpy(po.budget, budgets, sizeof po.budget);
 				cr_assert_eq(parse_place(forces[f], po.force), ST_OK);
 				struct st_place pl;
-				if (place_make(&pl, m, wb, wb, opt.unit_bytes, act, &po) != ST_OK) {
+				if (place_make(&pl, m->n_units, wb, wb, opt.unit_bytes, act, &po) != ST_OK) {
 					refused++;
 					optim_free(&opt);
 					session_close(&s);

@@ -31,7 +31,6 @@ int cmd_plan(int argc, char **argv)
 	}
 	struct st_train_opts o;
 	train_opts_defaults(&o);
-	const char *profile = cli_get(&a, "profile", NULL);
-	ST_TRY(cli_train_flags(&a, &o, "profile"));
-	return trainer_plan(&o, profile);
+	ST_TRY(cli_train_flags(&a, &o, NULL));
+	return trainer_plan(&o);
 }

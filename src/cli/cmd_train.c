@@ -22,7 +22,7 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
 	char dirs[sizeof o->offload_dir] = "";
 	for (int i = 0; i < a->n; i++) {
-		if (!strcmp(a->key[i], skip))
+		if (skip && !strcmp(a->key[i], skip))
 			continue;
 		if (!strcmp(a->key[i], "offload-dir") || !strcmp(a->key[i], "offload_dir")) {
 			size_t len = strlen(dirs);

@@ -5,14 +5,16 @@
 #include "engine/exec.h"
 #include "util/check.h"
 
-int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
-	      struct st_store *s, int b, int t)
+const char *act_policy_name(enum st_act_policy p)
 {
-	return exec_init_recompute(ex, ops, m, s, b, t, 0);
+	static const char *names[ST_ACT__COUNT] = {"keep", "recompute", "host", "disk"};
+	return p < ST_ACT__COUNT ? names[p] : "?";
 }
 
-int exec_init_recompute(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
-			struct st_store *s, int b, int t, int n_recompute)
+static int is_swapped(unsigned char p) { return p == ST_ACT_HOST || p == ST_ACT_DISK; }
+
+int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
+	      struct st_store *s, int b, int t, const unsigned char *act)
 {
 	memset(ex, 0, sizeof *ex);
 	ex->ops = ops;
@@ -21,30 +23,43 @@ int exec_init_recompute(struct st_exec *ex, const struct st_ops *ops, const stru
 	ex->b = b;
 	ex->t = t;
 	const int L = m->cfg.n_layers, head = model_head_unit(m);
-	ST_CHECK(n_recompute >= 0 && n_recompute <= L, NULL, "internal: %d recomputed layers of %d",
-		 n_recompute, L);
-	ex->n_recompute = n_recompute;
+	ex->act = st_calloc((size_t)L, 1);
 	float **blocks = st_calloc((size_t)L, sizeof *blocks);
-	if (!blocks)
+	if (!ex->act || !blocks) {
+		free(blocks);
 		return ST_FAIL;
+	}
+	for (int l = 0; l < L; l++) {
+		ex->act[l] = act ? act[l] : ST_ACT_KEEP;
+		ST_CHECK(ex->act[l] < ST_ACT__COUNT, NULL, "internal: activation policy %d", ex->act[l]);
+		ex->n_recompute += ex->act[l] == ST_ACT_RECOMPUTE;
+		ex->n_swapped += is_swapped(ex->act[l]);
+	}
 	int rc = ST_OK;
 	for (int l = 0; l < L && rc == ST_OK; l++) {
-		rc = store_alloc(s, 1 + l, ST_SLAB_A, ST_TIER_DEVICE,
-				 (l < n_recompute ? acts_input_floats(m, b, t) : acts_layer_floats(m, b, t)) *
-					 sizeof(float));
-		if (rc == ST_OK)
+		const unsigned char p = ex->act[l];
+		const size_t floats = p == ST_ACT_RECOMPUTE ? acts_input_floats(m, b, t) : acts_layer_floats(m, b, t);
+		const enum st_tier home = p == ST_ACT_HOST ? ST_TIER_HOST : p == ST_ACT_DISK ? ST_TIER_DISK
+											 : ST_TIER_DEVICE;
+		rc = store_alloc(s, 1 + l, ST_SLAB_A, home, floats * sizeof(float));
+		if (rc == ST_OK && !is_swapped(p))
 			blocks[l] = store_acquire(s, 1 + l, ST_SLAB_A);
 	}
 	/* the head's A slab: its tensors and the backward scratch, then the
-	 * recomputed layers' shared block */
-	const size_t rest = acts_rest_floats(m, b, t);
+	 * recomputed layers' shared block and the recompute sink */
+	const size_t rest = acts_rest_floats(m, b, t), layer = acts_layer_floats(m, b, t);
+	const size_t in = acts_input_floats(m, b, t);
 	if (rc == ST_OK)
 		rc = store_alloc(s, head, ST_SLAB_A, ST_TIER_DEVICE,
-				 (rest + (n_recompute ? acts_layer_floats(m, b, t) : 0)) * sizeof(float));
+				 (rest + (ex->n_recompute ? layer + in : 0)) * sizeof(float));
 	if (rc == ST_OK) {
 		float *hb = store_acquire(s, head, ST_SLAB_A);
-		rc = acts_bind_recompute(&ex->acts, m, b, t, blocks, hb, n_recompute,
-					 n_recompute ? hb + rest : NULL);
+		ex->sink = ex->n_recompute ? hb + rest + layer : NULL;
+		unsigned char *rmask = st_calloc((size_t)L, 1);
+		for (int l = 0; rmask && l < L; l++)
+			rmask[l] = ex->act[l] == ST_ACT_RECOMPUTE;
+		rc = rmask ? acts_bind_mask(&ex->acts, m, b, t, blocks, hb, rmask, hb + rest) : ST_FAIL;
+		free(rmask);
 	}
 	free(blocks);
 	return rc;
@@ -53,7 +68,28 @@ int exec_init_recompute(struct st_exec *ex, const struct st_ops *ops, const stru
 void exec_free(struct st_exec *ex)
 {
 	acts_unbind(&ex->acts);
+	free(ex->act);
 	memset(ex, 0, sizeof *ex);
+}
+
+/* A swapped layer's activations: a staging slot for its forward (its
+ * previous unit writes its input there), handed back dirty after it, so it
+ * is written out behind the compute; or dropped unwritten when no backward
+ * follows. */
+static void act_open(struct st_exec *ex, int l)
+{
+	if (l >= ex->model->cfg.n_layers || !is_swapped(ex->act[l]))
+		return;
+	acts_point_layer(&ex->acts, ex->model, l, store_acquire(ex->store, 1 + l, ST_SLAB_A), NULL);
+}
+
+static void act_close_forward(struct st_exec *ex, int l, int backward)
+{
+	if (!is_swapped(ex->act[l]))
+		return;
+	store_release(ex->store, 1 + l, ST_SLAB_A, backward);
+	if (!backward)
+		store_discard(ex->store, 1 + l, ST_SLAB_A);
 }
 
 static void unit_done(struct st_exec *ex, int unit)
@@ -72,6 +108,8 @@ static void prefetch_next(struct st_exec *ex, int unit, int dir, int grads)
 		store_prefetch(ex->store, u, ST_SLAB_W);
 		if (grads)
 			store_prefetch(ex->store, u, ST_SLAB_G);
+		if (dir < 0 && u >= 1 && u <= ex->model->cfg.n_layers && is_swapped(ex->act[u - 1]))
+			store_prefetch(ex->store, u, ST_SLAB_A);
 	}
 }
 
@@ -105,6 +143,7 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	prefetch_next(ex, -1, 1, 0);
 	const float *wte = acquire_w(ex, 0);
 	prefetch_next(ex, 0, 1, 0);
+	act_open(ex, 0);
 	double t0 = trace_now();
 	llama_embed_forward(ops, m, a, wte, tokens);
 	trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "fwd embed");
@@ -113,10 +152,12 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	for (int l = 0; l < L; l++) {
 		const float *w = acquire_w(ex, 1 + l);
 		prefetch_next(ex, 1 + l, 1, 0);
+		act_open(ex, l + 1);
 		t0 = trace_now();
 		llama_layer_forward(ops, m, a, l, w);
 		trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "fwd layer %d", l);
 		store_release(s, 1 + l, ST_SLAB_W, 0);
+		act_close_forward(ex, l, backward);
 	}
 	const float *wh = acquire_w(ex, head);
 	if (backward)
@@ -149,7 +190,13 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 		const float *w = store_acquire_as(s, 1 + l, ST_SLAB_W, ST_ACCESS_READ);
 		float *g = store_acquire(s, 1 + l, ST_SLAB_G);
 		prefetch_next(ex, 1 + l, -1, 1);
-		if (l < ex->n_recompute) { /* rebuild its activations from its kept input */
+		if (is_swapped(ex->act[l])) /* read back what its forward wrote out */
+			acts_point_layer(a, m, l, store_acquire_as(s, 1 + l, ST_SLAB_A, ST_ACCESS_READ), NULL);
+		if (ex->act[l] == ST_ACT_RECOMPUTE) { /* rebuild its activations from its kept input */
+			/* its output, the next layer's input, is already consumed: a
+			 * swapped next layer's slot is gone, so it goes to the sink */
+			if (l + 1 < L && is_swapped(ex->act[l + 1]))
+				a->layers[l + 1].x = ex->sink;
 			t0 = trace_now();
 			llama_layer_forward(ops, m, a, l, w);
 			trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "recompute layer %d", l);
@@ -158,6 +205,10 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 		llama_layer_backward(ops, m, a, l, w, g);
 		trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "bwd layer %d", l);
 		store_release(s, 1 + l, ST_SLAB_W, 0);
+		if (is_swapped(ex->act[l])) {
+			store_release(s, 1 + l, ST_SLAB_A, 0);
+			store_discard(s, 1 + l, ST_SLAB_A);
+		}
 		release_g(ex, 1 + l, g);
 		unit_done(ex, 1 + l);
 	}

@@ -2,8 +2,20 @@
  * for one micro-batch, asking the store for each unit's slabs just before the
  * unit runs and handing them back right after: on_unit_grad is called the
  * moment a unit's gradient for the micro-batch is complete, before_unit
- * before a unit's forward (the updater's per-unit wait), and the planner
- * issue adds activation swapping here.
+ * before a unit's forward (the updater's per-unit wait).
+ *
+ * Activations, per layer (the plan's activation policy):
+ *   keep       the layer's A slab lives on the device from forward to backward;
+ *   recompute  only its input is kept; its forward is re-run, into one
+ *              scratch block shared by the recomputed layers, just before its
+ *              backward (activation checkpointing);
+ *   host/disk  its A slab's home is the host or the disk: forward fills a
+ *              staging slot (acquired before the previous unit runs, which
+ *              writes the layer's input) and releases it dirty, so it is
+ *              written out behind the compute; backward prefetches it back
+ *              `prefetch` layers ahead, reads it, and discards it.
+ * Every policy runs the same kernels on the same inputs, so training is
+ * bit-identical under any mix.
  *
  * Streaming: before computing unit u the executor asks the store to
  * prefetch the weights of the next `prefetch` units in the direction of the
@@ -41,17 +53,22 @@ struct st_exec {
 	double *grad_sumsq;
 	int prefetch;       /* units of weights fetched ahead of the one computing */
 	struct st_trace *trace; /* unit passes on the compute track; may be NULL */
-	int n_recompute;    /* the first n layers keep only their input and are recomputed */
+	unsigned char *act; /* per layer: enum st_act_policy */
+	int n_recompute, n_swapped;
+	float *sink;        /* where a recomputed layer's output goes when the next
+			     * layer's activations are swapped out (never read) */
 };
 
-/* Allocate the activation slabs for micro-batches of b x t tokens in the
- * device tier; reports the bytes missing when the budget is too small. */
+enum st_act_policy { ST_ACT_KEEP, ST_ACT_RECOMPUTE, ST_ACT_HOST, ST_ACT_DISK, ST_ACT__COUNT };
+const char *act_policy_name(enum st_act_policy p);
+
+/* Allocate the activation slabs for micro-batches of b x t tokens (swapped
+ * layers' homes on the host or disk, the rest on the device), with act
+ * per layer (NULL: keep all; copied); reports the bytes missing when the
+ * budget is too small. Swapped layers need an A staging pool of at least 2
+ * slots at store_start. */
 int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
-	      struct st_store *s, int b, int t);
-/* The same with the first n_recompute layers' activations recomputed in
- * backward (bit-identical: the forward is re-run on the same inputs). */
-int exec_init_recompute(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
-			struct st_store *s, int b, int t, int n_recompute);
+	      struct st_store *s, int b, int t, const unsigned char *act);
 void exec_free(struct st_exec *ex);
 
 /* Forward (and, when loss_scale > 0, backward) of one micro-batch.

@@ -23,12 +23,12 @@ static size_t max_of(const size_t *v, int n)
 	return io_round(m, ST_IO_ALIGN);
 }
 
-int place_make(struct st_place *p, const struct st_model *m, const size_t *w_bytes,
+int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	       const size_t *g_bytes, const size_t *s_bytes, size_t act_bytes,
 	       const struct st_place_opts *o)
 {
 	memset(p, 0, sizeof *p);
-	const int n = m->n_units;
+	const int n = n_units;
 	p->n_units = n;
 	p->home = st_calloc((size_t)n * ST_SLAB__COUNT, sizeof *p->home);
 	if (!p->home)
@@ -38,8 +38,10 @@ int place_make(struct st_place *p, const struct st_model *m, const size_t *w_byt
 	const enum st_slab_kind kinds[] = {ST_SLAB_W, ST_SLAB_G, ST_SLAB_S};
 	int *h = (int *)p->home;
 	for (int u = 0; u < n; u++)
-		for (int k = 0; k < ST_SLAB__COUNT; k++)
-			h[u * ST_SLAB__COUNT + k] = bytes[k] ? o->force[k] : ST_TIER_DEVICE;
+		for (int k = 0; k < ST_SLAB__COUNT; k++) {
+			int dev_state = o->dev_unit && o->dev_unit[u] && (k == ST_SLAB_S || k == ST_SLAB_G);
+			h[u * ST_SLAB__COUNT + k] = bytes[k] && !dev_state ? o->force[k] : ST_TIER_DEVICE;
+		}
 	const size_t D = o->budget[ST_TIER_DEVICE], H = o->budget[ST_TIER_HOST];
 	char b1[32], b2[32], b3[32], b4[32];
 	ST_CHECK(!D || act_bytes <= D, "raise --device-mem, or lower --micro-batch / --seq-len",
@@ -48,6 +50,9 @@ int place_make(struct st_place *p, const struct st_model *m, const size_t *w_byt
 
 	/* 1. the device: all weights and gradients, or pools plus what fits */
 	size_t dev = act_bytes, undecided = 0;
+	for (int u = 0; s_bytes && o->dev_unit && u < n; u++)
+		if (o->dev_unit[u])
+			dev += s_bytes[u];
 	for (int u = 0; u < n; u++)
 		for (int k = 0; k < 2; k++) {
 			int i = u * ST_SLAB__COUNT + kinds[k];
@@ -87,7 +92,7 @@ int place_make(struct st_place *p, const struct st_model *m, const size_t *w_byt
 		}
 
 	/* 2. the host: what the device left, then optimizer state */
-	size_t host = 0;
+	size_t host = o->host_reserved;
 	undecided = 0;
 	for (int u = 0; u < n; u++)
 		for (int k = 0; k < 3; k++) {

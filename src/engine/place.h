@@ -14,7 +14,9 @@
  *      and gradients first, they move more bytes per step than optimizer
  *      state), then to disk; optimizer state off the host streams through a
  *      host pool of prefetch + 1 slots.
- * A kind can be forced to a tier (--place), which the budgets then check. */
+ * A kind can be forced to a tier (--place), which the budgets then check.
+ * Units updated on the device (the planner's choice) have their optimizer
+ * state and gradients on the device before anything else is placed. */
 #ifndef ST_PLACE_H
 #define ST_PLACE_H
 
@@ -28,6 +30,9 @@ struct st_place_opts {
 	int prefetch;                  /* units of weights fetched ahead (>= 1) */
 	int force[ST_SLAB__COUNT];     /* a tier, or -1 to choose */
 	int n_dirs;                    /* offload directories available */
+	size_t host_reserved;          /* host bytes already taken (swapped activations) */
+	const unsigned char *dev_unit; /* per unit, may be NULL: units updated on the device
+					* (their state and gradients live there) */
 };
 
 struct st_place {
@@ -42,7 +47,7 @@ struct st_place {
 /* w_bytes, g_bytes, s_bytes: per unit (g_bytes may be NULL: no gradients);
  * act_bytes: the activation slabs in total. Fails, saying how many bytes are
  * missing in which tier, when no placement fits. */
-int place_make(struct st_place *p, const struct st_model *m, const size_t *w_bytes,
+int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	       const size_t *g_bytes, const size_t *s_bytes, size_t act_bytes,
 	       const struct st_place_opts *o);
 void place_free(struct st_place *p);

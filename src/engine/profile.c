@@ -1,11 +1,14 @@
 /* Hardware profile: measured, saved, loaded; see profile.h. */
 #include <cJSON.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "engine/place.h"
 #include "engine/profile.h"
 #include "io/fsutil.h"
+#include "optim/quantmap.h"
 #include "store/io.h"
 #include "util/check.h"
 
@@ -66,6 +69,68 @@ static void run_adam(void *p)
 	c->ops->adamw_step(c->p, c->m, c->v, c->g, c->n, &a);
 }
 
+struct adam8_ctx {
+	const struct st_ops *ops;
+	float *p, *g, *am, *av;
+	uint8_t *m, *v;
+	size_t n;
+	float map_m[256], map_v[256];
+};
+
+static void run_adam8(void *p)
+{
+	struct adam8_ctx *c = p;
+	struct st_adamw8_args a = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+				   .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = 0.1f, .bc2 = 0.05f,
+				   .block = 256, .map_m = c->map_m, .map_v = c->map_v};
+	c->ops->adamw8_step(c->p, c->m, c->v, c->am, c->av, c->g, c->n, &a);
+}
+
+/* The disk as training uses it: slabs of 16 MiB, written then read back,
+ * then reads and writes interleaved (the optimizer's pattern). */
+static int measure_disk(struct st_profile *p, const char *dir, const float *fill)
+{
+	const char *dirs[] = {dir};
+	struct st_io io;
+	enum { N = 16 };
+	const size_t slab = 16u << 20, total = N * slab;
+	void *buf = NULL; /* O_DIRECT needs page-aligned buffers */
+	if (posix_memalign(&buf, ST_IO_ALIGN, 2 * slab) != 0) {
+		ST_ERROR(NULL, "out of memory for the disk measurement");
+		return ST_FAIL;
+	}
+	memcpy(buf, fill, 2 * slab);
+	int rc = io_open(&io, dirs, 1, 1u << 20, 16, total);
+	if (rc == ST_OK) {
+		struct st_io_item items[N];
+		for (int i = 0; i < N; i++)
+			items[i] = (struct st_io_item){(uint64_t)i * slab, (char *)buf + (i % 2) * slab, slab};
+		double t0 = now_s();
+		rc = io_transfer(&io, 1, items, N, NULL, NULL);
+		const double tw = now_s() - t0;
+		t0 = now_s();
+		if (rc == ST_OK)
+			rc = io_transfer(&io, 0, items, N, NULL, NULL);
+		const double tr = now_s() - t0;
+		/* mixed: one slab read, one written, in turn */
+		t0 = now_s();
+		for (int i = 0; i + 1 < N && rc == ST_OK; i += 2) {
+			rc = io_transfer(&io, 0, &items[i], 1, NULL, NULL);
+			if (rc == ST_OK)
+				rc = io_transfer(&io, 1, &items[i + 1], 1, NULL, NULL);
+		}
+		const double tm = now_s() - t0;
+		/* each direction's rate, slowed as much as the mix was slower than
+		 * its halves alone would be */
+		const double slow = tm > (tw + tr) / 2 ? tm / ((tw + tr) / 2) : 1.0;
+		p->disk_write_gbs = (double)total / tw / 1e9 / slow;
+		p->disk_read_gbs = (double)total / tr / 1e9 / slow;
+		io_close(&io);
+	}
+	free(buf);
+	return rc;
+}
+
 int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *dir)
 {
 	memset(p, 0, sizeof *p);
@@ -73,60 +138,68 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *
 	const size_t big = 1u << 24; /* 64 MiB per array: past the caches */
 	float *a = st_aligned_alloc(big * sizeof(float)), *b = st_aligned_alloc(big * sizeof(float));
 	float *c = st_aligned_alloc(big * sizeof(float)), *d = st_aligned_alloc(big * sizeof(float));
-	int rc = a && b && c && d ? ST_OK : ST_FAIL;
+	uint8_t *q = st_malloc(2 * big);
+	struct adam8_ctx *a8 = st_calloc(1, sizeof *a8);
+	int rc = a && b && c && d && q && a8 ? ST_OK : ST_FAIL;
 	if (rc == ST_OK) {
 		for (size_t i = 0; i < big; i++)
 			a[i] = b[i] = c[i] = d[i] = (float)(i % 97) * 1e-3f;
+		memset(q, 128, 2 * big);
 		struct mm_ctx mm = {ops, a, b, c, n};
 		p->matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm, &mm) / 1e9;
 		struct copy_ctx cp = {c, a, big};
-		p->copy_gbs = 2.0 * (double)big * sizeof(float) / best_of(5, run_copy, &cp) / 1e9;
+		p->h2d_gbs = p->d2h_gbs = 2.0 * (double)big * sizeof(float) / best_of(5, run_copy, &cp) / 1e9;
 		struct adam_ctx ad = {ops, a, b, c, d, big};
-		p->adamw_mparams = (double)big / best_of(3, run_adam, &ad) / 1e6;
+		p->cpu_adamw_mparams = p->dev_adamw_mparams = (double)big / best_of(3, run_adam, &ad) / 1e6;
+		*a8 = (struct adam8_ctx){.ops = ops, .p = a, .g = b, .am = c, .av = d, .m = q, .v = q + big,
+					 .n = big};
+		quantmap_dynamic(a8->map_m, 1);
+		quantmap_dynamic(a8->map_v, 0);
+		for (size_t i = 0; i < big / 256; i++)
+			c[i] = d[i] = 1e-3f;
+		p->cpu_adamw8bit_mparams = p->dev_adamw8bit_mparams =
+			(double)big / best_of(3, run_adam8, a8) / 1e6;
+		p->host_gib = (double)mem_available() / (1u << 30);
+		p->device_gib = p->host_gib; /* the CPU backend's device is host memory */
+		p->shared_cores = 1;
 	}
-	if (rc == ST_OK && dir && *dir) {
-		/* the store's own engine over 256 MiB in 64 MiB slabs */
-		const char *dirs[] = {dir};
-		struct st_io io;
-		const size_t slab = 64u << 20, total = 4 * slab;
-		void *buf = NULL; /* O_DIRECT needs page-aligned buffers */
-		if (posix_memalign(&buf, ST_IO_ALIGN, slab) != 0) {
-			ST_ERROR(NULL, "out of memory for the disk measurement");
-			rc = ST_FAIL;
-		} else {
-			memcpy(buf, a, slab);
-			rc = io_open(&io, dirs, 1, 1u << 20, 16, total);
-		}
-		if (rc == ST_OK) {
-			struct st_io_item items[4];
-			for (int i = 0; i < 4; i++)
-				items[i] = (struct st_io_item){(uint64_t)i * slab, buf, slab};
-			double t0 = now_s();
-			rc = io_transfer(&io, 1, items, 4, NULL, NULL);
-			p->disk_write_gbs = (double)total / (now_s() - t0) / 1e9;
-			t0 = now_s();
-			if (rc == ST_OK)
-				rc = io_transfer(&io, 0, items, 4, NULL, NULL);
-			p->disk_read_gbs = (double)total / (now_s() - t0) / 1e9;
-			io_close(&io);
-		}
-		free(buf);
-	}
+	if (rc == ST_OK && dir && *dir)
+		rc = measure_disk(p, dir, a);
 	free(a);
 	free(b);
 	free(c);
 	free(d);
+	free(q);
+	free(a8);
 	return rc;
 }
 
-static const char *keys[] = {"matmul_gflops", "copy_gbs", "adamw_mparams", "disk_read_gbs",
-			     "disk_write_gbs"};
+/* Keys in file order; legacy ones fill both of a pair when the new ones are absent. */
+static const struct {
+	const char *key;
+	size_t off;
+	int required;
+} keys[] = {
+#define K(f, r) {#f, offsetof(struct st_profile, f), r}
+	K(matmul_gflops, 1),	      K(h2d_gbs, 0),		  K(d2h_gbs, 0),
+	K(cpu_adamw_mparams, 0),      K(cpu_adamw8bit_mparams, 0), K(dev_adamw_mparams, 0),
+	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
+	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
+#undef K
+};
+#define N_KEYS (int)(sizeof keys / sizeof keys[0])
 
-static double *field(struct st_profile *p, int i)
+static double *field(struct st_profile *p, int i) { return (double *)((char *)p + keys[i].off); }
+
+static int number(const cJSON *root, const char *key, double *out)
 {
-	double *f[] = {&p->matmul_gflops, &p->copy_gbs, &p->adamw_mparams, &p->disk_read_gbs,
-		       &p->disk_write_gbs};
-	return f[i];
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+	if (!v)
+		return 0;
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0)
+		return -1;
+	*out = v->valuedouble;
+	return 1;
 }
 
 int profile_load(struct st_profile *p, const char *path)
@@ -138,29 +211,49 @@ int profile_load(struct st_profile *p, const char *path)
 	free(text);
 	ST_CHECK(cJSON_IsObject(root), "the profile is a JSON object of rates", "%s: not valid JSON",
 		 path);
+	memset(p, 0, sizeof *p);
 	int rc = ST_OK;
-	for (int i = 0; i < 5 && rc == ST_OK; i++) {
-		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
-		if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
+	double copy = 0, adamw = 0;
+	const int has_copy = number(root, "copy_gbs", &copy), has_adamw = number(root, "adamw_mparams", &adamw);
+	for (int i = 0; i < N_KEYS && rc == ST_OK; i++) {
+		int got = number(root, keys[i].key, field(p, i));
+		if (got < 0 || (!got && keys[i].required)) {
 			ST_ERROR("give every rate as a number >= 0 (0 where there is no disk tier)",
-				 "%s: '%s' is missing or not a rate", path, keys[i]);
+				 "%s: '%s' is %s", path, keys[i].key, got < 0 ? "not a rate" : "missing");
 			rc = ST_FAIL;
-		} else {
-			*field(p, i) = v->valuedouble;
 		}
+	}
+	if (has_copy < 0 || has_adamw < 0) {
+		ST_ERROR(NULL, "%s: copy_gbs / adamw_mparams is not a rate", path);
+		rc = ST_FAIL;
 	}
 	cJSON_Delete(root);
 	ST_TRY(rc);
-	ST_CHECK(p->matmul_gflops > 0 && p->adamw_mparams > 0, "measure it again (strata plan --profile FILE on a new path)",
-		 "%s: the matmul and AdamW rates must be positive", path);
+	double *pairs[][2] = {{&p->h2d_gbs, &p->d2h_gbs}, {&p->cpu_adamw_mparams, &p->dev_adamw_mparams}};
+	const double legacy[2] = {has_copy > 0 ? copy : 0, has_adamw > 0 ? adamw : 0};
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++)
+			if (!*pairs[i][j])
+				*pairs[i][j] = legacy[i] ? legacy[i] : *pairs[i][1 - j];
+	/* 8-bit rates default to the fp32 ones */
+	if (!p->cpu_adamw8bit_mparams)
+		p->cpu_adamw8bit_mparams = p->cpu_adamw_mparams;
+	if (!p->dev_adamw8bit_mparams)
+		p->dev_adamw8bit_mparams = p->dev_adamw_mparams;
+	ST_CHECK(p->matmul_gflops > 0 && p->cpu_adamw_mparams > 0 && p->dev_adamw_mparams > 0 &&
+			 p->h2d_gbs > 0 && p->d2h_gbs > 0,
+		 "give matmul_gflops, h2d_gbs / d2h_gbs (or copy_gbs) and cpu_adamw_mparams / "
+		 "dev_adamw_mparams (or adamw_mparams), all positive, or measure it again (strata plan "
+		 "--profile FILE on a new path)",
+		 "%s: the matmul, copy and AdamW rates must be positive", path);
 	return ST_OK;
 }
 
 int profile_save(const struct st_profile *p, const char *path)
 {
 	cJSON *root = cJSON_CreateObject();
-	for (int i = 0; i < 5; i++)
-		cJSON_AddNumberToObject(root, keys[i], *field((struct st_profile *)p, i));
+	for (int i = 0; i < N_KEYS; i++)
+		cJSON_AddNumberToObject(root, keys[i].key, *field((struct st_profile *)p, i));
 	char *text = cJSON_Print(root);
 	cJSON_Delete(root);
 	int rc = text ? fs_write_file_atomic(path, text, strlen(text)) : ST_FAIL;

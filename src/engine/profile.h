@@ -1,21 +1,38 @@
-/* The hardware profile the plan's predictions use: measured rates of this
- * machine, cached in a JSON file, every number overridable by editing it (so
- * a user can plan for a machine they do not have).
+/* The hardware profile the planner uses: measured rates of this machine,
+ * cached in a JSON file, every number overridable by editing it (so a user
+ * can plan for a machine they do not have).
  *
- * matmul_gflops   fp32 matmul rate of the backend (GFLOP/s)
- * copy_gbs        host <-> device copy rate (memcpy on the CPU backend; GB/s)
- * adamw_mparams   AdamW update rate (million parameters per second)
- * disk_read_gbs, disk_write_gbs   the disk tier's streaming rates (GB/s) */
+ * matmul_gflops            the device's matmul rate (GFLOP/s)
+ * h2d_gbs, d2h_gbs         host -> device and device -> host copy rates (GB/s;
+ *                          memcpy on the CPU backend)
+ * cpu_adamw_mparams        CPU optimizer rates (million parameters per
+ * cpu_adamw8bit_mparams    second), fp32 AdamW and 8-bit AdamW
+ * dev_adamw_mparams        the same on the device
+ * dev_adamw8bit_mparams
+ * disk_read_gbs, disk_write_gbs   the disk tier's rates with slab-sized
+ *                          transfers, reads and writes interleaved (GB/s; 0: no disk)
+ * device_gib, host_gib     memory sizes (informational: the budgets' defaults)
+ * shared_cores             1 when the device is the CPU itself (the CPU
+ *                          backend): compute, CPU updates and copies then take
+ *                          turns on the same cores instead of overlapping
+ *
+ * An older file's "copy_gbs" and "adamw_mparams" are read as both copy
+ * directions and both optimizer places. */
 #ifndef ST_PROFILE_H
 #define ST_PROFILE_H
 
 #include "ops/ops.h"
 
 struct st_profile {
-	double matmul_gflops, copy_gbs, adamw_mparams, disk_read_gbs, disk_write_gbs;
+	double matmul_gflops, h2d_gbs, d2h_gbs;
+	double cpu_adamw_mparams, cpu_adamw8bit_mparams, dev_adamw_mparams, dev_adamw8bit_mparams;
+	double disk_read_gbs, disk_write_gbs;
+	double device_gib, host_gib;
+	double shared_cores;
 };
 
-/* Measure (a few seconds); the disk rates on the first of dirs (NULL: left 0). */
+/* Measure (a few seconds); the disk rates on the first of dirs (NULL: left
+ * 0). shared_cores is 1: the only backend that runs here is the CPU. */
 int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *dir);
 /* Read a profile file; a missing key is an error naming it. */
 int profile_load(struct st_profile *p, const char *path);

@@ -114,17 +114,17 @@ void session_init_random(struct st_session *s, unsigned long seed)
 
 int session_exec(struct st_session *s, int b, int t)
 {
-	return session_exec_recompute(s, b, t, s->exec_ready ? s->exec.n_recompute : 0);
+	return session_exec_policy(s, b, t, NULL);
 }
 
-int session_exec_recompute(struct st_session *s, int b, int t, int n_recompute)
+int session_exec_policy(struct st_session *s, int b, int t, const unsigned char *act)
 {
 	if (s->exec_ready) {
 		ST_CHECK(s->exec.b == b && s->exec.t == t, NULL,
 			 "internal: executor shape changed (%dx%d -> %dx%d)", s->exec.b, s->exec.t, b, t);
 		return ST_OK;
 	}
-	ST_TRY(exec_init_recompute(&s->exec, s->ops, &s->model, &s->store, b, t, n_recompute));
+	ST_TRY(exec_init(&s->exec, s->ops, &s->model, &s->store, b, t, act));
 	s->exec_ready = 1;
 	return ST_OK;
 }

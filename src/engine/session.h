@@ -46,8 +46,8 @@ int session_open(struct st_session *s, const struct st_ops *ops, const char *dir
 void session_init_random(struct st_session *s, unsigned long seed);
 /* Allocate the executor for micro-batches of b x t (once). */
 int session_exec(struct st_session *s, int b, int t);
-/* The same with the first n_recompute layers' activations recomputed. */
-int session_exec_recompute(struct st_session *s, int b, int t, int n_recompute);
+/* The same with an activation policy per layer (engine/exec.h; NULL: keep). */
+int session_exec_policy(struct st_session *s, int b, int t, const unsigned char *act);
 /* Write config.json + model.safetensors (sharded above shard_bytes) into
  * dir (which must exist). */
 int session_save_model(struct st_session *s, const char *dir);

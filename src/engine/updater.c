@@ -80,7 +80,8 @@ int updater_init(struct st_updater *up, const struct st_ops *ops, const struct s
 	up->threads = threads > 0 ? threads : omp_get_max_threads();
 	up->q = st_calloc((size_t)m->n_units, sizeof *up->q);
 	up->done = st_calloc((size_t)m->n_units, sizeof *up->done);
-	if (!up->q || !up->done)
+	up->dev_job = st_calloc((size_t)m->n_units, sizeof *up->dev_job);
+	if (!up->q || !up->done || !up->dev_job)
 		return ST_FAIL;
 	pthread_mutex_init(&up->mu, NULL);
 	pthread_cond_init(&up->cv, NULL);
@@ -107,6 +108,7 @@ void updater_free(struct st_updater *up)
 	pthread_cond_destroy(&up->cv);
 	free(up->q);
 	free(up->done);
+	free(up->dev_job);
 	memset(up, 0, sizeof *up);
 }
 
@@ -133,9 +135,27 @@ void updater_submit(struct st_updater *up, int apply, long t, float lr, float cl
 	while (up->q_count)
 		pthread_cond_wait(&up->cv, &up->mu);
 	up->gen++;
-	for (int u = 0; u < n; u++)
-		up->q[(up->q_head + up->q_count++) % n] = (struct st_update_job){u, apply, t, lr, clip};
+	for (int u = 0; u < n; u++) {
+		struct st_update_job j = {u, apply, t, lr, clip};
+		if (up->on_device && up->on_device[u])
+			up->dev_job[u] = j; /* run by the compute thread */
+		else
+			up->q[(up->q_head + up->q_count++) % n] = j;
+	}
 	pthread_cond_broadcast(&up->cv);
+	pthread_mutex_unlock(&up->mu);
+}
+
+/* A device unit's pending job, on the calling (compute) thread. */
+static void run_device_job(struct st_updater *up, int unit)
+{
+	if (!up->on_device || !up->on_device[unit] || up->done[unit] >= up->gen)
+		return;
+	const double t0 = up_now();
+	run_job(up, &up->dev_job[unit]);
+	trace_span(up->trace, ST_TRACK_COMPUTE, t0, up_now(), "device update u%d", unit);
+	pthread_mutex_lock(&up->mu);
+	up->done[unit] = up->gen;
 	pthread_mutex_unlock(&up->mu);
 }
 
@@ -143,6 +163,7 @@ void updater_wait_unit(struct st_updater *up, int unit)
 {
 	if (!up->threaded)
 		return;
+	run_device_job(up, unit);
 	const double t0 = up_now();
 	pthread_mutex_lock(&up->mu);
 	while (up->done[unit] < up->gen)
@@ -158,6 +179,8 @@ void updater_drain(struct st_updater *up)
 {
 	if (!up->threaded)
 		return;
+	for (int u = 0; u < up->m->n_units; u++)
+		run_device_job(up, u);
 	pthread_mutex_lock(&up->mu);
 	while (up->q_count)
 		pthread_cond_wait(&up->cv, &up->mu);

@@ -58,6 +58,13 @@ struct st_updater {
 	void (*before_update)(void *ctx, int unit);
 	void *before_update_ctx;
 	struct st_trace *trace; /* may be NULL */
+	/* per unit, may be NULL: units updated on the device. Their jobs are not
+	 * queued for the worker: the compute thread runs each one when it next
+	 * waits for the unit (before its forward), with the unit's state and
+	 * gradient resident on the device (Deep Optimizer States' GPU-updated
+	 * subgroups). Same kernel, same inputs, same bits. */
+	const unsigned char *on_device;
+	struct st_update_job *dev_job; /* per unit: its pending device job */
 	double busy_s;       /* time spent in updates (worker) */
 	double wait_s;       /* time the main thread waited for updates */
 };
@@ -68,9 +75,10 @@ int updater_init(struct st_updater *up, const struct st_ops *ops, const struct s
 void updater_free(struct st_updater *up);
 /* Queue every unit's job for one step, in forward unit order. */
 void updater_submit(struct st_updater *up, int apply, long t, float lr, float clip);
-/* Wait for unit's job of the last submitted step. */
+/* Wait for unit's job of the last submitted step (running it here when the
+ * unit updates on the device). */
 void updater_wait_unit(struct st_updater *up, int unit);
-/* Wait for every queued job. */
+/* Wait for every queued job, running the device units' pending ones. */
 void updater_drain(struct st_updater *up);
 
 #endif

@@ -97,11 +97,27 @@ const struct st_param *model_find_param(const struct st_model *m, const char *na
 	return NULL;
 }
 
-double model_flops_per_token(const struct st_model *m, int t)
+double model_unit_fwd_flops(const struct st_model *m, int unit, int t)
 {
 	const struct st_config *c = &m->cfg;
-	double attn = 2.0 * 2.0 * c->n_heads * c->head_dim * (t + 1) / 2.0; /* fwd, per layer */
-	return 6.0 * (double)m->matmul_numel + 3.0 * attn * c->n_layers;
+	const struct st_unit *un = &m->units[unit];
+	double f = 0;
+	for (int i = un->first_param; i < un->first_param + un->n_params; i++)
+		if (m->params[i].role != ST_ROLE_NORM && m->params[i].role != ST_ROLE_EMBED)
+			f += 2.0 * (double)m->params[i].numel;
+	if (un->kind == ST_UNIT_HEAD && c->tied) /* the embedding doubles as the output projection */
+		f += 2.0 * (double)c->vocab_size * c->dim;
+	if (un->kind == ST_UNIT_LAYER) /* causal attention: scores and weighted sum */
+		f += 2.0 * 2.0 * c->n_heads * c->head_dim * (t + 1) / 2.0;
+	return f;
+}
+
+double model_flops_per_token(const struct st_model *m, int t)
+{
+	double f = 0; /* backward is twice the forward */
+	for (int u = 0; u < m->n_units; u++)
+		f += 3.0 * model_unit_fwd_flops(m, u, t);
+	return f;
 }
 
 void model_init_unit(const struct st_model *m, int unit, float *w, uint64_t seed)

@@ -67,6 +67,47 @@ int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *
 int acts_bind_recompute(struct st_acts *a, const struct st_model *m, int b, int t,
 			float *const *layer_blocks, float *rest_block, int n_recompute, float *shared)
 {
+	unsigned char *mask = st_calloc((size_t)m->cfg.n_layers, 1);
+	if (!mask)
+		return ST_FAIL;
+	for (int l = 0; l < n_recompute; l++)
+		mask[l] = 1;
+	int rc = acts_bind_mask(a, m, b, t, layer_blocks, rest_block, mask, shared);
+	free(mask);
+	return rc;
+}
+
+#define TAKE(n) (cur += R16(n), cur - R16(n))
+
+void acts_point_layer(struct st_acts *a, const struct st_model *m, int l, float *block, float *shared)
+{
+	const struct st_config *c = &m->cfg;
+	const size_t N = (size_t)a->b * a->t, C = c->dim, F = c->ffn_dim;
+	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+	struct st_layer_acts *la = &a->layers[l];
+	float *cur = block;
+	la->x = TAKE(N * C);
+	if (shared) /* the rest in the shared block, at the usual offsets */
+		cur = shared + R16(N * C);
+	la->xn1 = TAKE(N * C);
+	la->rstd1 = TAKE(N);
+	la->q = TAKE(N * QD);
+	la->k = TAKE(N * KD);
+	la->v = TAKE(N * KD);
+	la->att = TAKE(N * QD);
+	la->lse = TAKE((size_t)a->b * c->n_heads * a->t);
+	la->xmid = TAKE(N * C);
+	la->xn2 = TAKE(N * C);
+	la->rstd2 = TAKE(N);
+	la->gate = TAKE(N * F);
+	la->up = TAKE(N * F);
+	la->h = TAKE(N * F);
+}
+
+int acts_bind_mask(struct st_acts *a, const struct st_model *m, int b, int t,
+		   float *const *layer_blocks, float *rest_block, const unsigned char *recomputed,
+		   float *shared)
+{
 	const struct st_config *c = &m->cfg;
 	memset(a, 0, sizeof *a);
 	a->b = b;
@@ -76,29 +117,10 @@ int acts_bind_recompute(struct st_acts *a, const struct st_model *m, int b, int 
 		return ST_FAIL;
 	const size_t N = (size_t)b * t, C = c->dim, F = c->ffn_dim, V = c->vocab_size;
 	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
-	float *cur;
-#define TAKE(n) (cur += R16(n), cur - R16(n))
-	for (int l = 0; l < c->n_layers; l++) {
-		struct st_layer_acts *la = &a->layers[l];
-		cur = layer_blocks[l];
-		la->x = TAKE(N * C);
-		if (l < n_recompute) /* the rest in the shared block, at the usual offsets */
-			cur = shared + R16(N * C);
-		la->xn1 = TAKE(N * C);
-		la->rstd1 = TAKE(N);
-		la->q = TAKE(N * QD);
-		la->k = TAKE(N * KD);
-		la->v = TAKE(N * KD);
-		la->att = TAKE(N * QD);
-		la->lse = TAKE((size_t)b * c->n_heads * t);
-		la->xmid = TAKE(N * C);
-		la->xn2 = TAKE(N * C);
-		la->rstd2 = TAKE(N);
-		la->gate = TAKE(N * F);
-		la->up = TAKE(N * F);
-		la->h = TAKE(N * F);
-	}
-	cur = rest_block;
+	for (int l = 0; l < c->n_layers; l++)
+		if (layer_blocks[l])
+			acts_point_layer(a, m, l, layer_blocks[l], recomputed && recomputed[l] ? shared : NULL);
+	float *cur = rest_block;
 	a->x_final = TAKE(N * C);
 	a->xf = TAKE(N * C);
 	a->rstd_f = TAKE(N);
@@ -121,10 +143,10 @@ int acts_bind_recompute(struct st_acts *a, const struct st_model *m, int b, int 
 		a->emb_mean = TAKE(N);
 		a->emb_rstd = TAKE(N);
 	}
-#undef TAKE
 	rope_table(a->rope_cos, a->rope_sin, t, c->head_dim, c->rope_theta);
 	return ST_OK;
 }
+#undef TAKE
 
 void acts_unbind(struct st_acts *a)
 {

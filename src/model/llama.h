@@ -71,6 +71,8 @@ const struct st_param *model_find_param(const struct st_model *m, const char *na
 /* Training FLOPs per token (forward + backward) at sequence length t: 6 per
  * matmul weight, plus causal attention (QK^T and PV, on average (t+1)/2 keys). */
 double model_flops_per_token(const struct st_model *m, int t);
+/* The forward's FLOPs per token of one unit (the training figure is 3x). */
+double model_unit_fwd_flops(const struct st_model *m, int unit, int t);
 
 /* Deterministic random init: normal(0, init_std) for matrices and the
  * embedding, 1 for norm gains; each parameter from its own seeded stream, so
@@ -133,6 +135,16 @@ int acts_bind(struct st_acts *a, const struct st_model *m, int b, int t, float *
  * the rest of whichever of them is being computed. */
 int acts_bind_recompute(struct st_acts *a, const struct st_model *m, int b, int t,
 			float *const *layer_blocks, float *rest_block, int n_recompute, float *shared);
+/* The same with any set of recomputed layers (recomputed[l] != 0; NULL:
+ * none). A NULL layer block leaves that layer unbound: the executor points
+ * it at a staging slot with acts_point_layer before each use (a layer whose
+ * activations are swapped out between its forward and its backward). */
+int acts_bind_mask(struct st_acts *a, const struct st_model *m, int b, int t,
+		   float *const *layer_blocks, float *rest_block, const unsigned char *recomputed,
+		   float *shared);
+/* Point layer l's tensors into block (acts_layer_floats, or with shared:
+ * the input in block and the rest in shared). */
+void acts_point_layer(struct st_acts *a, const struct st_model *m, int l, float *block, float *shared);
 void acts_unbind(struct st_acts *a);
 
 /* Unit passes. w/g point at the unit's W and G slabs; the head also receives

@@ -47,6 +47,9 @@ struct st_train_opts {
 	char shard_size[24];               /* checkpoints: weight files above it are sharded */
 	char trace[ST_PATH];               /* Chrome/Perfetto trace of every queue ("" = none) */
 	char recompute[8];                 /* layers whose activations are recomputed: N, all, auto */
+	char activations[256];             /* per-layer activation policy (engine/plan.h) or auto */
+	char device_updates[16];           /* units updated on the device: N or auto */
+	char profile[ST_PATH];             /* hardware profile file ("" = the per-user cache) */
 	int trace_steps;
 };
 

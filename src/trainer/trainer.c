@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "io/fsutil.h"
+#include "engine/plan.h"
 #include "engine/profile.h"
 #include "trainer/planview.h"
 #include "trainer/progress.h"
@@ -48,7 +49,7 @@ static int alloc_state(struct st_trainer *tr)
 	for (int u = 0; u < m->n_units; u++) {
 		if (!tr->opt.unit_bytes[u])
 			continue;
-		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, place_home(&tr->place, u, ST_SLAB_S),
+		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, place_home(&tr->plan.place, u, ST_SLAB_S),
 				   tr->opt.unit_bytes[u]));
 		if (!store_is_staged(&tr->s.store, u, ST_SLAB_S))
 			tr->state[u] = store_acquire(&tr->s.store, u, ST_SLAB_S);
@@ -80,88 +81,197 @@ static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT],
 	return ST_OK;
 }
 
-/* What the tiers will hold: budgets, activation recompute, every slab's
- * home (no allocation). dirs point into dirbuf. */
+/* What the tiers will hold: the plan (engine/plan.h) from the budgets, the
+ * choices forced by flags and, once anything must leave the device, the
+ * hardware profile. dirs point into dirbuf. */
 struct tier_choice {
-	struct st_place_opts po;
-	int r;               /* layers recomputed */
-	size_t act;          /* activation bytes */
+	struct st_plan_opts po;
+	struct st_plan_model pm;
+	size_t *wb, *numel;
+	double *flops;
+	unsigned char *act;  /* forced activation policy, when po.act */
+	struct st_profile prof;
+	int have_prof;
 	char dirbuf[ST_PATH];
 	const char *dirs[64];
 	int n_dirs;
 };
 
+static void tier_choice_free(struct tier_choice *ch)
+{
+	free(ch->wb);
+	free(ch->numel);
+	free(ch->flops);
+	free(ch->act);
+	memset(ch, 0, sizeof *ch);
+}
+
+/* The profile file: --profile, else ~/.cache/strata/profile.json. */
+static void profile_path(const struct st_train_opts *o, char *buf, size_t n)
+{
+	const char *home = getenv("HOME");
+	if (*o->profile)
+		snprintf(buf, n, "%s", o->profile);
+	else
+		snprintf(buf, n, "%s/.cache/strata/profile.json", home && *home ? home : ".");
+}
+
+/* Load the profile, or measure this machine and cache it (a profile without
+ * a disk rate is measured again once a run has an offload directory). */
+static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
+{
+	char path[ST_PATH + 64];
+	profile_path(&tr->o, path, sizeof path);
+	if (fs_exists(path)) {
+		ST_TRY(profile_load(&ch->prof, path));
+		if (!ch->n_dirs || ch->prof.disk_read_gbs > 0) {
+			ch->have_prof = 1;
+			return ST_OK;
+		}
+	}
+	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
+		    ch->n_dirs ? ", the first offload directory" : "", path);
+	ST_TRY(profile_measure(&ch->prof, tr->s.ops, ch->n_dirs ? ch->dirs[0] : NULL));
+	char dir[ST_PATH + 64];
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		ST_TRY(fs_mkdir_p(dir));
+	}
+	ST_TRY(profile_save(&ch->prof, path));
+	ch->have_prof = 1;
+	return ST_OK;
+}
+
+/* The flags' forced choices: --recompute N|all (the first N layers, the rest
+ * kept) or --activations; --device-updates. */
+static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
+{
+	const int L = tr->s.model.cfg.n_layers;
+	const int rc_set = strcmp(tr->o.recompute, "auto") != 0;
+	const int act_set = strcmp(tr->o.activations, "auto") != 0;
+	ST_CHECK(!(rc_set && act_set), "give one of --recompute and --activations",
+		 "--recompute %s and --activations %s both choose the activation policy",
+		 tr->o.recompute, tr->o.activations);
+	ch->act = st_calloc((size_t)L + 1, 1);
+	if (!ch->act)
+		return ST_FAIL;
+	if (rc_set) {
+		long v = L;
+		char *end = NULL;
+		if (strcmp(tr->o.recompute, "all"))
+			v = strtol(tr->o.recompute, &end, 10);
+		ST_CHECK(!end || (!*end && end != tr->o.recompute && v >= 0 && v <= L),
+			 "use --recompute N (0 to the number of layers), all, or auto",
+			 "--recompute '%s' is not a layer count between 0 and %d", tr->o.recompute, L);
+		for (int l = 0; l < L; l++)
+			ch->act[l] = l < v ? ST_ACT_RECOMPUTE : ST_ACT_KEEP;
+		ch->po.act = ch->act;
+	} else {
+		int forced;
+		ST_TRY(plan_parse_act(tr->o.activations, L, ch->act, &forced));
+		ch->po.act = forced ? ch->act : NULL;
+	}
+	ch->po.device_updates = -1;
+	if (strcmp(tr->o.device_updates, "auto")) {
+		char *end;
+		long v = strtol(tr->o.device_updates, &end, 10);
+		ST_CHECK(!*end && end != tr->o.device_updates && v >= 0 && v <= tr->s.model.n_units,
+			 "use --device-updates N (0 to the number of units) or auto",
+			 "--device-updates '%s' is not a unit count between 0 and %d", tr->o.device_updates,
+			 tr->s.model.n_units);
+		ST_CHECK(!(v && tr->per_layer), "give --galore-per-layer false for device updates",
+			 "GaLore's per-layer updates run as backward goes; they cannot move to the device");
+		ch->po.device_updates = (int)v;
+	}
+	return ST_OK;
+}
+
 static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 {
 	struct st_session *s = &tr->s;
 	const struct st_model *m = &s->model;
-	const int n = m->n_units;
-	size_t *wb = st_calloc((size_t)n, sizeof *wb);
-	if (!wb)
+	const int n = m->n_units, B = tr->o.micro_batch, T = tr->o.seq_len;
+	memset(ch, 0, sizeof *ch);
+	ch->wb = st_calloc((size_t)n, sizeof *ch->wb);
+	ch->numel = st_calloc((size_t)n, sizeof *ch->numel);
+	ch->flops = st_calloc((size_t)n, sizeof *ch->flops);
+	if (!ch->wb || !ch->numel || !ch->flops)
 		return ST_FAIL;
 	size_t need = 0;
 	for (int u = 0; u < n; u++) {
-		wb[u] = m->units[u].numel * sizeof(float);
-		need += 2 * wb[u] + tr->opt.unit_bytes[u];
+		ch->numel[u] = m->units[u].numel;
+		ch->wb[u] = m->units[u].numel * sizeof(float);
+		ch->flops[u] = model_unit_fwd_flops(m, u, T) * B * T;
+		need += 2 * ch->wb[u] + tr->opt.unit_bytes[u];
 	}
-	const int B = tr->o.micro_batch, T = tr->o.seq_len, L = m->cfg.n_layers;
 	need += acts_total_floats(m, B, T, 0) * sizeof(float);
-	memset(ch, 0, sizeof *ch);
-	ch->po.prefetch = tr->o.prefetch;
-	int rc = choose_budgets(tr, ch->po.budget, need);
-	/* Activation recompute: the first r layers keep only their inputs. auto
-	 * recomputes only when the device budget cannot hold every layer's
-	 * activations beside the staging pools the weights and gradients would
-	 * stream through: the fewest layers that make it fit (identical layers
-	 * save the same bytes for the same recompute FLOPs, so the order is
-	 * free; the first layers, whose activations live longest). */
-	int r = 0;
-	const size_t D = ch->po.budget[ST_TIER_DEVICE];
-	if (!strcmp(tr->o.recompute, "all")) {
-		r = L;
-	} else if (!strcmp(tr->o.recompute, "auto")) {
-		size_t maxw = 0, wg = 0;
-		for (int u = 0; u < n; u++) {
-			maxw = wb[u] > maxw ? wb[u] : maxw;
-			wg += 2 * wb[u];
-		}
-		const size_t pools = (size_t)(tr->o.prefetch + 3 + 4) * maxw;
-		while (D && r < L && acts_total_floats(m, B, T, r) * sizeof(float) + (pools < wg ? pools : wg) > D)
-			r++;
-	} else {
-		char *end;
-		long v = strtol(tr->o.recompute, &end, 10);
-		if (rc == ST_OK && (*end || end == tr->o.recompute || v < 0 || v > L)) {
-			ST_ERROR("use --recompute N (0 to the number of layers), all, or auto",
-				 "--recompute '%s' is not a layer count between 0 and %d", tr->o.recompute, L);
-			rc = ST_FAIL;
-		}
-		r = (int)v;
-	}
-	ch->r = r;
-	ch->act = acts_total_floats(m, B, T, r) * sizeof(float);
-	if (rc == ST_OK && r) {
-		char b1[32], b2[32];
-		st_log_info("activations: %d of %d layers recomputed in backward (%s instead of %s)", r, L,
-			    fmt_bytes(b1, sizeof b1, (double)ch->act),
-			    fmt_bytes(b2, sizeof b2, (double)acts_total_floats(m, B, T, 0) * sizeof(float)));
-	}
-	if (rc == ST_OK)
-		rc = parse_place(tr->o.place, ch->po.force);
+	ch->pm = (struct st_plan_model){
+		.n_units = n, .n_layers = m->cfg.n_layers, .w_bytes = ch->wb,
+		.g_bytes = tr->per_layer ? NULL : ch->wb, .s_bytes = tr->opt.unit_bytes,
+		.numel = ch->numel, .fwd_flops = ch->flops,
+		.act_layer = acts_layer_floats(m, B, T) * sizeof(float),
+		.act_input = acts_input_floats(m, B, T) * sizeof(float),
+		.act_rest = acts_rest_floats(m, B, T) * sizeof(float),
+		.grad_accum = tr->o.grad_accum,
+		.quantized = tr->opt.cfg.kind == ST_OPT_ADAMW8 || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8};
+	ch->po.place.prefetch = tr->o.prefetch;
+	ch->po.threaded_updates = !tr->per_layer;
+	ST_TRY(choose_budgets(tr, ch->po.place.budget, need));
+	ST_TRY(forced_choices(tr, ch));
+	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
 	/* the directories, split at commas */
 	snprintf(ch->dirbuf, sizeof ch->dirbuf, "%s", tr->o.offload_dir);
 	for (char *save = NULL, *d = strtok_r(ch->dirbuf, ",", &save); d && ch->n_dirs < 64;
 	     d = strtok_r(NULL, ",", &save))
 		ch->dirs[ch->n_dirs++] = d;
-	ch->po.n_dirs = ch->n_dirs;
-	if (rc == ST_OK)
-		rc = place_make(&tr->place, m, wb, tr->per_layer ? NULL : wb, tr->opt.unit_bytes, ch->act,
-				&ch->po);
-	free(wb);
-	ST_TRY(rc);
-	ST_CHECK(!(tr->per_layer && tr->place.offloaded),
+	ch->po.place.n_dirs = ch->n_dirs;
+
+	/* Everything on the device with nothing forced elsewhere needs no
+	 * prediction (and no profile): no plan moves fewer bytes. */
+	int all_keep = 1;
+	for (int l = 0; ch->po.act && l < m->cfg.n_layers; l++)
+		all_keep &= ch->po.act[l] == ST_ACT_KEEP;
+	if (all_keep && ch->po.device_updates <= 0) {
+		struct st_plan_opts keep = ch->po;
+		unsigned char *keep_all = st_calloc((size_t)m->cfg.n_layers + 1, 1);
+		if (!keep_all)
+			return ST_FAIL;
+		keep.act = keep_all;
+		keep.device_updates = 0;
+		const int old = st_log_mute(1);
+		struct st_profile none = {.matmul_gflops = 1, .h2d_gbs = 1, .d2h_gbs = 1,
+					  .cpu_adamw_mparams = 1, .cpu_adamw8bit_mparams = 1,
+					  .dev_adamw_mparams = 1, .dev_adamw8bit_mparams = 1,
+					  .shared_cores = 1};
+		int rc = plan_make(&tr->plan, &ch->pm, &none, &keep);
+		st_log_mute(old);
+		free(keep_all);
+		if (rc == ST_OK && !tr->plan.place.offloaded) {
+			memset(&tr->plan.t, 0, sizeof tr->plan.t);
+			return ST_OK;
+		}
+		plan_free(&tr->plan);
+	}
+	ST_TRY(get_profile(tr, ch));
+	ST_TRY(plan_make(&tr->plan, &ch->pm, &ch->prof, &ch->po));
+	ST_CHECK(!(tr->per_layer && tr->plan.place.offloaded),
 		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
 		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
+	const struct st_plan *p = &tr->plan;
+	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
+		char b1[32], b2[32];
+		st_log_info("activations: %d layers kept, %d recomputed in backward, %d swapped to the "
+			    "host, %d to disk (%s on the device instead of %s)",
+			    p->n_act[ST_ACT_KEEP], p->n_act[ST_ACT_RECOMPUTE], p->n_act[ST_ACT_HOST],
+			    p->n_act[ST_ACT_DISK], fmt_bytes(b1, sizeof b1, (double)p->act_device),
+			    fmt_bytes(b2, sizeof b2, (double)acts_total_floats(m, B, T, 0) * sizeof(float)));
+	}
+	if (p->n_dev_updates)
+		st_log_info("optimizer: %d of %d units update on the device", p->n_dev_updates, n);
+	st_log_info("plan: predicted %.3f s per step, bound by %s (%d plans compared)", p->t.step_s,
+		    p->t.bound, p->candidates);
 	return ST_OK;
 }
 
@@ -171,23 +281,30 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 {
 	struct st_session *s = &tr->s;
 	struct tier_choice ch;
-	ST_TRY(decide_tiers(tr, &ch));
-	for (int t = 0; t < ST_TIER__COUNT; t++)
-		s->store.tiers[t].budget = ch.po.budget[t];
-	ST_TRY(session_alloc(s, &tr->place, grads));
-	ST_TRY(alloc_state(tr));
-	ST_TRY(session_exec_recompute(s, tr->o.micro_batch, tr->o.seq_len, ch.r));
-	size_t block;
-	ST_TRY(parse_bytes(tr->o.io_block, &block, "--io-block"));
+	int rc = decide_tiers(tr, &ch);
+	for (int t = 0; rc == ST_OK && t < ST_TIER__COUNT; t++)
+		s->store.tiers[t].budget = ch.po.place.budget[t];
+	if (rc == ST_OK)
+		rc = session_alloc(s, &tr->plan.place, grads);
+	if (rc == ST_OK)
+		rc = alloc_state(tr);
+	if (rc == ST_OK)
+		rc = session_exec_policy(s, tr->o.micro_batch, tr->o.seq_len, tr->plan.act);
+	size_t block = 0;
+	if (rc == ST_OK)
+		rc = parse_bytes(tr->o.io_block, &block, "--io-block");
 	struct st_offload_cfg oc = {.dirs = ch.dirs, .n_dirs = ch.n_dirs, .io_block = block,
 				    .io_depth = tr->o.io_depth};
-	memcpy(oc.pool_slots, tr->place.pool_slots, sizeof oc.pool_slots);
-	ST_TRY(store_start(&s->store, &oc));
+	memcpy(oc.pool_slots, tr->plan.place.pool_slots, sizeof oc.pool_slots);
+	if (rc == ST_OK)
+		rc = store_start(&s->store, &oc);
+	tier_choice_free(&ch);
+	ST_TRY(rc);
 	s->exec.prefetch = tr->o.prefetch;
 	return session_load_weights(s, model_dir);
 }
 
-int trainer_plan(const struct st_train_opts *o, const char *profile_path)
+int trainer_plan(const struct st_train_opts *o)
 {
 	struct st_trainer *tr = st_calloc(1, sizeof *tr);
 	if (!tr)
@@ -230,27 +347,13 @@ int trainer_plan(const struct st_train_opts *o, const char *profile_path)
 	if (rc == ST_OK)
 		rc = optim_init(&tr->opt, &oc, &tr->s.model);
 	optim = rc == ST_OK;
-	struct tier_choice ch;
+	struct tier_choice ch = {0};
 	if (rc == ST_OK)
 		rc = decide_tiers(tr, &ch);
-	struct st_profile prof;
-	int have_prof = 0;
-	if (rc == ST_OK) {
-		if (profile_path && fs_exists(profile_path)) {
-			rc = profile_load(&prof, profile_path);
-		} else {
-			st_log_info("measuring this machine (matmul, copy, AdamW%s)...",
-				    ch.n_dirs ? ", the first offload directory" : "");
-			rc = profile_measure(&prof, ops, ch.n_dirs ? ch.dirs[0] : NULL);
-			if (rc == ST_OK && profile_path)
-				rc = profile_save(&prof, profile_path);
-		}
-		have_prof = rc == ST_OK;
-	}
 	if (rc == ST_OK)
-		plan_print(&tr->s.model, &tr->place, &tr->o, &tr->opt, ch.r, ch.act,
-			   have_prof ? &prof : NULL);
-	place_free(&tr->place);
+		plan_print(&tr->s.model, &tr->plan, &ch.pm, &tr->o, ch.have_prof ? &ch.prof : NULL);
+	tier_choice_free(&ch);
+	plan_free(&tr->plan);
 	if (optim)
 		optim_free(&tr->opt);
 	if (built)
@@ -354,11 +457,12 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		return ST_FAIL;
 	if (!tr->per_layer) {
 		ST_TRY(updater_init(&tr->up, ops, &tr->opt, m, &tr->s.store, tr->o.prefetch,
-				    tr->o.threads, tr->place.offloaded));
+				    tr->o.threads, tr->plan.place.offloaded));
 		tr->s.exec.before_unit = wait_update;
 		tr->s.exec.before_unit_ctx = &tr->up;
 		tr->up.before_update = ckpt_wait_unit;
 		tr->up.before_update_ctx = &tr->ck;
+		tr->up.on_device = tr->plan.dev_update;
 	}
 	if (tr->per_layer)
 		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->state,
@@ -400,7 +504,7 @@ void trainer_close(struct st_trainer *tr)
 	pthread_cond_destroy(&tr->ck.cv);
 	session_close(&tr->s); /* joins the transfer threads */
 	trace_close(&tr->trace); /* no thread records any more */
-	place_free(&tr->place);
+	plan_free(&tr->plan);
 	free(tr->grad_sumsq);
 	if (tr->per_layer)
 		perlayer_free(&tr->pl);
@@ -711,7 +815,7 @@ int trainer_run(struct st_trainer *tr)
 			const double ts = now_s();
 			ST_TRY(settle(tr)); /* the step's updates: part of its time */
 			tr->train_s += now_s() - ts;
-			if (last && tr->place.offloaded) /* before the checkpoint's own I/O */
+			if (last && tr->plan.place.offloaded) /* before the checkpoint's own I/O */
 				report_queues(tr);
 			/* per-layer GaLore updates in this thread, past the hook: wait */
 			ST_TRY(tr->per_layer ? ckpt_save(tr) : ckpt_begin(tr));

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/plan.h"
 #include "engine/session.h"
 #include "optim/optim.h"
 #include "trainer/data.h"
@@ -40,7 +41,7 @@ struct st_trainer {
 	struct st_data data;
 	void **state;          /* per-unit optimizer state slabs where resident (NULL where
 				  empty or staged: go through the store) */
-	struct st_place place; /* home tier of every slab (engine/place.h) */
+	struct st_plan plan;   /* every slab's home, activations, device updates (engine/plan.h) */
 	struct st_updater up;  /* per-unit updates (not with per-layer GaLore) */
 	double *grad_sumsq;    /* per unit, from the executor */
 	double train_s;        /* wall time of the training steps of this process */
@@ -68,11 +69,11 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o);
 /* Train to total_steps; evaluates and checkpoints as configured, and once at
  * the end. */
 int trainer_run(struct st_trainer *tr);
-/* `strata plan`: the placement and recompute choice training would make,
- * and the step predicted from a hardware profile (profile_path: read it, or
- * measure and write it there; NULL: measure), printed; nothing is allocated
- * or trained. */
-int trainer_plan(const struct st_train_opts *o, const char *profile_path);
+/* `strata plan`: the plan training would make with these options (engine/
+ * plan.h) and its predicted step, printed; nothing is allocated or trained.
+ * The hardware profile is --profile's file (or the per-user cache), measured
+ * and written there when missing. */
+int trainer_plan(const struct st_train_opts *o);
 void trainer_close(struct st_trainer *tr);
 
 /* Learning rate at 1-based step: linear warmup to lr over `warmup` steps,

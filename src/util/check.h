@@ -17,6 +17,9 @@
 void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 void st_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Errors of this thread are not printed while muted (> 0): the planner tries
+ * candidate plans whose failures are expected. Returns the previous value. */
+int st_log_mute(int muted);
 void st_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Report an error with a hint for the user (hint may be NULL). */

@@ -5,8 +5,19 @@
 
 #include "util/check.h"
 
+static _Thread_local int muted;
+
+int st_log_mute(int m)
+{
+	int old = muted;
+	muted = m;
+	return old;
+}
+
 void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
 {
+	if (muted)
+		return;
 	va_list ap;
 	fputs("strata: error: ", stderr);
 	va_start(ap, fmt);

@@ -1,0 +1,459 @@
+/* The planner; see plan.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/plan.h"
+#include "util/check.h"
+
+/* ---- the prediction: a simulated step ------------------------------------ */
+
+enum { Q_COMPUTE, Q_COPY, Q_DISK, Q_OPT, Q__N };
+
+struct sim {
+	const struct st_plan_model *pm;
+	const struct st_profile *prof;
+	const struct st_plan *p;
+	int prefetch, threaded, counting;
+	double free[Q__N], busy[Q__N];
+	double disk_read, disk_written, copied;
+	/* per unit */
+	double *w_ready, *s_ready, *upd_done;
+	int *w_issued, *s_issued;
+	/* the CPU worker's progress through one step's jobs */
+	int upd_next;      /* next job (unit index in forward order) */
+	double upd_submit; /* when the step's jobs were queued */
+	double upd_free;   /* when the worker finished its last job */
+};
+
+static double max2(double a, double b) { return a > b ? a : b; }
+
+static double serve(struct sim *s, int q, double ready, double dur)
+{
+	const double start = max2(ready, s->free[q]);
+	s->free[q] = start + dur;
+	if (s->counting)
+		s->busy[q] += dur;
+	return s->free[q];
+}
+
+/* One transfer of a slab between its home and its working tier; returns when
+ * it is done (ready itself when nothing moves). */
+static double move(struct sim *s, enum st_slab_kind kind, int unit, double bytes, int to_home,
+		   double ready)
+{
+	enum st_tier home;
+	if (kind == ST_SLAB_A)
+		home = s->p->act[unit - 1] == ST_ACT_HOST   ? ST_TIER_HOST
+		       : s->p->act[unit - 1] == ST_ACT_DISK ? ST_TIER_DISK
+							    : ST_TIER_DEVICE;
+	else
+		home = place_home(&s->p->place, unit, kind);
+	if (home == ST_TIER_DEVICE || home == slab_work_tier(kind) || bytes <= 0)
+		return ready;
+	const struct st_profile *pr = s->prof;
+	if (home == ST_TIER_DISK) {
+		if (s->counting)
+			*(to_home ? &s->disk_written : &s->disk_read) += bytes;
+		double done = serve(s, Q_DISK, ready, bytes / ((to_home ? pr->disk_write_gbs : pr->disk_read_gbs) * 1e9));
+		/* on a real device the bytes also cross the host link (the CPU
+		 * backend reads straight into its device memory) */
+		if (!pr->shared_cores && kind != ST_SLAB_S) {
+			if (s->counting)
+				s->copied += bytes;
+			done = serve(s, Q_COPY, done, bytes / ((to_home ? pr->d2h_gbs : pr->h2d_gbs) * 1e9));
+		}
+		return done;
+	}
+	if (s->counting)
+		s->copied += bytes;
+	return serve(s, Q_COPY, ready, bytes / ((to_home ? pr->d2h_gbs : pr->h2d_gbs) * 1e9));
+}
+
+static double cpu_rate(const struct sim *s)
+{
+	return (s->pm->quantized ? s->prof->cpu_adamw8bit_mparams : s->prof->cpu_adamw_mparams) * 1e6;
+}
+
+static double dev_rate(const struct sim *s)
+{
+	return (s->pm->quantized ? s->prof->dev_adamw8bit_mparams : s->prof->dev_adamw_mparams) * 1e6;
+}
+
+/* Issue the CPU worker's reads of unit u's master weights, state and
+ * gradient (once per step). */
+static void upd_fetch(struct sim *s, int u, double now)
+{
+	if (u >= s->pm->n_units || s->s_issued[u] || s->p->dev_update[u])
+		return;
+	s->s_issued[u] = 1;
+	double r = move(s, ST_SLAB_S, u, (double)s->pm->s_bytes[u], 0, now);
+	r = max2(r, move(s, ST_SLAB_W, u, (double)s->pm->w_bytes[u], 0, now));
+	if (s->pm->g_bytes)
+		r = max2(r, move(s, ST_SLAB_G, u, (double)s->pm->g_bytes[u], 0, now));
+	s->s_ready[u] = r;
+}
+
+/* Run the worker's jobs that start by `until` (or until unit `need` is done). */
+static void upd_advance(struct sim *s, double until, int need)
+{
+	const int n = s->pm->n_units;
+	const int q = s->prof->shared_cores ? Q_COMPUTE : Q_OPT;
+	while (s->upd_next < n) {
+		const int u = s->upd_next;
+		if (s->p->dev_update[u]) { /* the compute queue runs it before u's forward */
+			s->upd_next++;
+			continue;
+		}
+		const double start = max2(s->upd_submit, s->upd_free);
+		if (start > until && u > need)
+			break;
+		for (int i = 0; i <= s->prefetch; i++)
+			upd_fetch(s, u + i, start);
+		const double end = serve(s, q, max2(start, s->s_ready[u]),
+					 (double)s->pm->numel[u] / cpu_rate(s));
+		move(s, ST_SLAB_S, u, (double)s->pm->s_bytes[u], 1, end);
+		move(s, ST_SLAB_W, u, (double)s->pm->w_bytes[u], 1, end);
+		s->upd_done[u] = s->upd_free = end;
+		s->upd_next++;
+	}
+}
+
+/* The unit's weights for a pass: issued when first asked (prefetch or
+ * acquire), then ready at their arrival. */
+static void fetch_w(struct sim *s, int u, double now)
+{
+	if (u < 0 || u >= s->pm->n_units || s->w_issued[u])
+		return;
+	s->w_issued[u] = 1;
+	s->w_ready[u] = move(s, ST_SLAB_W, u, (double)s->pm->w_bytes[u], 0, now);
+}
+
+static void sim_step(struct sim *s, double *now)
+{
+	const struct st_plan_model *pm = s->pm;
+	const int n = pm->n_units, L = pm->n_layers;
+	const double rate = s->prof->matmul_gflops * 1e9;
+	for (int a = 0; a < pm->grad_accum; a++) {
+		/* forward */
+		memset(s->w_issued, 0, (size_t)n * sizeof *s->w_issued);
+		for (int u = 0; u < n; u++) {
+			if (a == 0 && s->p->dev_update[u]) /* the device's update of u */
+				s->upd_done[u] = serve(s, Q_COMPUTE, *now, (double)pm->numel[u] / dev_rate(s));
+			else if (a == 0 && s->threaded)
+				upd_advance(s, *now, u);
+			const double ready = a == 0 ? max2(*now, s->upd_done[u]) : *now;
+			fetch_w(s, u, ready);
+			const double start = max2(ready, s->w_ready[u]);
+			for (int i = 1; i <= s->prefetch; i++)
+				fetch_w(s, u + i, start);
+			*now = serve(s, Q_COMPUTE, start, pm->fwd_flops[u] / rate);
+			if (u >= 1 && u <= L) /* a swapped layer's tensors leave */
+				move(s, ST_SLAB_A, u, (double)pm->act_layer, 1, *now);
+		}
+		/* backward */
+		memset(s->w_issued, 0, (size_t)n * sizeof *s->w_issued);
+		double *a_ready = s->s_ready; /* reused as the activations' arrivals */
+		int *a_issued = s->s_issued;
+		memset(a_issued, 0, (size_t)n * sizeof *a_issued);
+		for (int u = n - 1; u >= 0; u--) {
+			if (s->threaded)
+				upd_advance(s, *now, -1);
+			for (int i = 0; i <= s->prefetch; i++) {
+				const int v = u - i;
+				if (v < 0)
+					break;
+				fetch_w(s, v, *now);
+				if (v >= 1 && v <= L && !a_issued[v]) {
+					a_issued[v] = 1;
+					a_ready[v] = move(s, ST_SLAB_A, v, (double)pm->act_layer, 0, *now);
+					if (a > 0 && pm->g_bytes) /* accumulating: the gradient so far */
+						a_ready[v] = max2(a_ready[v], move(s, ST_SLAB_G, v,
+										    (double)pm->g_bytes[v], 0, *now));
+				}
+			}
+			double ready = max2(*now, s->w_ready[u]);
+			if (u >= 1 && u <= L)
+				ready = max2(ready, a_ready[u]);
+			double flops = 2 * pm->fwd_flops[u];
+			if (u >= 1 && u <= L && s->p->act[u - 1] == ST_ACT_RECOMPUTE)
+				flops += pm->fwd_flops[u];
+			*now = serve(s, Q_COMPUTE, ready, flops / rate);
+			if (pm->g_bytes && !s->p->dev_update[u])
+				move(s, ST_SLAB_G, u, (double)pm->g_bytes[u], 1, *now);
+		}
+	}
+	/* the step's updates: queued once backward ends (the clip factor needs
+	 * every gradient's norm); inline when no worker runs */
+	memset(s->s_issued, 0, (size_t)n * sizeof *s->s_issued);
+	s->upd_next = 0;
+	s->upd_submit = *now;
+	if (!s->threaded) {
+		s->upd_free = *now;
+		for (int u = 0; u < n; u++)
+			if (!s->p->dev_update[u])
+				s->upd_free = serve(s, Q_COMPUTE, s->upd_free, (double)pm->numel[u] / cpu_rate(s));
+		for (int u = 0; u < n; u++)
+			s->upd_done[u] = s->upd_free;
+		s->upd_next = n;
+		*now = s->upd_free;
+	}
+}
+
+void plan_predict(struct st_plan_time *t, const struct st_plan_model *pm,
+		  const struct st_profile *prof, const struct st_plan *p, int prefetch, int threaded)
+{
+	memset(t, 0, sizeof *t);
+	const int n = pm->n_units;
+	struct sim s = {.pm = pm, .prof = prof, .p = p, .prefetch = prefetch > 0 ? prefetch : 1,
+			.threaded = threaded};
+	double *d = calloc(3 * (size_t)n, sizeof *d);
+	int *iv = calloc(2 * (size_t)n, sizeof *iv);
+	if (!d || !iv) {
+		free(d);
+		free(iv);
+		t->step_s = 1e30;
+		t->bound = "?";
+		return;
+	}
+	s.w_ready = d;
+	s.s_ready = d + n;
+	s.upd_done = d + 2 * n;
+	s.w_issued = iv;
+	s.s_issued = iv + n;
+	s.upd_next = n;
+	/* steady state: the period between the ends of the third and fourth
+	 * steps (the fourth's forward runs beside the third's updates) */
+	double now = 0, start = 0;
+	for (int step = 0; step < 4; step++) {
+		if (step == 3) {
+			s.counting = 1;
+			start = now;
+		}
+		sim_step(&s, &now);
+	}
+	t->step_s = now - start;
+	t->compute_s = s.busy[Q_COMPUTE];
+	t->copy_s = s.busy[Q_COPY];
+	t->disk_s = s.busy[Q_DISK];
+	t->optimizer_s = s.busy[Q_OPT];
+	t->disk_read = s.disk_read;
+	t->disk_written = s.disk_written;
+	t->copied = s.copied;
+	const double q[4] = {t->compute_s, t->optimizer_s, t->disk_s, t->copy_s};
+	const char *names[4] = {"compute", "optimizer", "disk", "copy"};
+	int b = 0;
+	for (int i = 1; i < 4; i++)
+		if (q[i] > q[b])
+			b = i;
+	t->bound = names[b];
+	free(d);
+	free(iv);
+}
+
+/* ---- the search ----------------------------------------------------------- */
+
+static size_t act_device_bytes(const struct st_plan_model *pm, const unsigned char *act, int pool)
+{
+	size_t b = pm->act_rest;
+	int any_rc = 0;
+	for (int l = 0; l < pm->n_layers; l++) {
+		if (act[l] == ST_ACT_KEEP)
+			b += pm->act_layer;
+		else if (act[l] == ST_ACT_RECOMPUTE)
+			b += pm->act_input, any_rc = 1;
+	}
+	/* the recomputed layers' shared block and the recompute sink */
+	if (any_rc)
+		b += pm->act_layer + pm->act_input;
+	return b + (size_t)pool * io_round(pm->act_layer, ST_IO_ALIGN);
+}
+
+/* Lay out p->act and p->dev_update: activations, then the slabs' homes. */
+static int layout(struct st_plan *p, const struct st_plan_model *pm, const struct st_plan_opts *o)
+{
+	const int L = pm->n_layers;
+	int swapped = 0, on_disk = 0;
+	size_t host = 0;
+	memset(p->n_act, 0, sizeof p->n_act);
+	for (int l = 0; l < L; l++) {
+		p->n_act[p->act[l]]++;
+		swapped += p->act[l] == ST_ACT_HOST || p->act[l] == ST_ACT_DISK;
+		on_disk += p->act[l] == ST_ACT_DISK;
+		if (p->act[l] == ST_ACT_HOST)
+			host += pm->act_layer;
+	}
+	p->n_dev_updates = 0;
+	for (int u = 0; u < pm->n_units; u++)
+		p->n_dev_updates += p->dev_update[u];
+	ST_CHECK(!on_disk || o->place.n_dirs > 0, "give --offload-dir DIR to swap activations to disk",
+		 "%d layers' activations are to be swapped to disk, but there is no offload directory",
+		 on_disk);
+	/* the swap pool: the layer being written, the next one's input, and
+	 * backward's prefetch window */
+	int pool = 0;
+	if (swapped) {
+		pool = o->place.prefetch + 2;
+		if (pool > swapped + 1)
+			pool = swapped + 1 > 2 ? swapped + 1 : 2;
+	}
+	p->act_device = act_device_bytes(pm, p->act, pool);
+	struct st_place_opts po = o->place;
+	po.host_reserved = host;
+	po.dev_unit = p->dev_update;
+	place_free(&p->place);
+	ST_TRY(place_make(&p->place, pm->n_units, pm->w_bytes, pm->g_bytes, pm->s_bytes,
+			  p->act_device, &po));
+	if (pool) {
+		p->place.pool_slots[ST_SLAB_A] = pool;
+		p->place.offloaded = 1;
+		p->place.bytes[ST_TIER_DISK] += (size_t)on_disk * io_round(pm->act_layer, ST_IO_ALIGN);
+	}
+	return ST_OK;
+}
+
+/* Activation policy with nd disk, nh host and nr recomputed layers, the
+ * rest kept: the earliest layers swapped (disk first), then recomputed. */
+static void act_counts(unsigned char *act, int L, int nd, int nh, int nr)
+{
+	for (int l = 0; l < L; l++)
+		act[l] = l < nd ? ST_ACT_DISK : l < nd + nh ? ST_ACT_HOST : l < nd + nh + nr ? ST_ACT_RECOMPUTE
+											: ST_ACT_KEEP;
+}
+
+/* d of n units spread evenly. */
+static void dev_spread(unsigned char *dev, int n, int d)
+{
+	for (int u = 0; u < n; u++)
+		dev[u] = (int)((long)(u + 1) * d / n) > (int)((long)u * d / n);
+}
+
+struct best {
+	double step;
+	unsigned char *act, *dev;
+	double moved; /* bytes per step: ties go to fewer */
+};
+
+static void consider(struct st_plan *p, const struct st_plan_model *pm,
+		     const struct st_profile *prof, const struct st_plan_opts *o, struct best *b)
+{
+	const int old = st_log_mute(1);
+	const int rc = layout(p, pm, o);
+	st_log_mute(old);
+	if (rc != ST_OK)
+		return;
+	p->candidates++;
+	struct st_plan_time t;
+	plan_predict(&t, pm, prof, p, o->place.prefetch, o->threaded_updates && p->place.offloaded);
+	const double moved = t.disk_read + t.disk_written + t.copied;
+	if (t.step_s < b->step * (1 - 1e-3) || (t.step_s <= b->step * (1 + 1e-3) && moved < b->moved)) {
+		b->step = t.step_s;
+		b->moved = moved;
+		memcpy(b->act, p->act, (size_t)pm->n_layers);
+		memcpy(b->dev, p->dev_update, (size_t)pm->n_units);
+	}
+}
+
+/* 0, g, 2g, ... and always max itself */
+static int next_count(int v, int g, int max) { return v >= max ? max + 1 : v + g < max ? v + g : max; }
+
+static void search_act(struct st_plan *p, const struct st_plan_model *pm,
+		       const struct st_profile *prof, const struct st_plan_opts *o, struct best *b)
+{
+	const int L = pm->n_layers, g = (L + 15) / 16;
+	for (int nd = 0; nd <= L; nd = next_count(nd, g, L))
+		for (int nh = 0; nh <= L - nd; nh = next_count(nh, g, L - nd))
+			for (int nr = 0; nr <= L - nd - nh; nr = next_count(nr, g, L - nd - nh)) {
+				act_counts(p->act, L, nd, nh, nr);
+				consider(p, pm, prof, o, b);
+			}
+}
+
+static void search_dev(struct st_plan *p, const struct st_plan_model *pm,
+		       const struct st_profile *prof, const struct st_plan_opts *o, struct best *b)
+{
+	const int n = pm->n_units, g = (n + 15) / 16;
+	for (int d = 0; d <= n; d = next_count(d, g, n)) {
+		dev_spread(p->dev_update, n, d);
+		consider(p, pm, prof, o, b);
+	}
+}
+
+int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st_profile *prof,
+	      const struct st_plan_opts *o)
+{
+	memset(p, 0, sizeof *p);
+	const int L = pm->n_layers, n = pm->n_units;
+	ST_CHECK(o->device_updates <= n, "give --device-updates between 0 and the number of units",
+		 "--device-updates %d: the model has %d units", o->device_updates, n);
+	p->act = st_calloc((size_t)L + 1, 1);
+	p->dev_update = st_calloc((size_t)n, 1);
+	struct best b = {.step = 1e300, .moved = 1e300, .act = st_calloc((size_t)L + 1, 1),
+			 .dev = st_calloc((size_t)n, 1)};
+	int rc = p->act && p->dev_update && b.act && b.dev ? ST_OK : ST_FAIL;
+	const int choose_act = !o->act, choose_dev = o->device_updates < 0 && pm->g_bytes;
+	if (rc == ST_OK) {
+		if (o->act)
+			memcpy(b.act, o->act, (size_t)L);
+		dev_spread(b.dev, n, o->device_updates > 0 ? o->device_updates : 0);
+		/* activations, then device updates, then activations again */
+		for (int round = 0; round < 3; round++) {
+			if ((round != 1 && !choose_act) || (round == 1 && !choose_dev))
+				continue;
+			memcpy(p->act, b.act, (size_t)L);
+			memcpy(p->dev_update, b.dev, (size_t)n);
+			if (round == 1)
+				search_dev(p, pm, prof, o, &b);
+			else
+				search_act(p, pm, prof, o, &b);
+		}
+		memcpy(p->act, b.act, (size_t)L);
+		memcpy(p->dev_update, b.dev, (size_t)n);
+		if (b.step >= 1e300 && choose_act) /* nothing fits: the most frugal plan says why */
+			act_counts(p->act, L, 0, 0, L);
+		/* the chosen (or forced) plan, loud this time */
+		rc = layout(p, pm, o);
+		if (!p->candidates)
+			p->candidates = 1;
+	}
+	if (rc == ST_OK)
+		plan_predict(&p->t, pm, prof, p, o->place.prefetch, o->threaded_updates && p->place.offloaded);
+	free(b.act);
+	free(b.dev);
+	if (rc != ST_OK)
+		plan_free(p);
+	return rc;
+}
+
+void plan_free(struct st_plan *p)
+{
+	place_free(&p->place);
+	free(p->act);
+	free(p->dev_update);
+	memset(p, 0, sizeof *p);
+}
+
+int plan_parse_act(const char *s, int n_layers, unsigned char *act, int *forced)
+{
+	static const char *words[ST_ACT__COUNT] = {"keep", "recompute", "host", "disk"};
+	*forced = 1;
+	if (!s || !*s || !strcmp(s, "auto")) {
+		*forced = 0;
+		memset(act, ST_ACT_KEEP, (size_t)n_layers);
+		return ST_OK;
+	}
+	for (int k = 0; k < ST_ACT__COUNT; k++)
+		if (!strcmp(s, words[k])) {
+			memset(act, k, (size_t)n_layers);
+			return ST_OK;
+		}
+	const char *hint = "use --activations auto, keep, recompute, host, disk, or one letter per "
+			   "layer from the first (k keep, r recompute, h host, d disk), e.g. ddhhrrkk";
+	ST_CHECK((int)strlen(s) == n_layers, hint,
+		 "--activations '%s': %zu letters for a model of %d layers", s, strlen(s), n_layers);
+	for (int l = 0; l < n_layers; l++) {
+		const char *at = strchr("krhd", s[l]);
+		ST_CHECK(s[l] && at, hint, "--activations '%s': '%c' is not k, r, h or d", s, s[l]);
+		act[l] = (unsigned char)(at - "krhd");
+	}
+	return ST_OK;
+}
