@@ -9,8 +9,12 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/* The CLI under test. Runs plan with a fixed hardware profile
+ * (tests/data/profiles/ci.json), not a per-user cache, so the planner's
+ * choices do not depend on the machine or on who ran before. */
 static inline const char *cu_bin(void)
 {
+	setenv("STRATA_PROFILE", "tests/data/profiles/ci.json", 0);
 	const char *b = getenv("STRATA_BIN");
 	return b ? b : "build/strata";
 }

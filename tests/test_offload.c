@@ -396,13 +396,15 @@ static void check_placements(const char *init_flags, const char *opt_flags)
 		"--place weights=disk,gradients=disk,optimizer=disk",
 		/* host homes, copied to the device arena */
 		"--place weights=host,gradients=host,optimizer=host",
-		/* budgets: the device keeps some units, the host some, disk the rest */
-		"--device-mem 7M --host-mem 2M --prefetch 1",
+		/* budgets: the device keeps some units, the host some, disk the rest
+		 * (activations and updates fixed, so the slabs must spread) */
+		"--device-mem 7M --host-mem 2M --prefetch 1 --device-updates 0",
 	};
 	const char *names[] = {"all-disk", "all-host", "budgets"};
 	for (int i = 0; i < 3; i++) {
-		snprintf(flags, sizeof flags, "%s %s --offload-dir %s/nvme0 --offload-dir %s/nvme1",
-			 opt_flags, placements[i], dir, dir);
+		snprintf(flags, sizeof flags, "%s %s %s --offload-dir %s/nvme0 --offload-dir %s/nvme1",
+			 opt_flags, placements[i], strstr(opt_flags, "--recompute") ? "" : "--activations keep",
+			 dir, dir);
 		train_model(dir, "deep", names[i], flags);
 		cr_expect(strstr(out, i == 1 ? "on host" : "on disk"), "%s: the plan shows no offload: %s",
 			  names[i], out);
@@ -428,8 +430,61 @@ Test(offload, bit_identical_recompute, .timeout = 300)
 	train_model(dir, "deep", "mem", "--recompute 0");
 	snprintf(flags, sizeof flags, "--device-mem 4M --host-mem 2M --prefetch 1 --offload-dir %s", dir);
 	train_model(dir, "deep", "auto", flags);
-	cr_expect(strstr(out, "layers recomputed in backward"), "auto chose no recompute: %s", out);
+	cr_expect(strstr(out, "recomputed in backward"), "auto chose no recompute: %s", out);
 	expect_same_run(dir, "mem", "auto", "recompute chosen by the device budget");
+}
+static void expect_fail(const char *what, const char *needle, int rc);
+
+/* The planner's choices: swapped activations (host, disk, a per-layer mix
+ * with recompute) and CPU/device update splits give the bits of in-memory
+ * training, and so does the plan it makes by itself under small budgets. */
+Test(offload, bit_identical_plans, .timeout = 300)
+{
+	char dir[256], flags[1024];
+	cu_tmpdir(dir, sizeof dir, "plans");
+	cu_setup_run(dir, "");
+	make_deep(dir, "");
+	cu_run(NULL, 0, "mkdir -p %s/nvme0 %s/nvme1", dir, dir);
+	train_model(dir, "deep", "mem", "--activations keep --device-updates 0");
+	const char *plans[] = {
+		"--activations host",
+		"--activations disk",
+		"--activations ddhhrrkkrhdk --prefetch 1",
+		/* updates: some and all units on the device, with slabs staged so
+		 * the CPU worker runs beside the compute */
+		"--activations ddhhkkkkkkkk --device-updates 5 --place weights=disk",
+		"--activations hhhhhhhhhhhh --device-updates 14 --place weights=host",
+		/* the planner's own choice under small budgets */
+		"--device-mem 3M --host-mem 3M",
+	};
+	const char *names[] = {"host", "disk", "mixed", "dev5", "dev14", "auto"};
+	for (int i = 0; i < 6; i++) {
+		snprintf(flags, sizeof flags, "%s --offload-dir %s/nvme0,%s/nvme1", plans[i], dir, dir);
+		train_model(dir, "deep", names[i], flags);
+		if (i < 3)
+			cr_expect(strstr(out, "swapped to the host") && strstr(out, "device staging buffers"),
+				  "%s: no swapped activations reported: %s", names[i], out);
+		if (i == 3 || i == 4)
+			cr_expect(strstr(out, i == 3 ? "5 of 14 units update on the device"
+						     : "14 of 14 units update on the device"),
+				  "%s: the split is not reported: %s", names[i], out);
+		if (i == 5)
+			cr_expect(strstr(out, "plans compared"), "auto: no plan reported: %s", out);
+		expect_same_run(dir, "mem", names[i], names[i]);
+	}
+	int rc = cu_run(out, sizeof out, "%s train --model %s/deep --data %s/data --out %s/bad %s "
+			"--activations disk", cu_bin(), dir, dir, dir, RUN);
+	expect_fail("swap to disk without a directory", "offload directory", rc);
+	rc = cu_run(out, sizeof out, "%s train --model %s/deep --data %s/data --out %s/bad %s "
+		    "--activations kkk", cu_bin(), dir, dir, dir, RUN);
+	expect_fail("policy of the wrong length", "3 letters for a model of 12 layers", rc);
+	rc = cu_run(out, sizeof out, "%s train --model %s/deep --data %s/data --out %s/bad %s "
+		    "--recompute 2 --activations host", cu_bin(), dir, dir, dir, RUN);
+	expect_fail("two activation flags", "both choose", rc);
+	rc = cu_run(out, sizeof out, "%s train --model %s/deep --data %s/data --out %s/bad %s "
+		    "--device-updates 3 --place optimizer=disk --offload-dir %s", cu_bin(), dir, dir,
+		    dir, RUN, dir);
+	expect_fail("device updates against a placed state", "--place puts them elsewhere", rc);
 }
 Test(offload, bit_identical_adamw8bit_tied, .timeout = 300)
 {

@@ -330,7 +330,7 @@ static void dev_spread(unsigned char *dev, int n, int d)
 struct best {
 	double step;
 	unsigned char *act, *dev;
-	double moved; /* bytes per step: ties go to fewer */
+	double compute, moved; /* compute busy, bytes per step: for ties */
 };
 
 static void consider(struct st_plan *p, const struct st_plan_model *pm,
@@ -344,9 +344,16 @@ static void consider(struct st_plan *p, const struct st_plan_model *pm,
 	p->candidates++;
 	struct st_plan_time t;
 	plan_predict(&t, pm, prof, p, o->place.prefetch, o->threaded_updates && p->place.offloaded);
+	/* within 0.1% of the best step, the one that leaves the compute queue
+	 * more slack (Fuyou: swap rather than recompute while the link has
+	 * room), then the one that moves fewer bytes */
 	const double moved = t.disk_read + t.disk_written + t.copied;
-	if (t.step_s < b->step * (1 - 1e-3) || (t.step_s <= b->step * (1 + 1e-3) && moved < b->moved)) {
+	const int tie = t.step_s <= b->step * (1 + 1e-3) && t.step_s >= b->step * (1 - 1e-3);
+	if (t.step_s < b->step * (1 - 1e-3) ||
+	    (tie && (t.compute_s < b->compute * (1 - 1e-3) ||
+		     (t.compute_s <= b->compute * (1 + 1e-3) && moved < b->moved)))) {
 		b->step = t.step_s;
+		b->compute = t.compute_s;
 		b->moved = moved;
 		memcpy(b->act, p->act, (size_t)pm->n_layers);
 		memcpy(b->dev, p->dev_update, (size_t)pm->n_units);
@@ -385,12 +392,20 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 	const int L = pm->n_layers, n = pm->n_units;
 	ST_CHECK(o->device_updates <= n, "give --device-updates between 0 and the number of units",
 		 "--device-updates %d: the model has %d units", o->device_updates, n);
+	ST_CHECK(o->device_updates <= 0 ||
+			 (o->place.force[ST_SLAB_S] < 0 && o->place.force[ST_SLAB_G] < 0),
+		 "drop --place optimizer=/gradients=, or --device-updates",
+		 "--device-updates keeps those units' optimizer state and gradients on the device, "
+		 "but --place puts them elsewhere");
 	p->act = st_calloc((size_t)L + 1, 1);
 	p->dev_update = st_calloc((size_t)n, 1);
-	struct best b = {.step = 1e300, .moved = 1e300, .act = st_calloc((size_t)L + 1, 1),
+	struct best b = {.step = 1e300, .compute = 1e300, .moved = 1e300, .act = st_calloc((size_t)L + 1, 1),
 			 .dev = st_calloc((size_t)n, 1)};
 	int rc = p->act && p->dev_update && b.act && b.dev ? ST_OK : ST_FAIL;
-	const int choose_act = !o->act, choose_dev = o->device_updates < 0 && pm->g_bytes;
+	/* device updates keep a unit's state and gradient on the device: not
+	 * where the user placed those kinds elsewhere */
+	const int placed = o->place.force[ST_SLAB_S] >= 0 || o->place.force[ST_SLAB_G] >= 0;
+	const int choose_act = !o->act, choose_dev = o->device_updates < 0 && pm->g_bytes && !placed;
 	if (rc == ST_OK) {
 		if (o->act)
 			memcpy(b.act, o->act, (size_t)L);

@@ -14,7 +14,9 @@
  *                last layers, consumed first by backward, are kept. Every
  *                count of disk / host / recomputed layers that fits the
  *                budgets is predicted (in steps of L/16 for deep models) and
- *                the fastest taken; ties go to fewer bytes moved.
+ *                the fastest taken; among ties (within 0.1%), the one with
+ *                the least compute (swap before recompute while a link has
+ *                room, as Fuyou), then the fewest bytes moved.
  *   updates      how many units update on the device (Deep Optimizer States'
  *                interleaving: spread evenly over the units, each with its
  *                optimizer state and gradient resident on the device, so

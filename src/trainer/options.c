@@ -63,7 +63,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"recompute", OT_STR, F(recompute), "auto", "the first N layers' (or all) activations recomputed in backward, the rest kept; auto: the planner's choice (see --activations)"},
 	{"activations", OT_STR, F(activations), "auto", "per layer: keep, recompute, host or disk (swap), or one letter per layer (k, r, h, d); auto: chosen by the planner"},
 	{"device-updates", OT_STR, F(device_updates), "auto", "units whose optimizer update runs on the device (state kept there), spread evenly; auto: chosen by the planner"},
-	{"profile", OT_STR, F(profile), "", "hardware profile (JSON) the planner uses; measured and written there when missing (default: ~/.cache/strata/profile.json)"},
+	{"profile", OT_STR, F(profile), "", "hardware profile (JSON) the planner uses; measured and written there when missing (default: $STRATA_PROFILE, else ~/.cache/strata/profile.json)"},
 	{"trace", OT_STR, F(trace), "", "write a Chrome/Perfetto trace (JSON) of every queue's timeline to this file"},
 	{"trace-steps", OT_INT, F(trace_steps), "20", "steps recorded in the trace (from the start of the run)"},
 	{"shard-size", OT_STR, F(shard_size), "auto", "checkpoints: model weights above this go into shards with an index (auto: 5 GB, as Hugging Face)"},

@@ -106,12 +106,15 @@ static void tier_choice_free(struct tier_choice *ch)
 	memset(ch, 0, sizeof *ch);
 }
 
-/* The profile file: --profile, else ~/.cache/strata/profile.json. */
+/* The profile file: --profile, else $STRATA_PROFILE, else
+ * ~/.cache/strata/profile.json. */
 static void profile_path(const struct st_train_opts *o, char *buf, size_t n)
 {
-	const char *home = getenv("HOME");
+	const char *home = getenv("HOME"), *env = getenv("STRATA_PROFILE");
 	if (*o->profile)
 		snprintf(buf, n, "%s", o->profile);
+	else if (env && *env)
+		snprintf(buf, n, "%s", env);
 	else
 		snprintf(buf, n, "%s/.cache/strata/profile.json", home && *home ? home : ".");
 }
