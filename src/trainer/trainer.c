@@ -714,6 +714,10 @@ static void report_queues(struct st_trainer *tr)
 		    tr->timed_steps, wall / (double)tr->timed_steps, 100 * busy[0] / wall,
 		    100 * busy[1] / wall, 100 * busy[2] / wall, 100 * busy[3] / wall, s->wait_s[0],
 		    tr->up.wait_s, names[bound]);
+	if (tr->plan.t.step_s > 0)
+		st_log_info("step time: measured %.3f s, the plan predicted %.3f s (measured / predicted "
+			    "%.2f)", wall / (double)tr->timed_steps, tr->plan.t.step_s,
+			    wall / (double)tr->timed_steps / tr->plan.t.step_s);
 	if (s->io_ready)
 		st_log_info("disk: read %.2f GiB, wrote %.2f GiB (%.2f GB/s while busy)",
 			    (double)s->io.bytes_read / 1073741824.0,
@@ -725,10 +729,10 @@ static void report_queues(struct st_trainer *tr)
 		"{\"queues\": {\"steps\": %ld, \"wall_s\": %.4f, \"compute_s\": %.4f, \"copy_s\": %.4f, "
 		"\"disk_s\": %.4f, \"optimizer_s\": %.4f, \"wait_transfer_s\": %.4f, "
 		"\"wait_update_s\": %.4f, \"disk_read_bytes\": %llu, \"disk_write_bytes\": %llu, "
-		"\"bound\": \"%s\"}}\n",
+		"\"bound\": \"%s\", \"predicted_step_s\": %.4f}}\n",
 		tr->timed_steps, wall, busy[0], busy[1], busy[2], busy[3], s->wait_s[0], tr->up.wait_s,
 		(unsigned long long)s->io.bytes_read, (unsigned long long)s->io.bytes_written,
-		names[bound]);
+		names[bound], tr->plan.t.step_s);
 }
 
 int trainer_run(struct st_trainer *tr)
@@ -804,8 +808,9 @@ int trainer_run(struct st_trainer *tr)
 			tr->last_loss = loss;
 			fprintf(tr->metrics,
 				"{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-				"\"tokens\": %.0f, \"step_s\": %.4f, \"tok_per_s\": %.1f, \"gflops\": %.2f}\n",
-				tr->step, loss, lr, gnorm, tr->tokens_seen, dt, tok_step / dt,
+				"\"tokens\": %.0f, \"step_s\": %.4f, \"predicted_s\": %.4f, \"tok_per_s\": %.1f, "
+				"\"gflops\": %.2f}\n",
+				tr->step, loss, lr, gnorm, tr->tokens_seen, dt, tr->plan.t.step_s, tok_step / dt,
 				flops_tok * tok_step / dt / 1e9);
 			progress_step(&pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
 		}
