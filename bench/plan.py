@@ -19,7 +19,7 @@ Targets (the planner issue): the planner's step no slower than the best fixed
 policy by more than 5%, >= 20% faster than all-recompute where memory allows
 swapping; predicted within 25% of measured.
 
-usage: bench/plan.py [--quick] [--dir DIR] [--json FILE]
+usage: bench/plan.py [--quick] [--case N ...] [--dir DIR] [--json FILE]
 """
 import argparse
 import json
@@ -37,6 +37,7 @@ STRATA = os.path.join(ROOT, "build", "strata")
 CASES = [
     ("llama-130m, 4 x 256, device 1.2G, host 1G", "llama-130m", 4, 256, 4, "1200M", "1G"),
     ("llama-130m, 8 x 256, device 1.6G, host 2G", "llama-130m", 8, 256, 4, "1600M", "2G"),
+    ("llama-130m, 4 x 256, device 1.2G, host 400M", "llama-130m", 4, 256, 4, "1200M", "400M"),
 ]
 QUICK = [("llama-60m, 4 x 128, device 300M, host 200M", "llama-60m", 4, 128, 4, "300M", "200M")]
 
@@ -69,6 +70,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one small case (a smoke test)")
     ap.add_argument("--dir", help="work directory on the disk to offload to")
+    ap.add_argument("--case", type=int, action="append", help="run only these cases (0-based; repeatable)")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix=".plan-", dir=os.path.join(ROOT, "bench", "results"))
@@ -79,7 +81,8 @@ def main():
         run([STRATA, "prepare", "--input", os.path.join(work, "kjv.txt"), "--out", data])
     profile = os.path.join(work, "profile.json")
     results = []
-    for name, preset, b, t, steps, dev, host in (QUICK if a.quick else CASES):
+    cases = QUICK if a.quick else [c for i, c in enumerate(CASES) if not a.case or i in a.case]
+    for name, preset, b, t, steps, dev, host in cases:
         init = os.path.join(work, "init-" + preset)
         if not os.path.exists(init):
             run([STRATA, "init", "--config", preset, "--out", init])
