@@ -18,13 +18,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STRATA = os.path.join(ROOT, "build", "strata")
+from benchutil import ROOT, STRATA, cpu_name, prepared_corpus
+from benchutil import run as run_cmd
 
 # (name, init config, micro-batch, seq-len, steps)
 CASES = [
@@ -36,10 +34,7 @@ QUICK = [("llama-60m, 4 x 128 tokens", "llama-60m", 4, 128, 4)]
 
 
 def run(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.exit("bench/offload: command failed: %s\n%s" % (" ".join(cmd), p.stdout[-3000:]))
-    return p.stdout
+    return run_cmd(cmd, "bench/offload")[1]
 
 
 def metrics(run_dir):
@@ -62,10 +57,7 @@ def main():
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix=".offload-", dir=os.path.join(ROOT, "bench", "results"))
     os.makedirs(work, exist_ok=True)
-    data = os.path.join(work, "data")
-    if not os.path.exists(os.path.join(data, "train.bin")):
-        run([os.path.join(ROOT, "scripts", "get-corpus"), os.path.join(work, "kjv.txt")])
-        run([STRATA, "prepare", "--input", os.path.join(work, "kjv.txt"), "--out", data])
+    data = prepared_corpus(work, "bench/offload")
     results = []
     for name, preset, b, t, steps in (QUICK if a.quick else CASES):
         init = os.path.join(work, "init-" + preset)
@@ -111,17 +103,6 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"bench": "offload", "cpu": cpu_name(), "cases": results}, f, indent=1)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -26,12 +26,10 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STRATA = os.path.join(ROOT, "build", "strata")
+from benchutil import ROOT, STRATA, cpu_name, prepared_corpus
+from benchutil import run as run_cmd
 
 # (name, preset, micro-batch, seq-len, steps, device budget, host budget)
 CASES = [
@@ -50,10 +48,7 @@ POLICIES = [
 
 
 def run(cmd, allow_fail=False):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0 and not allow_fail:
-        sys.exit("bench/plan: command failed: %s\n%s" % (" ".join(cmd), p.stdout[-3000:]))
-    return p.returncode, p.stdout
+    return run_cmd(cmd, "bench/plan", allow_fail)
 
 
 def metrics(run_dir):
@@ -75,10 +70,7 @@ def main():
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix=".plan-", dir=os.path.join(ROOT, "bench", "results"))
     os.makedirs(work, exist_ok=True)
-    data = os.path.join(work, "data")
-    if not os.path.exists(os.path.join(data, "train.bin")):
-        run([os.path.join(ROOT, "scripts", "get-corpus"), os.path.join(work, "kjv.txt")])
-        run([STRATA, "prepare", "--input", os.path.join(work, "kjv.txt"), "--out", data])
+    data = prepared_corpus(work, "bench/plan")
     profile = os.path.join(work, "profile.json")
     results = []
     cases = QUICK if a.quick else [c for i, c in enumerate(CASES) if not a.case or i in a.case]
@@ -129,17 +121,6 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"bench": "plan", "cpu": cpu_name(), "profile": prof, "cases": results}, f,
                       indent=1)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":
