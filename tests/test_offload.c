@@ -450,6 +450,9 @@ Test(offload, bit_identical_plans, .timeout = 300)
 		"--activations host",
 		"--activations disk",
 		"--activations ddhhrrkkrhdk --prefetch 1",
+		/* recomputed layers before swapped ones: a recompute's output
+		 * must not land in a freed swap slot (caught when it did) */
+		"--activations hrhrhrdrdrkk --prefetch 1",
 		/* updates: some and all units on the device, with slabs staged so
 		 * the CPU worker runs beside the compute */
 		"--activations ddhhkkkkkkkk --device-updates 5 --place weights=disk",
@@ -457,18 +460,18 @@ Test(offload, bit_identical_plans, .timeout = 300)
 		/* the planner's own choice under small budgets */
 		"--device-mem 3M --host-mem 3M",
 	};
-	const char *names[] = {"host", "disk", "mixed", "dev5", "dev14", "auto"};
-	for (int i = 0; i < 6; i++) {
+	const char *names[] = {"host", "disk", "mixed", "alternate", "dev5", "dev14", "auto"};
+	for (int i = 0; i < 7; i++) {
 		snprintf(flags, sizeof flags, "%s --offload-dir %s/nvme0,%s/nvme1", plans[i], dir, dir);
 		train_model(dir, "deep", names[i], flags);
-		if (i < 3)
+		if (i < 4)
 			cr_expect(strstr(out, "swapped to the host") && strstr(out, "device staging buffers"),
 				  "%s: no swapped activations reported: %s", names[i], out);
-		if (i == 3 || i == 4)
-			cr_expect(strstr(out, i == 3 ? "5 of 14 units update on the device"
+		if (i == 4 || i == 5)
+			cr_expect(strstr(out, i == 4 ? "5 of 14 units update on the device"
 						     : "14 of 14 units update on the device"),
 				  "%s: the split is not reported: %s", names[i], out);
-		if (i == 5)
+		if (i == 6)
 			cr_expect(strstr(out, "plans compared"), "auto: no plan reported: %s", out);
 		expect_same_run(dir, "mem", names[i], names[i]);
 	}
