@@ -10,15 +10,18 @@
 
 static void help(void)
 {
-	printf("usage: strata plan --model DIR [train options] [--profile FILE]\n\n"
-	       "Prints the memory plan `strata train` would use with these options (every slab\n"
-	       "kind's bytes per tier, staging pools, recomputed layers, tier totals against the\n"
-	       "budgets) and the predicted busy time of each queue and of the step, from a\n"
-	       "hardware profile: FILE when it exists (edit it to plan for another machine),\n"
-	       "else measured now (matmul, copy, AdamW and the first --offload-dir) and written\n"
-	       "to FILE. The options are train's (--micro-batch, --seq-len, --grad-accum,\n"
-	       "--optimizer, --device-mem, --host-mem, --offload-dir, --place, --prefetch,\n"
-	       "--recompute, ...); see `strata train --help`.\n");
+	printf("usage: strata plan --model DIR [train options]\n\n"
+	       "Prints the plan `strata train` would use with these options, without training:\n"
+	       "every slab kind's bytes per tier, each layer's activations (keep, recompute,\n"
+	       "swap to host or disk), the units updated on the device, tier totals against the\n"
+	       "budgets, and the predicted busy time of each queue and of the step. The\n"
+	       "hardware profile is --profile FILE (else $STRATA_PROFILE, else\n"
+	       "~/.cache/strata/profile.json); when missing it is measured now (matmul, copies,\n"
+	       "optimizers, the first --offload-dir) and written there. Edit it to plan for\n"
+	       "another machine. The options are train's (--micro-batch, --seq-len,\n"
+	       "--grad-accum, --optimizer, --device-mem, --host-mem, --offload-dir, --place,\n"
+	       "--prefetch, --activations, --recompute, --device-updates, ...); see\n"
+	       "`strata train --help`.\n");
 }
 
 int cmd_plan(int argc, char **argv)

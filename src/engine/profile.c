@@ -204,13 +204,8 @@ static int number(const cJSON *root, const char *key, double *out)
 
 int profile_load(struct st_profile *p, const char *path)
 {
-	char *text = NULL;
-	size_t len = 0;
-	ST_TRY(fs_read_file(path, &text, &len));
-	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
-	ST_CHECK(cJSON_IsObject(root), "the profile is a JSON object of rates", "%s: not valid JSON",
-		 path);
+	cJSON *root;
+	ST_TRY(fs_read_json(path, &root, "the profile is a JSON object of rates"));
 	memset(p, 0, sizeof *p);
 	int rc = ST_OK;
 	double copy = 0, adamw = 0;

@@ -255,12 +255,8 @@ static int load_pre_tokenizer(struct st_bpe *b, const cJSON *pt, const char *pat
 int bpe_load(struct st_bpe **out, const char *path)
 {
 	*out = NULL;
-	char *text = NULL;
-	size_t len;
-	ST_TRY(fs_read_file(path, &text, &len));
-	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
-	ST_CHECK(root, "give the tokenizer.json of a Hugging Face model", "%s: not valid JSON", path);
+	cJSON *root;
+	ST_TRY(fs_read_json(path, &root, "give the tokenizer.json of a Hugging Face model"));
 	struct st_bpe *b = st_calloc(1, sizeof *b);
 	if (!b) {
 		cJSON_Delete(root);

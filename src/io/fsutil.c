@@ -5,6 +5,7 @@
  * atomic writer, so a crash or a full disk leaves either the previous file or
  * the complete new one, never a torn one. Every libc call is checked and a
  * failure names the path and strerror(errno). */
+#include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -403,4 +404,21 @@ void fs_unmap_file(void *map, size_t size)
 {
 	if (map)
 		munmap(map, size); /* fails only for a bad range, which would be our bug */
+}
+
+int fs_read_json(const char *path, cJSON **root, const char *hint)
+{
+	char *text = NULL;
+	size_t len = 0;
+	*root = NULL;
+	ST_TRY(fs_read_file(path, &text, &len));
+	cJSON *r = cJSON_ParseWithLength(text, len);
+	free(text);
+	if (!cJSON_IsObject(r)) {
+		cJSON_Delete(r);
+		ST_ERROR(hint, "%s: not valid JSON%s", path, r ? " (not an object)" : "");
+		return ST_FAIL;
+	}
+	*root = r;
+	return ST_OK;
 }

@@ -12,6 +12,10 @@ int fs_fsync_dir(const char *path);
 int fs_write_file_atomic(const char *path, const void *data, size_t len);
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 int fs_read_file(const char *path, char **data, size_t *len);
+/* Read and parse a JSON file that must hold an object: *root (free with
+ * cJSON_Delete), or an error "PATH: not valid JSON" with hint. */
+struct cJSON;
+int fs_read_json(const char *path, struct cJSON **root, const char *hint);
 /* Recursively remove a directory tree (used for stale temp checkpoints). */
 int fs_rmtree(const char *path);
 int fs_exists(const char *path);

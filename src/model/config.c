@@ -171,16 +171,8 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 
 int config_load(struct st_config *cfg, const char *path)
 {
-	char *text = NULL;
-	size_t len = 0;
-	ST_TRY(fs_read_file(path, &text, &len));
-	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
-	if (!root || !cJSON_IsObject(root)) {
-		cJSON_Delete(root);
-		ST_ERROR("check the file is a JSON object", "%s: not valid JSON", path);
-		return ST_FAIL;
-	}
+	cJSON *root;
+	ST_TRY(fs_read_json(path, &root, "check the file is a JSON object"));
 	int rc = config_parse(cfg, root, path);
 	cJSON_Delete(root);
 	if (rc != ST_OK)

@@ -26,11 +26,8 @@ void weights_close(struct st_weight_files *w)
 /* The shard files an index names, each once, in order of first mention. */
 static int open_index(struct st_weight_files *w, const char *dir, const char *index)
 {
-	char *text = NULL;
-	size_t len = 0;
-	ST_TRY(fs_read_file(index, &text, &len));
-	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
+	cJSON *root;
+	ST_TRY(fs_read_json(index, &root, "the index must be {\"weight_map\": {tensor: file, ...}}"));
 	const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 	if (!cJSON_IsObject(map) || !cJSON_GetArraySize(map)) {
 		cJSON_Delete(root);

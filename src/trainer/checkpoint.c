@@ -386,13 +386,7 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 
 static int read_json(const char *path, cJSON **root)
 {
-	char *text = NULL;
-	size_t len;
-	ST_TRY(fs_read_file(path, &text, &len));
-	*root = cJSON_ParseWithLength(text, len);
-	free(text);
-	ST_CHECK(*root && cJSON_IsObject(*root), "the checkpoint is damaged; use an earlier one",
-		 "%s: not valid JSON", path);
+	ST_TRY(fs_read_json(path, root, "the checkpoint is damaged; use an earlier one"));
 	const cJSON *f = cJSON_GetObjectItemCaseSensitive(*root, "format");
 	if (!cJSON_IsString(f) || strcmp(f->valuestring, CKPT_FORMAT) != 0) {
 		cJSON_Delete(*root);

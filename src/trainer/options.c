@@ -169,15 +169,8 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 
 int train_opts_load_json(struct st_train_opts *o, const char *path)
 {
-	char *text = NULL;
-	size_t len = 0;
-	ST_TRY(fs_read_file(path, &text, &len));
-	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
-	if (!root) {
-		ST_ERROR("check the JSON syntax", "%s: not valid JSON", path);
-		return ST_FAIL;
-	}
+	cJSON *root;
+	ST_TRY(fs_read_json(path, &root, "check the JSON syntax: an object of option: value"));
 	int rc = train_opts_from_cjson(o, root, path);
 	cJSON_Delete(root);
 	return rc;
