@@ -17,8 +17,8 @@ struct sim {
 	double free[Q__N], busy[Q__N];
 	double disk_read, disk_written, copied;
 	/* per unit */
-	double *w_ready, *s_ready, *upd_done;
-	int *w_issued, *s_issued;
+	double *w_ready, *s_ready, *a_ready, *upd_done;
+	int *w_issued, *s_issued, *a_issued;
 	/* the CPU worker's progress through one step's jobs */
 	int upd_next;      /* next job (unit index in forward order) */
 	double upd_submit; /* when the step's jobs were queued */
@@ -150,14 +150,13 @@ static void sim_step(struct sim *s, double *now)
 			if (u >= 1 && u <= L) /* a swapped layer's tensors leave */
 				move(s, ST_SLAB_A, u, (double)pm->act_layer, 1, *now);
 		}
-		/* backward */
+		/* backward (the previous step's CPU updates all ended before the
+		 * forward that needed them) */
 		memset(s->w_issued, 0, (size_t)n * sizeof *s->w_issued);
-		double *a_ready = s->s_ready; /* reused as the activations' arrivals */
-		int *a_issued = s->s_issued;
+		double *a_ready = s->a_ready;
+		int *a_issued = s->a_issued;
 		memset(a_issued, 0, (size_t)n * sizeof *a_issued);
 		for (int u = n - 1; u >= 0; u--) {
-			if (s->threaded)
-				upd_advance(s, *now, -1);
 			for (int i = 0; i <= s->prefetch; i++) {
 				const int v = u - i;
 				if (v < 0)
@@ -206,8 +205,8 @@ void plan_predict(struct st_plan_time *t, const struct st_plan_model *pm,
 	const int n = pm->n_units;
 	struct sim s = {.pm = pm, .prof = prof, .p = p, .prefetch = prefetch > 0 ? prefetch : 1,
 			.threaded = threaded};
-	double *d = calloc(3 * (size_t)n, sizeof *d);
-	int *iv = calloc(2 * (size_t)n, sizeof *iv);
+	double *d = calloc(4 * (size_t)n, sizeof *d);
+	int *iv = calloc(3 * (size_t)n, sizeof *iv);
 	if (!d || !iv) {
 		free(d);
 		free(iv);
@@ -217,9 +216,11 @@ void plan_predict(struct st_plan_time *t, const struct st_plan_model *pm,
 	}
 	s.w_ready = d;
 	s.s_ready = d + n;
-	s.upd_done = d + 2 * n;
+	s.a_ready = d + 2 * n;
+	s.upd_done = d + 3 * n;
 	s.w_issued = iv;
 	s.s_issued = iv + n;
+	s.a_issued = iv + 2 * n;
 	s.upd_next = n;
 	/* steady state: the period between the ends of the third and fourth
 	 * steps (the fourth's forward runs beside the third's updates) */
