@@ -15,6 +15,7 @@ struct sim {
 	const struct st_plan *p;
 	int prefetch, threaded, counting;
 	double free[Q__N], busy[Q__N];
+	double cpu_debt;   /* compute seconds the disk queue's CPU work costs, not yet charged */
 	double disk_read, disk_written, copied;
 	/* per unit */
 	double *w_ready, *s_ready, *a_ready, *upd_done;
@@ -29,6 +30,12 @@ static double max2(double a, double b) { return a > b ? a : b; }
 
 static double serve(struct sim *s, int q, double ready, double dur)
 {
+	if (q == Q_COMPUTE) { /* CPU work owed by the disk queue: the next compute
+			       * pays it, less what the compute sat idle */
+		const double idle = ready > s->free[q] ? ready - s->free[q] : 0;
+		dur += s->cpu_debt > idle ? s->cpu_debt - idle : 0;
+		s->cpu_debt = 0;
+	}
 	const double start = max2(ready, s->free[q]);
 	s->free[q] = start + dur;
 	if (s->counting)
@@ -54,7 +61,11 @@ static double move(struct sim *s, enum st_slab_kind kind, int unit, double bytes
 	if (home == ST_TIER_DISK) {
 		if (s->counting)
 			*(to_home ? &s->disk_written : &s->disk_read) += bytes;
-		double done = serve(s, Q_DISK, ready, bytes / ((to_home ? pr->disk_write_gbs : pr->disk_read_gbs) * 1e9));
+		const double dur = bytes / ((to_home ? pr->disk_write_gbs : pr->disk_read_gbs) * 1e9);
+		double done = serve(s, Q_DISK, ready, dur);
+		/* on shared cores the disk queue's own CPU work slows the compute */
+		if (pr->shared_cores)
+			s->cpu_debt += dur * pr->disk_cpu_share;
 		/* on a real device the bytes also cross the host link (the CPU
 		 * backend reads straight into its device memory) */
 		if (!pr->shared_cores && kind != ST_SLAB_S) {

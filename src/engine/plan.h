@@ -34,7 +34,9 @@
  * backward ends, in forward order, reading its state ahead and writing it
  * behind; the next forward of a unit waits for its update). With
  * shared_cores (the CPU backend) the worker's updates take their turn on the
- * compute queue, since both use the same cores. */
+ * compute queue, since both use the same cores, and the disk queue's own CPU
+ * work (the profile's disk_cpu_share of each transfer's time) is charged to
+ * the next compute, less what the compute sat idle. */
 #ifndef ST_PLAN_H
 #define ST_PLAN_H
 

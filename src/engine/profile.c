@@ -1,5 +1,6 @@
 /* Hardware profile: measured, saved, loaded; see profile.h. */
 #include <cJSON.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,9 +87,38 @@ static void run_adam8(void *p)
 	c->ops->adamw8_step(c->p, c->m, c->v, c->am, c->av, c->g, c->n, &a);
 }
 
+/* The disk queue's own CPU work (io_uring, checksums) while matmuls run:
+ * a thread streams slabs in and out until told to stop. */
+struct disk_load {
+	struct st_io *io;
+	const struct st_io_item *items;
+	int n;
+	volatile int stop;
+	int rc;
+};
+
+static void *disk_loop(void *arg)
+{
+	struct disk_load *d = arg;
+	for (int i = 0; !d->stop && d->rc == ST_OK; i = (i + 1) % d->n)
+		d->rc = io_transfer(d->io, i % 2, &d->items[i], 1, NULL, NULL);
+	return NULL;
+}
+
+/* seconds for reps matmuls, back to back */
+static double matmuls_s(struct mm_ctx *mm, int reps)
+{
+	const double t0 = now_s();
+	for (int r = 0; r < reps; r++)
+		run_mm(mm);
+	return now_s() - t0;
+}
+
 /* The disk as training uses it: slabs of 16 MiB, written then read back,
- * then reads and writes interleaved (the optimizer's pattern). */
-static int measure_disk(struct st_profile *p, const char *dir, const float *fill)
+ * then reads and writes interleaved (the optimizer's pattern); then how much
+ * of the compute rate is lost while the disk streams (shared cores). */
+static int measure_disk(struct st_profile *p, const char *dir, const float *fill,
+			struct mm_ctx *mm)
 {
 	const char *dirs[] = {dir};
 	struct st_io io;
@@ -125,6 +155,20 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 		const double slow = tm > (tw + tr) / 2 ? tm / ((tw + tr) / 2) : 1.0;
 		p->disk_write_gbs = (double)total / tw / 1e9 / slow;
 		p->disk_read_gbs = (double)total / tr / 1e9 / slow;
+		if (rc == ST_OK) {
+			const int reps = 20;
+			const double alone = matmuls_s(mm, reps);
+			struct disk_load d = {.io = &io, .items = items, .n = N, .rc = ST_OK};
+			pthread_t th;
+			if (pthread_create(&th, NULL, disk_loop, &d) == 0) {
+				const double loaded = matmuls_s(mm, reps);
+				d.stop = 1;
+				pthread_join(th, NULL);
+				rc = d.rc;
+				const double lost = 1.0 - alone / loaded;
+				p->disk_cpu_share = lost < 0 ? 0 : lost > 1 ? 1 : lost;
+			}
+		}
 		io_close(&io);
 	}
 	free(buf);
@@ -163,8 +207,9 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *
 		p->device_gib = p->host_gib; /* the CPU backend's device is host memory */
 		p->shared_cores = 1;
 	}
+	struct mm_ctx mm = {ops, a, b, c, 1024};
 	if (rc == ST_OK && dir && *dir)
-		rc = measure_disk(p, dir, a);
+		rc = measure_disk(p, dir, a, &mm);
 	free(a);
 	free(b);
 	free(c);
@@ -185,6 +230,7 @@ static const struct {
 	K(cpu_adamw_mparams, 0),      K(cpu_adamw8bit_mparams, 0), K(dev_adamw_mparams, 0),
 	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
+	K(disk_cpu_share, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])

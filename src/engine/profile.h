@@ -15,6 +15,10 @@
  * shared_cores             1 when the device is the CPU itself (the CPU
  *                          backend): compute, CPU updates and copies then take
  *                          turns on the same cores instead of overlapping
+ * disk_cpu_share           with shared_cores: the share of the compute rate
+ *                          lost while the disk queue streams (its io_uring and
+ *                          checksum work), measured as matmuls with and
+ *                          without a thread streaming slabs
  *
  * An older file's "copy_gbs" and "adamw_mparams" are read as both copy
  * directions and both optimizer places. */
@@ -29,6 +33,7 @@ struct st_profile {
 	double disk_read_gbs, disk_write_gbs;
 	double device_gib, host_gib;
 	double shared_cores;
+	double disk_cpu_share;
 };
 
 /* Measure (a few seconds); the disk rates on the first of dirs (NULL: left
