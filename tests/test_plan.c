@@ -334,3 +334,34 @@ Test(plan, parse_activation_policy)
 	cr_expect_eq(plan_parse_act("krh", 4, act, &forced), ST_FAIL);
 	cr_expect_eq(plan_parse_act("krhx", 4, act, &forced), ST_FAIL);
 }
+
+/* On shared cores the disk queue's CPU work slows the compute: a plan that
+ * swaps every layer to disk is predicted slower when the profile says the
+ * disk costs compute, and not at all on a machine whose device is not the
+ * CPU. */
+Test(plan, disk_cpu_share_on_shared_cores)
+{
+	struct desc d;
+	desc_make(&d, "llama-60m", 0, 4, 256, 1);
+	unsigned char act[64];
+	memset(act, ST_ACT_DISK, sizeof act);
+	double step[2][2];
+	for (int shared = 0; shared < 2; shared++)
+		for (int k = 0; k < 2; k++) {
+			struct st_profile prof = cpu_profile();
+			prof.shared_cores = shared;
+			prof.disk_cpu_share = k ? 0.5 : 0;
+			struct st_plan_opts o = opts(0, 0, 1);
+			o.act = act;
+			o.device_updates = 0;
+			struct st_plan p;
+			cr_assert_eq(plan_make(&p, &d.pm, &prof, &o), ST_OK);
+			cr_assert_eq(p.n_act[ST_ACT_DISK], d.pm.n_layers);
+			step[shared][k] = p.t.step_s;
+			plan_free(&p);
+		}
+	cr_expect_eq(step[0][0], step[0][1], "disk_cpu_share counted without shared cores");
+	cr_expect_gt(step[1][1], step[1][0] * 1.02, "disk CPU work not charged: %.4f vs %.4f",
+		     step[1][1], step[1][0]);
+	desc_free(&d);
+}
