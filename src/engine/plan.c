@@ -418,6 +418,10 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 	 * where the user placed those kinds elsewhere */
 	const int placed = o->place.force[ST_SLAB_S] >= 0 || o->place.force[ST_SLAB_G] >= 0;
 	const int choose_act = !o->act, choose_dev = o->device_updates < 0 && pm->g_bytes && !placed;
+	if (rc == ST_OK && !prof && (choose_act || choose_dev)) {
+		ST_ERROR(NULL, "internal: a plan with choices to make needs a hardware profile");
+		rc = ST_FAIL;
+	}
 	if (rc == ST_OK) {
 		if (o->act)
 			memcpy(b.act, o->act, (size_t)L);
@@ -442,7 +446,7 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 		if (!p->candidates)
 			p->candidates = 1;
 	}
-	if (rc == ST_OK)
+	if (rc == ST_OK && prof)
 		plan_predict(&p->t, pm, prof, p, o->place.prefetch, o->threaded_updates && p->place.offloaded);
 	free(b.act);
 	free(b.dev);

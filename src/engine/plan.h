@@ -84,7 +84,9 @@ struct st_plan {
 	struct st_plan_time t;
 };
 
-/* Fails (saying how many bytes are missing in which tier) when no plan fits. */
+/* Fails (saying how many bytes are missing in which tier) when no plan fits.
+ * prof may be NULL when nothing is left to choose (o->act given and
+ * o->device_updates >= 0): the plan is then laid out but not predicted. */
 int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st_profile *prof,
 	      const struct st_plan_opts *o);
 void plan_free(struct st_plan *p);

@@ -244,17 +244,11 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		keep.act = keep_all;
 		keep.device_updates = 0;
 		const int old = st_log_mute(1);
-		struct st_profile none = {.matmul_gflops = 1, .h2d_gbs = 1, .d2h_gbs = 1,
-					  .cpu_adamw_mparams = 1, .cpu_adamw8bit_mparams = 1,
-					  .dev_adamw_mparams = 1, .dev_adamw8bit_mparams = 1,
-					  .shared_cores = 1};
-		int rc = plan_make(&tr->plan, &ch->pm, &none, &keep);
+		int rc = plan_make(&tr->plan, &ch->pm, NULL, &keep);
 		st_log_mute(old);
 		free(keep_all);
-		if (rc == ST_OK && !tr->plan.place.offloaded) {
-			memset(&tr->plan.t, 0, sizeof tr->plan.t);
+		if (rc == ST_OK && !tr->plan.place.offloaded)
 			return ST_OK;
-		}
 		plan_free(&tr->plan);
 	}
 	ST_TRY(get_profile(tr, ch));
