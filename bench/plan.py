@@ -11,9 +11,12 @@ Policies (each a `strata train` run from the same initialization):
                  the host budget cannot hold them), updates on the CPU
   cpu-optimizer  activations by the planner, every update on the CPU
 The placement of weights, gradients and state follows from the budgets in
-every case. The step time is the median of the steps after the first. The
-hardware profile is measured once (strata's own measurement) into the work
-directory and shared by every run, so all plans see the same machine.
+every case. The step time is the median of the steps after the first; each
+policy runs twice, the second round in reverse order, and the better median
+is kept (this shared machine has bursts of noise of up to 2x). The hardware
+profile is measured once (strata's own measurement, by `strata plan` before
+any run) into the work directory and shared by every run, so all plans see
+the same machine.
 
 Targets (the planner issue): the planner's step no slower than the best fixed
 policy by more than 5%, >= 20% faster than all-recompute where memory allows
@@ -33,9 +36,9 @@ from benchutil import run as run_cmd
 
 # (name, preset, micro-batch, seq-len, steps, device budget, host budget)
 CASES = [
-    ("llama-130m, 4 x 256, device 1.2G, host 1G", "llama-130m", 4, 256, 4, "1200M", "1G"),
-    ("llama-130m, 8 x 256, device 1.6G, host 2G", "llama-130m", 8, 256, 4, "1600M", "2G"),
-    ("llama-130m, 4 x 256, device 1.2G, host 400M", "llama-130m", 4, 256, 4, "1200M", "400M"),
+    ("llama-130m, 4 x 256, device 1.2G, host 1G", "llama-130m", 4, 256, 6, "1200M", "1G"),
+    ("llama-130m, 8 x 256, device 1.6G, host 2G", "llama-130m", 8, 256, 5, "1600M", "2G"),
+    ("llama-130m, 4 x 256, device 1.2G, host 400M", "llama-130m", 4, 256, 6, "1200M", "400M"),
 ]
 QUICK = [("llama-60m, 4 x 128, device 300M, host 200M", "llama-60m", 4, 128, 4, "300M", "200M")]
 
@@ -83,23 +86,34 @@ def main():
                   "--eval-tokens", str(t), "--progress", "none", "--ckpt-interval", "0",
                   "--device-mem", dev, "--host-mem", host, "--offload-dir", work,
                   "--profile", profile]
+        if not os.path.exists(profile):  # measured before any timed run
+            run([STRATA, "plan"] + common[2:])
         rows = {}
-        for pol, flags in POLICIES:
-            out = os.path.join(work, "run-%s-%d-%s" % (preset, b, pol))
-            shutil.rmtree(out, ignore_errors=True)
-            rc, log = run(common + ["--out", out] + flags, allow_fail=(pol == "all-swap"))
-            if rc != 0 and pol == "all-swap":  # the host cannot hold them: to disk
-                flags = ["--activations", "disk", "--device-updates", "0"]
-                rc, log = run(common + ["--out", out] + flags)
-            st = metrics(out)
-            timed = [r["step_s"] for r in st[1:]] or [st[0]["step_s"]]
-            meas = statistics.median(timed)
-            pred = st[-1].get("predicted_s", 0)
-            plan = [l for l in log.splitlines() if l.startswith(("activations:", "optimizer:", "plan:"))]
-            rows[pol] = {"flags": flags, "step_s": meas, "predicted_s": pred,
-                         "measured_over_predicted": meas / pred if pred else None,
-                         "loss": st[-1]["loss"], "plan": plan}
-            shutil.rmtree(out, ignore_errors=True)
+        for rnd in range(2):
+            for pol, flags in (POLICIES if rnd == 0 else POLICIES[::-1]):
+                out = os.path.join(work, "run-%s-%d-%s" % (preset, b, pol))
+                shutil.rmtree(out, ignore_errors=True)
+                if pol == "all-swap" and pol in rows:
+                    flags = rows[pol]["flags"]
+                rc, log = run(common + ["--out", out] + flags, allow_fail=(pol == "all-swap"))
+                if rc != 0 and pol == "all-swap":  # the host cannot hold them: to disk
+                    flags = ["--activations", "disk", "--device-updates", "0"]
+                    rc, log = run(common + ["--out", out] + flags)
+                st = metrics(out)
+                timed = [r["step_s"] for r in st[1:]] or [st[0]["step_s"]]
+                meas = statistics.median(timed)
+                shutil.rmtree(out, ignore_errors=True)
+                if pol in rows and rows[pol]["step_s"] <= meas:
+                    rows[pol]["rounds_s"].append(meas)
+                    continue
+                pred = st[-1].get("predicted_s", 0)
+                plan = [l for l in log.splitlines() if l.startswith(("activations:", "optimizer:", "plan:"))]
+                rounds = rows[pol]["rounds_s"] + [meas] if pol in rows else [meas]
+                rows[pol] = {"flags": flags, "step_s": meas, "rounds_s": rounds, "predicted_s": pred,
+                             "measured_over_predicted": meas / pred if pred else None,
+                             "loss": st[-1]["loss"], "plan": plan}
+        for pol, _ in POLICIES:
+            meas, pred, plan = rows[pol]["step_s"], rows[pol]["predicted_s"], rows[pol]["plan"]
             print("  %-14s %6.2f s/step, predicted %6.2f (measured/predicted %.2f)  %s" %
                   (pol, meas, pred, meas / pred if pred else 0, " | ".join(plan)), flush=True)
         fixed = {k: v["step_s"] for k, v in rows.items() if k != "planner"}

@@ -5,12 +5,6 @@
 #include "engine/exec.h"
 #include "util/check.h"
 
-const char *act_policy_name(enum st_act_policy p)
-{
-	static const char *names[ST_ACT__COUNT] = {"keep", "recompute", "host", "disk"};
-	return p < ST_ACT__COUNT ? names[p] : "?";
-}
-
 static int is_swapped(unsigned char p) { return p == ST_ACT_HOST || p == ST_ACT_DISK; }
 
 int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_model *m,
@@ -29,13 +23,15 @@ int exec_init(struct st_exec *ex, const struct st_ops *ops, const struct st_mode
 		free(blocks);
 		return ST_FAIL;
 	}
+	int rc = ST_OK;
 	for (int l = 0; l < L; l++) {
 		ex->act[l] = act ? act[l] : ST_ACT_KEEP;
-		ST_CHECK(ex->act[l] < ST_ACT__COUNT, NULL, "internal: activation policy %d", ex->act[l]);
+		if (ex->act[l] >= ST_ACT__COUNT) {
+			ST_ERROR(NULL, "internal: activation policy %d", ex->act[l]);
+			rc = ST_FAIL;
+		}
 		ex->n_recompute += ex->act[l] == ST_ACT_RECOMPUTE;
-		ex->n_swapped += is_swapped(ex->act[l]);
 	}
-	int rc = ST_OK;
 	for (int l = 0; l < L && rc == ST_OK; l++) {
 		const unsigned char p = ex->act[l];
 		const size_t floats = p == ST_ACT_RECOMPUTE ? acts_input_floats(m, b, t) : acts_layer_floats(m, b, t);

@@ -54,13 +54,12 @@ struct st_exec {
 	int prefetch;       /* units of weights fetched ahead of the one computing */
 	struct st_trace *trace; /* unit passes on the compute track; may be NULL */
 	unsigned char *act; /* per layer: enum st_act_policy */
-	int n_recompute, n_swapped;
+	int n_recompute;
 	float *sink;        /* where a recomputed layer's output goes when the next
 			     * layer's activations are swapped out (never read) */
 };
 
 enum st_act_policy { ST_ACT_KEEP, ST_ACT_RECOMPUTE, ST_ACT_HOST, ST_ACT_DISK, ST_ACT__COUNT };
-const char *act_policy_name(enum st_act_policy p);
 
 /* Allocate the activation slabs for micro-batches of b x t tokens (swapped
  * layers' homes on the host or disk, the rest on the device), with act
