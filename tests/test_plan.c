@@ -365,3 +365,42 @@ Test(plan, disk_cpu_share_on_shared_cores)
 		     step[1][1], step[1][0]);
 	desc_free(&d);
 }
+
+/* A prefetch depth left to the planner is 1 to 4 units, fits the budgets,
+ * and is predicted no slower than the fixed default of 2. */
+Test(plan, prefetch_depth_chosen)
+{
+	struct desc d;
+	desc_make(&d, "llama-130m", 0, 4, 256, 1);
+	const struct st_profile prof = cpu_profile();
+	const size_t total = state_bytes(&d) + d.pm.act_layer * d.pm.n_layers + d.pm.act_rest;
+	int tried = 0;
+	for (int i = 2; i <= 8; i++) {
+		struct st_plan_opts o = opts(total * i / 10, total / 5, 1);
+		struct st_plan fixed, chosen;
+		const int old = st_log_mute(1);
+		const int rc = plan_make(&fixed, &d.pm, &prof, &o);
+		o.place.prefetch = 0;
+		const int rc2 = plan_make(&chosen, &d.pm, &prof, &o);
+		st_log_mute(old);
+		cr_expect(rc != ST_OK || rc2 == ST_OK, "budget %d/10: fits at prefetch 2, not on auto", i);
+		if (rc != ST_OK || rc2 != ST_OK) {
+			if (rc == ST_OK)
+				plan_free(&fixed);
+			if (rc2 == ST_OK)
+				plan_free(&chosen);
+			continue;
+		}
+		tried++;
+		cr_expect(chosen.prefetch >= 1 && chosen.prefetch <= PLAN_MAX_PREFETCH, "prefetch %d",
+			  chosen.prefetch);
+		cr_expect_eq(fixed.prefetch, 2);
+		cr_expect_leq(chosen.t.step_s, fixed.t.step_s * (1 + 1e-9), "budget %d/10: %.4f > %.4f", i,
+			      chosen.t.step_s, fixed.t.step_s);
+		cr_expect_leq(chosen.place.bytes[ST_TIER_DEVICE], o.place.budget[ST_TIER_DEVICE]);
+		plan_free(&fixed);
+		plan_free(&chosen);
+	}
+	cr_expect_gt(tried, 3);
+	desc_free(&d);
+}

@@ -342,6 +342,7 @@ static void dev_spread(unsigned char *dev, int n, int d)
 struct best {
 	double step;
 	unsigned char *act, *dev;
+	int prefetch;
 	double compute, moved; /* compute busy, bytes per step: for ties */
 };
 
@@ -369,6 +370,7 @@ static void consider(struct st_plan *p, const struct st_plan_model *pm,
 		b->moved = moved;
 		memcpy(b->act, p->act, (size_t)pm->n_layers);
 		memcpy(b->dev, p->dev_update, (size_t)pm->n_units);
+		b->prefetch = o->place.prefetch;
 	}
 }
 
@@ -398,9 +400,15 @@ static void search_dev(struct st_plan *p, const struct st_plan_model *pm,
 }
 
 int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st_profile *prof,
-	      const struct st_plan_opts *o)
+	      const struct st_plan_opts *given)
 {
 	memset(p, 0, sizeof *p);
+	/* a prefetch depth to choose starts the searches at 2 */
+	struct st_plan_opts w = *given;
+	const struct st_plan_opts *o = &w;
+	const int choose_pf = given->place.prefetch <= 0;
+	if (choose_pf)
+		w.place.prefetch = 2;
 	const int L = pm->n_layers, n = pm->n_units;
 	ST_CHECK(o->device_updates <= n, "give --device-updates between 0 and the number of units",
 		 "--device-updates %d: the model has %d units", o->device_updates, n);
@@ -437,12 +445,23 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 			else
 				search_act(p, pm, prof, o, &b);
 		}
+		/* then the prefetch depth of the best plan: deeper hides more
+		 * transfer time but takes more staging buffers */
+		for (int pf = 1; choose_pf && prof && pf <= PLAN_MAX_PREFETCH; pf++) {
+			memcpy(p->act, b.act, (size_t)L);
+			memcpy(p->dev_update, b.dev, (size_t)n);
+			w.place.prefetch = pf;
+			consider(p, pm, prof, o, &b);
+		}
+		if (b.step < 1e300)
+			w.place.prefetch = b.prefetch;
 		memcpy(p->act, b.act, (size_t)L);
 		memcpy(p->dev_update, b.dev, (size_t)n);
 		if (b.step >= 1e300 && choose_act) /* nothing fits: the most frugal plan says why */
 			act_counts(p->act, L, 0, 0, L);
 		/* the chosen (or forced) plan, loud this time */
 		rc = layout(p, pm, o);
+		p->prefetch = w.place.prefetch;
 		if (!p->candidates)
 			p->candidates = 1;
 	}

@@ -23,8 +23,11 @@
  *                neither crosses to the host) and which on the CPU worker.
  *   placement    the homes of weights, gradients and state (engine/place.h)
  *                within what the activations and device updates leave.
+ *   prefetch     when not given: the depth, 1 to PLAN_MAX_PREFETCH units
+ *                ahead, for the best plan (deeper hides more transfer time
+ *                and takes more staging buffers).
  * The searches alternate once (activations, then updates, then activations
- * again given the updates).
+ * again given the updates), at prefetch 2 when the depth is to be chosen.
  *
  * The prediction (plan_predict) simulates three steps of the executor's
  * timeline and reports the third: a compute queue (each unit's forward,
@@ -59,8 +62,10 @@ struct st_plan_model {
 	int quantized;                     /* 8-bit optimizer: its rates */
 };
 
+#define PLAN_MAX_PREFETCH 4
+
 struct st_plan_opts {
-	struct st_place_opts place;        /* budgets, prefetch, forced homes, n_dirs */
+	struct st_place_opts place;        /* budgets, prefetch (<= 0: choose), forced homes, n_dirs */
 	const unsigned char *act;          /* per layer, forced; NULL: choose */
 	int device_updates;                /* units updated on the device; -1: choose */
 	int threaded_updates;              /* the CPU worker runs beside the compute
@@ -79,6 +84,7 @@ struct st_plan {
 	unsigned char *act;                /* per layer: enum st_act_policy */
 	unsigned char *dev_update;         /* per unit: 1 = updated on the device */
 	int n_act[ST_ACT__COUNT], n_dev_updates;
+	int prefetch;                      /* units fetched ahead (chosen or given) */
 	size_t act_device;                 /* activation bytes on the device, swap pool included */
 	int candidates;                    /* plans predicted */
 	struct st_plan_time t;

@@ -57,7 +57,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"host-mem", OT_STR, F(host_mem), "auto", "host tier budget, e.g. 4G (auto: see README)"},
 	{"offload-dir", OT_STR, F(offload_dir), "", "directory for the disk tier; repeat the flag (or use commas) to stripe over several SSDs"},
 	{"place", OT_STR, F(place), "auto", "force homes: weights=TIER,gradients=TIER,optimizer=TIER (device, host, disk)"},
-	{"prefetch", OT_INT, F(prefetch), "2", "units whose weights are fetched ahead of the one computing"},
+	{"prefetch", OT_INT, F(prefetch), "0", "units whose weights (and swapped activations) are fetched ahead of the one computing; 0: chosen by the planner (1 to 4)"},
 	{"io-block", OT_STR, F(io_block), "1M", "disk tier: stripe block and request size"},
 	{"io-depth", OT_INT, F(io_depth), "16", "disk tier: requests in flight per transfer"},
 	{"recompute", OT_STR, F(recompute), "auto", "the first N layers' (or all) activations recomputed in backward, the rest kept; auto: the planner's choice (see --activations)"},
@@ -236,7 +236,7 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->keep_ckpts >= 0, h, "--keep-ckpts must be >= 0");
 	ST_CHECK(o->threads >= 0, h, "--threads must be >= 0");
 	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive");
-	ST_CHECK(o->prefetch >= 1 && o->prefetch <= 64, h, "--prefetch must be between 1 and 64");
+	ST_CHECK(o->prefetch >= 0 && o->prefetch <= 64, h, "--prefetch must be between 0 (auto) and 64");
 	ST_CHECK(o->trace_steps >= 0, h, "--trace-steps must be >= 0");
 	ST_CHECK(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
 		 "use --device cpu, cuda or auto", "unknown device '%s'", o->device);

@@ -267,8 +267,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	if (p->n_dev_updates)
 		st_log_info("optimizer: %d of %d units update on the device", p->n_dev_updates, n);
-	st_log_info("plan: predicted %.3f s per step, bound by %s (%d plans compared)", p->t.step_s,
-		    p->t.bound, p->candidates);
+	st_log_info("plan: predicted %.3f s per step, bound by %s, prefetch %d (%d plans compared)",
+		    p->t.step_s, p->t.bound, p->prefetch, p->candidates);
 	return ST_OK;
 }
 
@@ -297,7 +297,7 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 		rc = store_start(&s->store, &oc);
 	tier_choice_free(&ch);
 	ST_TRY(rc);
-	s->exec.prefetch = tr->o.prefetch;
+	s->exec.prefetch = tr->plan.prefetch;
 	return session_load_weights(s, model_dir);
 }
 
@@ -453,7 +453,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	if (!tr->grad_sumsq)
 		return ST_FAIL;
 	if (!tr->per_layer) {
-		ST_TRY(updater_init(&tr->up, ops, &tr->opt, m, &tr->s.store, tr->o.prefetch,
+		ST_TRY(updater_init(&tr->up, ops, &tr->opt, m, &tr->s.store, tr->plan.prefetch,
 				    tr->o.threads, tr->plan.place.offloaded));
 		tr->s.exec.before_unit = wait_update;
 		tr->s.exec.before_unit_ctx = &tr->up;
