@@ -70,8 +70,11 @@ def main():
         for mode in ("memory", "offloaded"):
             out = os.path.join(work, "run-%s-%d-%s" % (preset, b, mode))
             shutil.rmtree(out, ignore_errors=True)
+            # prefetch 2: the depth these figures were first measured at (the
+            # planner chooses it by default now)
             extra = [] if mode == "memory" else [
-                "--place", "weights=disk,gradients=disk,optimizer=disk", "--offload-dir", work]
+                "--place", "weights=disk,gradients=disk,optimizer=disk", "--offload-dir", work,
+                "--prefetch", "2"]
             t0 = time.time()
             log = run(common + ["--out", out] + extra)
             wall = time.time() - t0
