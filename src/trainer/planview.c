@@ -56,11 +56,15 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 	}
 	const struct st_plan_time *t = &p->t;
 	printf("profile: matmul %.1f GFLOP/s, copy %.1f / %.1f GB/s h2d / d2h, AdamW %.0f (CPU) / %.0f "
-	       "(device) M params/s, disk %.2f / %.2f GB/s read / write%s\n",
+	       "(device) M params/s, disk %.2f / %.2f GB/s read / write%s",
 	       prof->matmul_gflops, prof->h2d_gbs, prof->d2h_gbs,
 	       pm->quantized ? prof->cpu_adamw8bit_mparams : prof->cpu_adamw_mparams,
 	       pm->quantized ? prof->dev_adamw8bit_mparams : prof->dev_adamw_mparams,
 	       prof->disk_read_gbs, prof->disk_write_gbs, prof->shared_cores ? ", shared cores" : "");
+	if (prof->shared_cores)
+		printf(" (the disk's CPU work costs %.0f%% of the compute while it streams)",
+		       100 * prof->disk_cpu_share);
+	printf("\n");
 	printf("predicted busy per step: compute %.3f s, optimizer %.3f s, disk %.3f s (%s read, %s "
 	       "written), copy %.3f s (%s)\n",
 	       t->compute_s, t->optimizer_s, t->disk_s, fmt_bytes(b[0], 32, t->disk_read),
