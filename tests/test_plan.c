@@ -8,6 +8,7 @@
 #include <criterion/redirect.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/plan.h"
 #include "model/config.h"
@@ -403,4 +404,41 @@ Test(plan, prefetch_depth_chosen)
 	}
 	cr_expect_gt(tried, 3);
 	desc_free(&d);
+}
+
+/* Profile files: an older file's single copy and AdamW rates fill both
+ * directions and places; a missing key, a word for a rate or a share above
+ * one is refused. */
+Test(plan, profile_files)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/strata-test-profile-%d.json", (int)getpid());
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	fputs("{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+	      "\"disk_read_gbs\": 2, \"disk_write_gbs\": 3}", f);
+	fclose(f);
+	struct st_profile p;
+	cr_assert_eq(profile_load(&p, path), ST_OK);
+	cr_expect(p.h2d_gbs == 20 && p.d2h_gbs == 20, "copy rates %g %g", p.h2d_gbs, p.d2h_gbs);
+	cr_expect(p.cpu_adamw_mparams == 1000 && p.dev_adamw_mparams == 1000 &&
+		  p.cpu_adamw8bit_mparams == 1000 && p.dev_adamw8bit_mparams == 1000);
+	cr_expect_eq(p.disk_cpu_share, 0);
+	const char *bad[] = {
+		"{\"copy_gbs\": 20, \"adamw_mparams\": 1000, \"disk_read_gbs\": 2, \"disk_write_gbs\": 3}",
+		"{\"matmul_gflops\": \"fast\", \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+		"\"disk_read_gbs\": 2, \"disk_write_gbs\": 3}",
+		"{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+		"\"disk_read_gbs\": 2, \"disk_write_gbs\": 3, \"disk_cpu_share\": 1.5}",
+		"{\"matmul_gflops\": 100, \"disk_read_gbs\": 2, \"disk_write_gbs\": 3}",
+		"[1, 2]",
+	};
+	cr_redirect_stderr();
+	for (int i = 0; i < 5; i++) {
+		f = fopen(path, "w");
+		fputs(bad[i], f);
+		fclose(f);
+		cr_expect_eq(profile_load(&p, path), ST_FAIL, "accepted: %s", bad[i]);
+	}
+	remove(path);
 }

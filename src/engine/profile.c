@@ -287,6 +287,10 @@ int profile_load(struct st_profile *p, const char *path)
 		 "dev_adamw_mparams (or adamw_mparams), all positive, or measure it again (strata plan "
 		 "--profile FILE on a new path)",
 		 "%s: the matmul, copy and AdamW rates must be positive", path);
+	ST_CHECK(p->disk_cpu_share <= 1 && p->shared_cores <= 1,
+		 "disk_cpu_share is a share (0 to 1) and shared_cores 0 or 1",
+		 "%s: disk_cpu_share %g or shared_cores %g out of range", path, p->disk_cpu_share,
+		 p->shared_cores);
 	return ST_OK;
 }
 
