@@ -8,7 +8,19 @@ BUILD   ?= build
 OPT     ?= -O3 -march=native
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 CFLAGS  += -std=gnu11 $(OPT) $(WARN) -g -fno-fast-math -fno-math-errno -Isrc -I/usr/include/cjson -MMD -MP
-LDLIBS  += -ldnnl -lcjson -lopenblas -luring -lxxhash -lpcre2-8 -lm -lpthread
+# OpenBLAS: the OpenMP build where installed (scripts/setup installs it), so
+# that LAPACK/BLAS calls (the GaLore projector) share OpenMP's threads with
+# oneDNN and strata's kernels. The default pthreads build keeps its own
+# spinning threads, which doubled the 2-core machine's thread count and made
+# steps with projectors up to 2x slower than the same work timed alone.
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+OPENBLAS_OMP := /usr/lib/$(MULTIARCH)/openblas-openmp
+ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),)
+BLAS_LIB := -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -l:libopenblas.so.0
+else
+BLAS_LIB := -lopenblas
+endif
+LDLIBS  += -ldnnl -lcjson $(BLAS_LIB) -luring -lxxhash -lpcre2-8 -lm -lpthread
 BENCH_LIBS :=
 
 # --- OpenMP -----------------------------------------------------------------
@@ -44,7 +56,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 all: info $(BIN)
 
 info:
-	@echo "strata build: cc=$(CC) openmp=$(if $(HAVE_OPENMP),yes,NO) matmul=oneDNN cjson=yes cuda=$(if $(HAVE_NVCC),yes ($(CUDA_HOME)),no (nvcc not found: CPU backend only))"
+	@echo "strata build: cc=$(CC) openmp=$(if $(HAVE_OPENMP),yes,NO) matmul=oneDNN blas=$(if $(findstring openmp,$(BLAS_LIB)),OpenBLAS-OpenMP,OpenBLAS (pthreads build: run scripts/setup for the OpenMP one)) cjson=yes cuda=$(if $(HAVE_NVCC),yes ($(CUDA_HOME)),no (nvcc not found: CPU backend only))"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -35,11 +35,11 @@
  * (s_r ~ s_{r+1}) neither method pins down the last vectors, but both capture
  * the same energy; tests/test_galore_proj.c states the bounds per spectrum.
  *
- * Threads and determinism. The BLAS/LAPACK calls run on OpenBLAS's own
- * threads (OPENBLAS_NUM_THREADS or openblas_set_num_threads; not OpenMP's
- * count). For a given machine, OpenBLAS thread count, inputs and seed, P is
- * bit-identical from call to call; a different thread count may change the
- * last bits. */
+ * Threads and determinism. The BLAS/LAPACK calls run on OpenBLAS's threads:
+ * OpenMP's, with the OpenMP build the Makefile links where installed (its
+ * own pthreads otherwise, OPENBLAS_NUM_THREADS). For a given machine,
+ * thread count, inputs and seed, P is bit-identical from call to call; a
+ * different thread count may change the last bits. */
 #ifndef ST_GALORE_PROJ_H
 #define ST_GALORE_PROJ_H
 
