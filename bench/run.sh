@@ -9,7 +9,10 @@
 #     O_DIRECT on the same directory (same run).
 #   bench/offload.py: offloaded vs in-memory step time (same run), queue
 #     busy shares.
-# usage: bench/run.sh [train|optim|io|offload|all]   (default all)
+#   bench/galore: GaLore-AdamW(8bit) vs AdamW step times on the paper's 60M
+#     and 130M presets, projector costs, the worst step against the median.
+#   bench/plan.py: the planner's plan vs fixed policies, measured/predicted.
+# usage: bench/run.sh [train|optim|io|offload|galore|plan|all]   (default all)
 set -e
 cd "$(dirname "$0")/.."
 # Debian's OpenBLAS misdetects some AVX-512 CPUs (REFERENCES.md): give it the
@@ -47,4 +50,12 @@ fi
 
 if [ "$which" = all ] || [ "$which" = offload ]; then
 	python3 bench/offload.py --json "bench/results/offload-$stamp.json"
+fi
+
+if [ "$which" = all ] || [ "$which" = galore ]; then
+	./build/bench/galore --json "bench/results/galore-$stamp.json"
+fi
+
+if [ "$which" = all ] || [ "$which" = plan ]; then
+	python3 bench/plan.py --json "bench/results/plan-$stamp.json"
 fi

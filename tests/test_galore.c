@@ -288,6 +288,70 @@ Test(galore, refreshes_are_staggered)
 	session_close(&s);
 }
 
+/* The first projectors are spread over the first galore_spread updates, in
+ * runs of about equal cost; a matrix is untouched before its start, and from
+ * there it trains exactly as a matrix whose GaLore began at update 1 with
+ * the same gradients (moments and bias correction start with it). */
+Test(galore, first_projectors_are_staggered)
+{
+	struct st_session s, r;
+	small_session(&s, 8);
+	small_session(&r, 8);
+	struct st_optim o, ref;
+	struct st_optim_cfg c = base_cfg(ST_OPT_GALORE_ADAMW), cr = c;
+	c.galore_spread = 4;
+	cr.galore_spread = 1;
+	cr_assert_eq(optim_init(&o, &c, &s.model), 0);
+	cr_assert_eq(optim_init(&ref, &cr, &r.model), 0);
+	double cost[5] = {0}, total = 0, biggest = 0;
+	int pi = -1;
+	for (int i = 0; i < s.model.n_params; i++) {
+		const struct st_pstate *ps = &o.ps[i];
+		cr_expect_eq(ref.ps[i].galore ? ref.ps[i].start : 1, 1);
+		if (!ps->galore)
+			continue;
+		cr_assert(ps->start >= 1 && ps->start <= 4, "%s starts at %d",
+			  s.model.params[i].name, ps->start);
+		const double k = (double)ps->rows * ps->cols * ps->rank;
+		cost[ps->start] += k;
+		total += k;
+		biggest = fmax(biggest, k);
+		for (long t = 1; t <= 4; t++) /* the first refresh is at start, none before */
+			cr_expect_eq(galore_refresh_due(ps, &c, t), t == ps->start);
+		if (ps->start == 3 && pi < 0)
+			pi = i;
+	}
+	for (int k = 1; k <= 4; k++)
+		cr_expect(cost[k] > 0 && cost[k] <= total / 4 + biggest,
+			  "update %d starts %.0f of %.0f (k L r)", k, cost[k], total);
+	cr_assert(pi >= 0);
+	const struct st_param *p = &s.model.params[pi];
+	const float *w = s.w[p->unit] + p->offset, *wr = r.w[p->unit] + p->offset;
+	float *w0 = malloc(p->numel * sizeof *w0);
+	memcpy(w0, w, p->numel * sizeof *w0);
+	void **st = alloc_state(&o), **sr = alloc_state(&ref);
+	for (long t = 1; t <= 6; t++) {
+		fill_grads(&s, 300 + (uint64_t)t);
+		step_all(&s, &o, st, t, 1e-2f, 0.8f);
+		if (t < 3) {
+			cr_expect_eq(memcmp(w, w0, p->numel * sizeof *w), 0,
+				     "%s changed at update %ld, before its start", p->name, t);
+			continue;
+		}
+		fill_grads(&r, 300 + (uint64_t)t);
+		step_all(&r, &ref, sr, t - 2, 1e-2f, 0.8f);
+	}
+	cr_expect_eq(memcmp(w, wr, p->numel * sizeof *w), 0,
+		     "%s started at update 3 differs from the same updates begun at 1", p->name);
+	free(w0);
+	free_state(&o, st);
+	free_state(&ref, sr);
+	optim_free(&o);
+	optim_free(&ref);
+	session_close(&s);
+	session_close(&r);
+}
+
 /* Impossible settings are refused with a message, not a crash. */
 Test(galore, bad_options_fail)
 {

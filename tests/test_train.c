@@ -306,6 +306,7 @@ Test(train, impossible_configs)
 	} gal[] = {
 		{"--galore-rank 0", "--galore-rank must be positive"},
 		{"--galore-update-gap 0", "--galore-update-gap must be"},
+		{"--galore-start-spread 0", "--galore-start-spread must be"},
 		{"--galore-proj qr", "--galore-proj must be"},
 		{"--galore-moments reset", "--galore-moments must be"},
 	};

@@ -3,11 +3,14 @@
  * (optim.c calls it); the projector itself is optim/galore_proj.h.
  *
  * For a GaLore weight W (m x n) with gradient G, at update t:
- *   refresh (t == 1, or (t - 1) % gap == phase): P = top-r singular vectors
- *     of G, on the smaller side (see st_pstate); at full rank P = I
+ *   nothing before update start (the first projectors are staggered over
+ *     the first galore_spread updates; see plan_starts in galore.c)
+ *   refresh (t == start, or (t - 1) % gap == phase): P = top-r singular
+ *     vectors of G, on the smaller side (see st_pstate); at full rank P = I
  *   R = G P^T (m >= n) or P^T G, the gradient in the subspace
  *   N = -m^ / (sqrt(v^) + eps): AdamW (or 8-bit AdamW) on R with lr 1 and no
- *     decay, the moments R-shaped; the clip factor enters as grad_scale
+ *     decay, the moments R-shaped, bias-corrected for t - start + 1 updates;
+ *     the clip factor enters as grad_scale
  *   W -= lr * wd * W (decoupled, on the full W; as a scale by 1 - lr wd)
  *   W += alpha * lr * (N P or P N)
  * Moments are kept when P changes (the paper's choice, and galore-torch's),
@@ -21,11 +24,15 @@
 #include "optim/optim.h"
 
 /* Mark the GaLore parameters of o->m (cfg kinds galore-*): shapes, ranks,
- * sides, staggered refresh phases; checks the GaLore options. A no-op for
+ * sides, staggered first updates and refresh phases; checks the GaLore
+ * options. A no-op for
  * other kinds. */
 int galore_plan(struct st_optim *o);
 /* Elements of the projector P of a GaLore parameter. */
 size_t galore_proj_numel(const struct st_pstate *ps);
+/* Whether GaLore parameter ps has no projector yet at update t: it takes
+ * no update (its gradient is dropped). */
+int galore_waiting(const struct st_pstate *ps, long t);
 /* Whether parameter state ps refreshes its projector at update t. */
 int galore_refresh_due(const struct st_pstate *ps, const struct st_optim_cfg *c, long t);
 int galore_alloc_scratch(struct st_optim *o);
@@ -37,7 +44,7 @@ void galore_free_scratch(struct st_optim *o);
 void galore_step(const struct st_ops *ops, const struct st_optim *o, int i, float *w,
 		 const float *g, char *sb, long t, float lr, float grad_scale, float wd);
 /* New projector of parameter i from gradient g at update t (P = I at full
- * rank); pold: a copy of the previous P (t > 1), or NULL at t == 1. */
+ * rank); pold: a copy of the previous P (t > start), or NULL at start. */
 void galore_refresh(const struct st_ops *ops, const struct st_optim *o, int i, const float *g,
 		    char *sb, long t, const float *pold);
 /* Rotate parameter i's moments from basis pold into the current P. */

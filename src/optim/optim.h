@@ -50,6 +50,7 @@ struct st_optim_cfg {
 	float galore_scale;       /* alpha: the projected-back update's scale (0.25) */
 	enum st_galore_proj galore_proj;
 	int galore_rotate;        /* on refresh, rotate moments into the new subspace */
+	int galore_spread;        /* first projectors spread over this many updates (8; 0 as 1) */
 	uint64_t seed;            /* for the randomized projector */
 };
 
@@ -63,9 +64,11 @@ struct st_pstate {
 	size_t state_numel;  /* elements per state array: numel, or the projected R's */
 	/* GaLore (galore != 0): W is rows x cols (m x n). right (m >= n): P is
 	 * (r, n) and R = G P^T is (m, r); left: P is (m, r) and R = P^T G is
-	 * (r, n). The moments are R-shaped. Refreshed at update 1 and whenever
-	 * (t - 1) % gap == phase (phases staggered across parameters). */
-	int galore, rows, cols, rank, right, full, phase;
+	 * (r, n). The moments are R-shaped. The first projector comes at update
+	 * start (staggered over the first galore_spread updates; not updated
+	 * before), then refreshed whenever (t - 1) % gap == phase (phases
+	 * staggered across parameters). */
+	int galore, rows, cols, rank, right, full, phase, start;
 	size_t proj_off;     /* fp32 P */
 };
 

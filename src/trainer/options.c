@@ -38,6 +38,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"galore-rank", OT_DOUBLE, F(galore_rank), "128", "GaLore: projection rank (>= 1), or a fraction of the hidden size (< 1)"},
 	{"galore-update-gap", OT_INT, F(galore_update_gap), "200", "GaLore: steps between projector refreshes (T)"},
 	{"galore-scale", OT_DOUBLE, F(galore_scale), "0.25", "GaLore: scale of the projected-back update (alpha)"},
+	{"galore-start-spread", OT_INT, F(galore_start_spread), "8", "GaLore: spread the first projectors over this many updates (1: all at the first, as the paper)"},
 	{"galore-proj", OT_STR, F(galore_proj), "randomized", "GaLore projector: randomized | svd"},
 	{"galore-per-layer", OT_BOOL, F(galore_per_layer), "1", "GaLore: consume each layer's gradient after its backward (no full gradient buffer)"},
 	{"galore-moments", OT_STR, F(galore_moments), "keep", "GaLore: on refresh keep the moments or rotate them"},
@@ -226,6 +227,8 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0");
 	ST_CHECK(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
 		 "--galore-proj must be randomized or svd (got '%s')", o->galore_proj);
+	ST_CHECK(o->galore_start_spread >= 1, "1 computes every first projector at the first update",
+		 "--galore-start-spread must be >= 1 (got %d)", o->galore_start_spread);
 	ST_CHECK(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
 		 "--galore-moments must be keep or rotate (got '%s')", o->galore_moments);
 	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",

@@ -24,6 +24,7 @@ struct st_train_opts {
 	int max_skipped_steps;
 	double galore_rank, galore_scale;
 	int galore_update_gap;
+	int galore_start_spread;
 	int galore_per_layer;
 	char galore_proj[16];    /* "randomized" | "svd" */
 	char galore_moments[8];  /* "keep" | "rotate" */

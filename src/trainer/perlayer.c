@@ -110,9 +110,11 @@ void perlayer_on_unit(void *ctx, int unit)
 					a[k] += pg[k];
 			continue;
 		}
+		if (galore_waiting(ps, pl->t))
+			continue; /* no projector yet: no update, the gradient is dropped */
 		if (first && galore_refresh_due(ps, &o->cfg, pl->t)) {
 			const float *pold = NULL;
-			if (pl->t > 1 && !ps->full) { /* keep the old projector for undo / rotation */
+			if (pl->t > ps->start && !ps->full) { /* keep the old projector for undo / rotation */
 				size_t off = pl->n_bak ? pl->bak_off[pl->n_bak - 1] +
 								 galore_proj_numel(&o->ps[pl->bak_param[pl->n_bak - 1]])
 						       : 0;
@@ -149,9 +151,12 @@ void perlayer_end_micro(struct st_perlayer *pl)
 			continue;
 		const struct st_unit *un = &m->units[u];
 		double s = 0;
-		for (int i = un->first_param; i < un->first_param + un->n_params; i++)
-			s += pl->ops->sumsq(pl->acc[i], pl->o->ps[i].galore ? pl->o->ps[i].state_numel
-									     : m->params[i].numel);
+		for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
+			const struct st_pstate *ps = &pl->o->ps[i];
+			if (!galore_waiting(ps, pl->t)) /* else acc holds nothing of this step */
+				s += pl->ops->sumsq(pl->acc[i], ps->galore ? ps->state_numel
+									   : m->params[i].numel);
+		}
 		pl->unit_sumsq[u] = s;
 	}
 }
@@ -172,6 +177,8 @@ void perlayer_apply(struct st_perlayer *pl, int u, float *w, float lr, float gra
 					 grad_scale);
 			continue;
 		}
+		if (galore_waiting(ps, pl->t))
+			continue;
 		const float *pold = backup_of(pl, i);
 		if (o->cfg.galore_rotate && pold)
 			galore_rotate(pl->ops, o, i, sb, pold);

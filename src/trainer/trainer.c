@@ -340,6 +340,7 @@ int trainer_plan(const struct st_train_opts *o)
 				  .weight_decay = (float)tr->o.weight_decay,
 				  .quant_block = tr->o.quant_block, .quant_min_numel = tr->o.quant_min_size,
 				  .galore_rank = tr->o.galore_rank, .galore_gap = tr->o.galore_update_gap,
+				  .galore_spread = tr->o.galore_start_spread,
 				  .galore_scale = (float)tr->o.galore_scale, .seed = (uint64_t)tr->o.seed};
 	if (rc == ST_OK)
 		rc = optim_init(&tr->opt, &oc, &tr->s.model);
@@ -441,6 +442,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 				  .quant_min_numel = tr->o.quant_min_size,
 				  .galore_rank = tr->o.galore_rank,
 				  .galore_gap = tr->o.galore_update_gap,
+				  .galore_spread = tr->o.galore_start_spread,
 				  .galore_scale = (float)tr->o.galore_scale,
 				  .galore_proj = strcmp(tr->o.galore_proj, "svd") ? ST_GALORE_RANDOMIZED
 										   : ST_GALORE_SVD,
@@ -758,13 +760,18 @@ int trainer_run(struct st_trainer *tr)
 			    fmt_bytes(b3, sizeof b3, 8.0 * (double)m->numel));
 		if (tr->opt.galore_weights) {
 			size_t gbytes = 0;
+			int last_start = 1;
 			for (int i = 0; i < m->n_params; i++)
-				if (tr->opt.ps[i].galore)
+				if (tr->opt.ps[i].galore) {
 					gbytes += optim_param_state_bytes(&tr->opt, i);
-			st_log_info("GaLore: %zu weights in attention/MLP matrices, rank %g, refresh every %d "
-				    "steps (%s), scale %g: their state %s (%.3f B/weight; AdamW: %s, 8 B/weight)",
-				    tr->opt.galore_weights, tr->o.galore_rank, tr->o.galore_update_gap,
-				    tr->o.galore_proj, tr->o.galore_scale,
+					if (tr->opt.ps[i].start > last_start)
+						last_start = tr->opt.ps[i].start;
+				}
+			st_log_info("GaLore: %zu weights in attention/MLP matrices, rank %g, first projectors "
+				    "over updates 1-%d, refresh every %d steps (%s), scale %g: their state %s "
+				    "(%.3f B/weight; AdamW: %s, 8 B/weight)",
+				    tr->opt.galore_weights, tr->o.galore_rank, last_start,
+				    tr->o.galore_update_gap, tr->o.galore_proj, tr->o.galore_scale,
 				    fmt_bytes(b2, sizeof b2, (double)gbytes),
 				    (double)gbytes / (double)tr->opt.galore_weights,
 				    fmt_bytes(b3, sizeof b3, 8.0 * (double)tr->opt.galore_weights));
