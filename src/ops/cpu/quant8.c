@@ -247,9 +247,10 @@ __attribute__((target("avx512f"))) static void decode_avx512(float *x, const uin
 							     const float map[256])
 {
 	const __m512 s = _mm512_set1_ps(absmax);
+	const struct q8_map512 m = q8_map512_load(map);
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16)
-		_mm512_storeu_ps(x + i, _mm512_mul_ps(q8_lookup16_avx512(codes + i, map), s));
+		_mm512_storeu_ps(x + i, _mm512_mul_ps(q8_lookup16_avx512(codes + i, &m), s));
 	decode_scalar(x + i, codes + i, n - i, absmax, map);
 }
 

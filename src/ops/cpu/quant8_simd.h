@@ -3,10 +3,17 @@
  * (quant8.c, adam8.c, sgd8.c). See quant8.h for the table they read and the
  * rounding they must reproduce.
  *
- * Table loads are built from scalar loads (vmovd / vpinsrd), not vector
- * gathers: on Zen 3 a ymm gather costs 10-16 cycles for 8 elements, the
- * scalar loads about 6 (measured on the dev box), and the fused AdamW step
- * does four lookups per parameter. */
+ * Table loads, four per parameter in the fused AdamW step:
+ *   AVX2: built from scalar loads (vmovd / vpinsrd), not vector gathers: on
+ *     Zen 3 a ymm gather costs 10-16 cycles for 8 elements, the scalar loads
+ *     about 6.
+ *   AVX-512 decode: the 256-entry map sits in 16 registers, and 8 two-table
+ *     permutes (32 entries each) plus a 3-level blend on the code's top bits
+ *     pick the values, with no memory access per element.
+ *   AVX-512 encode: the bucket table (hundreds of entries) is read by a
+ *     vpgatherdd.
+ *   Measured on the 2-core Zen 5 build machine, in L1, per element: decode
+ *   0.31 ns against 0.59 for scalar loads, encode 1.02 against 1.2-1.3 ns. */
 #ifndef ST_OPS_CPU_QUANT8_SIMD_H
 #define ST_OPS_CPU_QUANT8_SIMD_H
 
@@ -146,17 +153,35 @@ Q8_FN_AVX2 float q8_hmax_avx2(__m256 m, float r)
 
 /* ---- AVX-512 (AVX512F only) -------------------------------------------------------- */
 
-Q8_FN_AVX512 __m512 q8_lookup16_avx512(const uint8_t *codes, const float *map)
+/* A 256-entry map in registers, loaded once per loop. */
+struct q8_map512 {
+	__m512 t[16];
+};
+
+Q8_FN_AVX512 struct q8_map512 q8_map512_load(const float *map)
 {
-	uint64_t w0, w1;
-	memcpy(&w0, codes, 8);
-	memcpy(&w1, codes + 8, 8);
-	return _mm512_setr_ps(map[w0 & 255], map[(w0 >> 8) & 255], map[(w0 >> 16) & 255],
-			      map[(w0 >> 24) & 255], map[(w0 >> 32) & 255], map[(w0 >> 40) & 255],
-			      map[(w0 >> 48) & 255], map[w0 >> 56], map[w1 & 255],
-			      map[(w1 >> 8) & 255], map[(w1 >> 16) & 255], map[(w1 >> 24) & 255],
-			      map[(w1 >> 32) & 255], map[(w1 >> 40) & 255], map[(w1 >> 48) & 255],
-			      map[w1 >> 56]);
+	struct q8_map512 m;
+	for (int k = 0; k < 16; k++)
+		m.t[k] = _mm512_loadu_ps(map + 16 * k);
+	return m;
+}
+
+/* map[codes[0..15]]: permutex2var takes the code's low 5 bits within each
+ * pair of registers (entries 32j .. 32j + 31); bits 5, 6, 7 choose the pair. */
+Q8_FN_AVX512 __m512 q8_lookup16_avx512(const uint8_t *codes, const struct q8_map512 *m)
+{
+	const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)codes));
+	__m512 r[8];
+	for (int j = 0; j < 8; j++)
+		r[j] = _mm512_permutex2var_ps(m->t[2 * j], idx, m->t[2 * j + 1]);
+	const __mmask16 b5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+	const __mmask16 b6 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(64));
+	const __mmask16 b7 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(128));
+	for (int j = 0; j < 4; j++)
+		r[j] = _mm512_mask_blend_ps(b5, r[2 * j], r[2 * j + 1]);
+	for (int j = 0; j < 2; j++)
+		r[j] = _mm512_mask_blend_ps(b6, r[2 * j], r[2 * j + 1]);
+	return _mm512_mask_blend_ps(b7, r[0], r[1]);
 }
 
 struct q8_avx512 {
@@ -188,16 +213,9 @@ Q8_FN_AVX512 void q8_encode16_avx512(uint8_t *dst, __m512 v, const struct q8_avx
 	__m512i u = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
 	__m512i a = _mm512_srl_epi32(_mm512_sub_epi32(_mm512_max_epu32(u, q->base), q->base), q->shift);
 	__m512i key = _mm512_add_epi32(_mm512_min_epi32(a, q->top), _mm512_and_si512(neg, q->nbv));
-	int32_t k[16];
-	_mm512_storeu_si512(k, key);
 	__m512i c;
 	if (t->packed) {
-		const uint32_t *en = t->entry;
-		__m512i e = _mm512_setr_epi32(
-			(int)en[k[0]], (int)en[k[1]], (int)en[k[2]], (int)en[k[3]], (int)en[k[4]],
-			(int)en[k[5]], (int)en[k[6]], (int)en[k[7]], (int)en[k[8]], (int)en[k[9]],
-			(int)en[k[10]], (int)en[k[11]], (int)en[k[12]], (int)en[k[13]], (int)en[k[14]],
-			(int)en[k[15]]);
+		__m512i e = _mm512_i32gather_epi32(key, (const void *)t->entry, 4);
 		__m512i low = _mm512_xor_si512(_mm512_and_si512(bits, q->low_mask),
 					       _mm512_and_si512(neg, q->low_mask));
 		__mmask16 gt = _mm512_cmpgt_epi32_mask(low, _mm512_and_si512(e, _mm512_set1_epi32(0xffffff)));
