@@ -64,6 +64,13 @@ Test(train, resume_bit_identical_galore8bit)
 	check_resume("--optimizer galore-adamw8bit --galore-rank 0.25 --galore-update-gap 2 "
 		     "--galore-moments rotate --quant-min-size 256 --quant-block 64");
 }
+/* Resumed in the middle of the spread first projectors: matrices starting at
+ * update 4 get their first projector after the resume. */
+Test(train, resume_bit_identical_galore_mid_spread)
+{
+	check_resume("--optimizer galore-adamw --galore-rank 8 --galore-update-gap 4 "
+		     "--galore-start-spread 4 --grad-accum 2 --grad-clip 0.5");
+}
 Test(train, resume_bit_identical_galore_per_layer_accum)
 {
 	check_resume("--optimizer galore-adamw --galore-rank 8 --galore-update-gap 2 --grad-accum 2 "
