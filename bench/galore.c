@@ -13,11 +13,12 @@
  * them all in step 1, as the paper); later steps refresh the matrices whose
  * staggered phase comes up, at most ceil(matrices / gap) per step. Reported
  * per optimizer: the median of the steady steps (those after the spread),
- * the slowest step (step 1 included) and its ratio to that median. The refresh cost is timed directly too: every
- * GaLore matrix's projector recomputed from its last gradient, warm (from
- * its previous projector, as a refresh) and cold (from nothing, as a first
- * projector); amortized overhead = the warm total / (gap x the median GaLore
- * step). Ranks are the paper's (60M: 128, 130M: 256). */
+ * the slowest step (step 1 included) and its ratio to that median. The
+ * refresh cost is timed directly too: every GaLore matrix's projector
+ * recomputed from its last gradient, warm (from its previous projector, as
+ * a refresh) and cold (from nothing, as a first projector); amortized
+ * overhead = the warm total / (gap x the median GaLore step). Ranks are the
+ * paper's (60M: 128, 130M: 256). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

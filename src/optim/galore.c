@@ -37,8 +37,8 @@ int galore_refresh_due(const struct st_pstate *ps, const struct st_optim_cfg *c,
 /* The first projectors, spread over the first S = min(galore_spread, gap)
  * updates so that no update computes all of them: a cold projector costs
  * about as much as a training step's matmuls for that matrix at small
- * batches (measured: all 84 of the 130M preset took 1.6x a step of 4 x 256
- * tokens). Matrices are cut into S runs of about equal cost (k L r, the
+ * batches (measured: all 84 of the 130M preset took 1.6-2.3x a step of 4 x 256
+ * tokens; bench/galore). Matrices are cut into S runs of about equal cost (k L r, the
  * size of the products), in parameter order; run s starts at update s + 1.
  * A matrix is not updated before its first projector: its gradients until
  * then are dropped, and its moments and bias correction start there, so

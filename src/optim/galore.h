@@ -25,8 +25,7 @@
 
 /* Mark the GaLore parameters of o->m (cfg kinds galore-*): shapes, ranks,
  * sides, staggered first updates and refresh phases; checks the GaLore
- * options. A no-op for
- * other kinds. */
+ * options. A no-op for other kinds. */
 int galore_plan(struct st_optim *o);
 /* Elements of the projector P of a GaLore parameter. */
 size_t galore_proj_numel(const struct st_pstate *ps);
