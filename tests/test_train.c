@@ -262,6 +262,35 @@ static void expect_fail(const char *what, const char *needle, int rc)
 	cr_expect(strstr(out, needle) != NULL, "%s: message lacks '%s'\n%s", what, needle, out);
 }
 
+/* --galore-start-spread is fixed for a run: changing it on resume is refused
+ * (it decides when each matrix's moments began), and a checkpoint saved
+ * before the option existed resumes with the schedule it ran (1). */
+Test(train, galore_start_spread_fixed_on_resume)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "spread");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/a --steps 2 --ckpt-interval 1 "
+			"--optimizer galore-adamw --galore-rank 8 --galore-update-gap 4 "
+			"--galore-start-spread 4 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "first projectors over updates 1-4"), "%s", out);
+	expect_fail("a changed spread on resume", "--galore-start-spread 2 on resume",
+		    cu_run(out, sizeof out,
+			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 "
+			   "--galore-start-spread 2",
+			   cu_bin(), dir, dir));
+	rc = cu_run(out, sizeof out,
+		    "sed -i '/galore-start-spread/d' %s/a/step-000001/trainer.json && "
+		    "%s train --resume %s/a/step-000001 --out %s/c --steps 2",
+		    dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "first projectors over updates 1-1"),
+		  "an old checkpoint did not resume with spread 1: %s", out);
+}
+
 Test(train, bad_model_files)
 {
 	char dir[256];

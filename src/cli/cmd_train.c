@@ -52,16 +52,23 @@ int cmd_train(int argc, char **argv)
 	train_opts_defaults(&o);
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	const char *resume = cli_get(&a, "resume", NULL);
+	int saved_spread = 0;
 	if (resume) {
 		char dir[4096];
 		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
 		ST_TRY(ckpt_read_options(&o, dir));
 		o.resume[0] = '\0';
+		saved_spread = o.galore_start_spread;
 	}
 	const char *conf = cli_get(&a, "config", NULL);
 	if (conf)
 		ST_TRY(train_opts_load_json(&o, conf));
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	/* each GaLore matrix's moments count their updates from its start */
+	ST_CHECK(!resume || strncmp(o.optimizer, "galore", 6) || o.galore_start_spread == saved_spread,
+		 "leave it out: a run keeps the value it started with",
+		 "--galore-start-spread %d on resume: this run started with %d, which fixed when "
+		 "each matrix's updates began", o.galore_start_spread, saved_spread);
 	struct st_trainer tr;
 	int rc = trainer_open(&tr, &o);
 	if (rc == ST_OK)

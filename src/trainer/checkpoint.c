@@ -403,6 +403,9 @@ int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir)
 	snprintf(path, sizeof path, "%s/trainer.json", ckpt_dir);
 	cJSON *root;
 	ST_TRY(read_json(path, &root));
+	/* runs saved before --galore-start-spread existed computed every first
+	 * projector at update 1: keep that for them */
+	o->galore_start_spread = 1;
 	int rc = train_opts_from_cjson(o, cJSON_GetObjectItemCaseSensitive(root, "options"), path);
 	cJSON_Delete(root);
 	return rc;
