@@ -262,9 +262,10 @@ static void expect_fail(const char *what, const char *needle, int rc)
 	cr_expect(strstr(out, needle) != NULL, "%s: message lacks '%s'\n%s", what, needle, out);
 }
 
-/* --galore-start-spread is fixed for a run: changing it on resume is refused
- * (it decides when each matrix's moments began), and a checkpoint saved
- * before the option existed resumes with the schedule it ran (1). */
+/* The first-projector spread is fixed for a run: changing it on resume, or
+ * a gap that caps it differently, is refused (it decides when each matrix's
+ * moments began), and a checkpoint saved before the option existed resumes
+ * with the schedule it ran (1). */
 Test(train, galore_start_spread_fixed_on_resume)
 {
 	char dir[256];
@@ -277,11 +278,21 @@ Test(train, galore_start_spread_fixed_on_resume)
 			cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "first projectors over updates 1-4"), "%s", out);
-	expect_fail("a changed spread on resume", "--galore-start-spread 2 on resume",
+	expect_fail("a changed spread on resume", "--galore-start-spread 2 with",
 		    cu_run(out, sizeof out,
 			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 "
 			   "--galore-start-spread 2",
 			   cu_bin(), dir, dir));
+	/* a smaller gap caps the spread: the starts would move too */
+	expect_fail("a gap on resume that moves the starts", "over 2 updates; this run used 4",
+		    cu_run(out, sizeof out,
+			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 "
+			   "--galore-update-gap 2",
+			   cu_bin(), dir, dir));
+	rc = cu_run(out, sizeof out, /* a larger gap leaves the starts where they were */
+		    "%s train --resume %s/a/step-000002 --out %s/d --steps 3 --galore-update-gap 8",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "a gap that keeps the starts was refused: %s", out);
 	rc = cu_run(out, sizeof out,
 		    "sed -i '/galore-start-spread/d' %s/a/step-000001/trainer.json && "
 		    "%s train --resume %s/a/step-000001 --out %s/c --steps 2",

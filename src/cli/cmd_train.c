@@ -17,6 +17,14 @@ static void help(void)
 	       "override them (for example --steps to train further).\n");
 }
 
+/* The updates GaLore's first projectors are spread over (galore.c caps the
+ * spread at the refresh gap). */
+static int first_spread(const struct st_train_opts *o)
+{
+	return o->galore_start_spread < o->galore_update_gap ? o->galore_start_spread
+							     : o->galore_update_gap;
+}
+
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip)
 {
 	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
@@ -52,23 +60,25 @@ int cmd_train(int argc, char **argv)
 	train_opts_defaults(&o);
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	const char *resume = cli_get(&a, "resume", NULL);
-	int saved_spread = 0;
+	int saved_spread = 0; /* the checkpoint's first-projector updates */
 	if (resume) {
 		char dir[4096];
 		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
 		ST_TRY(ckpt_read_options(&o, dir));
 		o.resume[0] = '\0';
-		saved_spread = o.galore_start_spread;
+		saved_spread = first_spread(&o);
 	}
 	const char *conf = cli_get(&a, "config", NULL);
 	if (conf)
 		ST_TRY(train_opts_load_json(&o, conf));
 	ST_TRY(cli_train_flags(&a, &o, "config"));
 	/* each GaLore matrix's moments count their updates from its start */
-	ST_CHECK(!resume || strncmp(o.optimizer, "galore", 6) || o.galore_start_spread == saved_spread,
-		 "leave it out: a run keeps the value it started with",
-		 "--galore-start-spread %d on resume: this run started with %d, which fixed when "
-		 "each matrix's updates began", o.galore_start_spread, saved_spread);
+	ST_CHECK(!resume || strncmp(o.optimizer, "galore", 6) || first_spread(&o) == saved_spread,
+		 "leave --galore-start-spread and --galore-update-gap as the run started",
+		 "--galore-start-spread %d with --galore-update-gap %d on resume spreads the first "
+		 "projectors over %d updates; this run used %d, which fixed when each matrix's "
+		 "updates began",
+		 o.galore_start_spread, o.galore_update_gap, first_spread(&o), saved_spread);
 	struct st_trainer tr;
 	int rc = trainer_open(&tr, &o);
 	if (rc == ST_OK)

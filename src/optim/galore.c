@@ -90,7 +90,8 @@ int galore_plan(struct st_optim *o)
 		n_gal += p->ndim == 2 && (p->role == ST_ROLE_ATTN || p->role == ST_ROLE_MLP);
 	}
 	/* phases spread the refreshes evenly over the gap: at most
-	 * ceil(n_gal / gap) SVDs in any step after the first */
+	 * ceil(n_gal / gap) refreshes in any step, plus the first projectors
+	 * of the updates 1..S (plan_starts) */
 	int k = 0;
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
