@@ -37,7 +37,7 @@ CU_SRC  := $(wildcard src/ops/cuda/*.cu)
 ifeq ($(HAVE_NVCC),1)
 CFLAGS  += -DST_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 NVFLAGS := -O3 -std=c++17 -Isrc -arch=sm_90 -Xcompiler -fPIC -DST_HAVE_CUDA=1
-LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
 

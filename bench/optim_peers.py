@@ -5,7 +5,11 @@ AdamW (block 256, its CPU backend), one step over one flat tensor of the same
 size and value ranges as bench/optim's, best of --reps timed steps after one
 warm-up step. Threads: torch's default (all cores), as strata's OpenMP.
 
-usage: optim_peers.py [--params 134217728] [--reps 5] [--json FILE]
+With --device cuda, the same optimizers on the GPU (PyTorch's CUDA AdamW,
+bitsandbytes' CUDA AdamW8bit), as peers of bench/optim_cuda: the median of
+--reps steps timed with CUDA events after 3 warm-up steps, as there.
+
+usage: optim_peers.py [--params 134217728] [--reps 5] [--device cpu|cuda] [--json FILE]
 """
 import argparse
 import json
@@ -16,6 +20,18 @@ import torch
 
 
 def timed_steps(opt, reps):
+    if DEVICE == "cuda":
+        for _ in range(3):  # warm-up: allocates state
+            opt.step()
+        times = []
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            opt.step()
+            e1.record()
+            e1.synchronize()
+            times.append(1e-3 * e0.elapsed_time(e1))
+        return sorted(times)[len(times) // 2]
     opt.step()  # warm-up: allocates state
     best = float("inf")
     for _ in range(reps):
@@ -25,10 +41,13 @@ def timed_steps(opt, reps):
     return best
 
 
+DEVICE = "cpu"
+
+
 def make_param(n):
     g = torch.Generator().manual_seed(1)
-    p = torch.nn.Parameter(torch.rand(n, generator=g) - 0.5)
-    p.grad = (torch.rand(n, generator=g) - 0.5) * 1e-2
+    p = torch.nn.Parameter((torch.rand(n, generator=g) - 0.5).to(DEVICE))
+    p.grad = ((torch.rand(n, generator=g) - 0.5) * 1e-2).to(DEVICE)
     return p
 
 
@@ -36,11 +55,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--params", type=int, default=128 << 20)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        sys.exit("optim_peers.py: --device cuda but PyTorch sees no GPU")
     n = a.params
     kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
-    res = {"params": n, "threads": torch.get_num_threads(), "torch": torch.__version__, "peers": {}}
+    res = {"params": n, "device": DEVICE, "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "timing": "median" if DEVICE == "cuda" else "best", "peers": {}}
+    if DEVICE == "cuda":
+        res["gpu"] = torch.cuda.get_device_name(0)
 
     for impl in ("forloop", "foreach", "fused"):
         p = make_param(n)
@@ -68,7 +95,7 @@ def main():
     except ImportError:
         print("bitsandbytes not installed: skipping its 8-bit AdamW (pip install bitsandbytes)", file=sys.stderr)
     except (RuntimeError, NotImplementedError) as e:
-        print(f"bitsandbytes AdamW8bit on CPU unavailable: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"bitsandbytes AdamW8bit on {DEVICE} unavailable: {str(e).splitlines()[0]}", file=sys.stderr)
 
     for k, r in res["peers"].items():
         extra = f"  state {r['state_bytes_per_param']:.3f} B/param" if "state_bytes_per_param" in r else ""

@@ -17,14 +17,23 @@
  * round-to-nearest intrinsic (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn),
  * which nvcc never contracts into FMA, in ops.h's order.
  *
+ * Block 256 (the default) takes a faster kernel for AdamW: one warp per
+ * quantization block, eight elements per lane (two 16-byte loads of p and
+ * of g, two 4-byte loads of each code array), the absmax reduced by warp
+ * shuffles alone, and a persistent grid whose thread blocks build the maps'
+ * thresholds once instead of once per quantization block. Same operations on
+ * each element, so the same bits as the general kernel (tests/test_cuda.c
+ * compares both with the CPU).
+ *
  * Not registered in any table yet: the CUDA backend wires the launchers
- * below. Pointers are device memory, the args struct is host memory (passed
- * by value), and its map pointers are device memory (256 floats each). */
+ * (declared in ops/cuda/cuda_optim.h). Pointers are device memory, the args
+ * struct is host memory (passed by value), and its map pointers are device
+ * memory (256 floats each). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
-#include "ops/ops.h"
+#include "ops/cuda/cuda_optim.h"
 
 #define Q8_THREADS 256 /* threads per quantization block (fewer for small blocks) */
 #define Q8_STASH 2048  /* elements per state kept in shared memory between passes */
@@ -56,6 +65,99 @@ __device__ static __forceinline__ uint8_t q8_code(const float *thr, float x)
 	for (int s = 128; s > 0; s >>= 1) /* reads thr[c + s - 1] <= thr[254] */
 		if (x > thr[c + s - 1])
 			c += s;
+	return (uint8_t)c;
+}
+
+/* ---- bucket table: the code in one shared-memory load for most x ----------------
+ *
+ * The binary search costs 8 dependent shared-memory loads per code, and with
+ * the lanes of a warp reading different entries they conflict: that search
+ * was the warp kernel's bottleneck (57% of the copy bandwidth on an H100).
+ * The bucket table cuts the floats into intervals by their top bits (as the
+ * CPU's quant8.h does): |x| < 2^-23 is one bucket, then 128 per binade up to
+ * 2.0, then one for |x| >= 2 (with inf), for each sign; Q8_NBH per sign. For
+ * bucket b, tab[b] = c0 | n << 8 with c0 = the number of thresholds below the
+ * bucket's smallest float and n the number inside the bucket, which are
+ * thr[c0 .. c0+n-1] (sorted). The code of x = c0 + the number of those below
+ * x: exactly count(x > thr[k]), the binary search's answer, for any sorted
+ * map. For the dynamic maps n is 0 for all but 255 of the 6148 buckets and
+ * at most 1, so most codes cost the one table load. */
+#define Q8_TINY 0x34000000u /* 2^-23 */
+#define Q8_NBH (2 + 24 * 128)
+
+struct q8_lut_smem {
+	q8_map_smem m;
+	uint16_t tab[2 * Q8_NBH];
+};
+
+/* bucket of x's bits (NaN excluded) */
+__device__ static __forceinline__ int q8_bucket(uint32_t bits)
+{
+	const uint32_t a = bits & 0x7fffffffu;
+	const int j = a < Q8_TINY ? 0 : a >= 0x40000000u ? Q8_NBH - 1 : 1 + (int)((a - Q8_TINY) >> 16);
+	return bits >> 31 ? Q8_NBH + j : j;
+}
+
+/* smallest float of bucket b */
+__device__ static float q8_bucket_min(int b)
+{
+	const int j = b < Q8_NBH ? b : b - Q8_NBH;
+	if (b < Q8_NBH) /* [lo, hi] */
+		return __uint_as_float(j == 0 ? 0u : Q8_TINY + ((uint32_t)(j - 1) << 16));
+	/* negative: [-hi, -lo] */
+	return -__uint_as_float(j == Q8_NBH - 1 ? 0x7f800000u : Q8_TINY + ((uint32_t)j << 16) - 1u);
+}
+
+/* q8_load_map, then the bucket table. Ends with a barrier. Each thread fills
+ * a contiguous run of buckets, walking the thresholds from one binary search
+ * (c0 is monotone along the run on each side). */
+__device__ static void q8_load_lut(q8_lut_smem *s, const float *map)
+{
+	q8_load_map(&s->m, map);
+	const float *thr = s->m.thr;
+	const int per = (2 * Q8_NBH + blockDim.x - 1) / blockDim.x;
+	const int b0 = threadIdx.x * per, b1 = min(b0 + per, 2 * Q8_NBH);
+	int c = 0;
+	for (int b = b0; b < b1; b++) {
+		const float lo = q8_bucket_min(b);
+		if (b == b0 || b == Q8_NBH) { /* count(thr < lo) */
+			c = 0;
+			for (int st = 128; st > 0; st >>= 1)
+				if (thr[c + st - 1] < lo)
+					c += st;
+		} else if (b < Q8_NBH) { /* lo grows with b */
+			while (thr[c] < lo)
+				c++;
+		} else { /* lo falls with b */
+			while (c > 0 && !(thr[c - 1] < lo))
+				c--;
+		}
+		s->tab[b] = (uint16_t)c;
+	}
+	__syncthreads();
+	/* n = c0 of the next bucket up in x (read from its low byte, which
+	 * stays c0 when its owner packs it) - c0 */
+	for (int b = b0; b < b1; b++) {
+		int next;
+		if (b < Q8_NBH)
+			next = b + 1 < Q8_NBH ? s->tab[b + 1] & 255 : 255;
+		else
+			next = b > Q8_NBH ? s->tab[b - 1] & 255 : s->tab[0] & 255;
+		const int c0 = s->tab[b] & 255;
+		s->tab[b] = (uint16_t)(c0 | (next - c0) << 8);
+	}
+	__syncthreads();
+}
+
+/* the code of x (NaN -> the code of 0), as q8_code */
+__device__ static __forceinline__ uint8_t q8_lut_code(const q8_lut_smem *s, float x)
+{
+	if (x != x)
+		x = 0.0f;
+	const uint32_t e = s->tab[q8_bucket(__float_as_uint(x))];
+	int c = (int)(e & 255);
+	for (int n = (int)(e >> 8); n > 0 && x > s->m.thr[c]; n--)
+		c++;
 	return (uint8_t)c;
 }
 
@@ -153,6 +255,112 @@ __global__ void adamw8_kernel(float *p, uint8_t *m_codes, uint8_t *v_codes, floa
 		m_absmax[b] = am, v_absmax[b] = av;
 }
 
+/* One warp per quantization block of 256: lane l holds elements
+ * h*128 + 4l + j (h = 0, 1; j = 0..3), so every load and store of the warp is
+ * contiguous. FULL: the whole block lies below n and the pointers are
+ * aligned (vector accesses); otherwise element by element with bounds. */
+template <bool FULL>
+__device__ static __forceinline__ void adamw8_warp_block(float *p, uint8_t *m_codes,
+							 uint8_t *v_codes, float *m_absmax,
+							 float *v_absmax, const float *g, size_t n,
+							 size_t q, const q8_lut_smem *lm,
+							 const q8_lut_smem *lv, const adam8_consts &k)
+{
+	const int lane = threadIdx.x % 32;
+	const size_t b0 = q * 256;
+	const float am_old = m_absmax[q], av_old = v_absmax[q];
+	float pe[8], m[8], v[8];
+	float am = 0.0f, av = 0.0f;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const size_t e0 = b0 + (size_t)h * 128 + (size_t)lane * 4;
+		uint8_t mc[4], vc[4];
+		float ge[4];
+		if (FULL) {
+			const uchar4 a = *(const uchar4 *)(m_codes + e0), c = *(const uchar4 *)(v_codes + e0);
+			const float4 gg = *(const float4 *)(g + e0), pp = *(const float4 *)(p + e0);
+			mc[0] = a.x, mc[1] = a.y, mc[2] = a.z, mc[3] = a.w;
+			vc[0] = c.x, vc[1] = c.y, vc[2] = c.z, vc[3] = c.w;
+			ge[0] = gg.x, ge[1] = gg.y, ge[2] = gg.z, ge[3] = gg.w;
+			pe[4 * h] = pp.x, pe[4 * h + 1] = pp.y, pe[4 * h + 2] = pp.z, pe[4 * h + 3] = pp.w;
+		} else {
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const bool in = e0 + j < n;
+				mc[j] = in ? m_codes[e0 + j] : 0, vc[j] = in ? v_codes[e0 + j] : 0;
+				ge[j] = in ? g[e0 + j] : 0.0f, pe[4 * h + j] = in ? p[e0 + j] : 0.0f;
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			adam8_moments(&m[4 * h + j], &v[4 * h + j], &lm->m, &lv->m, mc[j], vc[j], am_old,
+				      av_old, ge[j], k);
+			if (FULL || e0 + j < n) {
+				am = fmaxf(am, fabsf(m[4 * h + j]));
+				av = fmaxf(av, fabsf(v[4 * h + j]));
+			}
+		}
+	}
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+		av = fmaxf(av, __shfl_xor_sync(0xffffffffu, av, o));
+	}
+	const float dm = am > 0.0f ? am : 1.0f, dv = av > 0.0f ? av : 1.0f;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const size_t e0 = b0 + (size_t)h * 128 + (size_t)lane * 4;
+		float po[4];
+		uint8_t mc[4], vc[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const int e = 4 * h + j;
+			const float d = __fadd_rn(__fsqrt_rn(v[e]), k.eps_hat);
+			const float pi = __fsub_rn(pe[e], __fmul_rn(k.step, __fdiv_rn(m[e], d)));
+			po[j] = __fmul_rn(pi, k.decay);
+			mc[j] = q8_lut_code(lm, __fdiv_rn(m[e], dm));
+			vc[j] = q8_lut_code(lv, __fdiv_rn(v[e], dv));
+		}
+		if (FULL) {
+			*(float4 *)(p + e0) = make_float4(po[0], po[1], po[2], po[3]);
+			*(uchar4 *)(m_codes + e0) = make_uchar4(mc[0], mc[1], mc[2], mc[3]);
+			*(uchar4 *)(v_codes + e0) = make_uchar4(vc[0], vc[1], vc[2], vc[3]);
+		} else {
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				if (e0 + j < n)
+					p[e0 + j] = po[j], m_codes[e0 + j] = mc[j], v_codes[e0 + j] = vc[j];
+		}
+	}
+	if (lane == 0)
+		m_absmax[q] = am, v_absmax[q] = av;
+}
+
+#define W8_WARPS 8 /* quantization blocks in flight per thread block */
+
+/* Persistent: thread block x takes quantization blocks x*8 + warp, then
+ * strides by the grid. The maps and thresholds are built once per thread
+ * block. */
+__global__ void __launch_bounds__(32 * W8_WARPS)
+	adamw8_warp_kernel(float *p, uint8_t *m_codes, uint8_t *v_codes, float *m_absmax,
+			   float *v_absmax, const float *g, size_t n, st_adamw8_args a)
+{
+	__shared__ q8_lut_smem lm, lv;
+	const adam8_consts k = adam8_make_consts(a);
+	q8_load_lut(&lm, a.map_m);
+	q8_load_lut(&lv, a.map_v);
+	const size_t nq = (n + 255) / 256, full = n / 256;
+	for (size_t q = (size_t)blockIdx.x * W8_WARPS + threadIdx.x / 32; q < nq;
+	     q += (size_t)gridDim.x * W8_WARPS) {
+		if (q < full)
+			adamw8_warp_block<true>(p, m_codes, v_codes, m_absmax, v_absmax, g, n, q, &lm,
+						&lv, k);
+		else
+			adamw8_warp_block<false>(p, m_codes, v_codes, m_absmax, v_absmax, g, n, q,
+						 &lm, &lv, k);
+	}
+}
+
 /* ---- SGD with 8-bit momentum ---------------------------------------------------------- */
 
 /* g' = g * grad_scale + wd * p */
@@ -207,6 +415,19 @@ __global__ void sgd_plain_kernel(float *p, const float *g, size_t n, st_sgd8_arg
 		p[i] = __fsub_rn(p[i], __fmul_rn(a.lr, sgd_grad(g[i], p[i], a)));
 }
 
+/* codes of x[i] by the bucket table (lut) and by the binary search (search),
+ * for the tests: one thread block builds both from map */
+__global__ void q8_codes_kernel(uint8_t *lut, uint8_t *search, const float *x, size_t n,
+				const float *map)
+{
+	__shared__ q8_lut_smem s;
+	q8_load_lut(&s, map);
+	for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+		lut[i] = q8_lut_code(&s, x[i]);
+		search[i] = q8_code(s.m.thr, x[i]);
+	}
+}
+
 /* ---- host launchers ------------------------------------------------------------------- */
 
 /* threads for a quantization block: whole warps, at most Q8_THREADS */
@@ -215,15 +436,48 @@ static int q8_threads(int block)
 	return block >= Q8_THREADS ? Q8_THREADS : (block + 31) / 32 * 32;
 }
 
-extern "C" cudaError_t cuda_adamw8_step(float *p, uint8_t *m_codes, uint8_t *v_codes,
-					 float *m_absmax, float *v_absmax, const float *g, size_t n,
-					 const struct st_adamw8_args *a, cudaStream_t stream)
+extern "C" cudaError_t cuda_adamw8_step_general(float *p, uint8_t *m_codes, uint8_t *v_codes,
+						 float *m_absmax, float *v_absmax, const float *g,
+						 size_t n, const struct st_adamw8_args *a,
+						 cudaStream_t stream)
 {
 	if (n == 0)
 		return cudaSuccess;
 	const size_t nblocks = (n + (size_t)a->block - 1) / (size_t)a->block;
 	const size_t smem = a->block <= Q8_STASH ? 2 * (size_t)a->block * sizeof(float) : 0;
 	adamw8_kernel<<<(unsigned)nblocks, q8_threads(a->block), smem, stream>>>(
+		p, m_codes, v_codes, m_absmax, v_absmax, g, n, *a);
+	return cudaGetLastError();
+}
+
+/* thread blocks of the persistent warp kernel: as many as fit at once */
+static unsigned adamw8_warp_grid(size_t nq)
+{
+	static int resident; /* per device would be exact; one GPU is what runs */
+	if (!resident) {
+		int dev = 0, sms = 0, per_sm = 0;
+		cudaGetDevice(&dev);
+		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8_warp_kernel,
+							      32 * W8_WARPS, 0);
+		resident = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+	}
+	const size_t want = (nq + W8_WARPS - 1) / W8_WARPS;
+	return (unsigned)(want < (size_t)resident ? want : (size_t)resident);
+}
+
+extern "C" cudaError_t cuda_adamw8_step(float *p, uint8_t *m_codes, uint8_t *v_codes,
+					 float *m_absmax, float *v_absmax, const float *g, size_t n,
+					 const struct st_adamw8_args *a, cudaStream_t stream)
+{
+	if (n == 0)
+		return cudaSuccess;
+	const bool aligned = ((uintptr_t)p | (uintptr_t)g) % 16 == 0 &&
+			     ((uintptr_t)m_codes | (uintptr_t)v_codes) % 4 == 0;
+	if (a->block != 256 || !aligned)
+		return cuda_adamw8_step_general(p, m_codes, v_codes, m_absmax, v_absmax, g, n, a,
+						stream);
+	adamw8_warp_kernel<<<adamw8_warp_grid((n + 255) / 256), 32 * W8_WARPS, 0, stream>>>(
 		p, m_codes, v_codes, m_absmax, v_absmax, g, n, *a);
 	return cudaGetLastError();
 }
@@ -244,5 +498,12 @@ extern "C" cudaError_t cuda_sgd8_step(float *p, uint8_t *mom_codes, float *mom_a
 	const size_t smem = a->block <= Q8_STASH ? (size_t)a->block * sizeof(float) : 0;
 	sgd8_kernel<<<(unsigned)nblocks, q8_threads(a->block), smem, stream>>>(p, mom_codes,
 									     mom_absmax, g, n, *a);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_q8_codes(uint8_t *lut, uint8_t *search, const float *x, size_t n,
+				      const float *map, cudaStream_t stream)
+{
+	q8_codes_kernel<<<1, 256, 0, stream>>>(lut, search, x, n, map);
 	return cudaGetLastError();
 }

@@ -1,0 +1,242 @@
+/* bench/optim_cuda: the optimizer kernels on the GPU, over one flat unit of
+ * many parameters (256M by default: every array far larger than L2), against
+ * the device's memory-bandwidth ceiling measured in the same run.
+ *
+ * usage: optim_cuda [--params 268435456] [--reps 20] [--json FILE]
+ *
+ * Ceiling: a device-to-device cudaMemcpy of 1 GiB, counting bytes read plus
+ * bytes written. Kernels: fp32 AdamW (cuda_adamw_step, 28 B/param moved),
+ * 8-bit AdamW at block 256 through the warp-per-block kernel and through the
+ * general kernel (16 + 16/256 B/param), and 8-bit AdamW at block 2048 (the
+ * general kernel's shared-memory stash). Each figure is the median of --reps
+ * calls timed with CUDA events after 3 warm-up calls; the inputs are
+ * pseudo-random (never zeros: they would hide unwritten outputs and can run
+ * faster). Without a GPU (or without nvcc) it says so and exits 0. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "optim/quantmap.h"
+
+#ifdef ST_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "ops/cuda/cuda_optim.h"
+
+#define CK(call)                                                                               \
+	do {                                                                                   \
+		cudaError_t e_ = (call);                                                       \
+		if (e_ != cudaSuccess) {                                                       \
+			fprintf(stderr, "optim_cuda: %s: %s\n", #call, cudaGetErrorString(e_)); \
+			exit(1);                                                               \
+		}                                                                              \
+	} while (0)
+
+static void *dalloc(size_t bytes)
+{
+	void *d;
+	cudaError_t e = cudaMalloc(&d, bytes);
+	if (e != cudaSuccess) {
+		fprintf(stderr, "optim_cuda: cannot allocate %zu bytes on the GPU (%s): try --params smaller\n",
+			bytes, cudaGetErrorString(e));
+		exit(1);
+	}
+	return d;
+}
+
+/* fill device floats with pseudo-random values in [-scale/2, scale/2) */
+static void dfill(float *d, size_t n, float scale, uint64_t seed)
+{
+	const size_t chunk = (size_t)1 << 24;
+	float *h = malloc(chunk * 4);
+	if (!h)
+		exit(1);
+	for (size_t i0 = 0; i0 < n; i0 += chunk) {
+		size_t len = n - i0 < chunk ? n - i0 : chunk;
+		for (size_t i = 0; i < len; i++) {
+			uint64_t z = (i0 + i + 1) * 0x9e3779b97f4a7c15ULL ^ seed;
+			z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+			z ^= z >> 29;
+			h[i] = scale * ((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f);
+		}
+		CK(cudaMemcpy(d + i0, h, len * 4, cudaMemcpyHostToDevice));
+	}
+	free(h);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+enum kern { K_COPY, K_ADAMW, K_ADAMW8, K_ADAMW8_GENERAL, K_ADAMW8_2048, K_COUNT };
+
+struct bufs {
+	float *p, *g, *m, *v, *ma, *va, *map_s, *map_u;
+	uint8_t *mc, *vc;
+	void *copy_src, *copy_dst;
+	size_t n, copy_bytes;
+};
+
+static void launch(enum kern k, struct bufs *b, int t)
+{
+	const float bc1 = (float)(1 - pow(0.9, t)), bc2 = (float)(1 - pow(0.999, t));
+	struct st_adamw_args a = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+				   .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = bc1, .bc2 = bc2 };
+	struct st_adamw8_args a8 = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+				     .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = bc1, .bc2 = bc2,
+				     .block = k == K_ADAMW8_2048 ? 2048 : 256, .map_m = b->map_s,
+				     .map_v = b->map_u };
+	switch (k) {
+	case K_COPY:
+		CK(cudaMemcpyAsync(b->copy_dst, b->copy_src, b->copy_bytes, cudaMemcpyDeviceToDevice, 0));
+		break;
+	case K_ADAMW:
+		CK(cuda_adamw_step(b->p, b->m, b->v, b->g, b->n, &a, 0));
+		break;
+	case K_ADAMW8:
+		CK(cuda_adamw8_step(b->p, b->mc, b->vc, b->ma, b->va, b->g, b->n, &a8, 0));
+		break;
+	case K_ADAMW8_GENERAL:
+	case K_ADAMW8_2048:
+		CK(cuda_adamw8_step_general(b->p, b->mc, b->vc, b->ma, b->va, b->g, b->n, &a8, 0));
+		break;
+	default:
+		break;
+	}
+}
+
+/* median seconds of reps timed calls after 3 warm-ups */
+static double time_kernel(enum kern k, struct bufs *b, int reps)
+{
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	double *t = malloc((size_t)reps * sizeof *t);
+	for (int r = 0; r < 3; r++)
+		launch(k, b, r + 1);
+	for (int r = 0; r < reps; r++) {
+		CK(cudaEventRecord(e0, 0));
+		launch(k, b, r + 4);
+		CK(cudaEventRecord(e1, 0));
+		CK(cudaEventSynchronize(e1));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		t[r] = 1e-3 * ms;
+	}
+	qsort(t, (size_t)reps, sizeof *t, cmp_double);
+	double med = t[reps / 2];
+	free(t);
+	cudaEventDestroy(e0), cudaEventDestroy(e1);
+	return med;
+}
+
+int main(int argc, char **argv)
+{
+	size_t n = (size_t)256 << 20;
+	int reps = 20;
+	const char *json = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (i + 1 < argc && !strcmp(argv[i], "--params"))
+			n = (size_t)atoll(argv[++i]);
+		else if (i + 1 < argc && !strcmp(argv[i], "--reps"))
+			reps = atoi(argv[++i]);
+		else if (i + 1 < argc && !strcmp(argv[i], "--json"))
+			json = argv[++i];
+		else {
+			fprintf(stderr, "usage: optim_cuda [--params N] [--reps R] [--json FILE]\n");
+			return 2;
+		}
+	}
+	if (n < 4096 || reps < 1) {
+		fprintf(stderr, "optim_cuda: need --params >= 4096 and --reps >= 1\n");
+		return 2;
+	}
+	int count = 0;
+	if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+		printf("optim_cuda: no CUDA device here: nothing measured\n");
+		return 0;
+	}
+	struct cudaDeviceProp prop;
+	CK(cudaGetDeviceProperties(&prop, 0));
+
+	struct bufs b = { .n = n, .copy_bytes = (size_t)1 << 30 };
+	const size_t nb256 = (n + 255) / 256;
+	b.p = dalloc(n * 4), b.g = dalloc(n * 4), b.m = dalloc(n * 4), b.v = dalloc(n * 4);
+	b.mc = dalloc(n), b.vc = dalloc(n), b.ma = dalloc(nb256 * 4), b.va = dalloc(nb256 * 4);
+	b.map_s = dalloc(1024), b.map_u = dalloc(1024);
+	b.copy_src = dalloc(b.copy_bytes), b.copy_dst = dalloc(b.copy_bytes);
+	dfill(b.p, n, 1.0f, 1), dfill(b.g, n, 1e-2f, 2);
+	dfill(b.m, n, 1e-3f, 3), dfill(b.v, n, 1e-6f, 4);
+	dfill(b.copy_src, b.copy_bytes / 4, 1.0f, 5);
+	/* 8-bit state starts at zero; the 3 warm-up steps give it real codes */
+	CK(cudaMemset(b.mc, 0, n));
+	CK(cudaMemset(b.vc, 0, n));
+	CK(cudaMemset(b.ma, 0, nb256 * 4));
+	CK(cudaMemset(b.va, 0, nb256 * 4));
+	float map_s[256], map_u[256];
+	quantmap_dynamic(map_s, 1);
+	quantmap_dynamic(map_u, 0);
+	CK(cudaMemcpy(b.map_s, map_s, sizeof map_s, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(b.map_u, map_u, sizeof map_u, cudaMemcpyHostToDevice));
+
+	const char *name[K_COUNT] = { "d2d copy", "adamw fp32", "adamw 8-bit", "8-bit general",
+				      "8-bit b2048" };
+	const char *key[K_COUNT] = { "copy", "adamw_fp32", "adamw_8bit", "adamw_8bit_general",
+				     "adamw_8bit_block2048" };
+	const double bytes[K_COUNT] = { 0, 28.0, 16.0 + 16.0 / 256, 16.0 + 16.0 / 256,
+					16.0 + 16.0 / 2048 };
+	double sec[K_COUNT];
+	for (int k = 0; k < K_COUNT; k++)
+		sec[k] = time_kernel((enum kern)k, &b, reps);
+	const double ceiling = 2.0 * (double)b.copy_bytes / sec[K_COPY] / 1e9;
+
+	printf("bench/optim_cuda: %s, %d SMs, %zu params (%.0fM), median of %d\n", prop.name,
+	       prop.multiProcessorCount, n, (double)n / 1048576.0, reps);
+	printf("ceiling: d2d copy %.0f GB/s (read + written)\n", ceiling);
+	printf("%-14s %9s %12s %8s %8s %10s\n", "kernel", "step ms", "params/s", "B/param", "GB/s",
+	       "of ceiling");
+	double ps[K_COUNT] = { 0 }, gbs[K_COUNT] = { 0 };
+	for (int k = 1; k < K_COUNT; k++) {
+		ps[k] = (double)n / sec[k];
+		gbs[k] = bytes[k] * ps[k] / 1e9;
+		printf("%-14s %9.3f %12.3e %8.2f %8.0f %9.0f%%\n", name[k], 1e3 * sec[k], ps[k],
+		       bytes[k], gbs[k], 100 * gbs[k] / ceiling);
+	}
+	printf("fp32 GB/s / ceiling = %.2f; 8-bit / fp32 params/s = %.2f (bound by bytes: %.2f); "
+	       "8-bit GB/s / ceiling = %.2f\n",
+	       gbs[K_ADAMW] / ceiling, ps[K_ADAMW8] / ps[K_ADAMW], 28.0 / bytes[K_ADAMW8],
+	       gbs[K_ADAMW8] / ceiling);
+	if (json) {
+		FILE *f = fopen(json, "w");
+		if (!f) {
+			perror(json);
+			return 1;
+		}
+		fprintf(f, "{\"device\": \"%s\", \"sms\": %d, \"params\": %zu, \"reps\": %d, "
+			   "\"ceiling_gbs\": %.3f",
+			prop.name, prop.multiProcessorCount, n, reps, ceiling);
+		for (int k = 1; k < K_COUNT; k++)
+			fprintf(f,
+				", \"%s\": {\"step_s\": %.7f, \"params_per_s\": %.4e, "
+				"\"bytes_per_param\": %.4f, \"gbs\": %.3f}",
+				key[k], sec[k], ps[k], bytes[k], gbs[k]);
+		fprintf(f, ", \"speedup_8bit_over_fp32\": %.4f}\n", ps[K_ADAMW8] / ps[K_ADAMW]);
+		fclose(f);
+	}
+	return 0;
+}
+
+#else
+
+int main(void)
+{
+	printf("optim_cuda: built without nvcc: nothing measured\n");
+	return 0;
+}
+
+#endif

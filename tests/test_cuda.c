@@ -1,0 +1,342 @@
+/* CUDA kernels against the CPU backend, on a GPU: fp32 AdamW, 8-bit AdamW
+ * (the warp-per-block kernel at block 256 and the general kernel) and 8-bit
+ * SGD must give EXACTLY the CPU's bits (ops.h: every fp32 operation rounds
+ * once, in a fixed order, on every backend), over several steps of fresh
+ * random inputs, at sizes with partial blocks, unaligned pointers and more
+ * quantization blocks than the persistent grid holds at once.
+ *
+ * Without a GPU (or in a build without nvcc) every test is skipped with a
+ * message saying so; scripts/gpu-check runs this suite on a GPU machine.
+ * Device outputs are poisoned (0xff bytes) before each check, so an element
+ * the kernel never wrote cannot match. */
+#pragma GCC optimize("fp-contract=off")
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "optim/quantmap.h"
+#include "testutil.h"
+
+#ifdef ST_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "ops/cuda/cuda_optim.h"
+
+#define CK(call)                                                                               \
+	do {                                                                                   \
+		cudaError_t e_ = (call);                                                       \
+		cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));        \
+	} while (0)
+
+/* Skip the calling test unless a device is usable. */
+static void need_gpu(void)
+{
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count == 0)
+		cr_skip_test("no CUDA device (%s): CUDA kernels compiled, not run here",
+			     e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+	CK(cudaSetDevice(0));
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	cr_assert(p);
+	return p;
+}
+
+/* device copy of host bytes, `pad` bytes into a fresh allocation (pad makes
+ * unaligned pointers) */
+static void *dup_to_dev(const void *h, size_t bytes, size_t pad, void **base)
+{
+	char *d;
+	CK(cudaMalloc((void **)&d, bytes + pad + 16));
+	CK(cudaMemset(d, 0xff, bytes + pad + 16));
+	CK(cudaMemcpy(d + pad, h, bytes, cudaMemcpyHostToDevice));
+	*base = d;
+	return d + pad;
+}
+
+static void from_dev(void *h, const void *d, size_t bytes)
+{
+	CK(cudaDeviceSynchronize());
+	CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* Gradients with a different scale in every block (so absmax varies), one
+ * all-zero block, and a spike. */
+static void grads(float *g, size_t n, int block, uint64_t *seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t b = i / (size_t)block;
+		g[i] = (float)(tu_normal(seed) * pow(10.0, (double)(b % 7) - 4.0));
+		if (b == 2)
+			g[i] = 0.0f;
+	}
+	g[n / 3] = 1e3f;
+}
+
+static size_t first_diff(const void *a, const void *b, size_t bytes)
+{
+	const unsigned char *x = a, *y = b;
+	for (size_t i = 0; i < bytes; i++)
+		if (x[i] != y[i])
+			return i;
+	return (size_t)-1;
+}
+
+/* ---- fp32 AdamW ------------------------------------------------------------------- */
+
+static void check_adamw(size_t n, size_t pad, uint64_t seed)
+{
+	float *p = xmalloc(n * 4), *m = xmalloc(n * 4), *v = xmalloc(n * 4), *g = xmalloc(n * 4);
+	float *out = xmalloc(n * 4);
+	tu_fill_normal(p, n, 1.0, &seed);
+	memset(m, 0, n * 4), memset(v, 0, n * 4);
+	void *bp, *bm, *bv, *bg;
+	float *dp = dup_to_dev(p, n * 4, pad, &bp), *dm = dup_to_dev(m, n * 4, pad, &bm);
+	float *dv = dup_to_dev(v, n * 4, pad, &bv), *dg = dup_to_dev(g, n * 4, pad, &bg);
+	for (int t = 1; t <= 4; t++) {
+		grads(g, n, 256, &seed);
+		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
+		struct st_adamw_args a = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					   .weight_decay = 0.1f, .grad_scale = 0.7f,
+					   .bc1 = (float)(1.0 - pow(0.9, t)),
+					   .bc2 = (float)(1.0 - pow(0.999, t)) };
+		ops_cpu()->adamw_step(p, m, v, g, n, &a);
+		CK(cuda_adamw_step(dp, dm, dv, dg, n, &a, 0));
+		const float *want[3] = { p, m, v };
+		const float *got[3] = { dp, dm, dv };
+		for (int k = 0; k < 3; k++) {
+			from_dev(out, got[k], n * 4);
+			size_t d = first_diff(out, want[k], n * 4);
+			cr_expect(d == (size_t)-1,
+				  "adamw n %zu pad %zu step %d: %s differs at %zu (gpu %.9g, cpu %.9g)",
+				  n, pad, t, "pmv" + k, d / 4, (double)out[d / 4],
+				  (double)want[k][d / 4]);
+		}
+	}
+	cudaFree(bp), cudaFree(bm), cudaFree(bv), cudaFree(bg);
+	free(p), free(m), free(v), free(g), free(out);
+}
+
+Test(cuda, adamw_matches_cpu)
+{
+	need_gpu();
+	check_adamw(1000003, 0, 0x11); /* vector kernel + scalar tail */
+	check_adamw(4099, 4, 0x12);    /* unaligned: scalar kernel */
+	check_adamw(3, 0, 0x13);
+}
+
+/* ---- 8-bit AdamW ------------------------------------------------------------------ */
+
+struct q8_host {
+	float *p, *ma, *va;
+	uint8_t *mc, *vc;
+};
+
+enum a8_path { A8_AUTO, A8_GENERAL };
+
+/* `steps` steps on the CPU and on the GPU from the same start; every array
+ * compared after every step. pad shifts p and g off 16-byte alignment. */
+static void check_adam8(int block, size_t n, size_t pad, enum a8_path path, uint64_t seed)
+{
+	const size_t nb = (n + (size_t)block - 1) / (size_t)block;
+	float map_s[256], map_u[256];
+	quantmap_dynamic(map_s, 1);
+	quantmap_dynamic(map_u, 0);
+	struct q8_host h = { xmalloc(n * 4), xmalloc(nb * 4), xmalloc(nb * 4), xmalloc(n),
+			     xmalloc(n) };
+	float *g = xmalloc(n * 4);
+	char *out = xmalloc(n * 4);
+	tu_fill_normal(h.p, n, 1.0, &seed);
+	memset(h.mc, 0, n), memset(h.vc, 0, n), memset(h.ma, 0, nb * 4), memset(h.va, 0, nb * 4);
+	void *b[8];
+	float *dp = dup_to_dev(h.p, n * 4, pad, &b[0]), *dg = dup_to_dev(g, n * 4, pad, &b[1]);
+	uint8_t *dmc = dup_to_dev(h.mc, n, 0, &b[2]), *dvc = dup_to_dev(h.vc, n, 0, &b[3]);
+	float *dma = dup_to_dev(h.ma, nb * 4, 0, &b[4]), *dva = dup_to_dev(h.va, nb * 4, 0, &b[5]);
+	float *dmap_s = dup_to_dev(map_s, sizeof map_s, 0, &b[6]);
+	float *dmap_u = dup_to_dev(map_u, sizeof map_u, 0, &b[7]);
+	for (int t = 1; t <= 5; t++) {
+		grads(g, n, block, &seed);
+		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
+		struct st_adamw8_args a = {
+			.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
+			.grad_scale = 0.7f, .bc1 = (float)(1.0 - pow(0.9, t)),
+			.bc2 = (float)(1.0 - pow(0.999, t)), .block = block, .map_m = map_s,
+			.map_v = map_u };
+		ops_cpu()->adamw8_step(h.p, h.mc, h.vc, h.ma, h.va, g, n, &a);
+		struct st_adamw8_args ad = a;
+		ad.map_m = dmap_s, ad.map_v = dmap_u;
+		if (path == A8_GENERAL)
+			CK(cuda_adamw8_step_general(dp, dmc, dvc, dma, dva, dg, n, &ad, 0));
+		else
+			CK(cuda_adamw8_step(dp, dmc, dvc, dma, dva, dg, n, &ad, 0));
+		const void *want[5] = { h.p, h.mc, h.vc, h.ma, h.va };
+		const void *got[5] = { dp, dmc, dvc, dma, dva };
+		const size_t bytes[5] = { n * 4, n, n, nb * 4, nb * 4 };
+		const char *name[5] = { "p", "m codes", "v codes", "m absmax", "v absmax" };
+		for (int k = 0; k < 5; k++) {
+			from_dev(out, got[k], bytes[k]);
+			size_t d = first_diff(out, want[k], bytes[k]);
+			cr_expect(d == (size_t)-1,
+				  "adamw8 %s block %d n %zu pad %zu step %d: %s differ at byte %zu",
+				  path == A8_GENERAL ? "general" : "auto", block, n, pad, t, name[k],
+				  d);
+		}
+	}
+	/* the state moved */
+	cr_expect(h.ma[0] > 0 && h.va[0] > 0);
+	for (int k = 0; k < 8; k++)
+		cudaFree(b[k]);
+	free(h.p), free(h.ma), free(h.va), free(h.mc), free(h.vc), free(g), free(out);
+}
+
+Test(cuda, adamw8_warp_kernel_matches_cpu)
+{
+	need_gpu();
+	check_adam8(256, 256 * 37 + 5, 0, A8_AUTO, 0x21);     /* partial last block */
+	check_adam8(256, 256 * 64, 0, A8_AUTO, 0x22);         /* whole blocks only */
+	check_adam8(256, 256 * 100003 + 131, 0, A8_AUTO, 0x23); /* more blocks than the grid */
+	check_adam8(256, 200, 0, A8_AUTO, 0x24);              /* a single partial block */
+}
+
+Test(cuda, adamw8_general_kernel_matches_cpu)
+{
+	need_gpu();
+	check_adam8(256, 256 * 37 + 5, 0, A8_GENERAL, 0x31);
+	check_adam8(256, 256 * 37 + 5, 4, A8_AUTO, 0x32); /* unaligned: general */
+	check_adam8(64, 64 * 37 + 5, 0, A8_AUTO, 0x33);
+	check_adam8(2048, 2048 * 9 + 1000, 0, A8_AUTO, 0x34); /* stash in shared memory */
+	check_adam8(8192, 8192 * 4 + 777, 0, A8_AUTO, 0x35);  /* recomputed second pass */
+	check_adam8(100, 100 * 11 + 7, 0, A8_AUTO, 0x36);     /* not a whole number of warps */
+}
+
+/* The two ways the kernels find a code (bucket table, binary search) against
+ * the scalar reference quant_nearest, on the values where they could differ:
+ * every threshold and its float neighbours, the map entries, +-0, +-inf,
+ * NaN, bucket edges, and random floats of every magnitude from 1e-30 to 4. */
+static void check_codes(int is_signed)
+{
+	float map[256];
+	quantmap_dynamic(map, is_signed);
+	size_t cap = 300000, n = 0;
+	float *x = xmalloc(cap * 4);
+	for (int k = 0; k < 255; k++) {
+		double mid = ((double)map[k] + (double)map[k + 1]) * 0.5;
+		float f = (float)mid;
+		for (int d = 0; d < 3; d++) {
+			x[n++] = f, x[n++] = nextafterf(f, INFINITY), x[n++] = nextafterf(f, -INFINITY);
+			f = nextafterf(f, d ? -INFINITY : INFINITY);
+		}
+		x[n++] = map[k], x[n++] = -map[k];
+	}
+	const float special[] = { 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 2.0f, -2.0f, 1.0f, -1.0f,
+				  0x1p-23f, -0x1p-23f, nextafterf(0x1p-23f, 0), nextafterf(2.0f, 0) };
+	for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+		x[n++] = special[i];
+	for (int e = -24; e <= 1; e++) /* bucket edges: 128 per binade */
+		for (int j = 0; j < 128; j++) {
+			float edge = ldexpf(1.0f + j / 128.0f, e);
+			x[n++] = edge, x[n++] = nextafterf(edge, 0), x[n++] = -edge;
+		}
+	uint64_t seed = 0x51 + (uint64_t)is_signed;
+	while (n < cap) {
+		double mag = pow(10.0, -30.0 + 30.6 * tu_uniform(&seed));
+		x[n++] = (float)(tu_uniform(&seed) < 0.5 ? -mag : mag);
+	}
+	void *b[4];
+	float *dx = dup_to_dev(x, n * 4, 0, &b[0]), *dmap = dup_to_dev(map, sizeof map, 0, &b[1]);
+	uint8_t *zero = xmalloc(n), *lut = xmalloc(n), *search = xmalloc(n);
+	memset(zero, 0xff, n);
+	uint8_t *dl = dup_to_dev(zero, n, 0, &b[2]), *ds = dup_to_dev(zero, n, 0, &b[3]);
+	CK(cuda_q8_codes(dl, ds, dx, n, dmap, 0));
+	from_dev(lut, dl, n);
+	from_dev(search, ds, n);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t want = quant_nearest(map, x[i]);
+		if ((lut[i] != want || search[i] != want) && bad++ < 5)
+			cr_log_error("%s map, x = %a: reference %d, bucket table %d, search %d",
+				     is_signed ? "signed" : "unsigned", (double)x[i], want, lut[i],
+				     search[i]);
+	}
+	cr_expect_eq(bad, 0, "%s map: %zu of %zu codes differ from quant_nearest",
+		     is_signed ? "signed" : "unsigned", bad, n);
+	for (int k = 0; k < 4; k++)
+		cudaFree(b[k]);
+	free(x), free(zero), free(lut), free(search);
+}
+
+Test(cuda, codes_match_reference)
+{
+	need_gpu();
+	check_codes(1);
+	check_codes(0);
+}
+
+/* ---- 8-bit SGD -------------------------------------------------------------------- */
+
+static void check_sgd8(int block, size_t n, int stateless, uint64_t seed)
+{
+	const size_t nb = (n + (size_t)block - 1) / (size_t)block;
+	float map_s[256];
+	quantmap_dynamic(map_s, 1);
+	float *p = xmalloc(n * 4), *g = xmalloc(n * 4), *ma = xmalloc(nb * 4);
+	uint8_t *mc = xmalloc(n);
+	char *out = xmalloc(n * 4);
+	tu_fill_normal(p, n, 1.0, &seed);
+	memset(mc, 0x5a, n), memset(ma, 0, nb * 4); /* first step must not read them */
+	void *b[5];
+	float *dp = dup_to_dev(p, n * 4, 0, &b[0]), *dg = dup_to_dev(g, n * 4, 0, &b[1]);
+	uint8_t *dmc = dup_to_dev(mc, n, 0, &b[2]);
+	float *dma = dup_to_dev(ma, nb * 4, 0, &b[3]);
+	float *dmap = dup_to_dev(map_s, sizeof map_s, 0, &b[4]);
+	for (int t = 1; t <= 4; t++) {
+		grads(g, n, block, &seed);
+		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
+		struct st_sgd8_args a = { .lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f,
+					  .grad_scale = 0.8f, .first_step = t == 1, .block = block,
+					  .map = map_s };
+		ops_cpu()->sgd8_step(p, stateless ? NULL : mc, ma, g, n, &a);
+		struct st_sgd8_args ad = a;
+		ad.map = dmap;
+		CK(cuda_sgd8_step(dp, stateless ? NULL : dmc, dma, dg, n, &ad, 0));
+		from_dev(out, dp, n * 4);
+		size_t d = first_diff(out, p, n * 4);
+		cr_expect(d == (size_t)-1, "sgd8 block %d n %zu%s step %d: p differs at %zu", block, n,
+			  stateless ? " stateless" : "", t, d / 4);
+		if (stateless)
+			continue;
+		from_dev(out, dmc, n);
+		cr_expect(!memcmp(out, mc, n), "sgd8 block %d step %d: codes differ", block, t);
+		from_dev(out, dma, nb * 4);
+		cr_expect(!memcmp(out, ma, nb * 4), "sgd8 block %d step %d: absmax differ", block, t);
+	}
+	for (int k = 0; k < 5; k++)
+		cudaFree(b[k]);
+	free(p), free(g), free(ma), free(mc), free(out);
+}
+
+Test(cuda, sgd8_matches_cpu)
+{
+	need_gpu();
+	check_sgd8(64, 64 * 37 + 5, 0, 0x41);
+	check_sgd8(256, 40009, 0, 0x42);
+	check_sgd8(8192, 8192 * 4 + 777, 0, 0x43);
+	check_sgd8(256, 40009, 1, 0x44);
+}
+
+#else /* built without nvcc */
+
+Test(cuda, kernels)
+{
+	cr_skip_test("built without nvcc: no CUDA kernels to test");
+}
+
+#endif
