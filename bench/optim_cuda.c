@@ -11,7 +11,10 @@
  * general kernel's shared-memory stash). Each figure is the median of --reps
  * calls timed with CUDA events after 3 warm-up calls; the inputs are
  * pseudo-random (never zeros: they would hide unwritten outputs and can run
- * faster). Without a GPU (or without nvcc) it says so and exits 0. */
+ * faster). Then both AdamW kernels on small tensors (64K, 1M, 16M params,
+ * a fresh slice of the big arrays per call so L2 does not hold them), against
+ * the time their bytes take at the ceiling: what launch and per-call set-up
+ * cost. Without a GPU (or without nvcc) it says so and exits 0. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,6 +83,7 @@ struct bufs {
 	uint8_t *mc, *vc;
 	void *copy_src, *copy_dst;
 	size_t n, copy_bytes;
+	size_t total, off; /* small-tensor runs: n of total, from element off */
 };
 
 static void launch(enum kern k, struct bufs *b, int t)
@@ -91,15 +95,20 @@ static void launch(enum kern k, struct bufs *b, int t)
 				     .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = bc1, .bc2 = bc2,
 				     .block = k == K_ADAMW8_2048 ? 2048 : 256, .map_m = b->map_s,
 				     .map_v = b->map_u };
+	/* a different slice each call (off advances by n), so small tensors
+	 * are not timed out of L2 */
+	const size_t o = b->off, o8 = o / 256;
+	b->off = b->off + 2 * b->n <= b->total ? b->off + b->n : 0;
 	switch (k) {
 	case K_COPY:
 		CK(cudaMemcpyAsync(b->copy_dst, b->copy_src, b->copy_bytes, cudaMemcpyDeviceToDevice, 0));
 		break;
 	case K_ADAMW:
-		CK(cuda_adamw_step(b->p, b->m, b->v, b->g, b->n, &a, 0));
+		CK(cuda_adamw_step(b->p + o, b->m + o, b->v + o, b->g + o, b->n, &a, 0));
 		break;
 	case K_ADAMW8:
-		CK(cuda_adamw8_step(b->p, b->mc, b->vc, b->ma, b->va, b->g, b->n, &a8, 0));
+		CK(cuda_adamw8_step(b->p + o, b->mc + o, b->vc + o, b->ma + o8, b->va + o8, b->g + o,
+				    b->n, &a8, 0));
 		break;
 	case K_ADAMW8_GENERAL:
 	case K_ADAMW8_2048:
@@ -164,7 +173,7 @@ int main(int argc, char **argv)
 	struct cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
 
-	struct bufs b = { .n = n, .copy_bytes = (size_t)1 << 30 };
+	struct bufs b = { .n = n, .total = n, .copy_bytes = (size_t)1 << 30 };
 	const size_t nb256 = (n + 255) / 256;
 	b.p = dalloc(n * 4), b.g = dalloc(n * 4), b.m = dalloc(n * 4), b.v = dalloc(n * 4);
 	b.mc = dalloc(n), b.vc = dalloc(n), b.ma = dalloc(nb256 * 4), b.va = dalloc(nb256 * 4);
@@ -211,6 +220,22 @@ int main(int argc, char **argv)
 	       "8-bit GB/s / ceiling = %.2f\n",
 	       gbs[K_ADAMW] / ceiling, ps[K_ADAMW8] / ps[K_ADAMW], 28.0 / bytes[K_ADAMW8],
 	       gbs[K_ADAMW8] / ceiling);
+	/* Small tensors (one layer's matrix, a norm's vector...): fixed costs
+	 * per call (launch, the 8-bit kernel's per-thread-block tables) against
+	 * the time their bytes take at the ceiling. */
+	const size_t small[3] = { (size_t)1 << 16, (size_t)1 << 20, (size_t)16 << 20 };
+	double small_s[3][2];
+	printf("%-10s %12s %12s %14s %14s\n", "params", "fp32 us", "8-bit us", "fp32 at ceil",
+	       "8-bit at ceil");
+	for (int i = 0; i < 3 && small[i] * 2 <= n; i++) {
+		b.n = small[i], b.off = 0;
+		small_s[i][0] = time_kernel(K_ADAMW, &b, reps);
+		small_s[i][1] = time_kernel(K_ADAMW8, &b, reps);
+		printf("%-10zu %12.1f %12.1f %14.1f %14.1f\n", small[i], 1e6 * small_s[i][0],
+		       1e6 * small_s[i][1], 1e6 * 28.0 * (double)small[i] / (ceiling * 1e9),
+		       1e6 * bytes[K_ADAMW8] * (double)small[i] / (ceiling * 1e9));
+	}
+	b.n = n;
 	if (json) {
 		FILE *f = fopen(json, "w");
 		if (!f) {
@@ -225,7 +250,11 @@ int main(int argc, char **argv)
 				", \"%s\": {\"step_s\": %.7f, \"params_per_s\": %.4e, "
 				"\"bytes_per_param\": %.4f, \"gbs\": %.3f}",
 				key[k], sec[k], ps[k], bytes[k], gbs[k]);
-		fprintf(f, ", \"speedup_8bit_over_fp32\": %.4f}\n", ps[K_ADAMW8] / ps[K_ADAMW]);
+		fprintf(f, ", \"small\": [");
+		for (int i = 0; i < 3 && small[i] * 2 <= n; i++)
+			fprintf(f, "%s{\"params\": %zu, \"adamw_fp32_s\": %.7f, \"adamw_8bit_s\": %.7f}",
+				i ? ", " : "", small[i], small_s[i][0], small_s[i][1]);
+		fprintf(f, "], \"speedup_8bit_over_fp32\": %.4f}\n", ps[K_ADAMW8] / ps[K_ADAMW]);
 		fclose(f);
 	}
 	return 0;
