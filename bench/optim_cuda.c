@@ -50,8 +50,8 @@ static void *dalloc(size_t bytes)
 	return d;
 }
 
-/* fill device floats with pseudo-random values in [-scale/2, scale/2) */
-static void dfill(float *d, size_t n, float scale, uint64_t seed)
+/* fill device floats with pseudo-random values in [lo, lo + scale) */
+static void dfill(float *d, size_t n, float lo, float scale, uint64_t seed)
 {
 	const size_t chunk = (size_t)1 << 24;
 	float *h = malloc(chunk * 4);
@@ -63,7 +63,7 @@ static void dfill(float *d, size_t n, float scale, uint64_t seed)
 			uint64_t z = (i0 + i + 1) * 0x9e3779b97f4a7c15ULL ^ seed;
 			z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
 			z ^= z >> 29;
-			h[i] = scale * ((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f);
+			h[i] = lo + scale * ((float)(z >> 40) * (1.0f / 16777216.0f));
 		}
 		CK(cudaMemcpy(d + i0, h, len * 4, cudaMemcpyHostToDevice));
 	}
@@ -179,9 +179,9 @@ int main(int argc, char **argv)
 	b.mc = dalloc(n), b.vc = dalloc(n), b.ma = dalloc(nb256 * 4), b.va = dalloc(nb256 * 4);
 	b.map_s = dalloc(1024), b.map_u = dalloc(1024);
 	b.copy_src = dalloc(b.copy_bytes), b.copy_dst = dalloc(b.copy_bytes);
-	dfill(b.p, n, 1.0f, 1), dfill(b.g, n, 1e-2f, 2);
-	dfill(b.m, n, 1e-3f, 3), dfill(b.v, n, 1e-6f, 4);
-	dfill(b.copy_src, b.copy_bytes / 4, 1.0f, 5);
+	dfill(b.p, n, -0.5f, 1.0f, 1), dfill(b.g, n, -5e-3f, 1e-2f, 2);
+	dfill(b.m, n, -5e-4f, 1e-3f, 3), dfill(b.v, n, 1e-7f, 1e-6f, 4); /* v > 0 */
+	dfill(b.copy_src, b.copy_bytes / 4, -0.5f, 1.0f, 5);
 	/* 8-bit state starts at zero; the 3 warm-up steps give it real codes */
 	CK(cudaMemset(b.mc, 0, n));
 	CK(cudaMemset(b.vc, 0, n));

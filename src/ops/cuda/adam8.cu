@@ -459,17 +459,21 @@ extern "C" cudaError_t cuda_adamw8_step_general(float *p, uint8_t *m_codes, uint
 /* thread blocks of the persistent warp kernel: as many as fit at once */
 static unsigned adamw8_warp_grid(size_t nq)
 {
-	static int resident; /* per device would be exact; one GPU is what runs */
-	if (!resident) {
+	static int resident; /* of the first device used: one GPU is what runs */
+	int fit = resident;
+	if (!fit) {
 		int dev = 0, sms = 0, per_sm = 0;
-		cudaGetDevice(&dev);
-		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8_warp_kernel,
-							      32 * W8_WARPS, 0);
-		resident = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+		if (cudaGetDevice(&dev) == cudaSuccess &&
+		    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8_warp_kernel,
+								  32 * W8_WARPS, 0) == cudaSuccess &&
+		    sms > 0 && per_sm > 0)
+			fit = resident = sms * per_sm; /* cached only when the queries worked */
+		else
+			fit = 132 * 4; /* an H100 at this kernel's occupancy */
 	}
 	const size_t want = (nq + W8_WARPS - 1) / W8_WARPS;
-	return (unsigned)(want < (size_t)resident ? want : (size_t)resident);
+	return (unsigned)(want < (size_t)fit ? want : (size_t)fit);
 }
 
 extern "C" cudaError_t cuda_adamw8_step(float *p, uint8_t *m_codes, uint8_t *v_codes,

@@ -53,11 +53,16 @@ __global__ void adamw_scalar_kernel(float *p, float *m, float *v, const float *g
 
 static unsigned grid_for(size_t items, int threads)
 {
-	int dev = 0, sms = 132;
-	if (cudaGetDevice(&dev) == cudaSuccess)
-		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+	static int sms; /* of the first device used: one GPU is what runs */
+	if (!sms) {
+		int dev = 0, count = 0;
+		if (cudaGetDevice(&dev) == cudaSuccess &&
+		    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+			sms = count;
+	}
+	const int n_sm = sms > 0 ? sms : 132; /* a failed query: an H100's count */
 	const size_t want = (items + (size_t)threads - 1) / (size_t)threads;
-	const size_t cap = (size_t)sms * 16; /* enough resident threads to hide latency */
+	const size_t cap = (size_t)n_sm * 16; /* enough resident threads to hide latency */
 	return (unsigned)(want < cap ? (want ? want : 1) : cap);
 }
 
