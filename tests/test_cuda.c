@@ -102,19 +102,6 @@ static void from_dev(void *h, const void *d, size_t bytes)
 	CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
 }
 
-/* Gradients with a different scale in every block (so absmax varies), one
- * all-zero block, and a spike. */
-static void grads(float *g, size_t n, int block, uint64_t *seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		size_t b = i / (size_t)block;
-		g[i] = (float)(tu_normal(seed) * pow(10.0, (double)(b % 7) - 4.0));
-		if (b == 2)
-			g[i] = 0.0f;
-	}
-	g[n / 3] = 1e3f;
-}
-
 static size_t first_diff(const void *a, const void *b, size_t bytes)
 {
 	const unsigned char *x = a, *y = b;
@@ -137,7 +124,7 @@ static void check_adamw(size_t n, size_t pad, uint64_t seed)
 	float *dp = dup_to_dev(p, n * 4, pad, &bp), *dm = dup_to_dev(m, n * 4, pad, &bm);
 	float *dv = dup_to_dev(v, n * 4, pad, &bv), *dg = dup_to_dev(g, n * 4, pad, &bg);
 	for (int t = 1; t <= 4; t++) {
-		grads(g, n, 256, &seed);
+		tu_block_grads(g, n, 256, &seed);
 		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
 		struct st_adamw_args a = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
 					   .weight_decay = 0.1f, .grad_scale = 0.7f,
@@ -210,7 +197,7 @@ static void check_adam8(int block, size_t n, size_t pad, size_t cpad, enum a8_pa
 	float *dmap_s = dup_to_dev(map_s, sizeof map_s, 0, &b[6]);
 	float *dmap_u = dup_to_dev(map_u, sizeof map_u, 0, &b[7]);
 	for (int t = 1; t <= 5; t++) {
-		grads(g, n, block, &seed);
+		tu_block_grads(g, n, block, &seed);
 		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
 		struct st_adamw8_args a = {
 			.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
@@ -357,7 +344,7 @@ static void check_sgd8(int block, size_t n, int stateless, uint64_t seed)
 	float *dma = dup_to_dev(ma, nb * 4, 0, &b[3]);
 	float *dmap = dup_to_dev(map_s, sizeof map_s, 0, &b[4]);
 	for (int t = 1; t <= 4; t++) {
-		grads(g, n, block, &seed);
+		tu_block_grads(g, n, block, &seed);
 		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
 		struct st_sgd8_args a = { .lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f,
 					  .grad_scale = 0.8f, .first_step = t == 1, .block = block,

@@ -381,19 +381,6 @@ static void adam_replay(struct adam_state *s, const float *g, size_t n,
 	free(m), free(v);
 }
 
-/* Gradients with a different scale in every block (so absmax varies), one
- * all-zero block, and a spike. */
-static void grads(float *g, size_t n, int block, uint64_t *seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		size_t b = i / (size_t)block;
-		g[i] = (float)(tu_normal(seed) * pow(10.0, (double)(b % 7) - 4.0));
-		if (b == 2)
-			g[i] = 0.0f;
-	}
-	g[n / 3] = 1e3f;
-}
-
 static void check_adam8(int block, size_t n, uint64_t seed)
 {
 	float s[256], u[256];
@@ -410,7 +397,7 @@ static void check_adam8(int block, size_t n, uint64_t seed)
 		st[k] = adam_alloc(n, block, p0);
 	int saved = omp_get_max_threads();
 	for (int t = 1; t <= 5; t++) {
-		grads(g, n, block, &seed);
+		tu_block_grads(g, n, block, &seed);
 		struct st_adamw8_args a = {
 			.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
 			.grad_scale = 0.7f, .bc1 = (float)(1.0 - pow(0.9, t)),
@@ -486,7 +473,7 @@ static void check_sgd8(int block, size_t n, uint64_t seed)
 	}
 	int saved = omp_get_max_threads();
 	for (int t = 1; t <= 5; t++) {
-		grads(g, n, block, &seed);
+		tu_block_grads(g, n, block, &seed);
 		struct st_sgd8_args a = { .lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f,
 					  .grad_scale = 0.5f, .first_step = t == 1, .block = block,
 					  .map = s };

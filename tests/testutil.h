@@ -30,6 +30,19 @@ static inline void tu_fill_normal(float *x, size_t n, double stddev, uint64_t *s
 	for (size_t i = 0; i < n; i++)
 		x[i] = (float)(stddev * tu_normal(s));
 }
+/* Optimizer-test gradients: a different scale in every block of `block`
+ * elements (so block absmax values vary over 7 decades), block 2 all zero,
+ * and a spike of 1e3 at n/3. */
+static inline void tu_block_grads(float *g, size_t n, int block, uint64_t *seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t b = i / (size_t)block;
+		g[i] = (float)(tu_normal(seed) * pow(10.0, (double)(b % 7) - 4.0));
+		if (b == 2)
+			g[i] = 0.0f;
+	}
+	g[n / 3] = 1e3f;
+}
 /* Max over i of |a-b| / (|b| + floor): relative error with an absolute floor
  * for entries near zero. */
 static inline double tu_max_relerr(const float *a, const double *b, size_t n, double floor_)
