@@ -1,0 +1,136 @@
+/* bench/q8_stages: where the CPU's 8-bit AdamW step spends its time, on one
+ * core with everything in L1/L2. Times each stage of the fused kernel
+ * (decode, absmax, encode: quant8.c's per-variant pieces) per element over a
+ * 256-element quantization block, the encoder's bucket-table gather alone
+ * (AVX-512: one vpgatherdd per 16 elements), and the whole fused step
+ * (cpu_adamw8_step_simd) on a 64K-parameter slice, for every SIMD variant the
+ * CPU has. The stages do not sum to the step exactly: the step also runs the
+ * fp32 moment and parameter updates and loops over blocks.
+ *
+ * usage: q8_stages [--reps 20000]
+ *
+ * The step is compute-bound on the CPUs measured so far (bench/optim's
+ * in-cache figure); this says which piece to work on. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <immintrin.h>
+
+#include "ops/cpu/quant8.h"
+#include "ops/ops.h"
+#include "optim/quantmap.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static float frand(void) /* [-0.5, 0.5) */
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	return (float)(rng >> 40) * (1.0f / 16777216.0f) - 0.5f;
+}
+
+static volatile float sink;
+
+/* the encoder's table read alone: keys from the values' bits, as many
+ * gathers as encode does */
+__attribute__((target("avx512f"))) static void gather_only(uint8_t *out, const float *x, size_t n,
+							   const struct q8_lut *t)
+{
+	const __m512i mask = _mm512_set1_epi32(1023);
+	for (size_t i = 0; i + 16 <= n; i += 16) {
+		__m512i key = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), mask);
+		__m512i e = _mm512_i32gather_epi32(key, (const void *)t->entry, 4);
+		_mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(e));
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int reps = 20000;
+	for (int i = 1; i + 1 < argc; i += 2)
+		if (!strcmp(argv[i], "--reps"))
+			reps = atoi(argv[i + 1]);
+	if (reps < 1) {
+		fprintf(stderr, "usage: q8_stages [--reps N]\n");
+		return 2;
+	}
+	omp_set_num_threads(1);
+	enum { B = 256, N = 65536 };
+	float map_s[256], map_u[256];
+	quantmap_dynamic(map_s, 1);
+	quantmap_dynamic(map_u, 0);
+	struct q8_lut *lut = malloc(sizeof *lut);
+	q8_lut_build(lut, map_s);
+	float *x = malloc(N * 4), *p = malloc(N * 4), *g = malloc(N * 4);
+	uint8_t *codes = malloc(N), *vc = malloc(N);
+	float *ma = malloc(N / B * 4), *va = malloc(N / B * 4);
+	for (int i = 0; i < N; i++) {
+		x[i] = frand(), p[i] = frand(), g[i] = 1e-2f * frand();
+		codes[i] = (uint8_t)(rng >> 56), vc[i] = (uint8_t)(rng >> 48);
+	}
+	for (int b = 0; b < N / B; b++)
+		ma[b] = 0.01f, va[b] = 1e-5f;
+
+	printf("bench/q8_stages: one thread, ns per element (block %d in L1; step on %d params)\n", B,
+	       N);
+	printf("%-8s %9s %9s %9s %11s\n", "variant", "decode", "absmax", "encode", "adamw8 step");
+	double tg = 1e30;
+	for (int s = Q8_SCALAR; s <= Q8_AVX512; s++) {
+		if (!q8_simd_supported((enum q8_simd)s))
+			continue;
+		const struct q8_kernels *k = q8_kernels_get((enum q8_simd)s);
+		double best[3] = { 1e30, 1e30, 1e30 };
+		for (int round = 0; round < 3; round++) {
+			double t0 = now();
+			for (int r = 0; r < reps; r++)
+				k->decode(x, codes + (r % 64) * B, B, 0.5f, map_s);
+			best[0] = fmin(best[0], (now() - t0) / ((double)reps * B));
+			float acc = 0;
+			t0 = now();
+			for (int r = 0; r < reps; r++)
+				acc += k->absmax(x + (r % 64) * B, B);
+			best[1] = fmin(best[1], (now() - t0) / ((double)reps * B));
+			sink = acc;
+			t0 = now();
+			for (int r = 0; r < reps; r++)
+				k->encode(codes + (r % 64) * B, x + (r % 64) * B, B, 0.75f, lut);
+			best[2] = fmin(best[2], (now() - t0) / ((double)reps * B));
+		}
+		double step = 1e30;
+		const int sreps = reps / 256 > 3 ? reps / 256 : 3;
+		for (int round = 0; round < 3; round++) {
+			double t0 = now();
+			for (int r = 0; r < sreps; r++) {
+				struct st_adamw8_args a = {
+					.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					.weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = 0.1f, .bc2 = 0.001f,
+					.block = B, .map_m = map_s, .map_v = map_u };
+				cpu_adamw8_step_simd((enum q8_simd)s, p, codes, vc, ma, va, g, N, &a);
+			}
+			step = fmin(step, (now() - t0) / ((double)sreps * N));
+		}
+		printf("%-8s %9.3f %9.3f %9.3f %11.3f\n", q8_simd_name((enum q8_simd)s), 1e9 * best[0],
+		       1e9 * best[1], 1e9 * best[2], 1e9 * step);
+		if (s == Q8_AVX512)
+			for (int round = 0; round < 3; round++) {
+				double t0 = now();
+				for (int r = 0; r < reps; r++)
+					gather_only(codes + (r % 64) * B, x + (r % 64) * B, B, lut);
+				tg = fmin(tg, (now() - t0) / ((double)reps * B));
+			}
+	}
+	if (tg < 1e30)
+		printf("avx512 encode's table gather alone: %.3f ns per element\n", 1e9 * tg);
+	free(lut), free(x), free(p), free(g), free(codes), free(vc), free(ma), free(va);
+	return 0;
+}
