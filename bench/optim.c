@@ -215,8 +215,9 @@ int main(int argc, char **argv)
 			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f, "
 			"\"in_cache\": {\"params\": %zu, \"fp32_params_per_s\": %.4e, "
 			"\"adamw_8bit_params_per_s\": %.4e}}\n",
-			n, threads, block, reps, q8_simd_name(q8_simd_pick()), gbs_triad, gbs_axpy, ceiling, t32, ps32, b32, gb32,
-			state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, cps32, cps8);
+			n, threads, block, reps, q8_simd_name(q8_simd_pick()), gbs_triad, gbs_axpy,
+			ceiling, t32, ps32, b32, gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling,
+			ps8 / ps32, nc, cps32, cps8);
 		fclose(f);
 	}
 	free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va);

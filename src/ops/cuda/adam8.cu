@@ -20,10 +20,11 @@
  * Block 256 (the default) takes a faster kernel for AdamW: one warp per
  * quantization block, eight elements per lane (two 16-byte loads of p and
  * of g, two 4-byte loads of each code array), the absmax reduced by warp
- * shuffles alone, and a persistent grid whose thread blocks build the maps'
- * thresholds once instead of once per quantization block. Same operations on
- * each element, so the same bits as the general kernel (tests/test_cuda.c
- * compares both with the CPU).
+ * shuffles alone, codes from a bucket table instead of the binary search
+ * (below), and a persistent grid whose thread blocks build the maps'
+ * thresholds and tables once instead of once per quantization block. Same
+ * operations on each element, so the same bits as the general kernel
+ * (tests/test_cuda.c compares both with the CPU).
  *
  * Not registered in any table yet: the CUDA backend wires the launchers
  * (declared in ops/cuda/cuda_optim.h). Pointers are device memory, the args
