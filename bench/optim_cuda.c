@@ -7,8 +7,9 @@
  * Ceiling: a device-to-device cudaMemcpy of 1 GiB, counting bytes read plus
  * bytes written. Kernels: fp32 AdamW (cuda_adamw_step, 28 B/param moved),
  * 8-bit AdamW at block 256 through the warp-per-block kernel and through the
- * general kernel (16 + 16/256 B/param), and 8-bit AdamW at block 2048 (the
- * general kernel's shared-memory stash). Each figure is the median of --reps
+ * general kernel (16 + 16/256 B/param), 8-bit AdamW at block 2048 (the
+ * general kernel's shared-memory stash), and 8-bit SGD with momentum at
+ * block 256 (14 + 8/256 B/param). Each figure is the median of --reps
  * calls timed with CUDA events after 3 warm-up calls; the inputs are
  * pseudo-random (never zeros: they would hide unwritten outputs and can run
  * faster). Then both AdamW kernels on small tensors (64K, 1M, 16M params,
@@ -76,7 +77,7 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-enum kern { K_COPY, K_ADAMW, K_ADAMW8, K_ADAMW8_GENERAL, K_ADAMW8_2048, K_COUNT };
+enum kern { K_COPY, K_ADAMW, K_ADAMW8, K_ADAMW8_GENERAL, K_ADAMW8_2048, K_SGD8, K_COUNT };
 
 struct bufs {
 	float *p, *g, *m, *v, *ma, *va, *map_s, *map_u;
@@ -114,6 +115,13 @@ static void launch(enum kern k, struct bufs *b, int t)
 	case K_ADAMW8_2048:
 		CK(cuda_adamw8_step_general(b->p, b->mc, b->vc, b->ma, b->va, b->g, b->n, &a8, 0));
 		break;
+	case K_SGD8: {
+		struct st_sgd8_args s8 = { .lr = 1e-3f, .momentum = 0.9f, .weight_decay = 0.01f,
+					   .grad_scale = 1.0f, .first_step = t == 1, .block = 256,
+					   .map = b->map_s };
+		CK(cuda_sgd8_step(b->p, b->mc, b->ma, b->g, b->n, &s8, 0));
+		break;
+	}
 	default:
 		break;
 	}
@@ -193,12 +201,14 @@ int main(int argc, char **argv)
 	CK(cudaMemcpy(b.map_s, map_s, sizeof map_s, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(b.map_u, map_u, sizeof map_u, cudaMemcpyHostToDevice));
 
-	const char *name[K_COUNT] = { "d2d copy", "adamw fp32", "adamw 8-bit", "8-bit general",
-				      "8-bit b2048" };
-	const char *key[K_COUNT] = { "copy", "adamw_fp32", "adamw_8bit", "adamw_8bit_general",
-				     "adamw_8bit_block2048" };
+	const char *name[K_COUNT] = { "d2d copy",      "adamw fp32",  "adamw 8-bit",
+				      "8-bit general", "8-bit b2048", "sgd 8-bit" };
+	const char *key[K_COUNT] = { "copy",	       "adamw_fp32",	       "adamw_8bit",
+				     "adamw_8bit_general", "adamw_8bit_block2048", "sgd_8bit" };
+	/* SGD: p read and written, g read, the codes read and written (14 B),
+	 * one absmax read and written per block */
 	const double bytes[K_COUNT] = { 0, 28.0, 16.0 + 16.0 / 256, 16.0 + 16.0 / 256,
-					16.0 + 16.0 / 2048 };
+					16.0 + 16.0 / 2048, 14.0 + 8.0 / 256 };
 	double sec[K_COUNT];
 	for (int k = 0; k < K_COUNT; k++)
 		sec[k] = time_kernel((enum kern)k, &b, reps);

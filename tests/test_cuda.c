@@ -1,6 +1,6 @@
-/* CUDA kernels against the CPU backend, on a GPU: fp32 AdamW, 8-bit AdamW
- * (the warp-per-block kernel at block 256 and the general kernel) and 8-bit
- * SGD must give EXACTLY the CPU's bits (ops.h: every fp32 operation rounds
+/* CUDA kernels against the CPU backend, on a GPU: fp32 AdamW, 8-bit AdamW and
+ * 8-bit SGD (each through the warp-per-block kernel at block 256 and through
+ * the general kernel) must give EXACTLY the CPU's bits (ops.h: every fp32 operation rounds
  * once, in a fixed order, on every backend), over several steps of fresh
  * random inputs, at sizes with partial blocks, unaligned pointers and more
  * quantization blocks than the persistent grid holds at once.
@@ -328,7 +328,7 @@ Test(cuda, codes_match_reference)
 
 /* ---- 8-bit SGD -------------------------------------------------------------------- */
 
-static void check_sgd8(int block, size_t n, int stateless, uint64_t seed)
+static void check_sgd8(int block, size_t n, int stateless, enum a8_path path, uint64_t seed)
 {
 	const size_t nb = (n + (size_t)block - 1) / (size_t)block;
 	float map_s[256];
@@ -352,10 +352,14 @@ static void check_sgd8(int block, size_t n, int stateless, uint64_t seed)
 		ops_cpu()->sgd8_step(p, stateless ? NULL : mc, ma, g, n, &a);
 		struct st_sgd8_args ad = a;
 		ad.map = dmap;
-		CK(cuda_sgd8_step(dp, stateless ? NULL : dmc, dma, dg, n, &ad, 0));
+		if (path == A8_GENERAL)
+			CK(cuda_sgd8_step_general(dp, stateless ? NULL : dmc, dma, dg, n, &ad, 0));
+		else
+			CK(cuda_sgd8_step(dp, stateless ? NULL : dmc, dma, dg, n, &ad, 0));
 		from_dev(out, dp, n * 4);
 		size_t d = first_diff(out, p, n * 4);
-		cr_expect(d == (size_t)-1, "sgd8 block %d n %zu%s step %d: p differs at %zu", block, n,
+		cr_expect(d == (size_t)-1, "sgd8 %s block %d n %zu%s step %d: p differs at %zu",
+			  path == A8_GENERAL ? "general" : "auto", block, n,
 			  stateless ? " stateless" : "", t, d / 4);
 		expect_untouched(dp, n * 4, 0, "p");
 		from_dev(out, dmc, n);
@@ -373,10 +377,13 @@ static void check_sgd8(int block, size_t n, int stateless, uint64_t seed)
 Test(cuda, sgd8_matches_cpu)
 {
 	need_gpu();
-	check_sgd8(64, 64 * 37 + 5, 0, 0x41);
-	check_sgd8(256, 40009, 0, 0x42);
-	check_sgd8(8192, 8192 * 4 + 777, 0, 0x43);
-	check_sgd8(256, 40009, 1, 0x44);
+	check_sgd8(64, 64 * 37 + 5, 0, A8_AUTO, 0x41);
+	check_sgd8(256, 40009, 0, A8_AUTO, 0x42);            /* warp kernel, partial block */
+	check_sgd8(256, 40009, 0, A8_GENERAL, 0x45);
+	check_sgd8(256, 256 * 50021 + 77, 0, A8_AUTO, 0x46); /* more blocks than the grid */
+	check_sgd8(256, 200, 0, A8_AUTO, 0x47);              /* a single partial block */
+	check_sgd8(8192, 8192 * 4 + 777, 0, A8_AUTO, 0x43);
+	check_sgd8(256, 40009, 1, A8_AUTO, 0x44);
 }
 
 #else /* built without nvcc */

@@ -17,7 +17,7 @@
  * round-to-nearest intrinsic (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn),
  * which nvcc never contracts into FMA, in ops.h's order.
  *
- * Block 256 (the default) takes a faster kernel for AdamW: one warp per
+ * Block 256 (the default) takes faster kernels for AdamW and SGD: one warp per
  * quantization block, eight elements per lane (two 16-byte loads of p and
  * of g, two 4-byte loads of each code array), the absmax reduced by warp
  * shuffles alone, codes from a bucket table instead of the binary search
@@ -262,10 +262,79 @@ __global__ void adamw8_kernel(float *p, uint8_t *m_codes, uint8_t *v_codes, floa
 		m_absmax[b] = am, v_absmax[b] = av;
 }
 
-/* One warp per quantization block of 256: lane l holds elements
+/* ---- warp-per-block kernels (block 256) ---------------------------------------------
+ *
+ * One warp per quantization block of 256: lane l holds elements
  * h*128 + 4l + j (h = 0, 1; j = 0..3), so every load and store of the warp is
- * contiguous. FULL: the whole block lies below n and the pointers are
- * aligned (vector accesses); otherwise element by element with bounds. */
+ * contiguous. FULL: the whole block lies below n and the pointers are aligned
+ * (16-byte float4, 4-byte uchar4 accesses); otherwise element by element with
+ * bounds (0 read past n, nothing written there). */
+__device__ static __forceinline__ size_t w8_first(size_t q, int h)
+{
+	return q * 256 + (size_t)h * 128 + (size_t)(threadIdx.x % 32) * 4;
+}
+
+template <bool FULL>
+__device__ static __forceinline__ void w8_load(float *out, const float *x, size_t e0, size_t n)
+{
+	if (FULL) {
+		const float4 v = *(const float4 *)(x + e0);
+		out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+	} else {
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			out[j] = e0 + j < n ? x[e0 + j] : 0.0f;
+	}
+}
+
+template <bool FULL>
+__device__ static __forceinline__ void w8_load(uint8_t *out, const uint8_t *x, size_t e0, size_t n)
+{
+	if (FULL) {
+		const uchar4 v = *(const uchar4 *)(x + e0);
+		out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+	} else {
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			out[j] = e0 + j < n ? x[e0 + j] : 0;
+	}
+}
+
+template <bool FULL>
+__device__ static __forceinline__ void w8_store(float *x, const float *v, size_t e0, size_t n)
+{
+	if (FULL) {
+		*(float4 *)(x + e0) = make_float4(v[0], v[1], v[2], v[3]);
+	} else {
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			if (e0 + j < n)
+				x[e0 + j] = v[j];
+	}
+}
+
+template <bool FULL>
+__device__ static __forceinline__ void w8_store(uint8_t *x, const uint8_t *v, size_t e0, size_t n)
+{
+	if (FULL) {
+		*(uchar4 *)(x + e0) = make_uchar4(v[0], v[1], v[2], v[3]);
+	} else {
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			if (e0 + j < n)
+				x[e0 + j] = v[j];
+	}
+}
+
+/* max over the warp (no NaN reaches it) */
+__device__ static __forceinline__ float w8_warp_max(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
 template <bool FULL>
 __device__ static __forceinline__ void adamw8_warp_block(float *p, uint8_t *m_codes,
 							 uint8_t *v_codes, float *m_absmax,
@@ -273,31 +342,18 @@ __device__ static __forceinline__ void adamw8_warp_block(float *p, uint8_t *m_co
 							 size_t q, const q8_lut_smem *lm,
 							 const q8_lut_smem *lv, const adam8_consts &k)
 {
-	const int lane = threadIdx.x % 32;
-	const size_t b0 = q * 256;
 	const float am_old = m_absmax[q], av_old = v_absmax[q];
 	float pe[8], m[8], v[8];
 	float am = 0.0f, av = 0.0f;
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
-		const size_t e0 = b0 + (size_t)h * 128 + (size_t)lane * 4;
+		const size_t e0 = w8_first(q, h);
 		uint8_t mc[4], vc[4];
 		float ge[4];
-		if (FULL) {
-			const uchar4 a = *(const uchar4 *)(m_codes + e0), c = *(const uchar4 *)(v_codes + e0);
-			const float4 gg = *(const float4 *)(g + e0), pp = *(const float4 *)(p + e0);
-			mc[0] = a.x, mc[1] = a.y, mc[2] = a.z, mc[3] = a.w;
-			vc[0] = c.x, vc[1] = c.y, vc[2] = c.z, vc[3] = c.w;
-			ge[0] = gg.x, ge[1] = gg.y, ge[2] = gg.z, ge[3] = gg.w;
-			pe[4 * h] = pp.x, pe[4 * h + 1] = pp.y, pe[4 * h + 2] = pp.z, pe[4 * h + 3] = pp.w;
-		} else {
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const bool in = e0 + j < n;
-				mc[j] = in ? m_codes[e0 + j] : 0, vc[j] = in ? v_codes[e0 + j] : 0;
-				ge[j] = in ? g[e0 + j] : 0.0f, pe[4 * h + j] = in ? p[e0 + j] : 0.0f;
-			}
-		}
+		w8_load<FULL>(mc, m_codes, e0, n);
+		w8_load<FULL>(vc, v_codes, e0, n);
+		w8_load<FULL>(ge, g, e0, n);
+		w8_load<FULL>(pe + 4 * h, p, e0, n);
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			adam8_moments(&m[4 * h + j], &v[4 * h + j], &lm->m, &lv->m, mc[j], vc[j], am_old,
@@ -308,15 +364,12 @@ __device__ static __forceinline__ void adamw8_warp_block(float *p, uint8_t *m_co
 			}
 		}
 	}
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) {
-		am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-		av = fmaxf(av, __shfl_xor_sync(0xffffffffu, av, o));
-	}
+	am = w8_warp_max(am);
+	av = w8_warp_max(av);
 	const float dm = am > 0.0f ? am : 1.0f, dv = av > 0.0f ? av : 1.0f;
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
-		const size_t e0 = b0 + (size_t)h * 128 + (size_t)lane * 4;
+		const size_t e0 = w8_first(q, h);
 		float po[4];
 		uint8_t mc[4], vc[4];
 #pragma unroll
@@ -328,18 +381,11 @@ __device__ static __forceinline__ void adamw8_warp_block(float *p, uint8_t *m_co
 			mc[j] = q8_lut_code(lm, __fdiv_rn(m[e], dm));
 			vc[j] = q8_lut_code(lv, __fdiv_rn(v[e], dv));
 		}
-		if (FULL) {
-			*(float4 *)(p + e0) = make_float4(po[0], po[1], po[2], po[3]);
-			*(uchar4 *)(m_codes + e0) = make_uchar4(mc[0], mc[1], mc[2], mc[3]);
-			*(uchar4 *)(v_codes + e0) = make_uchar4(vc[0], vc[1], vc[2], vc[3]);
-		} else {
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-				if (e0 + j < n)
-					p[e0 + j] = po[j], m_codes[e0 + j] = mc[j], v_codes[e0 + j] = vc[j];
-		}
+		w8_store<FULL>(p, po, e0, n);
+		w8_store<FULL>(m_codes, mc, e0, n);
+		w8_store<FULL>(v_codes, vc, e0, n);
 	}
-	if (lane == 0)
+	if (threadIdx.x % 32 == 0)
 		m_absmax[q] = am, v_absmax[q] = av;
 }
 
@@ -414,6 +460,65 @@ __global__ void sgd8_kernel(float *p, uint8_t *mom_codes, float *mom_absmax, con
 		mom_absmax[b] = amax;
 }
 
+/* sgd8_kernel's step, one warp per block of 256 (the layout above) */
+template <bool FULL>
+__device__ static __forceinline__ void sgd8_warp_block(float *p, uint8_t *codes, float *absmax,
+						       const float *g, size_t n, size_t q,
+						       const q8_lut_smem *l, const st_sgd8_args &a)
+{
+	const float old = a.first_step ? 0.0f : absmax[q];
+	float pe[8], m[8], amax = 0.0f;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const size_t e0 = w8_first(q, h);
+		uint8_t c[4];
+		float ge[4];
+		w8_load<FULL>(c, codes, e0, n);
+		w8_load<FULL>(ge, g, e0, n);
+		w8_load<FULL>(pe + 4 * h, p, e0, n);
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			m[4 * h + j] = sgd8_mom(&l->m, c[j], old, ge[j], pe[4 * h + j], a);
+			if (FULL || e0 + j < n) {
+				amax = fmaxf(amax, fabsf(m[4 * h + j]));
+			}
+		}
+	}
+	amax = w8_warp_max(amax);
+	const float div = amax > 0.0f ? amax : 1.0f;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const size_t e0 = w8_first(q, h);
+		float po[4];
+		uint8_t c[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			po[j] = __fsub_rn(pe[4 * h + j], __fmul_rn(a.lr, m[4 * h + j]));
+			c[j] = q8_lut_code(l, __fdiv_rn(m[4 * h + j], div));
+		}
+		w8_store<FULL>(p, po, e0, n);
+		w8_store<FULL>(codes, c, e0, n);
+	}
+	if (threadIdx.x % 32 == 0)
+		absmax[q] = amax;
+}
+
+__global__ void __launch_bounds__(32 * W8_WARPS)
+	sgd8_warp_kernel(float *p, uint8_t *codes, float *absmax, const float *g, size_t n,
+			 st_sgd8_args a)
+{
+	__shared__ q8_lut_smem l;
+	q8_load_lut(&l, a.map);
+	const size_t nq = (n + 255) / 256, full = n / 256;
+	for (size_t q = (size_t)blockIdx.x * W8_WARPS + threadIdx.x / 32; q < nq;
+	     q += (size_t)gridDim.x * W8_WARPS) {
+		if (q < full)
+			sgd8_warp_block<true>(p, codes, absmax, g, n, q, &l, a);
+		else
+			sgd8_warp_block<false>(p, codes, absmax, g, n, q, &l, a);
+	}
+}
+
 /* mom_codes NULL: p = p - lr * g' */
 __global__ void sgd_plain_kernel(float *p, const float *g, size_t n, st_sgd8_args a)
 {
@@ -457,24 +562,33 @@ extern "C" cudaError_t cuda_adamw8_step_general(float *p, uint8_t *m_codes, uint
 	return cudaGetLastError();
 }
 
-/* thread blocks of the persistent warp kernel: as many as fit at once */
-static unsigned adamw8_warp_grid(size_t nq)
+/* thread blocks of a persistent warp kernel: as many as fit at once. *cache
+ * holds the kernel's count for the first device used (one GPU is what runs),
+ * set only when the queries worked. */
+static unsigned warp_grid(size_t nq, const void *kernel, int *cache)
 {
-	static int resident; /* of the first device used: one GPU is what runs */
-	int fit = resident;
+	int fit = *cache;
 	if (!fit) {
 		int dev = 0, sms = 0, per_sm = 0;
 		if (cudaGetDevice(&dev) == cudaSuccess &&
 		    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8_warp_kernel,
-								  32 * W8_WARPS, 0) == cudaSuccess &&
+		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * W8_WARPS, 0) ==
+			    cudaSuccess &&
 		    sms > 0 && per_sm > 0)
-			fit = resident = sms * per_sm; /* cached only when the queries worked */
+			fit = *cache = sms * per_sm;
 		else
-			fit = 132 * 4; /* an H100 at this kernel's occupancy */
+			fit = 132 * 4; /* an H100 at these kernels' occupancy */
 	}
 	const size_t want = (nq + W8_WARPS - 1) / W8_WARPS;
 	return (unsigned)(want < (size_t)fit ? want : (size_t)fit);
+}
+
+/* the warp kernels' conditions: block 256, 16-byte aligned fp32 arrays,
+ * 4-byte aligned codes */
+static bool warp_path(int block, const void *f0, const void *f1, const void *c0, const void *c1)
+{
+	return block == 256 && ((uintptr_t)f0 | (uintptr_t)f1) % 16 == 0 &&
+	       ((uintptr_t)c0 | (uintptr_t)c1) % 4 == 0;
 }
 
 extern "C" cudaError_t cuda_adamw8_step(float *p, uint8_t *m_codes, uint8_t *v_codes,
@@ -483,19 +597,19 @@ extern "C" cudaError_t cuda_adamw8_step(float *p, uint8_t *m_codes, uint8_t *v_c
 {
 	if (n == 0)
 		return cudaSuccess;
-	const bool aligned = ((uintptr_t)p | (uintptr_t)g) % 16 == 0 &&
-			     ((uintptr_t)m_codes | (uintptr_t)v_codes) % 4 == 0;
-	if (a->block != 256 || !aligned)
+	if (!warp_path(a->block, p, g, m_codes, v_codes))
 		return cuda_adamw8_step_general(p, m_codes, v_codes, m_absmax, v_absmax, g, n, a,
 						stream);
-	adamw8_warp_kernel<<<adamw8_warp_grid((n + 255) / 256), 32 * W8_WARPS, 0, stream>>>(
-		p, m_codes, v_codes, m_absmax, v_absmax, g, n, *a);
+	static int fit;
+	adamw8_warp_kernel<<<warp_grid((n + 255) / 256, (const void *)adamw8_warp_kernel, &fit),
+			     32 * W8_WARPS, 0, stream>>>(p, m_codes, v_codes, m_absmax, v_absmax, g,
+							 n, *a);
 	return cudaGetLastError();
 }
 
-extern "C" cudaError_t cuda_sgd8_step(float *p, uint8_t *mom_codes, float *mom_absmax,
-				       const float *g, size_t n, const struct st_sgd8_args *a,
-				       cudaStream_t stream)
+extern "C" cudaError_t cuda_sgd8_step_general(float *p, uint8_t *mom_codes, float *mom_absmax,
+					       const float *g, size_t n,
+					       const struct st_sgd8_args *a, cudaStream_t stream)
 {
 	if (n == 0)
 		return cudaSuccess;
@@ -509,6 +623,18 @@ extern "C" cudaError_t cuda_sgd8_step(float *p, uint8_t *mom_codes, float *mom_a
 	const size_t smem = a->block <= Q8_STASH ? (size_t)a->block * sizeof(float) : 0;
 	sgd8_kernel<<<(unsigned)nblocks, q8_threads(a->block), smem, stream>>>(p, mom_codes,
 									     mom_absmax, g, n, *a);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_sgd8_step(float *p, uint8_t *mom_codes, float *mom_absmax,
+				       const float *g, size_t n, const struct st_sgd8_args *a,
+				       cudaStream_t stream)
+{
+	if (n == 0 || !mom_codes || !warp_path(a->block, p, g, mom_codes, mom_codes))
+		return cuda_sgd8_step_general(p, mom_codes, mom_absmax, g, n, a, stream);
+	static int fit;
+	sgd8_warp_kernel<<<warp_grid((n + 255) / 256, (const void *)sgd8_warp_kernel, &fit),
+			   32 * W8_WARPS, 0, stream>>>(p, mom_codes, mom_absmax, g, n, *a);
 	return cudaGetLastError();
 }
 

@@ -40,8 +40,13 @@ cudaError_t cuda_adamw8_step_general(float *p, uint8_t *m_codes, uint8_t *v_code
 				     float *m_absmax, float *v_absmax, const float *g, size_t n,
 				     const struct st_adamw8_args *a, cudaStream_t stream);
 
+/* Block 256 with aligned pointers (as above) takes a warp-per-block kernel,
+ * anything else the general one; the same bits. */
 cudaError_t cuda_sgd8_step(float *p, uint8_t *mom_codes, float *mom_absmax, const float *g,
 			   size_t n, const struct st_sgd8_args *a, cudaStream_t stream);
+cudaError_t cuda_sgd8_step_general(float *p, uint8_t *mom_codes, float *mom_absmax,
+				   const float *g, size_t n, const struct st_sgd8_args *a,
+				   cudaStream_t stream);
 
 /* For the tests: the code of each x[i] (quant_nearest's rule) by the bucket
  * table of the warp kernel (lut) and by the general kernel's binary search
