@@ -83,9 +83,9 @@ int main(int argc, char **argv)
 
 	printf("bench/q8_stages: one thread, ns per element (block %d in L1; step on %d params)\n", B,
 	       N);
-	printf("%-8s %9s %9s %9s %11s\n", "variant", "decode", "absmax", "encode", "adamw8 step");
+	printf("%-10s %9s %9s %9s %11s\n", "variant", "decode", "absmax", "encode", "adamw8 step");
 	double tg = 1e30;
-	for (int s = Q8_SCALAR; s <= Q8_AVX512; s++) {
+	for (int s = Q8_SCALAR; s < Q8_NSIMD; s++) {
 		if (!q8_simd_supported((enum q8_simd)s))
 			continue;
 		const struct q8_kernels *k = q8_kernels_get((enum q8_simd)s);
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 		for (int round = 0; round < 3; round++) {
 			double t0 = now();
 			for (int r = 0; r < reps; r++)
-				k->decode(x, codes + (r % 64) * B, B, 0.5f, map_s);
+				k->decode(x, codes + (r % 64) * B, B, 0.5f, lut);
 			best[0] = fmin(best[0], (now() - t0) / ((double)reps * B));
 			float acc = 0;
 			t0 = now();
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 			}
 			step = fmin(step, (now() - t0) / ((double)sreps * N));
 		}
-		printf("%-8s %9.3f %9.3f %9.3f %11.3f\n", q8_simd_name((enum q8_simd)s), 1e9 * best[0],
+		printf("%-10s %9.3f %9.3f %9.3f %11.3f\n", q8_simd_name((enum q8_simd)s), 1e9 * best[0],
 		       1e9 * best[1], 1e9 * best[2], 1e9 * step);
 		if (s == Q8_AVX512)
 			for (int round = 0; round < 3; round++) {

@@ -31,13 +31,13 @@ static void *xmalloc(size_t n)
 }
 
 /* The variants this CPU can run (the test reports the ones it skips). */
-static int simd_list(enum q8_simd out[3])
+static int simd_list(enum q8_simd out[Q8_NSIMD])
 {
 	/* Criterion 2.4 exits non-zero once anything is logged as a warning, so
 	 * the skip is reported as info, once per test. */
 	static int said;
 	int n = 0;
-	for (int s = Q8_SCALAR; s <= Q8_AVX512; s++)
+	for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
 		if (q8_simd_supported((enum q8_simd)s))
 			out[n++] = (enum q8_simd)s;
 		else if (!said++)
@@ -105,11 +105,14 @@ Test(quant, maps_match_definition)
 /* ---- nearest entry ---------------------------------------------------------------- */
 
 /* Brute force: smallest |x - map[k]| (in double; exact for the neighbours
- * that can tie), first (lowest) k on ties; NaN -> the index of 0. */
+ * that can tie), first (lowest) k on ties; NaN -> the index of 0; +-inf ->
+ * the last or first entry (every distance is inf; the limit of large x). */
 static int brute_nearest(const float map[256], float x)
 {
 	if (isnan(x))
 		x = 0.0f;
+	if (isinf(x))
+		return x > 0 ? 255 : 0;
 	int best = 0;
 	double bd = INFINITY;
 	for (int k = 0; k < 256; k++) {
@@ -126,7 +129,11 @@ static float *nearest_points(const float map[256], size_t n, uint64_t *seed, int
 {
 	float *x = xmalloc(n * sizeof *x);
 	*ties = 0;
-	const float fixed[] = { 0.0f, -0.0f, 1.0f, -1.0f, NAN, 1e-30f, -1e-30f, 1.5f, -1.5f };
+	/* beyond [-1, 1], inf and subnormals: the encoders' clamped ranges and
+	 * their scalar fix-up (avx512vbmi) */
+	const float fixed[] = { 0.0f,	  -0.0f,    1.0f,     -1.0f,	NAN,	  -NAN,	    1e-30f,
+				-1e-30f,  1.5f,	    -1.5f,    2.0f,	-2.5f,	  1e6f,     -1e6f,
+				INFINITY, -INFINITY, 1e-40f,  -1e-40f,	0x1p-24f, -0x1p-23f, 0x1.fffffep-24f };
 	for (size_t i = 0; i < n; i++) {
 		int kind = (int)(tu_next(seed) % 6), k = (int)(tu_next(seed) % 255);
 		double sgn = tu_next(seed) & 1 ? -1.0 : 1.0;
@@ -157,7 +164,7 @@ static float *nearest_points(const float map[256], size_t n, uint64_t *seed, int
 
 static void check_nearest(const float map[256], const char *name, uint64_t seed)
 {
-	const size_t n = 1000000;
+	const size_t n = 1000003; /* not a multiple of 64: the vector loops' tails */
 	int ties;
 	float *x = nearest_points(map, n, &seed, &ties);
 	uint8_t *want = xmalloc(n), *got = xmalloc(n);
@@ -174,7 +181,7 @@ static void check_nearest(const float map[256], const char *name, uint64_t seed)
 	/* the kernels' table encoder, absmax 1 (x / 1 == x), every variant */
 	struct q8_lut *lut = xmalloc(sizeof *lut);
 	q8_lut_build(lut, map);
-	enum q8_simd sv[3];
+	enum q8_simd sv[Q8_NSIMD];
 	int ns = simd_list(sv);
 	for (int v = 0; v < ns; v++) {
 		memset(got, 0xee, n);
@@ -187,7 +194,9 @@ static void check_nearest(const float map[256], const char *name, uint64_t seed)
 			  name, q8_simd_name(sv[v]), diff, x[first], got[first], want[first]);
 	}
 	cr_log_info("%s: 1e6 points (%d exact midpoints), table with %d mantissa bits, %d extra "
-		    "compares", name, ties, 23 - lut->shift, lut->extra);
+		    "compares; register table %s (%d keys)",
+		    name, ties, 23 - lut->shift, lut->extra, lut->rok ? "used" : "too small",
+		    lut->rkeys);
 	free(lut), free(x), free(want), free(got);
 }
 
@@ -198,6 +207,13 @@ Test(quant, nearest_is_brute_force_nearest)
 	quantmap_dynamic(u, 0);
 	check_nearest(s, "signed", 0x51);
 	check_nearest(u, "unsigned", 0x52);
+	/* the avx512vbmi encoder keeps both dynamic maps in registers */
+	struct q8_lut *ls = xmalloc(sizeof *ls), *lu = xmalloc(sizeof *lu);
+	q8_lut_build(ls, s);
+	q8_lut_build(lu, u);
+	cr_expect(ls->rok && lu->rok, "dynamic maps should fit the register table (%d, %d keys)",
+		  ls->rkeys, lu->rkeys);
+	free(ls), free(lu);
 	/* A map the one-compare table cannot serve (entries 1e-3 apart around
 	 * 0.5): exercises the extra-compare path of the encoders. */
 	for (int k = 0; k < 256; k++)
@@ -207,6 +223,7 @@ Test(quant, nearest_is_brute_force_nearest)
 	struct q8_lut *lut = xmalloc(sizeof *lut);
 	q8_lut_build(lut, c);
 	cr_expect(lut->extra > 0, "clustered map should need extra compares");
+	cr_expect(!lut->rok, "clustered map should not fit the register table");
 	free(lut);
 	check_nearest(c, "clustered", 0x53);
 }
@@ -296,7 +313,7 @@ static void check_blockwise(const float map[256], const char *mname, enum dist d
 	/* every encoder variant gives the reference's codes */
 	struct q8_lut *lut = xmalloc(sizeof *lut);
 	q8_lut_build(lut, map);
-	enum q8_simd sv[3];
+	enum q8_simd sv[Q8_NSIMD];
 	int ns = simd_list(sv);
 	uint8_t *c2 = xmalloc(n);
 	for (int v = 0; v < ns; v++) {
@@ -388,10 +405,10 @@ static void check_adam8(int block, size_t n, uint64_t seed)
 	quantmap_dynamic(u, 0);
 	float *p0 = xmalloc(n * 4), *g = xmalloc(n * 4);
 	tu_fill_normal(p0, n, 1.0, &seed);
-	enum q8_simd sv[3];
+	enum q8_simd sv[Q8_NSIMD];
 	int ns = simd_list(sv);
 	/* ref, then per variant x {1, 2 threads}, then ops table (STRATA_SIMD) */
-	struct adam_state ref = adam_alloc(n, block, p0), st[7];
+	struct adam_state ref = adam_alloc(n, block, p0), st[2 * Q8_NSIMD + 1];
 	int nst = 2 * ns + 1;
 	for (int k = 0; k < nst; k++)
 		st[k] = adam_alloc(n, block, p0);
@@ -458,11 +475,11 @@ static void check_sgd8(int block, size_t n, uint64_t seed)
 	size_t nb = (n + (size_t)block - 1) / (size_t)block;
 	float *p0 = xmalloc(n * 4), *g = xmalloc(n * 4);
 	tu_fill_normal(p0, n, 1.0, &seed);
-	enum q8_simd sv[3];
+	enum q8_simd sv[Q8_NSIMD];
 	int ns = simd_list(sv);
 	int nst = 2 * ns + 1;
-	float *p[7], *ma[7];
-	uint8_t *mc[7];
+	float *p[2 * Q8_NSIMD + 1], *ma[2 * Q8_NSIMD + 1];
+	uint8_t *mc[2 * Q8_NSIMD + 1];
 	for (int k = 0; k <= nst; k++) { /* k == nst: the reference */
 		p[k] = xmalloc(n * 4), ma[k] = xmalloc(nb * 4), mc[k] = xmalloc(n);
 		memcpy(p[k], p0, n * 4);

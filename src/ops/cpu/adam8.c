@@ -80,8 +80,8 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 			if (len > Q8_CHUNK)
 				for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 					size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
-					q->decode(mb, m_codes + b0 + c0, cl, am_old, a->map_m);
-					q->decode(vb, v_codes + b0 + c0, cl, av_old, a->map_v);
+					q->decode(mb, m_codes + b0 + c0, cl, am_old, &lut_m);
+					q->decode(vb, v_codes + b0 + c0, cl, av_old, &lut_v);
 					moments(mb, vb, g + b0 + c0, cl, &k);
 					float x = q->absmax(mb, cl), y = q->absmax(vb, cl);
 					am = x > am ? x : am;
@@ -89,8 +89,8 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 				}
 			for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 				size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
-				q->decode(mb, m_codes + b0 + c0, cl, am_old, a->map_m);
-				q->decode(vb, v_codes + b0 + c0, cl, av_old, a->map_v);
+				q->decode(mb, m_codes + b0 + c0, cl, am_old, &lut_m);
+				q->decode(vb, v_codes + b0 + c0, cl, av_old, &lut_v);
 				moments(mb, vb, g + b0 + c0, cl, &k);
 				if (len <= Q8_CHUNK) {
 					am = q->absmax(mb, cl);

@@ -39,23 +39,30 @@ int q8_simd_supported(enum q8_simd s)
 		return __builtin_cpu_supports("avx2");
 	case Q8_AVX512:
 		return __builtin_cpu_supports("avx512f");
+	case Q8_AVX512VBMI:
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vbmi");
+	case Q8_NSIMD:
+		break;
 	}
 	return 0;
 }
 
 const char *q8_simd_name(enum q8_simd s)
 {
-	return s == Q8_AVX512 ? "avx512" : s == Q8_AVX2 ? "avx2" : "scalar";
+	static const char *const names[Q8_NSIMD] = { "scalar", "avx2", "avx512", "avx512vbmi" };
+	return s >= Q8_SCALAR && s < Q8_NSIMD ? names[s] : "?";
 }
 
 enum q8_simd q8_simd_pick(void)
 {
-	enum q8_simd best = q8_simd_supported(Q8_AVX512) ? Q8_AVX512
-			    : q8_simd_supported(Q8_AVX2) ? Q8_AVX2
-							 : Q8_SCALAR;
+	enum q8_simd best = Q8_SCALAR;
+	for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
+		if (q8_simd_supported((enum q8_simd)s))
+			best = (enum q8_simd)s;
 	const char *env = getenv("STRATA_SIMD");
 	if (env)
-		for (int s = Q8_SCALAR; s <= Q8_AVX512; s++)
+		for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
 			if (!strcmp(env, q8_simd_name((enum q8_simd)s)) &&
 			    q8_simd_supported((enum q8_simd)s))
 				return (enum q8_simd)s;
@@ -79,6 +86,71 @@ static uint32_t bits_of(float x)
 	uint32_t u;
 	memcpy(&u, &x, sizeof u);
 	return u;
+}
+
+static float float_of(uint32_t u)
+{
+	float x;
+	memcpy(&x, &u, sizeof x);
+	return x;
+}
+
+/* Bucket j of 2^n in binade e of sign s, as the floats lo..hi of x (x's
+ * order); the clamped ends reach 0 and the largest finite float. */
+static void rlut_bucket(int s, int e, int n, int j, float *lo, float *hi)
+{
+	const int sh = 7 - n;
+	uint32_t ulo = (uint32_t)(e << 7 | j << sh) << 16;
+	uint32_t uhi = (uint32_t)(e << 7 | (((j + 1) << sh) - 1)) << 16 | 0xffffu;
+	if (e == Q8_R_EMIN && j == 0)
+		ulo = 0;
+	if (e == Q8_R_EMAX)
+		uhi = 0x7f7fffffu;
+	*lo = s ? -float_of(uhi) : float_of(ulo);
+	*hi = s ? -float_of(ulo) : float_of(uhi);
+}
+
+/* The register table (struct q8_lut, rok..rcode). Per sign and binade, the
+ * fewest mantissa bits n that leave at most one midpoint per bucket, so that
+ * code = c0 + (x > thr[c0]) with c0 the code of the bucket's smallest x:
+ * thr[c0] is then the first midpoint >= that x, the one inside the bucket if
+ * any. Needs thr[] sorted (q8_lut_build). Binade Q8_R_EMAX gets one bucket
+ * (every larger |x| is clamped into it); |x| of inf and NaN bits are left to
+ * the encoder's scalar fix-up. */
+static void rlut_build(struct q8_lut *t)
+{
+	memset(t->rsub, 0, sizeof t->rsub);
+	memset(t->rshift, 0, sizeof t->rshift);
+	t->rok = t->rkeys = 0;
+	int base = 0;
+	for (int s = 0; s < 2; s++)
+		for (int e = Q8_R_EMIN; e <= Q8_R_EMAX; e++) {
+			int n = 0;
+			for (; n <= (e == Q8_R_EMAX ? 0 : 7); n++) {
+				int fits = 1;
+				for (int j = 0; j < 1 << n && fits; j++) {
+					float lo, hi;
+					rlut_bucket(s, e, n, j, &lo, &hi);
+					fits = count_above(t->thr, hi) - count_above(t->thr, lo) <= 1;
+				}
+				if (fits)
+					break;
+			}
+			if (n > (e == Q8_R_EMAX ? 0 : 7) || base + (1 << n) > 512)
+				return; /* too dense for 7 bits, or too many keys */
+			const int i = s << 5 | (e & 31), sh = 7 - n;
+			t->rshift[i] = (uint16_t)sh;
+			t->rsub[i] = (uint16_t)((e << 7) - (base << sh));
+			for (int j = 0; j < 1 << n; j++) {
+				float lo, hi;
+				rlut_bucket(s, e, n, j, &lo, &hi);
+				t->rcode[base + j] = (uint8_t)count_above(t->thr, lo);
+			}
+			base += 1 << n;
+		}
+	memset(t->rcode + base, 0, sizeof t->rcode - (size_t)base);
+	t->rkeys = base;
+	t->rok = 1;
 }
 
 /* bucket `key` starts at code c; tlow: see struct q8_lut */
@@ -176,15 +248,22 @@ void q8_lut_build(struct q8_lut *t, const float map[256])
 	if (!t->packed)
 		for (int k = 0; k < 2 * nb; k++)
 			t->entry[k] >>= 24;
+	rlut_build(t);
+	memcpy(t->map, map, sizeof t->map);
+	for (int k = 0; k < 256; k++)
+		for (int j = 0; j < 4; j++) {
+			t->thr_bytes[j][k] = (uint8_t)(bits_of(t->thr[k]) >> (8 * j));
+			t->map_bytes[j][k] = (uint8_t)(bits_of(map[k]) >> (8 * j));
+		}
 }
 
 /* ---- scalar -------------------------------------------------------------------- */
 
 static void decode_scalar(float *x, const uint8_t *codes, size_t n, float absmax,
-			  const float map[256])
+			  const struct q8_lut *t)
 {
 	for (size_t i = 0; i < n; i++)
-		x[i] = map[codes[i]] * absmax;
+		x[i] = t->map[codes[i]] * absmax;
 }
 
 static float absmax_scalar(const float *x, size_t n)
@@ -206,13 +285,13 @@ static void encode_scalar(uint8_t *codes, const float *x, size_t n, float absmax
 /* ---- AVX2 ------------------------------------------------------------------------ */
 
 __attribute__((target("avx2"))) static void decode_avx2(float *x, const uint8_t *codes, size_t n,
-							float absmax, const float map[256])
+							float absmax, const struct q8_lut *t)
 {
 	const __m256 s = _mm256_set1_ps(absmax);
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(x + i, _mm256_mul_ps(q8_lookup8_avx2(codes + i, map), s));
-	decode_scalar(x + i, codes + i, n - i, absmax, map);
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(q8_lookup8_avx2(codes + i, t->map), s));
+	decode_scalar(x + i, codes + i, n - i, absmax, t);
 }
 
 __attribute__((target("avx2"))) static float absmax_avx2(const float *x, size_t n)
@@ -244,14 +323,14 @@ __attribute__((target("avx2"))) static void encode_avx2(uint8_t *codes, const fl
 
 __attribute__((target("avx512f"))) static void decode_avx512(float *x, const uint8_t *codes,
 							     size_t n, float absmax,
-							     const float map[256])
+							     const struct q8_lut *t)
 {
 	const __m512 s = _mm512_set1_ps(absmax);
-	const struct q8_map512 m = q8_map512_load(map);
+	const struct q8_map512 m = q8_map512_load(t->map);
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16)
 		_mm512_storeu_ps(x + i, _mm512_mul_ps(q8_lookup16_avx512(codes + i, &m), s));
-	decode_scalar(x + i, codes + i, n - i, absmax, map);
+	decode_scalar(x + i, codes + i, n - i, absmax, t);
 }
 
 __attribute__((target("avx512f"))) static float absmax_avx512(const float *x, size_t n)
@@ -287,5 +366,5 @@ static const struct q8_kernels kernels[3] = {
 
 const struct q8_kernels *q8_kernels_get(enum q8_simd s)
 {
-	return &kernels[s];
+	return s == Q8_AVX512VBMI ? &q8_kernels_vbmi : &kernels[s];
 }

@@ -20,10 +20,12 @@
 #include <stdint.h>
 
 /* Run-time instruction-set choice: the best the CPU supports, or the one named
- * by the environment variable STRATA_SIMD=scalar|avx2|avx512 (for testing the
- * dispatch paths; a level the CPU lacks falls back to the best it has). Read on
- * every kernel call, so a test may change it between calls. */
-enum q8_simd { Q8_SCALAR, Q8_AVX2, Q8_AVX512 };
+ * by the environment variable STRATA_SIMD=scalar|avx2|avx512|avx512vbmi (for
+ * testing the dispatch paths; a level the CPU lacks falls back to the best it
+ * has). Read on every kernel call, so a test may change it between calls.
+ * avx512vbmi is AVX-512 F + BW + VBMI (Ice Lake and later, Zen 4 and later):
+ * its byte permutes keep both tables in registers (quant8_vbmi.c). */
+enum q8_simd { Q8_SCALAR, Q8_AVX2, Q8_AVX512, Q8_AVX512VBMI, Q8_NSIMD };
 enum q8_simd q8_simd_pick(void);
 int q8_simd_supported(enum q8_simd s);
 const char *q8_simd_name(enum q8_simd s);
@@ -63,7 +65,30 @@ struct q8_lut {
 	 *   unpacked: entry = c; code = c + (x > thr[c]), then `extra` times
 	 *             code += x > thr[code] */
 	uint32_t entry[2 * Q8_NB_MAX];
+	float map[256]; /* the map itself, for the decoders */
+	/* The register-resident form of the same table, for the avx512vbmi
+	 * encoder (quant8_vbmi.c), valid when rok. Buckets are finer where the
+	 * midpoints are denser: per sign s and binade e (clamped to
+	 * Q8_R_EMIN..Q8_R_EMAX), 2^n buckets on the top n <= 7 mantissa bits,
+	 * n the fewest that leave at most one midpoint per bucket. With a = the
+	 * top 16 bits of |x| (exponent, 7 mantissa bits), clamped, and
+	 * i = s << 5 | (e & 31):
+	 *   key  = (uint16_t)(a - rsub[i]) >> rshift[i]     (< 512)
+	 *   c0   = rcode[key], the code of the bucket's smallest x
+	 *   code = c0 + (x > thr[c0])
+	 * The dynamic maps need 468 (unsigned) and 384 (signed) keys. */
+	int rok, rkeys; /* rkeys: keys in use */
+	uint16_t rsub[64], rshift[64];
+	uint8_t rcode[512];
+	uint8_t thr_bytes[4][256]; /* byte j of thr[k] at [j][k] */
+	uint8_t map_bytes[4][256]; /* byte j of map[k] at [j][k] */
 };
+
+/* The clamped binades of the register table: |x| < 2^-23 (exponent field
+ * 103 is 2^-24) is one range, |x| >= 2 another; 26 exponents, distinct mod
+ * 32. */
+#define Q8_R_EMIN 103
+#define Q8_R_EMAX 128
 
 /* Build the table for a sorted 256-entry map. */
 void q8_lut_build(struct q8_lut *t, const float map[256]);
@@ -71,9 +96,9 @@ void q8_lut_build(struct q8_lut *t, const float map[256]);
 /* The ISA-specific pieces of the fused kernels. n is at most Q8_CHUNK. */
 struct q8_kernels {
 	enum q8_simd simd;
-	/* x[i] = map[codes[i]] * absmax */
+	/* x[i] = t->map[codes[i]] * absmax */
 	void (*decode)(float *x, const uint8_t *codes, size_t n, float absmax,
-		       const float map[256]);
+		       const struct q8_lut *t);
 	/* max |x[i]|, NaN ignored, 0 for n == 0 */
 	float (*absmax)(const float *x, size_t n);
 	/* codes[i] = the code of x[i] / (absmax > 0 ? absmax : 1) */
@@ -81,6 +106,7 @@ struct q8_kernels {
 		       const struct q8_lut *t);
 };
 const struct q8_kernels *q8_kernels_get(enum q8_simd s);
+extern const struct q8_kernels q8_kernels_vbmi; /* quant8_vbmi.c */
 
 /* The fused steps with an explicit variant (ops.h's adamw8_step and
  * sgd8_step use q8_simd_pick()); for the tests. */

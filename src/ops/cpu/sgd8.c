@@ -54,7 +54,7 @@ void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom
 				for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 					size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
 					if (!a->first_step)
-						q->decode(mb, mom_codes + b0 + c0, cl, old, a->map);
+						q->decode(mb, mom_codes + b0 + c0, cl, old, &lut);
 					for (size_t i = 0; i < cl; i++)
 						pb[i] = p[b0 + c0 + i];
 					sgd_update(pb, mb, g + b0 + c0, cl, a);
@@ -64,7 +64,7 @@ void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom
 			for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 				size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
 				if (!a->first_step)
-					q->decode(mb, mom_codes + b0 + c0, cl, old, a->map);
+					q->decode(mb, mom_codes + b0 + c0, cl, old, &lut);
 				sgd_update(p + b0 + c0, mb, g + b0 + c0, cl, a);
 				if (len <= Q8_CHUNK)
 					amax = q->absmax(mb, cl);
