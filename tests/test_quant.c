@@ -228,6 +228,40 @@ Test(quant, nearest_is_brute_force_nearest)
 	check_nearest(c, "clustered", 0x53);
 }
 
+/* The per-thread table cache: keyed by contents (a map changed in place gets
+ * a new table), and a lookup never evicts the table used just before it (the
+ * fused AdamW step holds two). */
+static int lut_is(const struct q8_lut *t, const float map[256])
+{
+	struct q8_lut *want = xmalloc(sizeof *want);
+	q8_lut_build(want, map);
+	int same = !memcmp(t->map, map, sizeof t->map) && !memcmp(t->thr, want->thr, sizeof t->thr) &&
+		   t->nb == want->nb && t->packed == want->packed &&
+		   !memcmp(t->entry, want->entry, 2 * (size_t)t->nb * sizeof t->entry[0]) &&
+		   !memcmp(t->rcode, want->rcode, sizeof t->rcode) && t->rok == want->rok;
+	free(want);
+	return same;
+}
+
+Test(quant, lut_cache_follows_maps)
+{
+	float a[256], b[256], c[256];
+	quantmap_dynamic(a, 1);
+	quantmap_dynamic(b, 0);
+	for (int k = 0; k < 256; k++)
+		c[k] = -1.0f + (float)k / 127.5f;
+	const struct q8_lut *ta = q8_lut_get(a), *tb = q8_lut_get(b);
+	cr_expect(ta != tb && lut_is(ta, a) && lut_is(tb, b));
+	cr_expect(q8_lut_get(a) == ta, "a cached map is rebuilt");
+	const struct q8_lut *tc = q8_lut_get(c); /* evicts b, the least recently used */
+	cr_expect(tc == tb && lut_is(ta, a) && lut_is(tc, c), "the eviction took the wrong table");
+	c[7] = c[6] + 1e-3f; /* changed in place: same pointer, a new table (in a's slot) */
+	const struct q8_lut *tc2 = q8_lut_get(c);
+	cr_expect(lut_is(tc2, c), "a map changed in place kept its old table");
+	cr_expect(tc2 == ta && memcmp(tc->map, c, sizeof tc->map) != 0,
+		  "the eviction took the wrong table");
+}
+
 /* ---- block-wise error ------------------------------------------------------------- */
 
 enum dist { D_NORMAL, D_STUDENT2, D_TINY };

@@ -64,9 +64,8 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 	const struct q8_kernels *q = q8_kernels_get(s);
 	const struct adam8_consts k = adam8_consts(a);
 	const size_t block = (size_t)a->block, nblocks = (n + block - 1) / block;
-	struct q8_lut lut_m, lut_v; /* 2 x 30 KiB, read-only in the threads */
-	q8_lut_build(&lut_m, a->map_m);
-	q8_lut_build(&lut_v, a->map_v);
+	/* read-only in the threads; the second lookup cannot evict the first */
+	const struct q8_lut *lut_m = q8_lut_get(a->map_m), *lut_v = q8_lut_get(a->map_v);
 #pragma omp parallel if (n >= CPU_PAR_MIN && nblocks > 1)
 	{
 		float mb[Q8_CHUNK], vb[Q8_CHUNK];
@@ -80,8 +79,8 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 			if (len > Q8_CHUNK)
 				for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 					size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
-					q->decode(mb, m_codes + b0 + c0, cl, am_old, &lut_m);
-					q->decode(vb, v_codes + b0 + c0, cl, av_old, &lut_v);
+					q->decode(mb, m_codes + b0 + c0, cl, am_old, lut_m);
+					q->decode(vb, v_codes + b0 + c0, cl, av_old, lut_v);
 					moments(mb, vb, g + b0 + c0, cl, &k);
 					float x = q->absmax(mb, cl), y = q->absmax(vb, cl);
 					am = x > am ? x : am;
@@ -89,16 +88,16 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 				}
 			for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 				size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
-				q->decode(mb, m_codes + b0 + c0, cl, am_old, &lut_m);
-				q->decode(vb, v_codes + b0 + c0, cl, av_old, &lut_v);
+				q->decode(mb, m_codes + b0 + c0, cl, am_old, lut_m);
+				q->decode(vb, v_codes + b0 + c0, cl, av_old, lut_v);
 				moments(mb, vb, g + b0 + c0, cl, &k);
 				if (len <= Q8_CHUNK) {
 					am = q->absmax(mb, cl);
 					av = q->absmax(vb, cl);
 				}
 				update(p + b0 + c0, mb, vb, cl, &k);
-				q->encode(m_codes + b0 + c0, mb, cl, am, &lut_m);
-				q->encode(v_codes + b0 + c0, vb, cl, av, &lut_v);
+				q->encode(m_codes + b0 + c0, mb, cl, am, lut_m);
+				q->encode(v_codes + b0 + c0, vb, cl, av, lut_v);
 			}
 			m_absmax[b] = am;
 			v_absmax[b] = av;

@@ -257,6 +257,22 @@ void q8_lut_build(struct q8_lut *t, const float map[256])
 		}
 }
 
+const struct q8_lut *q8_lut_get(const float map[256])
+{
+	static _Thread_local struct q8_lut cache[2];
+	static _Thread_local int used[2], next; /* next: the least recently used */
+	for (int k = 0; k < 2; k++)
+		if (used[k] && !memcmp(cache[k].map, map, sizeof cache[k].map)) {
+			next = k ^ 1;
+			return &cache[k];
+		}
+	struct q8_lut *t = &cache[next];
+	used[next] = 1;
+	next ^= 1;
+	q8_lut_build(t, map);
+	return t;
+}
+
 /* ---- scalar -------------------------------------------------------------------- */
 
 static void decode_scalar(float *x, const uint8_t *codes, size_t n, float absmax,

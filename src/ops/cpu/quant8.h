@@ -93,6 +93,13 @@ struct q8_lut {
 /* Build the table for a sorted 256-entry map. */
 void q8_lut_build(struct q8_lut *t, const float map[256]);
 
+/* The table for `map` from a small per-thread cache (keyed by the map's
+ * contents), built on a miss: building costs about 20 us, as much as
+ * stepping 40K parameters, and the fused steps run once per tensor with the
+ * same two maps. Two slots, least recently used replaced: valid until this
+ * thread has asked for two other maps since. */
+const struct q8_lut *q8_lut_get(const float map[256]);
+
 /* The ISA-specific pieces of the fused kernels. n is at most Q8_CHUNK. */
 struct q8_kernels {
 	enum q8_simd simd;

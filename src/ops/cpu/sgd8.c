@@ -38,8 +38,7 @@ void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom
 	}
 	const struct q8_kernels *q = q8_kernels_get(s);
 	const size_t block = (size_t)a->block, nblocks = (n + block - 1) / block;
-	struct q8_lut lut;
-	q8_lut_build(&lut, a->map);
+	const struct q8_lut *lut = q8_lut_get(a->map);
 #pragma omp parallel if (n >= CPU_PAR_MIN && nblocks > 1)
 	{
 		float mb[Q8_CHUNK], pb[Q8_CHUNK];
@@ -54,7 +53,7 @@ void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom
 				for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 					size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
 					if (!a->first_step)
-						q->decode(mb, mom_codes + b0 + c0, cl, old, &lut);
+						q->decode(mb, mom_codes + b0 + c0, cl, old, lut);
 					for (size_t i = 0; i < cl; i++)
 						pb[i] = p[b0 + c0 + i];
 					sgd_update(pb, mb, g + b0 + c0, cl, a);
@@ -64,11 +63,11 @@ void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom
 			for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 				size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
 				if (!a->first_step)
-					q->decode(mb, mom_codes + b0 + c0, cl, old, &lut);
+					q->decode(mb, mom_codes + b0 + c0, cl, old, lut);
 				sgd_update(p + b0 + c0, mb, g + b0 + c0, cl, a);
 				if (len <= Q8_CHUNK)
 					amax = q->absmax(mb, cl);
-				q->encode(mom_codes + b0 + c0, mb, cl, amax, &lut);
+				q->encode(mom_codes + b0 + c0, mb, cl, amax, lut);
 			}
 			mom_absmax[b] = amax;
 		}
