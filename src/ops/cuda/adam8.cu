@@ -274,50 +274,35 @@ __device__ static __forceinline__ size_t w8_first(size_t q, int h)
 	return q * 256 + (size_t)h * 128 + (size_t)(threadIdx.x % 32) * 4;
 }
 
-template <bool FULL>
-__device__ static __forceinline__ void w8_load(float *out, const float *x, size_t e0, size_t n)
+/* four consecutive elements as one aligned access */
+template <typename T> struct quad;
+template <> struct quad<float> {
+	typedef float4 type;
+};
+template <> struct quad<uint8_t> {
+	typedef uchar4 type;
+};
+
+template <bool FULL, typename T>
+__device__ static __forceinline__ void w8_load(T *out, const T *x, size_t e0, size_t n)
 {
 	if (FULL) {
-		const float4 v = *(const float4 *)(x + e0);
+		const typename quad<T>::type v = *(const typename quad<T>::type *)(x + e0);
 		out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 	} else {
 #pragma unroll
 		for (int j = 0; j < 4; j++)
-			out[j] = e0 + j < n ? x[e0 + j] : 0.0f;
+			out[j] = e0 + j < n ? x[e0 + j] : T(0);
 	}
 }
 
-template <bool FULL>
-__device__ static __forceinline__ void w8_load(uint8_t *out, const uint8_t *x, size_t e0, size_t n)
+template <bool FULL, typename T>
+__device__ static __forceinline__ void w8_store(T *x, const T *v, size_t e0, size_t n)
 {
 	if (FULL) {
-		const uchar4 v = *(const uchar4 *)(x + e0);
-		out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-	} else {
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			out[j] = e0 + j < n ? x[e0 + j] : 0;
-	}
-}
-
-template <bool FULL>
-__device__ static __forceinline__ void w8_store(float *x, const float *v, size_t e0, size_t n)
-{
-	if (FULL) {
-		*(float4 *)(x + e0) = make_float4(v[0], v[1], v[2], v[3]);
-	} else {
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			if (e0 + j < n)
-				x[e0 + j] = v[j];
-	}
-}
-
-template <bool FULL>
-__device__ static __forceinline__ void w8_store(uint8_t *x, const uint8_t *v, size_t e0, size_t n)
-{
-	if (FULL) {
-		*(uchar4 *)(x + e0) = make_uchar4(v[0], v[1], v[2], v[3]);
+		typename quad<T>::type q;
+		q.x = v[0], q.y = v[1], q.z = v[2], q.w = v[3];
+		*(typename quad<T>::type *)(x + e0) = q;
 	} else {
 #pragma unroll
 		for (int j = 0; j < 4; j++)
