@@ -51,11 +51,34 @@ static inline int cu_run(char *out, size_t out_len, const char *fmt, ...)
 	return WEXITSTATUS(st);
 }
 
-/* A fresh temporary directory (removed by the OS tmp cleaner; tests are small). */
+/* Temporary directories made by cu_tmpdir, removed when the test process
+ * exits (Criterion runs each test in its own process). Some hold hundreds of
+ * MB (the offload tests' models and swap files): left behind, repeated runs
+ * filled the build machine's disk. A directory with a file system still
+ * mounted in it keeps that part (rm --one-file-system). */
+static char cu_tmp_dirs[16][256];
+static int cu_tmp_n;
+
+static inline void cu_tmp_cleanup(void)
+{
+	for (int i = 0; i < cu_tmp_n; i++) {
+		char cmd[320];
+		snprintf(cmd, sizeof cmd, "rm -rf --one-file-system '%s'", cu_tmp_dirs[i]);
+		if (system(cmd) != 0)
+			fprintf(stderr, "note: could not remove %s\n", cu_tmp_dirs[i]);
+	}
+	cu_tmp_n = 0;
+}
+
+/* A fresh temporary directory, removed at exit (above). */
 static inline void cu_tmpdir(char *buf, size_t n, const char *tag)
 {
 	snprintf(buf, n, "/tmp/strata-test-%s-XXXXXX", tag);
 	cr_assert(mkdtemp(buf), "mkdtemp failed");
+	if (cu_tmp_n == 0)
+		atexit(cu_tmp_cleanup);
+	if (cu_tmp_n < 16 && strlen(buf) < sizeof cu_tmp_dirs[0])
+		strcpy(cu_tmp_dirs[cu_tmp_n++], buf);
 }
 
 /* Deterministic pseudo-English text of about `bytes` bytes. */
