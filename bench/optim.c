@@ -154,7 +154,7 @@ int main(int argc, char **argv)
 	 * so memory bandwidth does not bound them. A kernel whose in-cache rate
 	 * is below its bandwidth-bound rate (ceiling / bytes per param) is
 	 * compute-bound on this machine. */
-	const size_t nc = (size_t)32768 * (size_t)threads;
+	const size_t nc = (size_t)32768 * (size_t)threads < n ? (size_t)32768 * (size_t)threads : n;
 	const int creps = (int)(((size_t)1 << 30) / nc); /* about 1G params each */
 	double c32 = 1e30, c8 = 1e30;
 	for (int k = 0; k < 3; k++) {
