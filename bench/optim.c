@@ -181,9 +181,10 @@ int main(int argc, char **argv)
 	const double gb32 = b32 * ps32 / 1e9, gb8 = b8 * ps8 / 1e9;
 	const char *simd = getenv("STRATA_SIMD");
 
-	printf("bench/optim: %zu params (%.0fM), %d threads, block %d, best of %d, 8-bit lookups %s%s%s\n",
+	printf("bench/optim: %zu params (%.0fM), %d threads, block %d, best of %d, "
+	       "8-bit lookups %s (%s)%s%s\n",
 	       n, (double)n / 1048576.0, threads, block, reps, q8_simd_name(q8_simd_pick()),
-	       simd ? ", STRATA_SIMD=" : "", simd ? simd : "");
+	       q8_simd_describe(q8_simd_pick()), simd ? ", STRATA_SIMD=" : "", simd ? simd : "");
 	printf("ceiling: triad %.1f GB/s, a+=s*b %.1f GB/s -> %.1f GB/s\n", gbs_triad, gbs_axpy,
 	       ceiling);
 	printf("%-12s %10s %12s %9s %9s %12s %11s\n", "kernel", "step ms", "params/s", "B/param",
@@ -207,6 +208,7 @@ int main(int argc, char **argv)
 		}
 		fprintf(f,
 			"{\"params\": %zu, \"threads\": %d, \"block\": %d, \"reps\": %d, \"simd\": \"%s\", "
+			"\"simd_pieces\": \"%s\", "
 			"\"triad_gbs\": %.3f, \"axpy_gbs\": %.3f, \"ceiling_gbs\": %.3f, "
 			"\"adamw_fp32\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
 			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
@@ -215,9 +217,10 @@ int main(int argc, char **argv)
 			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f, "
 			"\"in_cache\": {\"params\": %zu, \"fp32_params_per_s\": %.4e, "
 			"\"adamw_8bit_params_per_s\": %.4e}}\n",
-			n, threads, block, reps, q8_simd_name(q8_simd_pick()), gbs_triad, gbs_axpy,
-			ceiling, t32, ps32, b32, gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling,
-			ps8 / ps32, nc, cps32, cps8);
+			n, threads, block, reps, q8_simd_name(q8_simd_pick()),
+			q8_simd_describe(q8_simd_pick()), gbs_triad, gbs_axpy, ceiling, t32, ps32, b32,
+			gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, cps32,
+			cps8);
 		fclose(f);
 	}
 	free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va);

@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +45,7 @@ int q8_simd_supported(enum q8_simd s)
 	case Q8_AVX512:
 		return __builtin_cpu_supports("avx512f");
 	case Q8_AVX512VBMI:
+	case Q8_TUNED:
 		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 		       __builtin_cpu_supports("avx512vbmi");
 	case Q8_NSIMD:
@@ -54,24 +56,26 @@ int q8_simd_supported(enum q8_simd s)
 
 const char *q8_simd_name(enum q8_simd s)
 {
-	static const char *const names[Q8_NSIMD] = { "scalar", "avx2", "avx512", "avx512vbmi" };
+	static const char *const names[Q8_NSIMD] = { "scalar", "avx2", "avx512", "avx512vbmi",
+						     "tuned" };
 	return s >= Q8_SCALAR && s < Q8_NSIMD ? names[s] : "?";
 }
 
-/* Seconds for one decode + encode pass of variant s over n values in
- * 256-value blocks (the fused steps' pattern), best of `rounds`. */
-static double time_variant(enum q8_simd s, const struct q8_lut *t, float *x, uint8_t *c, size_t n,
-			   int rounds)
+/* Seconds per pass of variant s's decoder (which = 0) or encoder (1) over n
+ * values in 256-value blocks, the fused steps' pattern; best of `rounds`. */
+static double time_piece(enum q8_simd s, int which, const struct q8_lut *t, float *x, uint8_t *c,
+			 size_t n, int rounds)
 {
 	const struct q8_kernels *k = q8_kernels_get(s);
 	double best = 1e30;
 	for (int r = 0; r < rounds; r++) {
 		struct timespec a, b;
 		clock_gettime(CLOCK_MONOTONIC, &a);
-		for (size_t i = 0; i < n; i += 256) {
-			k->decode(x + i, c + i, 256, 0.5f, t);
-			k->encode(c + i, x + i, 256, k->absmax(x + i, 256), t);
-		}
+		for (size_t i = 0; i < n; i += 256)
+			if (which)
+				k->encode(c + i, x + i, 256, 0.5f, t);
+			else
+				k->decode(x + i, c + i, 256, 0.5f, t);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		const double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
 		best = dt < best ? dt : best;
@@ -79,33 +83,56 @@ static double time_variant(enum q8_simd s, const struct q8_lut *t, float *x, uin
 	return best;
 }
 
-/* avx512 or avx512vbmi, whichever runs the quantizer faster here. The
- * VBMI variant trades gathers for byte permutes: 1.6x faster per core on
- * AMD Zen 5, 1.1-1.7x slower on an Intel Xeon whose permutes share one
- * port (README, "Optimizer step"). Measured once per process, about 0.2 ms;
- * the variants give the same bits, so the choice only moves the speed. */
-static enum q8_simd avx512_choice = Q8_AVX512;
-static void choose_avx512(void)
+/* The tuned variant: avx512's or avx512vbmi's decoder and encoder, each the
+ * faster one here. VBMI trades gathers and float permutes for byte permutes:
+ * on AMD Zen 5 both of its pieces are faster (1.5x, 2x); on the Intel Xeon
+ * measured its decoder was up to 2x faster and its encoder 1.2-1.7x slower
+ * (README, "Optimizer step"). Measured once per process, about 0.2 ms; all
+ * variants give the same bits, so the choice only moves the speed. */
+static struct q8_kernels tuned;
+static char tuned_desc[64];
+
+static void tune(void)
 {
 	enum { N = 8192 };
+	const struct q8_kernels *a = q8_kernels_get(Q8_AVX512), *v = &q8_kernels_vbmi;
+	tuned = (struct q8_kernels){ Q8_TUNED, a->decode, a->absmax, a->encode };
 	float map[256];
 	quantmap_dynamic(map, 1);
 	struct q8_lut *t = malloc(sizeof *t);
 	float *x = malloc(N * sizeof *x);
 	uint8_t *c = malloc(N);
-	if (!t || !x || !c)
-		goto out;
-	q8_lut_build(t, map);
-	for (size_t i = 0; i < N; i++)
-		c[i] = (uint8_t)(i * 2654435761u >> 24);
-	double a = 0, v = 0;
-	for (int r = 0; r < 3; r++) { /* interleaved against drift */
-		a += time_variant(Q8_AVX512, t, x, c, N, 3);
-		v += time_variant(Q8_AVX512VBMI, t, x, c, N, 3);
+	if (t && x && c) {
+		q8_lut_build(t, map);
+		for (size_t i = 0; i < N; i++)
+			c[i] = (uint8_t)(i * 2654435761u >> 24);
+		double ta[2] = { 0, 0 }, tv[2] = { 0, 0 };
+		for (int r = 0; r < 3; r++) /* interleaved against drift */
+			for (int w = 0; w < 2; w++) {
+				ta[w] += time_piece(Q8_AVX512, w, t, x, c, N, 3);
+				tv[w] += time_piece(Q8_AVX512VBMI, w, t, x, c, N, 3);
+			}
+		if (tv[0] < ta[0])
+			tuned.decode = v->decode;
+		if (tv[1] < ta[1])
+			tuned.encode = v->encode;
 	}
-	avx512_choice = v < a ? Q8_AVX512VBMI : Q8_AVX512;
-out:
 	free(t), free(x), free(c);
+	snprintf(tuned_desc, sizeof tuned_desc, "decode %s, encode %s",
+		 tuned.decode == v->decode ? "avx512vbmi" : "avx512",
+		 tuned.encode == v->encode ? "avx512vbmi" : "avx512");
+}
+
+static const struct q8_kernels *tuned_get(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, tune);
+	return &tuned;
+}
+
+const char *q8_simd_describe(enum q8_simd s)
+{
+	return s == Q8_TUNED ? (tuned_get(), tuned_desc) : q8_simd_name(s);
 }
 
 enum q8_simd q8_simd_pick(void)
@@ -114,11 +141,6 @@ enum q8_simd q8_simd_pick(void)
 	for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
 		if (q8_simd_supported((enum q8_simd)s))
 			best = (enum q8_simd)s;
-	if (best == Q8_AVX512VBMI) {
-		static pthread_once_t once = PTHREAD_ONCE_INIT;
-		pthread_once(&once, choose_avx512);
-		best = avx512_choice;
-	}
 	const char *env = getenv("STRATA_SIMD");
 	if (env)
 		for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
@@ -441,5 +463,5 @@ static const struct q8_kernels kernels[3] = {
 
 const struct q8_kernels *q8_kernels_get(enum q8_simd s)
 {
-	return s == Q8_AVX512VBMI ? &q8_kernels_vbmi : &kernels[s];
+	return s == Q8_AVX512VBMI ? &q8_kernels_vbmi : s == Q8_TUNED ? tuned_get() : &kernels[s];
 }

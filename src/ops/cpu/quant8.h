@@ -20,18 +20,21 @@
 #include <stdint.h>
 
 /* Run-time instruction-set choice: the best the CPU supports, or the one named
- * by the environment variable STRATA_SIMD=scalar|avx2|avx512|avx512vbmi (for
- * testing the dispatch paths; a level the CPU lacks falls back to the best it
- * has). Read on every kernel call, so a test may change it between calls.
- * avx512vbmi is AVX-512 F + BW + VBMI (Ice Lake and later, Zen 4 and later):
- * its byte permutes keep both tables in registers (quant8_vbmi.c). Where a
- * CPU has it, "best" is whichever of avx512 and avx512vbmi ran faster in a
- * 0.2 ms measurement on first use: the permutes win on AMD Zen 5 and lose on
- * an Intel Xeon. */
-enum q8_simd { Q8_SCALAR, Q8_AVX2, Q8_AVX512, Q8_AVX512VBMI, Q8_NSIMD };
+ * by the environment variable STRATA_SIMD=scalar|avx2|avx512|avx512vbmi|tuned
+ * (for testing the dispatch paths; a level the CPU lacks falls back to the
+ * best it has). Read on every kernel call, so a test may change it between
+ * calls. avx512vbmi is AVX-512 F + BW + VBMI (Ice Lake and later, Zen 4 and
+ * later): byte permutes keep both tables in registers (quant8_vbmi.c). Where
+ * a CPU has it, the best is `tuned`: the decoder and the encoder each taken
+ * from avx512 or avx512vbmi, whichever ran faster in a 0.2 ms measurement on
+ * first use (the permutes win on AMD Zen 5; on an Intel Xeon only the
+ * decoder's did). */
+enum q8_simd { Q8_SCALAR, Q8_AVX2, Q8_AVX512, Q8_AVX512VBMI, Q8_TUNED, Q8_NSIMD };
 enum q8_simd q8_simd_pick(void);
 int q8_simd_supported(enum q8_simd s);
 const char *q8_simd_name(enum q8_simd s);
+/* the name, and for `tuned` which pieces it took ("decode avx512vbmi, ...") */
+const char *q8_simd_describe(enum q8_simd s);
 
 /* Quantization blocks up to this many elements are updated in one pass through
  * a stack buffer (2 x 8 KiB per thread for Adam, in L1); larger blocks take

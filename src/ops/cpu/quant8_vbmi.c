@@ -27,7 +27,8 @@
 #include "ops/cpu/quant8_simd.h"
 
 #define VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
-#define VBMI_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vbmi")))
+#define VBMI_INLINE \
+	static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vbmi")))
 
 /* Byte position p takes element 16((p >> 2) & 3) + 4(p >> 4) + (p & 3). */
 #define ORD(p) (uint8_t)(16 * (((p) >> 2) & 3) + 4 * ((p) >> 4) + ((p)&3))
@@ -37,7 +38,8 @@ static const uint8_t order_idx[64] __attribute__((aligned(64))) = { ORD16(0), OR
 								    ORD16(48) };
 
 /* Word i takes the high half of float i of a 32-float pair of vectors. */
-#define ODD4(i) (uint16_t)(2 * (i) + 1), (uint16_t)(2 * (i) + 3), (uint16_t)(2 * (i) + 5), (uint16_t)(2 * (i) + 7)
+#define ODD(i) (uint16_t)(2 * (i) + 1)
+#define ODD4(i) ODD(i), ODD(i + 1), ODD(i + 2), ODD(i + 3)
 #define ODD16(i) ODD4(i), ODD4(i + 4), ODD4(i + 8), ODD4(i + 12)
 static const uint16_t odd_idx[32] __attribute__((aligned(64))) = { ODD16(0), ODD16(16) };
 
