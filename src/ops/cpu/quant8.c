@@ -30,7 +30,6 @@
 #include <string.h>
 #include <time.h>
 
-
 /* ---- dispatch ---------------------------------------------------------------- */
 
 int q8_simd_supported(enum q8_simd s)

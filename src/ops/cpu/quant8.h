@@ -1,6 +1,6 @@
 /* Internal to the CPU backend: the 8-bit block-wise (de)quantizer under the
  * fused 8-bit optimizer kernels (adam8.c, sgd8.c), in four instruction-set
- * variants chosen at run time.
+ * variants and a tuned mix of two, chosen at run time.
  *
  * Every variant returns exactly what optim/quantmap.c's scalar reference
  * returns (quant_nearest's tie rule: nearest map entry, exact midpoint -> the
@@ -90,9 +90,9 @@ struct q8_lut {
 	uint8_t map_bytes[4][256]; /* byte j of map[k] at [j][k] */
 };
 
-/* The clamped binades of the register table: |x| < 2^-23 (exponent field
- * 103 is 2^-24) is one range, |x| >= 2 another; 26 exponents, distinct mod
- * 32. */
+/* The register table's binades, by exponent field: |x| below 2^-24 (field
+ * 103) is clamped into the first bucket of binade 103, and |x| >= 2 into the
+ * one bucket of 128; 26 exponents, distinct mod 32. */
 #define Q8_R_EMIN 103
 #define Q8_R_EMAX 128
 
