@@ -77,12 +77,14 @@ $(BUILD)/tests/%: tests/%.c $(LIB) tests/testutil.h tests/cliutil.h tests/jsonut
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) -lcriterion
 
-$(BUILD)/bench/%: bench/%.c $(LIB)
+# The benchmarks parse their options with the CLI's parser (src/cli/args.c).
+BENCH_OBJ := $(BUILD)/src/cli/args.o
+$(BUILD)/bench/%: bench/%.c $(BENCH_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) $(BENCH_LIBS)
+	$(CC) $(CFLAGS) $< $(BENCH_OBJ) $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) $(BENCH_LIBS)
 
 # Each suite runs in its own process, one at a time (they use both cores).
-test: $(BIN) $(TEST_BIN)
+test: $(BIN) $(TEST_BIN) $(BENCH_BIN)
 	@STRATA_BIN=$(abspath $(BIN)) sh tests/run-all.sh $(TEST_BIN)
 
 # `make bench` runs all of them; `make bench BENCH=optim` (or train) one.
@@ -96,4 +98,4 @@ refdata:
 clean:
 	rm -rf $(BUILD)
 
--include $(OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(BENCH_BIN:=.d) $(TEST_BIN:=.d)

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/cli.h"
 #include "engine/session.h"
 #include "optim/galore.h"
 #include "optim/galore_proj.h"
@@ -191,35 +192,37 @@ static int bench_preset(const char *preset, int B, int T, int steps, int gap, in
 
 int main(int argc, char **argv)
 {
-	const char *presets = "llama-60m,llama-130m", *json = NULL, *projs = "randomized";
-	int B = 4, T = 256, steps = 20, gap = 200, spread = 8;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--presets"))
-			presets = argv[i + 1];
-		else if (!strcmp(argv[i], "--batch"))
-			B = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--seq"))
-			T = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--steps"))
-			steps = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--gap"))
-			gap = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--spread"))
-			spread = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--proj"))
-			projs = argv[i + 1];
-		else if (!strcmp(argv[i], "--json"))
-			json = argv[i + 1];
-		else {
-			fprintf(stderr, "galore: unknown option %s (see the file's comment)\n", argv[i]);
-			return 2;
-		}
+	struct cli_args args;
+	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
+		return 2;
+	if (cli_has(&args, "help")) {
+		printf("usage: bench/galore [--presets llama-60m,llama-130m] [--batch 4] [--seq 256]\n"
+		       "                    [--steps 20] [--gap 200] [--spread 8] [--proj randomized|svd]\n"
+		       "                    [--json FILE]\n"
+		       "Step times of GaLore-AdamW and GaLore-AdamW8bit against AdamW on the\n"
+		       "presets, and the cost of projector refreshes (see the file's comment).\n");
+		return 0;
 	}
-	if (B < 1 || T < 2 || steps < 3 || steps > MAX_STEPS || gap < 1 || spread < 1) {
-		fprintf(stderr, "galore: need --batch >= 1, --seq >= 2, 3 <= --steps <= %d, --gap >= 1, "
-				"--spread >= 1\n", MAX_STEPS);
+	const char *presets, *json, *projs;
+	long lb, lt, ls, lg, lsp;
+	if (cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
+	    cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	    cli_get_str(&args, "proj", "randomized", &projs) != ST_OK ||
+	    cli_get_long(&args, "batch", 4, &lb) != ST_OK || cli_get_long(&args, "seq", 256, &lt) != ST_OK ||
+	    cli_get_long(&args, "steps", 20, &ls) != ST_OK ||
+	    cli_get_long(&args, "gap", 200, &lg) != ST_OK ||
+	    cli_get_long(&args, "spread", 8, &lsp) != ST_OK ||
+	    cli_check_unused(&args, "bench/galore") != ST_OK)
+		return 2;
+	if (lb < 1 || lb > 4096 || lt < 2 || lt > 65536 || ls < 3 || ls > MAX_STEPS || lg < 1 ||
+	    lg > 1000000 || lsp < 1 || lsp > 1000000 ||
+	    (strcmp(projs, "svd") && strcmp(projs, "randomized"))) {
+		fprintf(stderr, "bench/galore: need 1 <= --batch <= 4096, 2 <= --seq <= 65536, "
+				"3 <= --steps <= %d, --gap and --spread >= 1, --proj randomized or svd\n",
+			MAX_STEPS);
 		return 2;
 	}
+	const int B = (int)lb, T = (int)lt, steps = (int)ls, gap = (int)lg, spread = (int)lsp;
 	const enum st_galore_proj proj = strcmp(projs, "svd") ? ST_GALORE_RANDOMIZED : ST_GALORE_SVD;
 	struct result res[8];
 	int nr = 0;

@@ -4,7 +4,7 @@
  * blocks, depth 32: the stronger ceiling) where fio is installed.
  *
  * usage: io [--dir DIR]... [--gib 1] [--slab-mib 64] [--block 1M] [--depth 16]
- *           [--reps 5] [--json FILE]
+ *           [--reps 3] [--json FILE]
  * The store moves whole slabs (a unit's weights or state: tens to hundreds of
  * MiB), handed to the engine in batches of up to 32; it is timed the same
  * way, best of --reps passes. dd writes and reads one file of the same size with
@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "engine/place.h"
 #include "store/io.h"
 #include "util/check.h"
@@ -94,39 +95,49 @@ static int stream(struct st_io *io, int writing, void *buf, size_t slab, size_t 
 
 int main(int argc, char **argv)
 {
-	const char *dirs[16];
-	int n_dirs = 0, depth = 16, reps = 3;
-	double gib = 1;
-	size_t slab = 64u << 20, block = 1u << 20;
-	const char *json = NULL;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!v) {
-			fprintf(stderr, "io: %s needs a value\n", a);
-			return 2;
-		}
-		if (!strcmp(a, "--dir") && n_dirs < 16)
-			dirs[n_dirs++] = v;
-		else if (!strcmp(a, "--gib"))
-			gib = atof(v);
-		else if (!strcmp(a, "--slab-mib"))
-			slab = (size_t)atol(v) << 20;
-		else if (!strcmp(a, "--block")) {
-			if (parse_bytes(v, &block, "--block") != ST_OK)
-				return 2;
-		} else if (!strcmp(a, "--depth"))
-			depth = atoi(v);
-		else if (!strcmp(a, "--reps"))
-			reps = atoi(v);
-		else if (!strcmp(a, "--json"))
-			json = v;
-		else {
-			fprintf(stderr, "usage: io [--dir DIR]... [--gib 1] [--slab-mib 64] [--block 1M] "
-					"[--depth 16] [--reps 5] [--json FILE]\n");
-			return 2;
-		}
-		i++;
+	struct cli_args args;
+	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
+		return 2;
+	if (cli_has(&args, "help")) {
+		printf("usage: bench/io [--dir DIR]... [--gib 1] [--slab-mib 64] [--block 1M] [--depth 16]\n"
+		       "                [--reps 3] [--json FILE]\n"
+		       "Streaming write and read rate of the disk tier over the --dir directories\n"
+		       "(default: a temporary one under bench/results/), against dd and fio with\n"
+		       "O_DIRECT on the same directories; best of --reps passes.\n");
+		return 0;
 	}
+	const char *dirs[16];
+	int n_dirs = 0;
+	for (int i = 0; i < args.n; i++) /* --dir may repeat: one stripe each */
+		if (!strcmp(args.key[i], "dir")) {
+			if (args.val[i] == cli_bare || n_dirs == 16) {
+				fprintf(stderr, "bench/io: give up to 16 --dir DIR\n");
+				return 2;
+			}
+			dirs[n_dirs++] = args.val[i];
+			args.used[i] = 1;
+		}
+	const char *json, *blocks;
+	double gib;
+	long slab_mib, ldepth, lreps;
+	size_t block;
+	if (cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	    cli_get_str(&args, "block", "1M", &blocks) != ST_OK ||
+	    parse_bytes(blocks, &block, "--block") != ST_OK ||
+	    cli_get_double(&args, "gib", 1, &gib) != ST_OK ||
+	    cli_get_long(&args, "slab-mib", 64, &slab_mib) != ST_OK ||
+	    cli_get_long(&args, "depth", 16, &ldepth) != ST_OK ||
+	    cli_get_long(&args, "reps", 3, &lreps) != ST_OK ||
+	    cli_check_unused(&args, "bench/io") != ST_OK)
+		return 2;
+	if (slab_mib < 1 || slab_mib > 65536 || gib * 1024 < (double)slab_mib || gib > 65536 ||
+	    block < 4096 || block % 4096 || ldepth < 1 || ldepth > 4096 || lreps < 1 || lreps > 1000) {
+		fprintf(stderr, "bench/io: need 1 <= --slab-mib <= --gib x 1024, --block a multiple of "
+				"4K, 1 <= --depth <= 4096, 1 <= --reps <= 1000\n");
+		return 2;
+	}
+	const size_t slab = (size_t)slab_mib << 20;
+	const int depth = (int)ldepth, reps = (int)lreps;
 	char tmp[] = "bench/results/.io-XXXXXX";
 	if (!n_dirs) {
 		if (!mkdtemp(tmp)) {

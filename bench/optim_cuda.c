@@ -22,8 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "ops/ops.h"
 #include "optim/quantmap.h"
+#include "util/check.h"
 
 #ifdef ST_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -154,25 +156,28 @@ static double time_kernel(enum kern k, struct bufs *b, int reps)
 
 int main(int argc, char **argv)
 {
-	size_t n = (size_t)256 << 20;
-	int reps = 20;
-	const char *json = NULL;
-	for (int i = 1; i < argc; i++) {
-		if (i + 1 < argc && !strcmp(argv[i], "--params"))
-			n = (size_t)atoll(argv[++i]);
-		else if (i + 1 < argc && !strcmp(argv[i], "--reps"))
-			reps = atoi(argv[++i]);
-		else if (i + 1 < argc && !strcmp(argv[i], "--json"))
-			json = argv[++i];
-		else {
-			fprintf(stderr, "usage: optim_cuda [--params N] [--reps R] [--json FILE]\n");
-			return 2;
-		}
+	struct cli_args args;
+	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
+		return 2;
+	if (cli_has(&args, "help")) {
+		printf("usage: bench/optim_cuda [--params 268435456] [--reps 20] [--json FILE]\n"
+		       "The optimizer kernels on the GPU against its bandwidth ceiling (a\n"
+		       "device-to-device copy) measured in the same run; median of --reps calls.\n");
+		return 0;
 	}
-	if (n < 4096 || reps < 1) {
-		fprintf(stderr, "optim_cuda: need --params >= 4096 and --reps >= 1\n");
+	const char *json;
+	long params, lreps;
+	if (cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	    cli_get_long(&args, "params", 256L << 20, &params) != ST_OK ||
+	    cli_get_long(&args, "reps", 20, &lreps) != ST_OK ||
+	    cli_check_unused(&args, "bench/optim_cuda") != ST_OK)
+		return 2;
+	if (params < 4096 || lreps < 1 || lreps > 100000) {
+		fprintf(stderr, "bench/optim_cuda: need --params >= 4096 and 1 <= --reps <= 100000\n");
 		return 2;
 	}
+	const size_t n = (size_t)params;
+	const int reps = (int)lreps;
 	int count = 0;
 	if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
 		printf("optim_cuda: no CUDA device here: nothing measured\n");

@@ -21,9 +21,11 @@
 
 #include <immintrin.h>
 
+#include "cli/cli.h"
 #include "ops/cpu/quant8.h"
 #include "ops/ops.h"
 #include "optim/quantmap.h"
+#include "util/check.h"
 
 static double now(void)
 {
@@ -56,14 +58,24 @@ __attribute__((target("avx512f"))) static void gather_only(uint8_t *out, const f
 
 int main(int argc, char **argv)
 {
-	int reps = 20000;
-	for (int i = 1; i + 1 < argc; i += 2)
-		if (!strcmp(argv[i], "--reps"))
-			reps = atoi(argv[i + 1]);
-	if (reps < 1) {
-		fprintf(stderr, "usage: q8_stages [--reps N]\n");
+	struct cli_args args;
+	long lreps;
+	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
+		return 2;
+	if (cli_has(&args, "help")) {
+		printf("usage: bench/q8_stages [--reps 20000]\n"
+		       "Per-element cost of each stage of the CPU's 8-bit AdamW step, on one\n"
+		       "thread, for every SIMD variant this CPU has.\n");
+		return 0;
+	}
+	if (cli_get_long(&args, "reps", 20000, &lreps) != ST_OK ||
+	    cli_check_unused(&args, "bench/q8_stages") != ST_OK)
+		return 2;
+	if (lreps < 1 || lreps > 100000000) {
+		fprintf(stderr, "bench/q8_stages: need 1 <= --reps <= 100000000\n");
 		return 2;
 	}
+	const int reps = (int)lreps;
 	omp_set_num_threads(1);
 	enum { B = 256, N = 65536 };
 	float map_s[256], map_u[256];

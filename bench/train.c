@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/cli.h"
 #include "engine/session.h"
 #include "optim/optim.h"
 #include "util/check.h"
@@ -183,26 +184,32 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 
 int main(int argc, char **argv)
 {
-	const char *presets = "llama-60m,llama-130m", *json = NULL;
-	int B = 8, T = 256, V = 32000, steps = 4;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--presets"))
-			presets = argv[i + 1];
-		else if (!strcmp(argv[i], "--batch"))
-			B = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--seq"))
-			T = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--vocab"))
-			V = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--steps"))
-			steps = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--json"))
-			json = argv[i + 1];
-		else {
-			fprintf(stderr, "unknown option %s\n", argv[i]);
-			return 2;
-		}
+	struct cli_args args;
+	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
+		return 2;
+	if (cli_has(&args, "help")) {
+		printf("usage: bench/train [--presets llama-60m,llama-130m] [--batch 8] [--seq 256]\n"
+		       "                   [--vocab 32000] [--steps 4] [--json FILE]\n"
+		       "Training-step throughput of the presets against the best fp32 matmul rate\n"
+		       "(oneDNN, OpenBLAS) on the step's own shapes, measured in the same run.\n");
+		return 0;
 	}
+	const char *presets, *json;
+	long lb, lt, lv, ls;
+	if (cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
+	    cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	    cli_get_long(&args, "batch", 8, &lb) != ST_OK || cli_get_long(&args, "seq", 256, &lt) != ST_OK ||
+	    cli_get_long(&args, "vocab", 32000, &lv) != ST_OK ||
+	    cli_get_long(&args, "steps", 4, &ls) != ST_OK ||
+	    cli_check_unused(&args, "bench/train") != ST_OK)
+		return 2;
+	if (lb < 1 || lb > 4096 || lt < 2 || lt > 65536 || lv < 256 || lv > 1 << 20 || ls < 1 ||
+	    ls > 100000) {
+		fprintf(stderr, "bench/train: need 1 <= --batch <= 4096, 2 <= --seq <= 65536, "
+				"256 <= --vocab <= 1048576, 1 <= --steps <= 100000\n");
+		return 2;
+	}
+	const int B = (int)lb, T = (int)lt, V = (int)lv, steps = (int)ls;
 	printf("bench/train: %d threads, B=%d T=%d V=%d, matmul %s; OpenBLAS core %s\n",
 	       omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
 	printf("%-11s %8s %9s %9s %12s %12s %12s %7s\n", "preset", "params", "step s", "tok/s",

@@ -7,6 +7,8 @@
 #include "cli/cli.h"
 #include "util/check.h"
 
+const char cli_bare[] = "true";
+
 int cli_parse(struct cli_args *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof *a);
@@ -24,7 +26,7 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 			if (i + 1 < argc && !(argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
 				a->val[a->n] = argv[++i];
 			else
-				a->val[a->n] = "true";
+				a->val[a->n] = cli_bare;
 		}
 		a->n++;
 	}
@@ -47,12 +49,20 @@ int cli_has(struct cli_args *a, const char *key)
 	return cli_get(a, key, NULL) != NULL;
 }
 
+int cli_get_str(struct cli_args *a, const char *key, const char *def, const char **out)
+{
+	*out = cli_get(a, key, def);
+	ST_CHECK(*out != cli_bare, "give the value after it", "--%s needs a value", key);
+	return ST_OK;
+}
+
 int cli_get_long(struct cli_args *a, const char *key, long def, long *out)
 {
 	const char *v = cli_get(a, key, NULL);
 	*out = def;
 	if (!v)
 		return ST_OK;
+	ST_CHECK(v != cli_bare, "give a whole number after it", "--%s needs a value", key);
 	char *end;
 	errno = 0;
 	double d = strtod(v, &end);
@@ -68,6 +78,7 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
 	*out = def;
 	if (!v)
 		return ST_OK;
+	ST_CHECK(v != cli_bare, "give a number after it", "--%s needs a value", key);
 	char *end;
 	errno = 0;
 	double d = strtod(v, &end);
@@ -77,12 +88,12 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
 	return ST_OK;
 }
 
-int cli_check_unused(const struct cli_args *a, const char *cmd)
+int cli_check_unused(const struct cli_args *a, const char *prog)
 {
 	for (int i = 0; i < a->n; i++) {
-		char hint[96];
-		snprintf(hint, sizeof hint, "run `strata %s --help` for its options", cmd);
-		ST_CHECK(a->used[i], hint, "strata %s: unknown option --%s", cmd, a->key[i]);
+		char hint[128];
+		snprintf(hint, sizeof hint, "run `%s --help` for its options", prog);
+		ST_CHECK(a->used[i], hint, "%s: unknown option --%s", prog, a->key[i]);
 	}
 	return ST_OK;
 }

@@ -1,11 +1,15 @@
-/* Command-line front end: one file per subcommand, a shared argument parser.
- * Only the CLI exits; everything below returns errors up to here. */
+/* Command-line front end: one file per subcommand, a shared argument parser
+ * (the benchmarks in bench/ use it too). Only the CLI exits; everything below
+ * returns errors up to here. */
 #ifndef ST_CLI_H
 #define ST_CLI_H
 
 #define CLI_MAX_ARGS 128
 
-/* "--key value", "--key=value" and bare "--flag" (value "true"). */
+/* "--key value", "--key=value" and bare "--flag" (value cli_bare, "true":
+ * told apart by address from a "true" typed by the user, so a flag that
+ * needs a value and got none can say so). */
+extern const char cli_bare[];
 struct cli_args {
 	int n;
 	const char *key[CLI_MAX_ARGS];
@@ -17,11 +21,14 @@ int cli_parse(struct cli_args *a, int argc, char **argv);
 /* Last value given for key (and marks it used), or def. */
 const char *cli_get(struct cli_args *a, const char *key, const char *def);
 int cli_has(struct cli_args *a, const char *key);
+/* cli_get for a flag that must have a value: an error for a bare "--key". */
+int cli_get_str(struct cli_args *a, const char *key, const char *def, const char **out);
 /* Parse numbers with a clear error naming the flag. */
 int cli_get_long(struct cli_args *a, const char *key, long def, long *out);
 int cli_get_double(struct cli_args *a, const char *key, double def, double *out);
-/* Error for any flag no command looked at. */
-int cli_check_unused(const struct cli_args *a, const char *cmd);
+/* Error for any flag no command looked at; prog names the command in the
+ * message ("strata eval", "bench/optim"). */
+int cli_check_unused(const struct cli_args *a, const char *prog);
 
 int cmd_init(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);

@@ -49,7 +49,7 @@ int cmd_eval(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "max-tokens", 0, &max_tokens));
 	ST_TRY(cli_get_long(&a, "threads", 0, &threads));
 	int json = cli_has(&a, "json");
-	ST_TRY(cli_check_unused(&a, "eval"));
+	ST_TRY(cli_check_unused(&a, "strata eval"));
 	ST_CHECK(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
 	ST_CHECK(t > 1 && b > 0, "use positive sizes", "--seq-len must be > 1 and --micro-batch > 0");
 

@@ -33,7 +33,7 @@ int cmd_import(int argc, char **argv)
 	const int force = cli_has(&a, "force");
 	size_t shard = 0;
 	ST_TRY(parse_bytes(cli_get(&a, "shard-size", "auto"), &shard, "--shard-size"));
-	ST_TRY(cli_check_unused(&a, "import"));
+	ST_TRY(cli_check_unused(&a, "strata import"));
 	ST_CHECK(in, "pass --gguf FILE", "strata import: no input (--gguf)");
 	ST_CHECK(out, "pass --out DIR", "strata import: no output directory (--out)");
 	char path[4200];

@@ -42,7 +42,7 @@ int cmd_init(int argc, char **argv)
 	int stable = cli_has(&a, "stable-embedding");
 	size_t shard = 0;
 	ST_TRY(parse_bytes(cli_get(&a, "shard-size", "auto"), &shard, "--shard-size"));
-	ST_TRY(cli_check_unused(&a, "init"));
+	ST_TRY(cli_check_unused(&a, "strata init"));
 	ST_CHECK(out, "pass --out DIR", "strata init: no output directory (--out)");
 
 	struct st_config cfg;

@@ -165,7 +165,7 @@ int cmd_prepare(int argc, char **argv)
 			inputs[n_in++] = a.val[i];
 			a.used[i] = 1;
 		}
-	ST_TRY(cli_check_unused(&a, "prepare"));
+	ST_TRY(cli_check_unused(&a, "strata prepare"));
 	ST_CHECK(out, "pass --out DIR", "strata prepare: no output directory (--out)");
 	ST_CHECK(n_in > 0, "pass --input FILE", "strata prepare: no input text (--input)");
 	ST_CHECK(val_frac >= 0 && val_frac < 1, "use a fraction like 0.05",

@@ -58,7 +58,7 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "threads", 0, &threads));
 	ST_TRY(cli_get_double(&a, "temperature", 0.8, &temp));
 	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
-	ST_TRY(cli_check_unused(&a, "sample"));
+	ST_TRY(cli_check_unused(&a, "strata sample"));
 	ST_CHECK(model, "pass --model DIR", "strata sample: no model (--model)");
 	ST_CHECK(n_tok >= 0 && ctx_len > 1 && temp >= 0 && top_p > 0 && top_p <= 1,
 		 "check --tokens, --context, --temperature >= 0 and 0 < --top-p <= 1",

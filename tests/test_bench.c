@@ -1,0 +1,85 @@
+/* The benchmarks' command lines (the programs in bench/, parsed with the CLI's parser,
+ * src/cli/args.c): --help prints the usage and exits 0 without measuring
+ * anything; an unknown option, a number flag without its value, a value that
+ * is not a number, and a value out of range each exit 2 with a message that
+ * names the problem, before any work starts. The benchmarks themselves are
+ * run by `make bench`, not here. */
+#include <libgen.h>
+
+#include "cliutil.h"
+
+static char out[1 << 14];
+
+/* Built next to the CLI: build/bench/NAME for build/strata. */
+static const char *bench_path(const char *name)
+{
+	static char path[1024], bin[1024];
+	snprintf(bin, sizeof bin, "%s", cu_bin());
+	snprintf(path, sizeof path, "%s/bench/%s", dirname(bin), name);
+	return path;
+}
+
+/* rc 2 and `needle` in the output */
+static void expect_refused(const char *name, const char *flags, const char *needle)
+{
+	int rc = cu_run(out, sizeof out, "%s %s", bench_path(name), flags);
+	cr_expect_eq(rc, 2, "bench/%s %s: exit %d, want 2: %s", name, flags, rc, out);
+	cr_expect(strstr(out, needle), "bench/%s %s: no '%s' in: %s", name, flags, needle, out);
+}
+
+static const struct {
+	const char *name, *number_flag, *out_of_range;
+} benches[] = {
+	{"optim", "--params", "--reps 0"},
+	{"optim_cuda", "--reps", "--params 10"},
+	{"q8_stages", "--reps", "--reps -3"},
+	{"train", "--steps", "--batch 0"},
+	{"galore", "--gap", "--steps 2"},
+	{"io", "--depth", "--slab-mib 0"},
+};
+
+Test(bench_cli, help_prints_usage_and_measures_nothing)
+{
+	for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
+		const char *name = benches[i].name;
+		int rc = cu_run(out, sizeof out, "%s --help", bench_path(name));
+		cr_expect_eq(rc, 0, "bench/%s --help: exit %d: %s", name, rc, out);
+		char want[64];
+		snprintf(want, sizeof want, "usage: bench/%s [--", name);
+		cr_expect(strncmp(out, want, strlen(want)) == 0, "bench/%s --help printed: %s", name, out);
+		/* the usage and nothing else: no measurement ran */
+		cr_expect(strlen(out) < 600, "bench/%s --help printed more than its usage: %s", name, out);
+	}
+}
+
+Test(bench_cli, bad_options_are_refused)
+{
+	char flags[128], needle[128];
+	for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
+		const char *name = benches[i].name, *num = benches[i].number_flag;
+		snprintf(needle, sizeof needle, "bench/%s: unknown option --no-such", name);
+		expect_refused(name, "--no-such 1", needle);
+		/* a trailing flag without its value (these used to be dropped) */
+		snprintf(needle, sizeof needle, "%s needs a value", num);
+		expect_refused(name, num, needle);
+		snprintf(flags, sizeof flags, "%s 12abc", num);
+		snprintf(needle, sizeof needle, "%s: '12abc' is not an integer", num);
+		expect_refused(name, flags, needle);
+		snprintf(needle, sizeof needle, "bench/%s: need", name);
+		expect_refused(name, benches[i].out_of_range, needle);
+		expect_refused(name, "positional", "unexpected argument 'positional'");
+	}
+	expect_refused("optim", "--json", "--json needs a value");
+	expect_refused("galore", "--proj qr", "--proj randomized or svd");
+	expect_refused("io", "--dir", "give up to 16 --dir DIR");
+	expect_refused("io", "--block 6000", "--block a multiple of 4K");
+	expect_refused("io", "--gib 0.01", "--slab-mib <= --gib x 1024");
+}
+
+/* The same parser's "needs a value", through the strata CLI. */
+Test(bench_cli, strata_number_flag_without_value)
+{
+	int rc = cu_run(out, sizeof out, "%s eval --model nosuch --seq-len", cu_bin());
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+	cr_expect(strstr(out, "--seq-len needs a value"), "%s", out);
+}
