@@ -203,10 +203,11 @@ int main(int argc, char **argv)
 		       "presets, and the cost of projector refreshes (see the file's comment).\n");
 		return 0;
 	}
-	const char *presets, *json, *projs;
+	const char *presets, *projs;
+	FILE *jf;
 	long lb, lt, ls, lg, lsp;
 	if (cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
-	    cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	    cli_get_out(&args, "json", &jf) != ST_OK ||
 	    cli_get_str(&args, "proj", "randomized", &projs) != ST_OK ||
 	    cli_get_long(&args, "batch", 4, &lb) != ST_OK || cli_get_long(&args, "seq", 256, &lt) != ST_OK ||
 	    cli_get_long(&args, "steps", 20, &ls) != ST_OK ||
@@ -254,17 +255,12 @@ int main(int argc, char **argv)
 		       res[i].preset, res[i].rank, res[i].matrices, res[i].refresh_total_s,
 		       res[i].refresh_max_s, res[i].cold_total_s, gap, 100 * res[i].amortized,
 		       res[i].worst_over_median, res[i].later_over_median);
-	if (json) {
-		FILE *f = fopen(json, "w");
-		if (!f) {
-			perror(json);
-			return 1;
-		}
-		fprintf(f, "{\"batch\": %d, \"seq\": %d, \"steps\": %d, \"gap\": %d, \"spread\": %d, "
+	if (jf) {
+		fprintf(jf, "{\"batch\": %d, \"seq\": %d, \"steps\": %d, \"gap\": %d, \"spread\": %d, "
 			   "\"proj\": \"%s\", \"threads\": %d, \"results\": [",
 			B, T, steps, gap, spread, projs, omp_get_max_threads());
 		for (int i = 0; i < nr; i++) {
-			fprintf(f, "%s{\"preset\": \"%s\", \"rank\": %d, \"matrices\": %d, "
+			fprintf(jf, "%s{\"preset\": \"%s\", \"rank\": %d, \"matrices\": %d, "
 				   "\"refresh_total_s\": %.4f, \"refresh_max_s\": %.4f, "
 				   "\"cold_total_s\": %.4f, "
 				   "\"amortized_overhead\": %.5f, \"worst_over_median\": %.3f, "
@@ -275,19 +271,22 @@ int main(int argc, char **argv)
 				res[i].worst_over_median, res[i].later_over_median);
 			for (int k = 0; k < 3; k++) {
 				const struct run *r = &res[i].runs[k];
-				fprintf(f, "%s{\"optimizer\": \"%s\", \"median_s\": %.4f, \"worst_s\": %.4f, "
+				fprintf(jf, "%s{\"optimizer\": \"%s\", \"median_s\": %.4f, \"worst_s\": %.4f, "
 					   "\"worst_after_first_s\": %.4f, \"first_s\": %.4f, \"state_mib\": %.2f, "
 					   "\"step_s\": [",
 					k ? ", " : "", r->opt, r->median, r->worst, r->worst_later, r->first,
 					r->state_mib);
 				for (int j = 0; j < r->n_steps; j++)
-					fprintf(f, "%s%.4f", j ? ", " : "", r->step_s[j]);
-				fprintf(f, "]}");
+					fprintf(jf, "%s%.4f", j ? ", " : "", r->step_s[j]);
+				fprintf(jf, "]}");
 			}
-			fprintf(f, "]}");
+			fprintf(jf, "]}");
 		}
-		fprintf(f, "]}\n");
-		fclose(f);
+		fprintf(jf, "]}\n");
+		if (fclose(jf) != 0) { /* a full disk shows here */
+			perror("bench: writing --json");
+			return 1;
+		}
 	}
 	return 0;
 }

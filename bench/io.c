@@ -117,11 +117,12 @@ int main(int argc, char **argv)
 			dirs[n_dirs++] = args.val[i];
 			args.used[i] = 1;
 		}
-	const char *json, *blocks;
+	const char *blocks;
+	FILE *jf;
 	double gib;
 	long slab_mib, ldepth, lreps;
 	size_t block;
-	if (cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	if (cli_get_out(&args, "json", &jf) != ST_OK ||
 	    cli_get_str(&args, "block", "1M", &blocks) != ST_OK ||
 	    parse_bytes(blocks, &block, "--block") != ST_OK ||
 	    cli_get_double(&args, "gib", 1, &gib) != ST_OK ||
@@ -196,20 +197,18 @@ int main(int argc, char **argv)
 		printf("fio not installed (apt-get install fio): dd is the only ceiling\n");
 	printf("%-28s %10.2f %10.2f   (store / best ceiling; target >= 0.90)\n", "ratio",
 	       best_w / ceil_w, best_r / ceil_r);
-	if (json) {
-		FILE *f = fopen(json, "w");
-		if (!f) {
-			perror(json);
-			return 1;
-		}
-		fprintf(f,
+	if (jf) {
+		fprintf(jf,
 			"{\"bench\": \"io\", \"bytes\": %zu, \"slab\": %zu, \"dirs\": %d, \"block\": %zu, "
 			"\"depth\": %d, \"store_write_gbs\": %.4f, \"store_read_gbs\": %.4f, "
 			"\"dd_write_gbs\": %.4f, \"dd_read_gbs\": %.4f, \"fio_write_gbs\": %.4f, "
 			"\"fio_read_gbs\": %.4f, \"write_ratio\": %.4f, \"read_ratio\": %.4f}\n",
 			total, slab, n_dirs, block, depth, best_w, best_r, dd_w, dd_r, fio_w, fio_r,
 			best_w / ceil_w, best_r / ceil_r);
-		fclose(f);
+		if (fclose(jf) != 0) { /* a full disk shows here */
+			perror("bench: writing --json");
+			return 1;
+		}
 	}
 	return 0;
 }

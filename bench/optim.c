@@ -92,8 +92,8 @@ int main(int argc, char **argv)
 		       "same run; best of --reps steps. STRATA_SIMD picks the 8-bit variant.\n");
 		return 0;
 	}
-	const char *json;
-	if (cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	FILE *jf;
+	if (cli_get_out(&args, "json", &jf) != ST_OK ||
 	    cli_get_long(&args, "params", 128L << 20, &params) != ST_OK ||
 	    cli_get_long(&args, "block", 256, &blk) != ST_OK || cli_get_long(&args, "reps", 5, &rp) != ST_OK ||
 	    cli_check_unused(&args, "bench/optim") != ST_OK)
@@ -205,13 +205,14 @@ int main(int argc, char **argv)
 	       "rates at the ceiling: fp32 %.3e, 8-bit %.3e -> 8-bit is %s-bound here\n",
 	       nc, cps32, cps8, ceiling * 1e9 / b32, ceiling * 1e9 / b8,
 	       cps8 < ceiling * 1e9 / b8 ? "compute" : "bandwidth");
-	if (json) {
-		FILE *f = fopen(json, "w");
-		if (!f) {
-			perror(json);
-			return 1;
-		}
-		fprintf(f,
+	/* The in-cache rate bounds the 8-bit step at any bandwidth: when 1.5x
+	 * fp32's measured rate is above it, this code cannot reach the target on
+	 * this machine, however the memory behaves. */
+	printf("8-bit at 1.5x fp32 needs %.3e params/s: %s the 8-bit step's in-cache rate "
+	       "(its compute ceiling here)\n",
+	       1.5 * ps32, 1.5 * ps32 > cps8 ? "above" : "within");
+	if (jf) {
+		fprintf(jf,
 			"{\"params\": %zu, \"threads\": %d, \"block\": %d, \"reps\": %d, \"simd\": \"%s\", "
 			"\"simd_pieces\": \"%s\", "
 			"\"triad_gbs\": %.3f, \"axpy_gbs\": %.3f, \"ceiling_gbs\": %.3f, "
@@ -226,7 +227,10 @@ int main(int argc, char **argv)
 			q8_simd_describe(q8_simd_pick()), gbs_triad, gbs_axpy, ceiling, t32, ps32, b32,
 			gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, cps32,
 			cps8);
-		fclose(f);
+		if (fclose(jf) != 0) { /* a full disk shows here */
+			perror("bench: writing --json");
+			return 1;
+		}
 	}
 	free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va);
 	return 0;

@@ -5,7 +5,9 @@
  * (AVX-512: one vpgatherdd per 16 elements), and the whole fused step
  * (cpu_adamw8_step_simd) on a 64K-parameter slice, for every SIMD variant the
  * CPU has. The stages do not sum to the step exactly: the step also runs the
- * fp32 moment and parameter updates and loops over blocks.
+ * fp32 moment and parameter updates and loops over blocks. Last, the fp32
+ * AdamW step on the same 64K parameters and on 16K: the arithmetic both
+ * steps share.
  *
  * usage: q8_stages [--reps 20000]
  *
@@ -143,6 +145,30 @@ int main(int argc, char **argv)
 	}
 	if (tg < 1e30)
 		printf("avx512 encode's table gather alone: %.3f ns per element\n", 1e9 * tg);
+	/* The fp32 AdamW step (ops->adamw_step) on the same 64K parameters, and
+	 * on 16K (its four arrays, 256 KiB, well inside L2; fewer would measure
+	 * the per-call set-up): the arithmetic every AdamW step does, so the
+	 * 8-bit step's cost above it is the quantization's. */
+	float *m = malloc(N * 4), *v = malloc(N * 4);
+	for (int i = 0; i < N; i++)
+		m[i] = 1e-3f * frand(), v[i] = 1e-6f * (1.0f + frand());
+	const struct st_adamw_args a32 = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					   .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = 0.1f,
+					   .bc2 = 0.001f };
+	const size_t sizes[2] = { N, 16384 };
+	double f32[2] = { 1e30, 1e30 };
+	for (int z = 0; z < 2; z++) {
+		const int sreps = (int)((size_t)reps * 256 / sizes[z]) > 3 ? (int)((size_t)reps * 256 / sizes[z]) : 3;
+		for (int round = 0; round < 3; round++) {
+			double t0 = now();
+			for (int r = 0; r < sreps; r++)
+				ops_cpu()->adamw_step(p, m, v, g, sizes[z], &a32);
+			f32[z] = fmin(f32[z], (now() - t0) / ((double)sreps * (double)sizes[z]));
+		}
+	}
+	printf("fp32 AdamW step: %.3f ns per element on %d params, %.3f on 16384 (in L2)\n",
+	       1e9 * f32[0], N, 1e9 * f32[1]);
+	free(m), free(v);
 	free(lut), free(x), free(p), free(g), free(codes), free(vc), free(ma), free(va);
 	return 0;
 }

@@ -194,10 +194,11 @@ int main(int argc, char **argv)
 		       "(oneDNN, OpenBLAS) on the step's own shapes, measured in the same run.\n");
 		return 0;
 	}
-	const char *presets, *json;
+	const char *presets;
+	FILE *jf;
 	long lb, lt, lv, ls;
 	if (cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
-	    cli_get_str(&args, "json", NULL, &json) != ST_OK ||
+	    cli_get_out(&args, "json", &jf) != ST_OK ||
 	    cli_get_long(&args, "batch", 8, &lb) != ST_OK || cli_get_long(&args, "seq", 256, &lt) != ST_OK ||
 	    cli_get_long(&args, "vocab", 32000, &lv) != ST_OK ||
 	    cli_get_long(&args, "steps", 4, &ls) != ST_OK ||
@@ -214,7 +215,6 @@ int main(int argc, char **argv)
 	       omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
 	printf("%-11s %8s %9s %9s %12s %12s %12s %7s\n", "preset", "params", "step s", "tok/s",
 	       "step GFLOP/s", "oneDNN ceil", "OpenBLAS ceil", "ratio");
-	FILE *jf = json ? fopen(json, "w") : NULL;
 	if (jf)
 		fprintf(jf, "{\"threads\": %d, \"batch\": %d, \"seq\": %d, \"vocab\": %d, \"matmul\": \"%s\", \"openblas_core\": \"%s\", \"results\": [",
 			omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
@@ -237,7 +237,10 @@ int main(int argc, char **argv)
 	}
 	if (jf) {
 		fprintf(jf, "]}\n");
-		fclose(jf);
+		if (fclose(jf) != 0) { /* a full disk shows here */
+			perror("bench: writing --json");
+			return 1;
+		}
 	}
 	return 0;
 }

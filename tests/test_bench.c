@@ -1,9 +1,9 @@
-/* The benchmarks' command lines (the programs in bench/, parsed with the CLI's parser,
- * src/cli/args.c): --help prints the usage and exits 0 without measuring
- * anything; an unknown option, a number flag without its value, a value that
- * is not a number, and a value out of range each exit 2 with a message that
- * names the problem, before any work starts. The benchmarks themselves are
- * run by `make bench`, not here. */
+/* The benchmarks' command lines (the programs in bench/, parsed with the
+ * CLI's parser, src/cli/args.c): --help prints the usage and exits 0 without
+ * measuring anything; an unknown option, a number flag without its value, a
+ * value that is not a number, a value out of range and a --json file that
+ * cannot be opened each exit 2 with a message naming the problem, before any
+ * work starts. The benchmarks themselves are run by `make bench`, not here. */
 #include <libgen.h>
 
 #include "cliutil.h"
@@ -29,13 +29,14 @@ static void expect_refused(const char *name, const char *flags, const char *need
 
 static const struct {
 	const char *name, *number_flag, *out_of_range;
+	int json; /* takes --json FILE */
 } benches[] = {
-	{"optim", "--params", "--reps 0"},
-	{"optim_cuda", "--reps", "--params 10"},
-	{"q8_stages", "--reps", "--reps -3"},
-	{"train", "--steps", "--batch 0"},
-	{"galore", "--gap", "--steps 2"},
-	{"io", "--depth", "--slab-mib 0"},
+	{"optim", "--params", "--reps 0", 1},
+	{"optim_cuda", "--reps", "--params 10", 1},
+	{"q8_stages", "--reps", "--reps -3", 0},
+	{"train", "--steps", "--batch 0", 1},
+	{"galore", "--gap", "--steps 2", 1},
+	{"io", "--depth", "--slab-mib 0", 1},
 };
 
 Test(bench_cli, help_prints_usage_and_measures_nothing)
@@ -68,12 +69,26 @@ Test(bench_cli, bad_options_are_refused)
 		snprintf(needle, sizeof needle, "bench/%s: need", name);
 		expect_refused(name, benches[i].out_of_range, needle);
 		expect_refused(name, "positional", "unexpected argument 'positional'");
+		/* the results file is opened before any measuring */
+		if (benches[i].json)
+			expect_refused(name, "--json /nonexistent-dir/r.json",
+				       "--json: cannot write /nonexistent-dir/r.json");
 	}
 	expect_refused("optim", "--json", "--json needs a value");
 	expect_refused("galore", "--proj qr", "--proj randomized or svd");
 	expect_refused("io", "--dir", "give up to 16 --dir DIR");
 	expect_refused("io", "--block 6000", "--block a multiple of 4K");
 	expect_refused("io", "--gib 0.01", "--slab-mib <= --gib x 1024");
+}
+
+/* A results file that cannot be written in full (a full disk) fails the
+ * run, with the reason, instead of leaving a truncated file behind quietly. */
+Test(bench_cli, full_disk_fails_the_run)
+{
+	int rc = cu_run(out, sizeof out, "%s --params 65536 --reps 1 --json /dev/full",
+			bench_path("optim"));
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+	cr_expect(strstr(out, "writing --json: No space left on device"), "%s", out);
 }
 
 /* The same parser's "needs a value", through the strata CLI. */

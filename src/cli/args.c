@@ -56,6 +56,19 @@ int cli_get_str(struct cli_args *a, const char *key, const char *def, const char
 	return ST_OK;
 }
 
+int cli_get_out(struct cli_args *a, const char *key, FILE **out)
+{
+	const char *path;
+	*out = NULL;
+	ST_TRY(cli_get_str(a, key, NULL, &path));
+	if (!path)
+		return ST_OK;
+	*out = fopen(path, "w");
+	ST_CHECK(*out, "give a path in a directory that exists and is writable",
+		 "--%s: cannot write %s: %s", key, path, strerror(errno));
+	return ST_OK;
+}
+
 int cli_get_long(struct cli_args *a, const char *key, long def, long *out)
 {
 	const char *v = cli_get(a, key, NULL);

@@ -4,6 +4,8 @@
 #ifndef ST_CLI_H
 #define ST_CLI_H
 
+#include <stdio.h>
+
 #define CLI_MAX_ARGS 128
 
 /* "--key value", "--key=value" and bare "--flag" (value cli_bare, "true":
@@ -23,6 +25,9 @@ const char *cli_get(struct cli_args *a, const char *key, const char *def);
 int cli_has(struct cli_args *a, const char *key);
 /* cli_get for a flag that must have a value: an error for a bare "--key". */
 int cli_get_str(struct cli_args *a, const char *key, const char *def, const char **out);
+/* The file named by --key opened for writing, *out NULL when the flag is
+ * absent: opened before any work, so a bad path fails at once. */
+int cli_get_out(struct cli_args *a, const char *key, FILE **out);
 /* Parse numbers with a clear error naming the flag. */
 int cli_get_long(struct cli_args *a, const char *key, long def, long *out);
 int cli_get_double(struct cli_args *a, const char *key, double def, double *out);
