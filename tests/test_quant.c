@@ -370,9 +370,9 @@ Test(quant, blockwise_error_bounds)
 	float s[256], u[256];
 	quantmap_dynamic(s, 1);
 	quantmap_dynamic(u, 0);
-	const int blocks[] = { 64, 256, 2048 };
+	const int blocks[] = { 64, 100, 256, 2048 }; /* 100: vector tails in every block */
 	uint64_t seed = 0x60;
-	for (int b = 0; b < 3; b++)
+	for (int b = 0; b < 4; b++)
 		for (int d = D_NORMAL; d <= D_TINY; d++) {
 			size_t n = (size_t)blocks[b] * 300 + (size_t)blocks[b] / 3; /* partial last */
 			check_blockwise(s, "signed", (enum dist)d, blocks[b], n, seed++);
@@ -485,6 +485,9 @@ Test(quant, adamw8_fused_equals_unfused)
 	check_adam8(256, 40009, 0x72);     /* parallel path (n >= CPU_PAR_MIN) */
 	check_adam8(2048, 2048 * 9 + 1000, 0x73);
 	check_adam8(8192, 8192 * 4 + 777, 0x74); /* blocks > Q8_CHUNK: two passes */
+	/* blocks that are not a multiple of 64: every block has a vector tail */
+	check_adam8(100, 100 * 61 + 37, 0x75);
+	check_adam8(1000, 1000 * 7 + 999, 0x76);
 }
 
 static void sgd_replay(float *p, uint8_t *mc, float *ma, const float *g, size_t n,
@@ -559,6 +562,8 @@ Test(quant, sgd8_fused_equals_unfused)
 	check_sgd8(256, 40009, 0x82);
 	check_sgd8(2048, 2048 * 9 + 1000, 0x83);
 	check_sgd8(8192, 8192 * 4 + 777, 0x84);
+	check_sgd8(100, 100 * 61 + 37, 0x85);
+	check_sgd8(1000, 1000 * 7 + 999, 0x86);
 }
 
 /* Without state, sgd8_step is plain SGD, same bits as the fp32 kernel. */
