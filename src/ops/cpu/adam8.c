@@ -49,17 +49,31 @@ static void moments(float *restrict m, float *restrict v, const float *restrict 
 	}
 }
 
-/* moments() and the largest |m|, |v| (NaN ignored) in one pass, for the
- * AVX-512 variants (avx512, avx512vbmi, tuned): saves the two absmax passes
- * over the buffers, 4% of the step on the Zen 5 VM. The same fp32 operations
- * as moments(). */
-__attribute__((target("avx512f"))) static void moments_absmax_avx512(
-	float *restrict m, float *restrict v, const float *restrict g, size_t n,
+/* p = (p - step * (m / (sqrt(v) + eps_hat))) * decay */
+static void update(float *restrict p, const float *restrict m, const float *restrict v, size_t n,
+		   const struct adam8_consts *k)
+{
+	for (size_t i = 0; i < n; i++) {
+		float pi = p[i] - k->step * (m[i] / (sqrtf(v[i]) + k->eps_hat));
+		p[i] = pi * k->decay;
+	}
+}
+
+/* moments(), then update() unless p is NULL, and the largest |m|, |v| (NaN
+ * ignored), in one pass, for the AVX-512 variants (avx512, avx512vbmi,
+ * tuned). That saves the two absmax passes over the buffers (4% of the step
+ * on the Zen 5 VM) and the update's own pass over m and v: the update needs
+ * the new moments but not their absmax. The same fp32 operations as
+ * moments() and update(). Inlined into its two callers, so `if (p)` is
+ * decided at compile time. */
+static inline __attribute__((always_inline, target("avx512f"))) void moments_avx512(
+	float *restrict p, float *restrict m, float *restrict v, const float *restrict g, size_t n,
 	const struct adam8_consts *k, float *am, float *av)
 {
 	const __m512 gs = _mm512_set1_ps(k->gs), b1 = _mm512_set1_ps(k->b1);
 	const __m512 omb1 = _mm512_set1_ps(k->omb1), b2 = _mm512_set1_ps(k->b2);
-	const __m512 omb2 = _mm512_set1_ps(k->omb2);
+	const __m512 omb2 = _mm512_set1_ps(k->omb2), step = _mm512_set1_ps(k->step);
+	const __m512 eps_hat = _mm512_set1_ps(k->eps_hat), decay = _mm512_set1_ps(k->decay);
 	__m512 xm = _mm512_setzero_ps(), xv = _mm512_setzero_ps();
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16) {
@@ -72,8 +86,14 @@ __attribute__((target("avx512f"))) static void moments_absmax_avx512(
 		_mm512_storeu_ps(v + i, vi);
 		xm = _mm512_max_ps(q8_abs_avx512(mi), xm); /* keeps xm when mi is NaN */
 		xv = _mm512_max_ps(q8_abs_avx512(vi), xv);
+		if (p) {
+			const __m512 u = _mm512_div_ps(mi, _mm512_add_ps(_mm512_sqrt_ps(vi), eps_hat));
+			const __m512 pi = _mm512_sub_ps(_mm512_loadu_ps(p + i), _mm512_mul_ps(step, u));
+			_mm512_storeu_ps(p + i, _mm512_mul_ps(pi, decay));
+		}
 	}
 	float tm = 0.0f, tv = 0.0f;
+	const size_t tail = i;
 	for (; i < n; i++) {
 		float gi = g[i] * k->gs;
 		m[i] = k->b1 * m[i] + k->omb1 * gi;
@@ -81,28 +101,42 @@ __attribute__((target("avx512f"))) static void moments_absmax_avx512(
 		tm = q8_absmax1(m[i], tm);
 		tv = q8_absmax1(v[i], tv);
 	}
+	if (p)
+		update(p + tail, m + tail, v + tail, n - tail, k);
 	*am = q8_hmax_avx512(xm, tm);
 	*av = q8_hmax_avx512(xv, tv);
 }
 
-/* p = (p - step * (m / (sqrt(v) + eps_hat))) * decay */
-static void update(float *restrict p, const float *restrict m, const float *restrict v, size_t n,
-		   const struct adam8_consts *k)
+__attribute__((target("avx512f"))) static void moments_absmax_avx512(
+	float *m, float *v, const float *g, size_t n, const struct adam8_consts *k, float *am,
+	float *av)
 {
-	for (size_t i = 0; i < n; i++) {
-		float pi = p[i] - k->step * (m[i] / (sqrtf(v[i]) + k->eps_hat));
-		p[i] = pi * k->decay;
-	}
+	moments_avx512(NULL, m, v, g, n, k, am, av);
 }
 
-static void moments_absmax(const struct q8_kernels *q, float *m, float *v, const float *g,
-			   size_t n, const struct adam8_consts *k, float *am, float *av)
+__attribute__((target("avx512f"))) static void moments_update_absmax_avx512(
+	float *p, float *m, float *v, const float *g, size_t n, const struct adam8_consts *k,
+	float *am, float *av)
+{
+	moments_avx512(p, m, v, g, n, k, am, av);
+}
+
+/* The new moments in m, v and their absmax in *am, *av; with p, also the
+ * parameter update. */
+static void moments_absmax(const struct q8_kernels *q, float *p, float *m, float *v,
+			   const float *g, size_t n, const struct adam8_consts *k, float *am,
+			   float *av)
 {
 	if (q->simd >= Q8_AVX512) {
-		moments_absmax_avx512(m, v, g, n, k, am, av);
+		if (p)
+			moments_update_absmax_avx512(p, m, v, g, n, k, am, av);
+		else
+			moments_absmax_avx512(m, v, g, n, k, am, av);
 		return;
 	}
 	moments(m, v, g, n, k);
+	if (p)
+		update(p, m, v, n, k);
 	*am = q->absmax(m, n);
 	*av = q->absmax(v, n);
 }
@@ -132,7 +166,7 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 					q->decode(mb, m_codes + b0 + c0, cl, am_old, lut_m);
 					q->decode(vb, v_codes + b0 + c0, cl, av_old, lut_v);
 					float x, y;
-					moments_absmax(q, mb, vb, g + b0 + c0, cl, &k, &x, &y);
+					moments_absmax(q, NULL, mb, vb, g + b0 + c0, cl, &k, &x, &y);
 					am = x > am ? x : am;
 					av = y > av ? y : av;
 				}
@@ -141,10 +175,9 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 				q->decode(mb, m_codes + b0 + c0, cl, am_old, lut_m);
 				q->decode(vb, v_codes + b0 + c0, cl, av_old, lut_v);
 				float x, y;
-				moments_absmax(q, mb, vb, g + b0 + c0, cl, &k, &x, &y);
+				moments_absmax(q, p + b0 + c0, mb, vb, g + b0 + c0, cl, &k, &x, &y);
 				if (len <= Q8_CHUNK)
 					am = x, av = y;
-				update(p + b0 + c0, mb, vb, cl, &k);
 				q->encode(m_codes + b0 + c0, mb, cl, am, lut_m);
 				q->encode(v_codes + b0 + c0, vb, cl, av, lut_v);
 			}
