@@ -154,28 +154,44 @@ int main(int argc, char **argv)
 		if (r)
 			t8 = fmin(t8, dt);
 	}
-	/* Compute rate: the same kernels on a cache-resident slice (32K params
-	 * per thread, about 320 KiB of 8-bit state + p + g per thread, in L2),
-	 * so memory bandwidth does not bound them. A kernel whose in-cache rate
-	 * is below its bandwidth-bound rate (ceiling / bytes per param) is
-	 * compute-bound on this machine. */
-	const size_t nc = (size_t)32768 * (size_t)threads < n ? (size_t)32768 * (size_t)threads : n;
+	/* Compute rate: each thread steps its own cache-resident slice (32K
+	 * params, about 320 KiB of 8-bit state + p + g, in L2) inside one
+	 * parallel region, so neither memory bandwidth nor a fork and join per
+	 * call bounds it (the kernels' own parallel regions nest to one thread).
+	 * A kernel whose in-cache rate is below its bandwidth-bound rate
+	 * (ceiling / bytes per param) is compute-bound on this machine. */
+	size_t per = n / (size_t)threads < 32768 ? n / (size_t)threads : 32768;
+	per = per / (size_t)block * (size_t)block; /* slices start on a block */
+	const int cthreads = per ? threads : 1;
+	if (!per)
+		per = n < 32768 ? n : 32768;
+	const size_t nc = per * (size_t)cthreads;
 	const int creps = (int)(((size_t)1 << 30) / nc); /* about 1G params each */
+	omp_set_max_active_levels(1);
 	double c32 = 1e30, c8 = 1e30;
 	for (int k = 0; k < 3; k++) {
-		struct st_adamw_args a = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-					   .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = 0.1f,
-					   .bc2 = 0.001f };
-		struct st_adamw8_args a8 = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-					     .weight_decay = 0.1f, .grad_scale = 1.0f, .bc1 = 0.1f,
-					     .bc2 = 0.001f, .block = block, .map_m = map_s, .map_v = map_u };
+		const struct st_adamw_args a = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+						 .eps = 1e-8f, .weight_decay = 0.1f,
+						 .grad_scale = 1.0f, .bc1 = 0.1f, .bc2 = 0.001f };
+		const struct st_adamw8_args a8 = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+						   .eps = 1e-8f, .weight_decay = 0.1f,
+						   .grad_scale = 1.0f, .bc1 = 0.1f, .bc2 = 0.001f,
+						   .block = block, .map_m = map_s, .map_v = map_u };
 		double t0 = now();
-		for (int r = 0; r < creps; r++)
-			ops->adamw_step(p, m, v, g, nc, &a);
+#pragma omp parallel num_threads(cthreads)
+		{
+			const size_t o = (size_t)omp_get_thread_num() * per;
+			for (int r = 0; r < creps; r++)
+				ops->adamw_step(p + o, m + o, v + o, g + o, per, &a);
+		}
 		c32 = fmin(c32, (now() - t0) / creps);
 		t0 = now();
-		for (int r = 0; r < creps; r++)
-			ops->adamw8_step(p, mc, vc, ma, va, g, nc, &a8);
+#pragma omp parallel num_threads(cthreads)
+		{
+			const size_t o = (size_t)omp_get_thread_num() * per, ob = o / (size_t)block;
+			for (int r = 0; r < creps; r++)
+				ops->adamw8_step(p + o, mc + o, vc + o, ma + ob, va + ob, g + o, per, &a8);
+		}
 		c8 = fmin(c8, (now() - t0) / creps);
 	}
 	const double cps32 = (double)nc / c32, cps8 = (double)nc / c8;
@@ -201,9 +217,9 @@ int main(int argc, char **argv)
 	printf("fp32 GB/s / ceiling = %.2f (target >= 0.8); 8-bit / fp32 params/s = %.2f (target "
 	       ">= 1.5); state %.2f vs %.0f B/param\n",
 	       gb32 / ceiling, ps8 / ps32, state8, state32);
-	printf("in cache (%zu params): fp32 %.3e params/s, 8-bit %.3e params/s; bandwidth-bound "
+	printf("in cache (%zu params per thread): fp32 %.3e params/s, 8-bit %.3e params/s; bandwidth-bound "
 	       "rates at the ceiling: fp32 %.3e, 8-bit %.3e -> 8-bit is %s-bound here\n",
-	       nc, cps32, cps8, ceiling * 1e9 / b32, ceiling * 1e9 / b8,
+	       per, cps32, cps8, ceiling * 1e9 / b32, ceiling * 1e9 / b8,
 	       cps8 < ceiling * 1e9 / b8 ? "compute" : "bandwidth");
 	/* The in-cache rate bounds the 8-bit step at any bandwidth: when 1.5x
 	 * fp32's measured rate is above it, this code cannot reach the target on
