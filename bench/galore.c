@@ -190,19 +190,19 @@ static int bench_preset(const char *preset, int B, int T, int steps, int gap, in
 	return ST_OK;
 }
 
+static const char usage[] =
+	"usage: bench/galore [--presets llama-60m,llama-130m] [--batch 4] [--seq 256]\n"
+	"                    [--steps 20] [--gap 200] [--spread 8] [--proj randomized|svd]\n"
+	"                    [--json FILE]\n"
+	"Step times of GaLore-AdamW and GaLore-AdamW8bit against AdamW on the\n"
+	"presets, and the cost of projector refreshes (see the file's comment).\n";
+
 int main(int argc, char **argv)
 {
 	struct cli_args args;
-	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
-		return 2;
-	if (cli_has(&args, "help")) {
-		printf("usage: bench/galore [--presets llama-60m,llama-130m] [--batch 4] [--seq 256]\n"
-		       "                    [--steps 20] [--gap 200] [--spread 8] [--proj randomized|svd]\n"
-		       "                    [--json FILE]\n"
-		       "Step times of GaLore-AdamW and GaLore-AdamW8bit against AdamW on the\n"
-		       "presets, and the cost of projector refreshes (see the file's comment).\n");
-		return 0;
-	}
+	const int rc = cli_start(&args, argc, argv, usage);
+	if (rc != CLI_RUN)
+		return rc;
 	const char *presets, *projs;
 	FILE *jf;
 	long lb, lt, ls, lg, lsp;

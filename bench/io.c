@@ -93,19 +93,19 @@ static int stream(struct st_io *io, int writing, void *buf, size_t slab, size_t 
 	return ST_OK;
 }
 
+static const char usage[] =
+	"usage: bench/io [--dir DIR]... [--gib 1] [--slab-mib 64] [--block 1M] [--depth 16]\n"
+	"                [--reps 3] [--json FILE]\n"
+	"Streaming write and read rate of the disk tier over the --dir directories\n"
+	"(default: a temporary one under bench/results/), against dd and fio with\n"
+	"O_DIRECT on the same directories; best of --reps passes.\n";
+
 int main(int argc, char **argv)
 {
 	struct cli_args args;
-	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
-		return 2;
-	if (cli_has(&args, "help")) {
-		printf("usage: bench/io [--dir DIR]... [--gib 1] [--slab-mib 64] [--block 1M] [--depth 16]\n"
-		       "                [--reps 3] [--json FILE]\n"
-		       "Streaming write and read rate of the disk tier over the --dir directories\n"
-		       "(default: a temporary one under bench/results/), against dd and fio with\n"
-		       "O_DIRECT on the same directories; best of --reps passes.\n");
-		return 0;
-	}
+	const int rc = cli_start(&args, argc, argv, usage);
+	if (rc != CLI_RUN)
+		return rc;
 	const char *dirs[16];
 	int n_dirs = 0;
 	for (int i = 0; i < args.n; i++) /* --dir may repeat: one stripe each */

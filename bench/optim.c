@@ -79,19 +79,19 @@ static double axpy(float *a, const float *b, size_t n, float s)
 	return now() - t0;
 }
 
+static const char usage[] =
+	"usage: bench/optim [--params 134217728] [--block 256] [--reps 5] [--json FILE]\n"
+	"One step of fp32 AdamW and of 8-bit AdamW over --params parameters\n"
+	"(threads: OMP_NUM_THREADS), against a bandwidth ceiling measured in the\n"
+	"same run; best of --reps steps. STRATA_SIMD picks the 8-bit variant.\n";
+
 int main(int argc, char **argv)
 {
 	struct cli_args args;
 	long params, blk, rp;
-	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
-		return 2;
-	if (cli_has(&args, "help")) {
-		printf("usage: bench/optim [--params 134217728] [--block 256] [--reps 5] [--json FILE]\n"
-		       "One step of fp32 AdamW and of 8-bit AdamW over --params parameters\n"
-		       "(threads: OMP_NUM_THREADS), against a bandwidth ceiling measured in the\n"
-		       "same run; best of --reps steps. STRATA_SIMD picks the 8-bit variant.\n");
-		return 0;
-	}
+	const int rc = cli_start(&args, argc, argv, usage);
+	if (rc != CLI_RUN)
+		return rc;
 	FILE *jf;
 	if (cli_get_out(&args, "json", &jf) != ST_OK ||
 	    cli_get_long(&args, "params", 128L << 20, &params) != ST_OK ||

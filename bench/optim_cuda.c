@@ -154,17 +154,17 @@ static double time_kernel(enum kern k, struct bufs *b, int reps)
 	return med;
 }
 
+static const char usage[] =
+	"usage: bench/optim_cuda [--params 268435456] [--reps 20] [--json FILE]\n"
+	"The optimizer kernels on the GPU against its bandwidth ceiling (a\n"
+	"device-to-device copy) measured in the same run; median of --reps calls.\n";
+
 int main(int argc, char **argv)
 {
 	struct cli_args args;
-	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
-		return 2;
-	if (cli_has(&args, "help")) {
-		printf("usage: bench/optim_cuda [--params 268435456] [--reps 20] [--json FILE]\n"
-		       "The optimizer kernels on the GPU against its bandwidth ceiling (a\n"
-		       "device-to-device copy) measured in the same run; median of --reps calls.\n");
-		return 0;
-	}
+	const int rc = cli_start(&args, argc, argv, usage);
+	if (rc != CLI_RUN)
+		return rc;
 	FILE *jf;
 	long params, lreps;
 	if (cli_get_out(&args, "json", &jf) != ST_OK ||

@@ -58,18 +58,18 @@ __attribute__((target("avx512f"))) static void gather_only(uint8_t *out, const f
 	}
 }
 
+static const char usage[] =
+	"usage: bench/q8_stages [--reps 20000]\n"
+	"Per-element cost of each stage of the CPU's 8-bit AdamW step, on one\n"
+	"thread, for every SIMD variant this CPU has.\n";
+
 int main(int argc, char **argv)
 {
 	struct cli_args args;
 	long lreps;
-	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
-		return 2;
-	if (cli_has(&args, "help")) {
-		printf("usage: bench/q8_stages [--reps 20000]\n"
-		       "Per-element cost of each stage of the CPU's 8-bit AdamW step, on one\n"
-		       "thread, for every SIMD variant this CPU has.\n");
-		return 0;
-	}
+	const int rc = cli_start(&args, argc, argv, usage);
+	if (rc != CLI_RUN)
+		return rc;
 	if (cli_get_long(&args, "reps", 20000, &lreps) != ST_OK ||
 	    cli_check_unused(&args, "bench/q8_stages") != ST_OK)
 		return 2;

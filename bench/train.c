@@ -182,18 +182,18 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 	return ST_OK;
 }
 
+static const char usage[] =
+	"usage: bench/train [--presets llama-60m,llama-130m] [--batch 8] [--seq 256]\n"
+	"                   [--vocab 32000] [--steps 4] [--json FILE]\n"
+	"Training-step throughput of the presets against the best fp32 matmul rate\n"
+	"(oneDNN, OpenBLAS) on the step's own shapes, measured in the same run.\n";
+
 int main(int argc, char **argv)
 {
 	struct cli_args args;
-	if (cli_parse(&args, argc - 1, argv + 1) != ST_OK)
-		return 2;
-	if (cli_has(&args, "help")) {
-		printf("usage: bench/train [--presets llama-60m,llama-130m] [--batch 8] [--seq 256]\n"
-		       "                   [--vocab 32000] [--steps 4] [--json FILE]\n"
-		       "Training-step throughput of the presets against the best fp32 matmul rate\n"
-		       "(oneDNN, OpenBLAS) on the step's own shapes, measured in the same run.\n");
-		return 0;
-	}
+	const int rc = cli_start(&args, argc, argv, usage);
+	if (rc != CLI_RUN)
+		return rc;
 	const char *presets;
 	FILE *jf;
 	long lb, lt, lv, ls;

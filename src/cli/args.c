@@ -33,6 +33,17 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 	return ST_OK;
 }
 
+int cli_start(struct cli_args *a, int argc, char **argv, const char *usage)
+{
+	if (cli_parse(a, argc - 1, argv + 1) != ST_OK)
+		return 2;
+	if (cli_has(a, "help")) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	return CLI_RUN;
+}
+
 const char *cli_get(struct cli_args *a, const char *key, const char *def)
 {
 	const char *v = def;

@@ -20,6 +20,11 @@ struct cli_args {
 };
 
 int cli_parse(struct cli_args *a, int argc, char **argv);
+/* For a small program (the benchmarks): parse argv[1..] and, on --help,
+ * print `usage`. Returns the exit status to end with (0 after --help, 2 on a
+ * parse error), or CLI_RUN to go on. */
+#define CLI_RUN (-1)
+int cli_start(struct cli_args *a, int argc, char **argv, const char *usage);
 /* Last value given for key (and marks it used), or def. */
 const char *cli_get(struct cli_args *a, const char *key, const char *def);
 int cli_has(struct cli_args *a, const char *key);
