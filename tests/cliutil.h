@@ -63,7 +63,7 @@ static inline void cu_tmp_cleanup(void)
 {
 	for (int i = 0; i < cu_tmp_n; i++) {
 		char cmd[320];
-		snprintf(cmd, sizeof cmd, "rm -rf --one-file-system '%s'", cu_tmp_dirs[i]);
+		snprintf(cmd, sizeof cmd, "rm -rf --one-file-system '%.255s'", cu_tmp_dirs[i]);
 		if (system(cmd) != 0)
 			fprintf(stderr, "note: could not remove %s\n", cu_tmp_dirs[i]);
 	}
