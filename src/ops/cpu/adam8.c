@@ -7,8 +7,9 @@
  * Blocks are independent, so the OpenMP split over blocks cannot change any
  * bit. The 8-bit decode / absmax / encode come in scalar, AVX2, AVX-512 and
  * VBMI variants (quant8.c, quant8_vbmi.c); the fp32 arithmetic between them
- * is plain C that gcc vectorizes for the build target, except the moments of
- * the AVX-512 variants, fused with their absmax. No FMA contraction anywhere
+ * is plain C that gcc vectorizes for the build target, except in the AVX-512
+ * variants, where one intrinsics pass takes the moments, their absmax and the
+ * update of p. No FMA contraction anywhere
  * (the pragma), so every variant, the scalar reference in tests/test_quant.c
  * and the CUDA kernel round identically. */
 #pragma GCC optimize("fp-contract=off")
