@@ -283,10 +283,8 @@ int main(int argc, char **argv)
 			fprintf(jf, "]}");
 		}
 		fprintf(jf, "]}\n");
-		if (fclose(jf) != 0) { /* a full disk shows here */
-			perror("bench: writing --json");
+		if (cli_close_out(&args, "json", jf) != ST_OK)
 			return 1;
-		}
 	}
 	return 0;
 }

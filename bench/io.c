@@ -205,10 +205,8 @@ int main(int argc, char **argv)
 			"\"fio_read_gbs\": %.4f, \"write_ratio\": %.4f, \"read_ratio\": %.4f}\n",
 			total, slab, n_dirs, block, depth, best_w, best_r, dd_w, dd_r, fio_w, fio_r,
 			best_w / ceil_w, best_r / ceil_r);
-		if (fclose(jf) != 0) { /* a full disk shows here */
-			perror("bench: writing --json");
+		if (cli_close_out(&args, "json", jf) != ST_OK)
 			return 1;
-		}
 	}
 	return 0;
 }

@@ -243,10 +243,8 @@ int main(int argc, char **argv)
 			q8_simd_describe(q8_simd_pick()), gbs_triad, gbs_axpy, ceiling, t32, ps32, b32,
 			gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, cps32,
 			cps8);
-		if (fclose(jf) != 0) { /* a full disk shows here */
-			perror("bench: writing --json");
+		if (cli_close_out(&args, "json", jf) != ST_OK)
 			return 1;
-		}
 	}
 	free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va);
 	return 0;

@@ -183,7 +183,8 @@ int main(int argc, char **argv)
 		printf("optim_cuda: no CUDA device here: nothing measured\n");
 		if (jf) {
 			fprintf(jf, "{\"device\": null}\n");
-			fclose(jf);
+			if (cli_close_out(&args, "json", jf) != ST_OK)
+				return 1;
 		}
 		return 0;
 	}
@@ -269,10 +270,8 @@ int main(int argc, char **argv)
 			fprintf(jf, "%s{\"params\": %zu, \"adamw_fp32_s\": %.7f, \"adamw_8bit_s\": %.7f}",
 				i ? ", " : "", small[i], small_s[i][0], small_s[i][1]);
 		fprintf(jf, "], \"speedup_8bit_over_fp32\": %.4f}\n", ps[K_ADAMW8] / ps[K_ADAMW]);
-		if (fclose(jf) != 0) { /* a full disk shows here */
-			perror("bench: writing --json");
+		if (cli_close_out(&args, "json", jf) != ST_OK)
 			return 1;
-		}
 	}
 	return 0;
 }

@@ -82,13 +82,27 @@ Test(bench_cli, bad_options_are_refused)
 }
 
 /* A results file that cannot be written in full (a full disk) fails the
- * run, with the reason, instead of leaving a truncated file behind quietly. */
+ * run, with the reason, and the previous results file is left as it was. */
 Test(bench_cli, full_disk_fails_the_run)
 {
-	int rc = cu_run(out, sizeof out, "%s --params 65536 --reps 1 --json /dev/full",
-			bench_path("optim"));
+	char dir[256], cmd[600];
+	cu_tmpdir(dir, sizeof dir, "benchjson");
+	/* a previous results file, and the .tmp the run writes on a full disk */
+	snprintf(cmd, sizeof cmd, "echo '{\"old\": 1}' > %s/r.json && ln -s /dev/full %s/r.json.tmp",
+		 dir, dir);
+	cr_assert_eq(cu_run(NULL, 0, "%s", cmd), 0);
+	int rc = cu_run(out, sizeof out, "%s --params 65536 --reps 1 --json %s/r.json",
+			bench_path("optim"), dir);
 	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
-	cr_expect(strstr(out, "writing --json: No space left on device"), "%s", out);
+	cr_expect(strstr(out, "No space left on device"), "%s", out);
+	cr_expect(cu_run(out, sizeof out, "cat %s/r.json", dir) == 0 && !strcmp(out, "{\"old\": 1}\n"),
+		  "the previous results file changed: %s", out);
+	/* a run that completes replaces it */
+	rc = cu_run(out, sizeof out, "rm %s/r.json.tmp && %s --params 65536 --reps 1 --json %s/r.json",
+		    dir, bench_path("optim"), dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(cu_run(out, sizeof out, "grep -c speedup_8bit_over_fp32 %s/r.json", dir) == 0,
+		  "results not written: %s", out);
 }
 
 /* The same parser's "needs a value", through the strata CLI. */

@@ -67,6 +67,13 @@ int cli_get_str(struct cli_args *a, const char *key, const char *def, const char
 	return ST_OK;
 }
 
+/* The file being written for --key: PATH.tmp, renamed over PATH by
+ * cli_close_out once complete. */
+static void out_tmp(char *buf, size_t n, const char *path)
+{
+	snprintf(buf, n, "%s.tmp", path);
+}
+
 int cli_get_out(struct cli_args *a, const char *key, FILE **out)
 {
 	const char *path;
@@ -74,9 +81,25 @@ int cli_get_out(struct cli_args *a, const char *key, FILE **out)
 	ST_TRY(cli_get_str(a, key, NULL, &path));
 	if (!path)
 		return ST_OK;
-	*out = fopen(path, "w");
+	char tmp[4200];
+	ST_CHECK(strlen(path) < sizeof tmp - 8, "give a shorter path", "--%s: path too long", key);
+	out_tmp(tmp, sizeof tmp, path);
+	*out = fopen(tmp, "w");
 	ST_CHECK(*out, "give a path in a directory that exists and is writable",
 		 "--%s: cannot write %s: %s", key, path, strerror(errno));
+	return ST_OK;
+}
+
+int cli_close_out(struct cli_args *a, const char *key, FILE *f)
+{
+	const char *path = cli_get(a, key, NULL);
+	char tmp[4200];
+	out_tmp(tmp, sizeof tmp, path);
+	const int bad = fclose(f) != 0; /* a full disk shows here */
+	ST_CHECK(!bad, "free some space and run again; the previous file is untouched",
+		 "--%s: writing %s: %s", key, tmp, strerror(errno));
+	ST_CHECK(rename(tmp, path) == 0, NULL, "--%s: renaming %s to %s: %s", key, tmp, path,
+		 strerror(errno));
 	return ST_OK;
 }
 

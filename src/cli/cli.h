@@ -30,9 +30,13 @@ const char *cli_get(struct cli_args *a, const char *key, const char *def);
 int cli_has(struct cli_args *a, const char *key);
 /* cli_get for a flag that must have a value: an error for a bare "--key". */
 int cli_get_str(struct cli_args *a, const char *key, const char *def, const char **out);
-/* The file named by --key opened for writing, *out NULL when the flag is
- * absent: opened before any work, so a bad path fails at once. */
+/* A file for the results named by --key, opened for writing (*out NULL when
+ * the flag is absent): opened before any work, so a bad path fails at once.
+ * It is PATH.tmp until cli_close_out, which closes it (a full disk fails
+ * there) and renames it over PATH: a run that fails or is killed leaves the
+ * previous results file as it was. */
 int cli_get_out(struct cli_args *a, const char *key, FILE **out);
+int cli_close_out(struct cli_args *a, const char *key, FILE *f);
 /* Parse numbers with a clear error naming the flag. */
 int cli_get_long(struct cli_args *a, const char *key, long def, long *out);
 int cli_get_double(struct cli_args *a, const char *key, double def, double *out);
