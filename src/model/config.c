@@ -113,6 +113,19 @@ static int json_num(const cJSON *root, const char *key, double *out, const char 
 	return ST_OK;
 }
 
+/* A JSON boolean; absent or null leaves *out as it is. 1, "true" and the
+ * like are refused rather than read as false. */
+static int json_bool(const cJSON *root, const char *key, int *out, const char *path)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+	if (!it || cJSON_IsNull(it))
+		return ST_OK;
+	ST_CHECK(cJSON_IsBool(it), "write true or false (no quotes) in config.json",
+		 "%s: \"%s\" must be true or false", path, key);
+	*out = cJSON_IsTrue(it);
+	return ST_OK;
+}
+
 static int config_parse(struct st_config *cfg, const cJSON *root, const char *path)
 {
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
@@ -158,10 +171,8 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	ST_TRY(json_num(root, "initializer_range", &std, path));
 	cfg->norm_eps = (float)eps;
 	cfg->init_std = (float)std;
-	const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
-	cfg->tied = tie ? cJSON_IsTrue(tie) : 0;
-	const cJSON *se = cJSON_GetObjectItemCaseSensitive(root, "stable_embedding");
-	cfg->stable_embedding = se ? cJSON_IsTrue(se) : 0;
+	ST_TRY(json_bool(root, "tie_word_embeddings", &cfg->tied, path));
+	ST_TRY(json_bool(root, "stable_embedding", &cfg->stable_embedding, path));
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
 	ST_CHECK(!act || !cJSON_IsString(act) || strcmp(act->valuestring, "silu") == 0,
 		 "LLaMA uses SwiGLU (hidden_act \"silu\")", "%s: unsupported hidden_act \"%s\"", path,

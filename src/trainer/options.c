@@ -33,7 +33,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"beta2", OT_DOUBLE, F(beta2), "0.95", "AdamW beta2"},
 	{"eps", OT_DOUBLE, F(eps), "1e-8", "AdamW epsilon"},
 	{"momentum", OT_DOUBLE, F(momentum), "0", "SGD momentum (sgd8bit needs > 0)"},
-	{"quant-block", OT_INT, F(quant_block), "256", "8-bit optimizers: elements per absmax block"},
+	{"quant-block", OT_INT, F(quant_block), "256", "8-bit optimizers: elements per absmax block (a power of two, 16-65536)"},
 	{"quant-min-size", OT_LONG, F(quant_min_size), "4096", "8-bit optimizers: smaller tensors keep fp32 state"},
 	{"galore-rank", OT_DOUBLE, F(galore_rank), "128", "GaLore: projection rank (>= 1), or a fraction of the hidden size (< 1)"},
 	{"galore-update-gap", OT_INT, F(galore_update_gap), "200", "GaLore: steps between projector refreshes (T)"},
@@ -42,7 +42,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"galore-proj", OT_STR, F(galore_proj), "randomized", "GaLore projector: randomized | svd"},
 	{"galore-per-layer", OT_BOOL, F(galore_per_layer), "1", "GaLore: consume each layer's gradient after its backward (no full gradient buffer)"},
 	{"galore-moments", OT_STR, F(galore_moments), "keep", "GaLore: on refresh keep the moments or rotate them"},
-	{"max-skipped-steps", OT_INT, F(max_skipped_steps), "10", "stop after this many steps skipped for non-finite gradients"},
+	{"max-skipped-steps", OT_INT, F(max_skipped_steps), "10", "steps that may be skipped for a non-finite loss or gradient; one more stops the run"},
 	{"steps", OT_LONG, F(steps), "0", "optimizer steps (0: from --max-tokens)"},
 	{"max-tokens", OT_DOUBLE, F(max_tokens), "0", "token budget, used when --steps is 0"},
 	{"eval-interval", OT_LONG, F(eval_interval), "100", "steps between evaluations (0: end only)"},
@@ -95,10 +95,16 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 	switch (d->type) {
 	case OT_INT:
 	case OT_LONG: {
-		double v = strtod(value, &end); /* accepts 1e6 for token budgets */
+		/* decimal only, 1e6 allowed for token budgets; strtod alone would
+		 * also take 0x100 and inf */
+		double v = strtod(value, &end);
 		ST_CHECK(end != value && *end == '\0' && errno == 0 && v == floor(v) &&
-				 fabs(v) < (d->type == OT_INT ? 2147483647.0 : 9.2e18),
+				 value[strspn(value, "+-0123456789.eE")] == '\0',
 			 "give a whole number", "option '%s': '%s' is not an integer", d->key, value);
+		const double lim = d->type == OT_INT ? 2147483647.0 : 9.2e18;
+		ST_CHECK(fabs(v) < lim, "give a smaller number",
+			 "option '%s': %s is out of range (its size must stay below %.0f)", d->key,
+			 value, lim);
 		if (d->type == OT_INT)
 			*(int *)field = (int)v;
 		else
@@ -151,8 +157,14 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 		const char *val = buf;
 		if (cJSON_IsString(it))
 			val = it->valuestring;
-		else if (cJSON_IsBool(it))
+		else if (cJSON_IsBool(it)) {
+			const struct st_opt_desc *d = find(it->string);
+			ST_CHECK(!d || d->type == OT_BOOL,
+				 "write the number or text the option takes (`strata train --help`)",
+				 "%s: option '%s' takes a value, not true or false", where,
+				 it->string);
 			val = cJSON_IsTrue(it) ? "1" : "0";
+		}
 		else if (cJSON_IsNumber(it))
 			snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
 		else {
