@@ -337,6 +337,9 @@ Test(train, impossible_configs)
 		{"\"hidden_size\":60,\"num_attention_heads\":8,\"num_hidden_layers\":2", "must divide hidden_size"},
 		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"num_hidden_layers\":2", "must divide num_attention_heads"},
 		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":0", "num_hidden_layers must be positive"},
+		/* a flag that is not a JSON boolean is refused, not read as false */
+		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"stable_embedding\":1", "\"stable_embedding\" must be true or false"},
+		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"tie_word_embeddings\":\"true\"", "\"tie_word_embeddings\" must be true or false"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out,
@@ -358,6 +361,24 @@ Test(train, impossible_configs)
 		{"--galore-moments reset", "--galore-moments must be"},
 	};
 	cu_setup_run(dir, "");
+	/* numbers: decimal only, and too large named as such */
+	const struct {
+		const char *flags, *needle;
+	} num[] = {
+		{"--quant-block 0x100", "'0x100' is not an integer"},
+		{"--quant-block 2147483647", "2147483647 is out of range"},
+		{"--config %s/bool.json", "option 'max_skipped_steps' takes a value, not true or false"},
+	};
+	cu_run(NULL, 0, "echo '{\"max_skipped_steps\": false}' > %s/bool.json", dir);
+	for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+		char flags[600];
+		snprintf(flags, sizeof flags, num[i].flags, dir);
+		expect_fail("bad number", num[i].needle,
+			    cu_run(out, sizeof out,
+				   "%s train --model %s/init --data %s/data --out %s/n%zu --steps 1 "
+				   "--optimizer adamw8bit %s " SMALL,
+				   cu_bin(), dir, dir, dir, i, flags));
+	}
 	for (size_t i = 0; i < sizeof gal / sizeof gal[0]; i++)
 		expect_fail("impossible GaLore option", gal[i].needle,
 			    cu_run(out, sizeof out,
@@ -611,6 +632,173 @@ Test(train, nonfinite_gradient_skips_step)
 		    cu_bin(), dir, dir);
 	expect_fail("too many skipped steps", "max-skipped-steps", rc);
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/c/step-000003", dir), 0, "a failed step was saved");
+}
+
+/* An update that overflows the weights (lr 1e30: finite gradient, inf
+ * weights; the following steps are then skipped) must not be checkpointed:
+ * the save is refused, the run stops with an error naming the weight, and
+ * the good checkpoints stay (before, the poisoned ones pushed them out). */
+Test(train, overflowed_weights_not_checkpointed)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "overflow");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/run --steps 4 --ckpt-interval 2 "
+			"--keep-ckpts 2 --optimizer adamw8bit --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cu_run(NULL, 0, "md5sum %s/run/step-00000[24]/* > %s/sums", dir, dir);
+	rc = cu_run(out, sizeof out,
+		    "%s train --resume %s/run --steps 40 --lr 1e30 --warmup 0 --ckpt-interval 2", cu_bin(),
+		    dir);
+	expect_fail("overflowed weights", "went non-finite", rc);
+	cr_expect(strstr(out, "holds inf") || strstr(out, "holds nan") || strstr(out, "holds -inf"),
+		  "the weight is not named: %s", out);
+	cr_expect(strstr(out, "latest -> step-000004"), "the kept checkpoint is not named: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "md5sum -c --quiet %s/sums && test \"$(readlink %s/run/latest)\" = step-000004 && "
+			    "test \"$(ls -A %s/run | tr '\\n' ' ')\" = 'latest metrics.jsonl step-000002 step-000004 '",
+			    dir, dir, dir),
+		     0, "the good checkpoints were touched, or a refused one left files: %s", out);
+}
+
+/* Optimizer state edited in a copy of a checkpoint: a tensor replaced, one
+ * added, or the metadata changed. */
+enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_EXTRA, EDIT_UPDATES, EDIT_MIN_SIZE };
+
+static void edit_state(const char *src, const char *dst, enum state_edit e)
+{
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, src), ST_OK);
+	struct st_tensor_out *t = calloc((size_t)sf.n + 1, sizeof *t);
+	void **copies = calloc((size_t)sf.n, sizeof *copies);
+	int n = 0, edited = 0;
+	for (int i = 0; i < sf.n; i++, n++) {
+		const struct st_tensor_info *ti = &sf.tensors[i];
+		const size_t bytes = (size_t)(ti->end - ti->begin);
+		copies[i] = malloc(bytes + 1);
+		memcpy(copies[i], safetensors_data(&sf, ti), bytes);
+		t[n] = (struct st_tensor_out){ti->name, ti->dtype, ti->ndim, {0}, copies[i]};
+		memcpy(t[n].shape, ti->shape, sizeof ti->shape);
+		const char *dot = strrchr(ti->name, '.');
+		if (!edited && (e == EDIT_NAN_ABSMAX || e == EDIT_NEG_ABSMAX) &&
+		    !strcmp(dot, ".absmax") && strstr(ti->name, "exp_avg_sq")) {
+			((float *)copies[i])[1] = e == EDIT_NAN_ABSMAX ? NAN : -1.0f;
+			edited = 1;
+		}
+	}
+	static const float extra[4];
+	if (e == EDIT_EXTRA)
+		t[n++] = (struct st_tensor_out){"model.norm.weight.extra", ST_DT_F32, 1, {4}, extra};
+	const char *meta[8];
+	int nm = 0;
+	for (int i = 0; i < sf.n_meta; i++) {
+		const char *k = sf.meta_keys[i], *v = sf.meta_vals[i];
+		if (e == EDIT_UPDATES && !strcmp(k, "updates"))
+			v = "99";
+		if (e == EDIT_MIN_SIZE && !strcmp(k, "quant_min_size"))
+			v = "100";
+		meta[2 * nm] = k;
+		meta[2 * nm + 1] = v;
+		nm++;
+	}
+	cr_assert_eq(safetensors_write(dst, t, n, meta, nm), ST_OK);
+	for (int i = 0; i < sf.n; i++)
+		free(copies[i]);
+	free(copies);
+	free(t);
+	safetensors_close(&sf);
+}
+
+/* Damaged or mismatched 8-bit state is refused on resume with a message
+ * naming the tensor or setting; the checkpoint itself is left as it was. */
+Test(train, damaged_optimizer_state_refused)
+{
+	char dir[256], src[512], dst[512];
+	cu_tmpdir(dir, sizeof dir, "badstate");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/run --steps 2 --optimizer adamw8bit "
+			"--quant-min-size 512 --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const struct {
+		enum state_edit e;
+		const char *needle;
+	} cases[] = {
+		{EDIT_NAN_ABSMAX, "exp_avg_sq.absmax holds nan at element 1"},
+		{EDIT_NEG_ABSMAX, "holds a negative absmax (-1) at element 1"},
+		{EDIT_EXTRA, "model.norm.weight.extra is not one of them"},
+		{EDIT_UPDATES, "state after 99 updates, but trainer.json counts 2"},
+		{EDIT_MIN_SIZE, "written with --quant-min-size 100, the run asks for 512"},
+	};
+	snprintf(src, sizeof src, "%s/run/step-000002/optimizer.safetensors", dir);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		cu_run(NULL, 0, "rm -rf %s/c && cp -r %s/run/step-000002 %s/c", dir, dir, dir);
+		snprintf(dst, sizeof dst, "%s/c/optimizer.safetensors", dir);
+		edit_state(src, dst, cases[i].e);
+		cu_run(NULL, 0, "md5sum %s/c/* > %s/sums", dir, dir);
+		rc = cu_run(out, sizeof out, "%s train --resume %s/c --out %s/o%zu --steps 3", cu_bin(),
+			    dir, dir, i);
+		expect_fail("damaged optimizer state", cases[i].needle, rc);
+		cr_expect_eq(cu_run(NULL, 0, "md5sum -c --quiet %s/sums", dir), 0,
+			     "a refused resume changed the checkpoint");
+	}
+	/* and a changed --quant-min-size is named as such (it decides which
+	 * tensors have 8-bit state) */
+	expect_fail("changed --quant-min-size", "--quant-min-size 512",
+		    cu_run(out, sizeof out, "%s train --resume %s/run --out %s/q --steps 3 --quant-min-size 0",
+			   cu_bin(), dir, dir));
+	/* --quant-block does not concern fp32 AdamW: resuming one with another
+	 * value is not refused */
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/init --data %s/data --out %s/f --steps 1 --eval-interval 0 " SMALL
+		    " && %s train --resume %s/f --steps 2 --quant-block 128",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir);
+	cr_expect_eq(rc, 0, "fp32 AdamW resume refused over --quant-block: %s", out);
+}
+
+/* A resumed run writes its checkpoints beside the one resumed: into a copy of
+ * a run directory, never into the original its trainer.json names. Re-saving
+ * a step that exists replaces it whole, and a step directory moved aside by
+ * a save killed between its renames is put back. */
+Test(train, resume_writes_beside_the_checkpoint)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "resumeout");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/run --steps 4 --ckpt-interval 2 "
+			"--eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cu_run(NULL, 0, "md5sum %s/run/step-*/* > %s/sums", dir, dir);
+	rc = cu_run(out, sizeof out, "cp -r %s/run %s/copy && %s train --resume %s/copy --steps 6 --ckpt-interval 2",
+		    dir, dir, cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "test -d %s/copy/step-000006 && test ! -e %s/run/step-000006 && md5sum -c --quiet %s/sums",
+			    dir, dir, dir),
+		     0, "the resumed copy wrote into the original run: %s", out);
+	/* step 4 again, from step 2 with another lr: swapped in whole */
+	cu_run(NULL, 0, "md5sum %s/copy/step-000004/model.safetensors > %s/s4", dir, dir);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/copy/step-000002 --steps 4 --lr 0.003", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect_neq(cu_run(NULL, 0, "md5sum -c --quiet %s/s4", dir), 0, "step 4 was not re-saved");
+	cr_expect_eq(cu_run(out, sizeof out, "ls -A %s/copy; test -z \"$(ls -A %s/copy | grep '^\\.')\"",
+			    dir, dir),
+		     0, "temp or aside directories left behind: %s", out);
+	/* a kill between "move step 6 aside" and "rename the new one in" */
+	rc = cu_run(out, sizeof out,
+		    "mv %s/copy/step-000006 %s/copy/.old-step-000006.4242 && %s train --resume %s/copy --steps 7",
+		    dir, dir, cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "restored"), "no word of the restored checkpoint: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "test -d %s/copy/step-000006 && test -d %s/copy/step-000007 && "
+					     "test -z \"$(ls -A %s/copy | grep old)\"",
+			    dir, dir, dir),
+		     0, "step 6 not restored: %s", out);
 }
 
 /* SIGKILL in the middle of writing a checkpoint leaves the previous one as

@@ -48,6 +48,22 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 	return ST_OK;
 }
 
+/* The run directory holding checkpoint directory dir: its parent. */
+static void run_dir_of(char *out, size_t n, const char *dir)
+{
+	size_t len = strlen(dir);
+	while (len > 1 && dir[len - 1] == '/')
+		len--;
+	while (len > 0 && dir[len - 1] != '/')
+		len--;
+	while (len > 1 && dir[len - 1] == '/')
+		len--;
+	if (len == 0)
+		snprintf(out, n, ".");
+	else
+		snprintf(out, n, "%.*s", (int)len, dir);
+}
+
 int cmd_train(int argc, char **argv)
 {
 	struct cli_args a;
@@ -66,6 +82,10 @@ int cmd_train(int argc, char **argv)
 		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
 		ST_TRY(ckpt_read_options(&o, dir));
 		o.resume[0] = '\0';
+		/* New checkpoints go beside the one resumed (its run directory), not to
+		 * the --out saved in it: that names the original run, relative to
+		 * where it was started, and would be written into from a copy. */
+		run_dir_of(o.out, sizeof o.out, dir);
 		saved_spread = first_spread(&o);
 	}
 	const char *conf = cli_get(&a, "config", NULL);
@@ -83,7 +103,11 @@ int cmd_train(int argc, char **argv)
 	int rc = trainer_open(&tr, &o);
 	if (rc == ST_OK)
 		rc = trainer_run(&tr);
-	if (rc == ST_OK)
+	if (rc == ST_OK && tr.skipped)
+		printf("done: step %ld (%ld skipped for a non-finite loss or gradient), last finite "
+		       "train loss %.4f, val loss %.4f\n",
+		       tr.step, tr.skipped, tr.last_loss, tr.last_val_loss);
+	else if (rc == ST_OK)
 		printf("done: step %ld, train loss %.4f, val loss %.4f\n", tr.step, tr.last_loss,
 		       tr.last_val_loss);
 	trainer_close(&tr);

@@ -52,7 +52,7 @@ int optim_param_decays(const struct st_optim_cfg *c, const struct st_param *p)
 }
 
 static int is_adam(enum st_optim_kind k) { return k != ST_OPT_SGD && k != ST_OPT_SGD8; }
-static int is_8bit(enum st_optim_kind k)
+int optim_kind_is_8bit(enum st_optim_kind k)
 {
 	return k == ST_OPT_ADAMW8 || k == ST_OPT_SGD8 || k == ST_OPT_GALORE_ADAMW8;
 }
@@ -64,7 +64,7 @@ int optim_init(struct st_optim *o, const struct st_optim_cfg *c, const struct st
 	memset(o, 0, sizeof *o);
 	o->cfg = *c;
 	o->m = m;
-	if (is_8bit(c->kind))
+	if (optim_kind_is_8bit(c->kind))
 		ST_CHECK(c->quant_block >= 16 && c->quant_block <= 65536 &&
 				 (c->quant_block & (c->quant_block - 1)) == 0,
 			 "use a power of two such as 256", "--quant-block must be a power of two in [16, 65536] (got %d)",
@@ -88,7 +88,7 @@ int optim_init(struct st_optim *o, const struct st_optim_cfg *c, const struct st
 			*cur = align64(*cur + galore_proj_numel(ps) * sizeof(float));
 		}
 		ps->n_states = n_states;
-		ps->q8 = is_8bit(c->kind) && (long)ps->state_numel >= c->quant_min_numel &&
+		ps->q8 = optim_kind_is_8bit(c->kind) && (long)ps->state_numel >= c->quant_min_numel &&
 			 p->role != ST_ROLE_EMBED;
 		ps->n_blocks = ps->q8 ? (ps->state_numel + (size_t)c->quant_block - 1) /
 						(size_t)c->quant_block

@@ -103,6 +103,9 @@ struct st_state_tensor {
  * "galore-adamw8bit"; ST_FAIL with the list. */
 int optim_parse_kind(enum st_optim_kind *k, const char *s);
 const char *optim_kind_name(enum st_optim_kind k);
+/* adamw8bit, sgd8bit, galore-adamw8bit: the kinds --quant-block and
+ * --quant-min-size apply to */
+int optim_kind_is_8bit(enum st_optim_kind k);
 int optim_param_decays(const struct st_optim_cfg *c, const struct st_param *p);
 
 /* Lay out every parameter's state; fails on impossible settings. */

@@ -4,9 +4,18 @@
  * is written, the directory fsynced, then renamed to out/step-NNNNNN and the
  * run directory fsynced; out/latest is a symlink replaced by rename. A process
  * killed at any point leaves the earlier checkpoints and `latest` untouched
- * (a stale .tmp-* directory is removed by the next save). */
+ * (a stale .tmp-* directory is removed by the next save). Re-saving a step
+ * that exists (a resume from an earlier step into the same run) swaps the
+ * directories with one rename (RENAME_EXCHANGE); where the file system cannot,
+ * the old one is moved aside to .old-step-N.PID first, and put back by the
+ * next save or resume if a kill came between the two renames. A save that
+ * fails removes its temp directory; one whose weights or state hold inf or NaN
+ * is refused, so it cannot push a good checkpoint out. */
+#define _GNU_SOURCE /* renameat2 */
 #include <cJSON.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -32,18 +41,55 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Index of the first inf or NaN among x[0..n), or -1. A checkpoint never
+ * holds one: the save refuses weights or state that went non-finite (an
+ * update that overflowed), so that they cannot replace a good checkpoint,
+ * and the load refuses a file that holds one (damage). */
+static long first_nonfinite(const float *x, size_t n)
+{
+	for (size_t i0 = 0; i0 < n; i0 += 4096) {
+		const size_t i1 = n - i0 < 4096 ? n : i0 + 4096;
+		int bad = 0;
+		for (size_t i = i0; i < i1; i++) /* vectorized; NaN compares false */
+			bad |= !(fabsf(x[i]) <= FLT_MAX);
+		if (bad)
+			for (size_t i = i0; i < i1; i++)
+				if (!(fabsf(x[i]) <= FLT_MAX))
+					return (long)i;
+	}
+	return -1;
+}
+
+/* The fp32 numel of a state tensor, 0 for the uint8 codes. */
+static size_t f32_numel(const struct st_state_tensor *st)
+{
+	return st->dtype == ST_DT_F32 ? st->bytes / sizeof(float) : 0;
+}
+
 /* State tensors come from the store a unit at a time (staged state too). */
 struct state_source {
 	struct st_trainer *tr;
-	int *unit;    /* per tensor */
-	size_t *off;  /* per tensor, in its unit's S slab */
+	int *unit;      /* per tensor */
+	size_t *off;    /* per tensor, in its unit's S slab */
+	size_t *numel;  /* per tensor: fp32 elements to check, 0 for codes */
+	int bad;        /* the first tensor holding inf or NaN, or -1 */
+	long bad_at;
+	float bad_val;
 };
 
 static const void *state_get(void *ctx, int i)
 {
 	struct state_source *ss = ctx;
-	return (const char *)store_acquire_as(&ss->tr->s.store, ss->unit[i], ST_SLAB_S,
-					      ST_ACCESS_READ) + ss->off[i];
+	const char *p = (const char *)store_acquire_as(&ss->tr->s.store, ss->unit[i], ST_SLAB_S,
+						       ST_ACCESS_READ) + ss->off[i];
+	if (ss->bad < 0 && ss->numel[i]) {
+		ss->bad_at = first_nonfinite((const float *)p, ss->numel[i]);
+		if (ss->bad_at >= 0) {
+			ss->bad = i;
+			ss->bad_val = ((const float *)p)[ss->bad_at];
+		}
+	}
+	return p;
 }
 
 /* Units at and past `unit` are not captured yet: every unit below it is. */
@@ -72,12 +118,14 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	struct st_tensor_out *t = st_calloc((size_t)cap, sizeof *t);
 	char (*names)[192] = st_calloc((size_t)cap, sizeof *names);
 	struct state_source ss = {tr, st_calloc((size_t)cap + 1, sizeof(int)),
-				  st_calloc((size_t)cap, sizeof(size_t))};
-	if (!t || !names || !ss.unit || !ss.off) {
+				  st_calloc((size_t)cap, sizeof(size_t)),
+				  st_calloc((size_t)cap, sizeof(size_t)), -1, -1, 0};
+	if (!t || !names || !ss.unit || !ss.off || !ss.numel) {
 		free(t);
 		free(names);
 		free(ss.unit);
 		free(ss.off);
+		free(ss.numel);
 		return ST_FAIL;
 	}
 	int n = 0;
@@ -91,22 +139,33 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 						      .ndim = st[j].ndim};
 			ss.unit[n] = p->unit;
 			ss.off[n] = st[j].off;
+			ss.numel[n] = f32_numel(&st[j]);
 			t[n].shape[0] = st[j].shape[0];
 			t[n].shape[1] = st[j].shape[1];
 		}
 	}
 	ss.unit[n] = m->n_units; /* past the last tensor: every unit */
-	char updates[32], block[32];
+	char updates[32], block[32], min_size[32];
 	snprintf(updates, sizeof updates, "%ld", tr->ck.updates);
 	snprintf(block, sizeof block, "%d", tr->opt.cfg.quant_block);
-	const char *meta[] = {"optimizer", optim_kind_name(tr->opt.cfg.kind), "updates", updates,
-			      "quant_block", block};
+	snprintf(min_size, sizeof min_size, "%ld", tr->opt.cfg.quant_min_numel);
+	const char *meta[] = {"optimizer",   optim_kind_name(tr->opt.cfg.kind),
+			      "updates",     updates,
+			      "quant_block", block,
+			      "quant_min_size", min_size};
 	struct st_tensor_source src = {state_get, state_put, &ss};
-	int rc = safetensors_write_from(path, t, n, meta, 3, &src);
+	int rc = safetensors_write_from(path, t, n, meta, 4, &src);
+	if (rc == ST_OK && ss.bad >= 0) {
+		tr->ck.nonfinite = 1;
+		ST_ERROR(NULL, "the optimizer state %s holds %g at element %ld", t[ss.bad].name,
+			 (double)ss.bad_val, ss.bad_at);
+		rc = ST_FAIL;
+	}
 	free(t);
 	free(names);
 	free(ss.unit);
 	free(ss.off);
+	free(ss.numel);
 	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
 }
 
@@ -114,7 +173,16 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 static const float *weights_get(void *ctx, int unit)
 {
 	struct st_trainer *tr = ctx;
-	return store_acquire_as(&tr->s.store, unit, ST_SLAB_W, ST_ACCESS_READ);
+	const float *w = store_acquire_as(&tr->s.store, unit, ST_SLAB_W, ST_ACCESS_READ);
+	struct st_ckpt_async *c = &tr->ck;
+	if (c->bad_unit < 0) {
+		c->bad_at = first_nonfinite(w, tr->s.model.units[unit].numel);
+		if (c->bad_at >= 0) {
+			c->bad_unit = unit;
+			c->bad_val = w[c->bad_at];
+		}
+	}
+	return w;
 }
 
 static void weights_put(void *ctx, int unit)
@@ -131,9 +199,23 @@ static int save_model(struct st_trainer *tr, const char *dir)
 	ST_TRY(config_save(&tr->s.model.cfg, path));
 	size_t shard;
 	ST_TRY(parse_bytes(tr->o.shard_size, &shard, "--shard-size"));
+	tr->ck.bad_unit = -1;
 	ST_TRY(model_save_weights_dir(&tr->s.model, dir, shard ? shard : ST_DEFAULT_SHARD_BYTES,
 				      weights_get, weights_put, tr));
 	mark_captured(&tr->ck, &tr->ck.w_done, tr->s.model.n_units);
+	const struct st_model *m = &tr->s.model;
+	if (tr->ck.bad_unit >= 0) {
+		const struct st_unit *u = &m->units[tr->ck.bad_unit];
+		const size_t at = (size_t)tr->ck.bad_at;
+		const struct st_param *p = &m->params[u->first_param];
+		for (int i = u->first_param; i < u->first_param + u->n_params; i++)
+			if (m->params[i].offset <= at && at < m->params[i].offset + m->params[i].numel)
+				p = &m->params[i];
+		tr->ck.nonfinite = 1;
+		ST_ERROR(NULL, "the weight %s holds %g at element %zu", p->name,
+			 (double)tr->ck.bad_val, at - p->offset);
+		return ST_FAIL;
+	}
 	return store_ok(&tr->s.store);
 }
 
@@ -178,9 +260,31 @@ static int cmp_long(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* A step directory moved aside by a re-save killed before the new one went
+ * in (.old-step-N.PID with no step-N): put it back. Other .old-* are stale. */
+static void recover_aside(const char *out)
+{
+	DIR *d = opendir(out);
+	if (!d)
+		return;
+	struct dirent *e;
+	char path[4200], step[4200];
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, ".old-step-", 10) != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", out, e->d_name);
+		snprintf(step, sizeof step, "%s/%.*s", out, (int)strcspn(e->d_name + 5, "."),
+			 e->d_name + 5);
+		if (!fs_exists(step) && rename(path, step) == 0)
+			st_log_warn("restored %s, moved aside by a save that did not finish", step);
+	}
+	closedir(d);
+}
+
 /* Remove the oldest step directories beyond keep, and stale temp dirs. */
 static void prune(const char *out, int keep, long current)
 {
+	recover_aside(out);
 	DIR *d = opendir(out);
 	if (!d)
 		return;
@@ -234,7 +338,7 @@ static int copy_tokenizer_files(const struct st_trainer *tr, const char *dir)
 
 /* The capture thread: weights, optimizer state, then the directory is
  * renamed into place and `latest` moved. */
-static int write_checkpoint(struct st_trainer *tr)
+static int write_checkpoint_dir(struct st_trainer *tr)
 {
 	struct st_ckpt_async *c = &tr->ck;
 	const char *out = tr->o.out;
@@ -253,15 +357,20 @@ static int write_checkpoint(struct st_trainer *tr)
 	ST_TRY(copy_tokenizer_files(tr, c->tmp));
 	ST_TRY(fs_fsync_dir(c->tmp));
 
+	old[0] = '\0';
 	if (fs_exists(final)) { /* re-saving a step: keep the old one until the new one is in */
-		snprintf(old, sizeof old, "%s/.old-%s.%d", out, c->name, (int)getpid());
-		ST_CHECK(rename(final, old) == 0, "check the run directory's permissions",
-			 "cannot move %s aside: %s", final, strerror(errno));
-	} else {
-		old[0] = '\0';
+		if (renameat2(AT_FDCWD, c->tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+			snprintf(old, sizeof old, "%s", c->tmp); /* the old one, now */
+		} else {
+			snprintf(old, sizeof old, "%s/.old-%s.%d", out, c->name, (int)getpid());
+			ST_CHECK(rename(final, old) == 0, "check the run directory's permissions",
+				 "cannot move %s aside: %s", final, strerror(errno));
+		}
 	}
-	ST_CHECK(rename(c->tmp, final) == 0, "check the run directory's permissions and free space",
-		 "cannot rename %s to %s: %s", c->tmp, final, strerror(errno));
+	if (strcmp(old, c->tmp) != 0)
+		ST_CHECK(rename(c->tmp, final) == 0,
+			 "check the run directory's permissions and free space",
+			 "cannot rename %s to %s: %s", c->tmp, final, strerror(errno));
 	ST_TRY(fs_fsync_dir(out));
 	if (*old)
 		fs_rmtree(old);
@@ -276,6 +385,31 @@ static int write_checkpoint(struct st_trainer *tr)
 	ST_TRY(fs_fsync_dir(out));
 	prune(out, tr->o.keep_ckpts, c->step);
 	return ST_OK;
+}
+
+static int write_checkpoint(struct st_trainer *tr)
+{
+	struct st_ckpt_async *c = &tr->ck;
+	c->nonfinite = 0;
+	if (write_checkpoint_dir(tr) == ST_OK)
+		return ST_OK;
+	if (fs_exists(c->tmp)) /* not renamed into place: nothing of it is kept */
+		fs_rmtree(c->tmp);
+	char link[4200], kept[256];
+	snprintf(link, sizeof link, "%s/latest", tr->o.out);
+	ssize_t len = readlink(link, kept, sizeof kept - 1);
+	kept[len > 0 ? len : 0] = '\0';
+	const char *keeps = len > 0 ? "the run keeps latest -> " : "the run has no earlier checkpoint";
+	if (c->nonfinite)
+		ST_ERROR(len > 0 ? "an update overflowed: resume from the kept checkpoint with a "
+				   "lower --lr"
+				 : "an update overflowed: start again with a lower --lr",
+			 "checkpoint %s/%s refused: the weights or optimizer state went non-finite "
+			 "at or before step %ld; %s%s",
+			 tr->o.out, c->name, c->step, keeps, kept);
+	else
+		ST_ERROR(NULL, "checkpoint %s/%s not written; %s%s", tr->o.out, c->name, keeps, kept);
+	return ST_FAIL;
 }
 
 static void *capture_main(void *arg)
@@ -371,6 +505,7 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		snprintf(out, n, "%s", path);
 		return ST_OK;
 	}
+	recover_aside(path); /* a re-save killed between its renames */
 	snprintf(p, sizeof p, "%s/latest", path);
 	char target[PATH_MAX];
 	ssize_t len = readlink(p, target, sizeof target - 1);
@@ -411,6 +546,128 @@ int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir)
 	return rc;
 }
 
+/* A whole number in a metadata value (the text as written, nothing after). */
+static int meta_long(const struct st_safetensors *sf, const char *key, long *out)
+{
+	const char *v = safetensors_meta(sf, key);
+	char *end;
+	if (!v)
+		return 0;
+	errno = 0;
+	*out = strtol(v, &end, 10);
+	return end != v && *end == '\0' && errno == 0 ? 1 : -1;
+}
+
+/* The settings the state was written with must be the run's: the optimizer,
+ * for the 8-bit kinds the block and the fp32-state threshold (they decide
+ * which tensors exist and their shapes), and the update count, which the
+ * bias correction follows (a file from another step has another). Files
+ * written before quant_min_size was recorded skip that one check. */
+static int check_optimizer_meta(const struct st_trainer *tr, const struct st_safetensors *sf,
+				const char *path)
+{
+	const struct st_optim_cfg *c = &tr->opt.cfg;
+	const char *kind = safetensors_meta(sf, "optimizer");
+	ST_CHECK(kind && strcmp(kind, optim_kind_name(c->kind)) == 0,
+		 "resume with the optimizer the run was started with",
+		 "%s holds %s state, but the run asks for --optimizer %s", path,
+		 kind ? kind : "unknown", optim_kind_name(c->kind));
+	long v;
+	int got;
+	if (optim_kind_is_8bit(c->kind)) {
+		got = meta_long(sf, "quant_block", &v);
+		ST_CHECK(got == 1 && v == c->quant_block,
+			 "resume with the --quant-block the run was started with",
+			 "%s was written with quantization block %s, the run asks for %d", path,
+			 got ? safetensors_meta(sf, "quant_block") : "unknown", c->quant_block);
+		got = meta_long(sf, "quant_min_size", &v);
+		ST_CHECK(got == 0 || (got == 1 && v == c->quant_min_numel),
+			 "resume with the --quant-min-size the run was started with",
+			 "%s was written with --quant-min-size %s, the run asks for %ld", path,
+			 safetensors_meta(sf, "quant_min_size"), c->quant_min_numel);
+	}
+	got = meta_long(sf, "updates", &v);
+	ST_CHECK(got == 1 && v == tr->updates,
+		 "the checkpoint's files do not belong together; use an earlier checkpoint",
+		 "%s holds the state after %s updates, but trainer.json counts %ld", path,
+		 got ? safetensors_meta(sf, "updates") : "unknown", tr->updates);
+	return ST_OK;
+}
+
+/* Whether name is one of the run's state tensors (for the error message). */
+static int is_state_name(const struct st_optim *o, const char *name)
+{
+	for (int i = 0; i < o->m->n_params; i++) {
+		const char *pn = o->m->params[i].name;
+		const size_t len = strlen(pn);
+		if (strncmp(name, pn, len) != 0 || name[len] != '.')
+			continue;
+		struct st_state_tensor st[ST_STATE_TENSORS_MAX];
+		const int k = optim_state_tensors(o, i, st);
+		for (int j = 0; j < k; j++)
+			if (!strcmp(name + len + 1, st[j].suffix))
+				return 1;
+	}
+	return 0;
+}
+
+/* Every state tensor the run lays out, from the file into the S slabs; each
+ * fp32 one finite, each absmax >= 0; no tensor in the file left over. */
+static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf,
+			  const char *path)
+{
+	ST_TRY(check_optimizer_meta(tr, sf, path));
+	const struct st_model *m = &tr->s.model;
+	const char *damaged = "the checkpoint is damaged; resume from an earlier one";
+	int rc = ST_OK, n = 0;
+	for (int u = 0; u < m->n_units && rc == ST_OK; u++) {
+		if (!tr->opt.unit_bytes[u])
+			continue;
+		char *state = store_acquire(&tr->s.store, u, ST_SLAB_S);
+		const struct st_unit *un = &m->units[u];
+		for (int i = un->first_param; i < un->first_param + un->n_params && rc == ST_OK; i++) {
+			const struct st_param *p = &m->params[i];
+			struct st_state_tensor st[ST_STATE_TENSORS_MAX];
+			int k = optim_state_tensors(&tr->opt, i, st);
+			for (int j = 0; j < k && rc == ST_OK; j++, n++) {
+				char name[200];
+				snprintf(name, sizeof name, "%.95s.%.31s", p->name, st[j].suffix);
+				rc = safetensors_load_raw(sf, name, st[j].dtype, st[j].ndim,
+							  st[j].shape, state + st[j].off, st[j].bytes);
+				const float *x = (const float *)(state + st[j].off);
+				const size_t nf = rc == ST_OK ? f32_numel(&st[j]) : 0;
+				const long bad = first_nonfinite(x, nf);
+				if (bad >= 0) {
+					ST_ERROR(damaged, "%s: %s holds %g at element %ld", path, name,
+						 (double)x[bad], bad);
+					rc = ST_FAIL;
+				}
+				const char *sfx = strrchr(st[j].suffix, '.');
+				for (size_t e = 0; rc == ST_OK && sfx && !strcmp(sfx, ".absmax") &&
+						   e < nf;
+				     e++)
+					if (x[e] < 0) {
+						ST_ERROR(damaged, "%s: %s holds a negative absmax (%g) at "
+								  "element %zu",
+							 path, name, (double)x[e], e);
+						rc = ST_FAIL;
+					}
+			}
+		}
+		store_release(&tr->s.store, u, ST_SLAB_S, 1);
+	}
+	if (rc == ST_OK && sf->n != n) { /* every name loaded was there: more in the file */
+		int t = 0;
+		while (t < sf->n - 1 && is_state_name(&tr->opt, sf->tensors[t].name))
+			t++;
+		ST_ERROR("the file belongs to another model or optimizer; use this run's checkpoint",
+			 "%s holds %d tensors where this run has %d: %s is not one of them", path,
+			 sf->n, n, sf->tensors[t].name);
+		rc = ST_FAIL;
+	}
+	return rc;
+}
+
 int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 {
 	char path[4200];
@@ -437,39 +694,10 @@ int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;
 	ST_TRY(safetensors_open(&sf, path));
-	const char *kind = safetensors_meta(&sf, "optimizer");
-	const char *block = safetensors_meta(&sf, "quant_block");
-	int rc = ST_OK;
-	if (!kind || strcmp(kind, optim_kind_name(tr->opt.cfg.kind)) != 0) {
-		ST_ERROR("resume with the optimizer the run was started with",
-			 "%s holds %s state, but the run asks for --optimizer %s", path,
-			 kind ? kind : "unknown", optim_kind_name(tr->opt.cfg.kind));
-		rc = ST_FAIL;
-	} else if (!block || atoi(block) != tr->opt.cfg.quant_block) {
-		ST_ERROR("resume with the --quant-block the run was started with",
-			 "%s was written with quantization block %s, the run asks for %d", path,
-			 block ? block : "unknown", tr->opt.cfg.quant_block);
-		rc = ST_FAIL;
-	}
-	const struct st_model *m = &tr->s.model;
-	for (int u = 0; u < m->n_units && rc == ST_OK; u++) {
-		if (!tr->opt.unit_bytes[u])
-			continue;
-		char *state = store_acquire(&tr->s.store, u, ST_SLAB_S);
-		const struct st_unit *un = &m->units[u];
-		for (int i = un->first_param; i < un->first_param + un->n_params && rc == ST_OK; i++) {
-			const struct st_param *p = &m->params[i];
-			struct st_state_tensor st[ST_STATE_TENSORS_MAX];
-			int k = optim_state_tensors(&tr->opt, i, st);
-			for (int j = 0; j < k && rc == ST_OK; j++) {
-				char name[200];
-				snprintf(name, sizeof name, "%.95s.%.31s", p->name, st[j].suffix);
-				rc = safetensors_load_raw(&sf, name, st[j].dtype, st[j].ndim,
-							  st[j].shape, state + st[j].off, st[j].bytes);
-			}
-		}
-		store_release(&tr->s.store, u, ST_SLAB_S, 1);
-	}
+	const int rc = load_optimizer(tr, &sf, path);
 	safetensors_close(&sf);
+	if (rc != ST_OK)
+		ST_ERROR("resume from an earlier checkpoint, or with the run's own settings",
+			 "cannot resume from %s", ckpt_dir);
 	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
 }

@@ -748,7 +748,8 @@ int trainer_run(struct st_trainer *tr)
 		    tr->o.grad_accum, tr->o.lr, tr->warmup,
 		    tr->step ? ", resumed" : "");
 	if (tr->step)
-		st_log_info("resumed from %s at step %ld", tr->ckpt_loaded, tr->step);
+		st_log_info("resumed from %s at step %ld; checkpoints go to %s", tr->ckpt_loaded,
+			    tr->step, tr->o.out);
 	store_report(&tr->s.store);
 	{
 		/* what the state would take as fp32 AdamW, for comparison */

@@ -32,6 +32,10 @@ struct st_ckpt_async {
 	long step, updates;
 	char name[64], tmp[4096];
 	double t0, pause_s, wait_s; /* when it began; the pause; updates' waits */
+	int nonfinite;        /* the save was refused for inf or NaN weights or state */
+	int bad_unit;         /* the first unit whose weights hold one, or -1 */
+	long bad_at;          /* its element in the unit's slab */
+	float bad_val;
 };
 
 struct st_trainer {
