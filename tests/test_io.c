@@ -313,6 +313,85 @@ Test(io, safetensors_metadata_round_trip)
 	safetensors_close(&sf);
 }
 
+/* Flip one bit of the byte at file offset off. */
+static void flip_byte(const char *path, long off)
+{
+	FILE *f = fopen(path, "r+b");
+	cr_assert(f);
+	cr_assert_eq(fseek(f, off, SEEK_SET), 0);
+	int c = fgetc(f);
+	cr_assert_eq(fseek(f, off, SEEK_SET), 0);
+	fputc(c ^ 0x10, f);
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* Every file written carries each tensor's XXH3 (metadata strata_xxh3, in
+ * data order); a changed byte fails the load of that tensor, and only that
+ * one; a damaged checksum field fails the open; a file without checksums
+ * (another writer) loads as before. */
+Test(io, safetensors_checksums)
+{
+	char p[256];
+	tpath(p, "sum.safetensors");
+	float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {7, 8, 9}, got[6];
+	uint8_t c[5] = {1, 2, 3, 4, 5}, gotc[5];
+	/* written out of name order: the digits follow the data order */
+	struct st_tensor_out t[] = {
+		{"z", ST_DT_F32, 1, {6}, a},
+		{"b", ST_DT_F32, 1, {3}, b},
+		{"a.codes", ST_DT_U8, 1, {5}, c},
+		{"empty", ST_DT_F32, 1, {0}, NULL},
+	};
+	const char *meta[] = {"strata_xxh3", "stale", "step", "3"};
+	cr_assert_eq(safetensors_write(p, t, 4, meta, 2), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_not_null(sf.sums);
+	cr_assert_eq(strlen(safetensors_meta(&sf, "strata_xxh3")), 4 * 16, "the caller's stale value is replaced");
+	const int64_t s6 = 6, s3 = 3, s5 = 5;
+	cr_assert_eq(safetensors_load_f32(&sf, "z", 1, &s6, got), ST_OK);
+	cr_assert_eq(safetensors_load_raw(&sf, "a.codes", ST_DT_U8, 1, &s5, gotc, 5), ST_OK);
+	const long b_at = (long)(sf.data_start + safetensors_find(&sf, "b")->begin + 5);
+	const long c_at = (long)(sf.data_start + safetensors_find(&sf, "a.codes")->begin + 4);
+	safetensors_close(&sf);
+
+	flip_byte(p, b_at);
+	flip_byte(p, c_at);
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert_eq(safetensors_load_f32(&sf, "z", 1, &s6, got), ST_OK, "an intact tensor still loads");
+	cr_assert(!memcmp(got, a, sizeof a));
+	cr_assert_eq(safetensors_load_f32(&sf, "b", 1, &s3, got), ST_FAIL, "a changed float loaded");
+	cr_assert_eq(safetensors_load_raw(&sf, "a.codes", ST_DT_U8, 1, &s5, gotc, 5), ST_FAIL,
+		     "a changed code loaded");
+	safetensors_close(&sf);
+
+	/* a checksum field of the wrong length or not hex: the open fails */
+	const char *bad[] = {"{\"__metadata__\":{\"strata_xxh3\":\"00\"},"
+			     "\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+			     "{\"__metadata__\":{\"strata_xxh3\":\"00000000000000zz\"},"
+			     "\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+			     "{\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}"};
+	for (int k = 0; k < 3; k++) {
+		FILE *f = fopen(p, "wb");
+		const uint64_t hl = strlen(bad[k]);
+		fwrite(&hl, 8, 1, f);
+		fputs(bad[k], f);
+		fputc(9, f);
+		cr_assert_eq(fclose(f), 0);
+		if (k < 2) {
+			cr_assert_eq(safetensors_open(&sf, p), ST_FAIL, "bad checksum field %d accepted", k);
+			continue;
+		}
+		/* no checksums: loads unverified */
+		cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+		cr_assert_null(sf.sums);
+		const int64_t s1 = 1;
+		cr_assert_eq(safetensors_load_raw(&sf, "x", ST_DT_U8, 1, &s1, gotc, 1), ST_OK);
+		cr_assert_eq(gotc[0], 9);
+		safetensors_close(&sf);
+	}
+}
+
 Test(io, safetensors_overwrite_is_atomic)
 {
 	char p[256];

@@ -745,6 +745,27 @@ Test(train, damaged_optimizer_state_refused)
 		cr_expect_eq(cu_run(NULL, 0, "md5sum -c --quiet %s/sums", dir), 0,
 			     "a refused resume changed the checkpoint");
 	}
+	/* one changed byte in the 8-bit codes, or in the weights: the checksums */
+	const char *files[] = {"optimizer.safetensors", "model.safetensors"};
+	for (int k = 0; k < 2; k++) {
+		cu_run(NULL, 0, "rm -rf %s/c && cp -r %s/run/step-000002 %s/c", dir, dir, dir);
+		snprintf(dst, sizeof dst, "%s/c/%s", dir, files[k]);
+		struct st_safetensors sf;
+		cr_assert_eq(safetensors_open(&sf, dst), ST_OK);
+		const struct st_tensor_info *ti =
+			safetensors_find(&sf, k ? "model.layers.1.mlp.up_proj.weight"
+						: "model.layers.1.mlp.up_proj.weight.exp_avg_sq.codes");
+		cr_assert_not_null(ti);
+		const long at = (long)(sf.data_start + ti->begin + 100);
+		safetensors_close(&sf);
+		FILE *f = fopen(dst, "r+b");
+		cr_assert(f && fseek(f, at, SEEK_SET) == 0);
+		const int byte = fgetc(f);
+		cr_assert(fseek(f, at, SEEK_SET) == 0 && fputc(byte ^ 1, f) != EOF && fclose(f) == 0);
+		expect_fail("a changed byte", "fails its checksum",
+			    cu_run(out, sizeof out, "%s train --resume %s/c --out %s/x%d --steps 3",
+				   cu_bin(), dir, dir, k));
+	}
 	/* and a changed --quant-min-size is named as such (it decides which
 	 * tensors have 8-bit state) */
 	expect_fail("changed --quant-min-size", "--quant-min-size 512",

@@ -10,13 +10,24 @@
  * Writing builds the JSON header with cJSON, pads it with spaces to a multiple
  * of 8 bytes (so the data is 8-byte aligned), lays the tensors out in the given
  * order with contiguous offsets, and goes through fs_atomic (temp file, fsync,
- * rename), so a crash never leaves a torn file under the final name. */
+ * rename), so a crash never leaves a torn file under the final name.
+ *
+ * Checksums: every file written carries "strata_xxh3" in its metadata, the
+ * XXH3-64 of each tensor's bytes as 16 hex digits, in data order. The header
+ * goes first, so it is written with zeros there and the digits are put in
+ * place (pwrite) once the data is out. Loading a tensor from a file that has
+ * them hashes the bytes it copies and refuses a mismatch: a flipped bit in a
+ * checkpoint is an error, not a silently different run. Files without the
+ * key (Hugging Face, older strata) load as before. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <string.h>
 
 #include <cJSON.h>
+#include <xxhash.h>
 
 #include "io/fsutil.h"
 #include "io/safetensors.h"
@@ -28,6 +39,8 @@
 #define JSON_INT_MAX 9007199254740992.0
 
 #define CORRUPT "the file is damaged or is not a safetensors file; re-download or re-export it"
+#define SUM_KEY "strata_xxh3"
+#define SUM_HEX 16 /* digits per tensor */
 
 static const struct {
 	const char *name;
@@ -282,6 +295,8 @@ static int check_overlaps(const struct st_safetensors *sf)
 	return rc;
 }
 
+static int parse_sums(struct st_safetensors *sf);
+
 static int parse_header(struct st_safetensors *sf, const cJSON *root)
 {
 	ST_CHECK(cJSON_IsObject(root), CORRUPT, "%s: the header is not a JSON object", sf->path);
@@ -320,7 +335,44 @@ static int parse_header(struct st_safetensors *sf, const cJSON *root)
 			return ST_FAIL;
 		ST_TRY(parse_entry(sf, it, t));
 	}
-	return check_overlaps(sf);
+	ST_TRY(check_overlaps(sf));
+	return parse_sums(sf);
+}
+
+/* The per-tensor checksums of SUM_KEY into sf->sums (indexed like
+ * sf->tensors), when the file has them. */
+static int parse_sums(struct st_safetensors *sf)
+{
+	const char *hex = safetensors_meta(sf, SUM_KEY);
+	if (!hex)
+		return ST_OK;
+	ST_CHECK(strlen(hex) == (size_t)sf->n * SUM_HEX, CORRUPT,
+		 "%s: \"" SUM_KEY "\" holds %zu digits for %d tensors (16 each)", sf->path,
+		 strlen(hex), sf->n);
+	/* data order, as written: by begin (a zero-size tensor before the one
+	 * starting where it does) */
+	const struct st_tensor_info **by = st_malloc((size_t)(sf->n ? sf->n : 1) * sizeof *by);
+	sf->sums = st_malloc((size_t)(sf->n ? sf->n : 1) * sizeof *sf->sums);
+	if (!by || !sf->sums) {
+		free(by);
+		return ST_FAIL;
+	}
+	for (int i = 0; i < sf->n; i++)
+		by[i] = &sf->tensors[i];
+	qsort(by, (size_t)sf->n, sizeof *by, cmp_begin);
+	int rc = ST_OK;
+	for (int k = 0; k < sf->n && rc == ST_OK; k++) {
+		char digits[SUM_HEX + 1], *end;
+		memcpy(digits, hex + (size_t)k * SUM_HEX, SUM_HEX);
+		digits[SUM_HEX] = '\0';
+		sf->sums[by[k] - sf->tensors] = strtoull(digits, &end, 16);
+		if (*end || strspn(digits, "0123456789abcdef") != SUM_HEX) {
+			ST_ERROR(CORRUPT, "%s: \"" SUM_KEY "\" is not hex digits", sf->path);
+			rc = ST_FAIL;
+		}
+	}
+	free(by);
+	return rc;
 }
 
 /* Everything after the map: header length, JSON, entries. */
@@ -394,6 +446,7 @@ void safetensors_close(struct st_safetensors *sf)
 	}
 	free(sf->meta_keys);
 	free(sf->meta_vals);
+	free(sf->sums);
 	fs_unmap_file(sf->map, sf->file_size);
 	free(sf->path);
 	memset(sf, 0, sizeof *sf);
@@ -476,6 +529,20 @@ static void drop_pages(const struct st_safetensors *sf, const struct st_tensor_i
 		madvise((char *)sf->map + begin, end - begin, MADV_DONTNEED);
 }
 
+/* bytes (t's, wherever they were copied to) against t's checksum, if any. */
+static int verify(const struct st_safetensors *sf, const struct st_tensor_info *t,
+		  const void *bytes)
+{
+	if (!sf->sums)
+		return ST_OK;
+	const uint64_t got = XXH3_64bits(bytes, (size_t)(t->end - t->begin));
+	const uint64_t want = sf->sums[t - sf->tensors];
+	ST_CHECK(got == want, "the file is damaged (a changed byte); use an earlier checkpoint or re-export it",
+		 "%s: tensor '%s' fails its checksum (XXH3 %016" PRIx64 ", the file says %016" PRIx64 ")",
+		 sf->path, t->name, got, want);
+	return ST_OK;
+}
+
 int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
 			 const int64_t *shape, float *dst)
 {
@@ -492,7 +559,9 @@ int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int 
 	ST_CHECK(same, "check that config.json matches the weights",
 		 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
 		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
-	int rc = safetensors_read_f32(sf, t, dst);
+	int rc = verify(sf, t, safetensors_data(sf, t));
+	if (rc == ST_OK)
+		rc = safetensors_read_f32(sf, t, dst);
 	drop_pages(sf, t);
 	return rc;
 }
@@ -515,7 +584,7 @@ int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum
 		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
 	memcpy(dst, safetensors_data(sf, t), bytes);
 	drop_pages(sf, t);
-	return ST_OK;
+	return verify(sf, t, dst);
 }
 
 /* ---- writing -------------------------------------------------------------- */
@@ -583,17 +652,18 @@ static cJSON *json_u64_pair(uint64_t a, uint64_t b)
 /* The header JSON; NULL when out of memory. cJSON_AddItemTo* refuses a NULL
  * item, so one check per add catches every failed allocation. */
 static cJSON *build_header(const struct st_tensor_out *t, int n, const char *const *meta,
-			   int n_meta, const uint64_t *bytes)
+			   int n_meta, const uint64_t *bytes, const char *zeros)
 {
 	cJSON *root = cJSON_CreateObject();
 	if (!root)
 		return NULL;
-	if (n_meta > 0) {
+	if (n_meta > 0 || n > 0) {
 		cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-		for (int i = 0; m && i < n_meta; i++)
-			if (!cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1]))
+		for (int i = 0; m && i < n_meta; i++) /* a checksum copied from a read file is stale */
+			if (strcmp(meta[2 * i], SUM_KEY) != 0 &&
+			    !cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1]))
 				m = NULL;
-		if (!m)
+		if (!m || (n > 0 && !cJSON_AddStringToObject(m, SUM_KEY, zeros)))
 			goto fail;
 	}
 	uint64_t off = 0;
@@ -628,13 +698,21 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 			   const char *const *meta, int n_meta, const struct st_tensor_source *src)
 {
 	uint64_t *bytes = st_calloc((size_t)(n > 0 ? n : 1), sizeof *bytes);
-	if (!bytes)
+	char *zeros = st_malloc((size_t)(n > 0 ? n : 0) * SUM_HEX + 1);
+	XXH3_state_t *xs = XXH3_createState();
+	if (!bytes || !zeros || !xs) {
+		free(bytes);
+		free(zeros);
+		XXH3_freeState(xs);
 		return ST_FAIL;
+	}
+	memset(zeros, '0', (size_t)(n > 0 ? n : 0) * SUM_HEX);
+	zeros[(size_t)(n > 0 ? n : 0) * SUM_HEX] = '\0';
 	char *json = NULL, *head = NULL;
 	cJSON *root = NULL;
 	int rc = check_outputs(path, t, n, meta, n_meta, src != NULL, bytes);
 	if (rc == ST_OK) {
-		root = build_header(t, n, meta, n_meta, bytes);
+		root = build_header(t, n, meta, n_meta, bytes, zeros);
 		json = root ? cJSON_PrintUnformatted(root) : NULL;
 		if (!json) {
 			ST_ERROR("add memory", "cannot write %s: out of memory building the header",
@@ -666,13 +744,28 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 	}
 	if (rc == ST_OK)
 		rc = fs_atomic_write(&a, head, 8 + hlen); /* every fs_atomic failure aborts */
+	/* where the checksum digits go: the value of SUM_KEY in the header */
+	const char *at = rc == ST_OK ? strstr(json, "\"" SUM_KEY "\":\"") : NULL;
+	const off_t sums_off = at ? (off_t)(8 + (size_t)(at - json) + strlen(SUM_KEY) + 4) : 0;
 	for (int i = 0; i < n && rc == ST_OK; i++) {
-		if (t[i].data || !bytes[i]) {
-			rc = fs_atomic_write(&a, t[i].data, (size_t)bytes[i]);
-			continue;
+		const void *d = t[i].data || !bytes[i] ? t[i].data : src->get(src->ctx, i);
+		XXH3_64bits_reset(xs);
+		if (bytes[i])
+			XXH3_64bits_update(xs, d, (size_t)bytes[i]);
+		snprintf(zeros + (size_t)i * SUM_HEX, SUM_HEX + 1, "%016" PRIx64, XXH3_64bits_digest(xs));
+		rc = fs_atomic_write(&a, d, (size_t)bytes[i]);
+		if (d != t[i].data)
+			src->put(src->ctx, i);
+	}
+	if (rc == ST_OK && n > 0) {
+		const size_t len = (size_t)n * SUM_HEX;
+		const ssize_t w = at ? pwrite(a.fd, zeros, len, sums_off) : -1;
+		if (w != (ssize_t)len) {
+			ST_ERROR("check the disk", "cannot write the checksums of %s: %s", path,
+				 w < 0 && at ? strerror(errno) : "short write");
+			fs_atomic_abort(&a);
+			rc = ST_FAIL;
 		}
-		rc = fs_atomic_write(&a, src->get(src->ctx, i), (size_t)bytes[i]);
-		src->put(src->ctx, i);
 	}
 	if (rc == ST_OK)
 		rc = fs_atomic_commit(&a);
@@ -680,5 +773,7 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 	cJSON_free(json);
 	cJSON_Delete(root);
 	free(bytes);
+	free(zeros);
+	XXH3_freeState(xs);
 	return rc;
 }

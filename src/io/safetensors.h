@@ -36,6 +36,7 @@ struct st_safetensors {
 	struct st_tensor_info *tensors;
 	int n_meta;
 	char **meta_keys, **meta_vals;
+	uint64_t *sums;     /* per tensor: XXH3-64 of its bytes, or NULL (no checksums) */
 };
 
 /* One tensor to write. data holds numel * dtype_size bytes. */
