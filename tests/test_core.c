@@ -11,6 +11,8 @@
 #include "engine/session.h"
 #include "model/llama.h"
 #include "optim/optim.h"
+#include "optim/quantmap.h"
+#include "ops/ops.h"
 #include "store/store.h"
 #include "trainer/options.h"
 #include "trainer/trainer.h"
@@ -233,6 +235,108 @@ Test(config, stable_embedding_round_trip_init_and_state)
 	cr_expect_eq(opt.ps[q - m.params].q8, 1, "a large matrix's state is not 8-bit");
 	optim_free(&opt);
 	free(w);
+	model_free(&m);
+}
+
+/* optim_step_param hands each kernel the arguments of its configuration:
+ * checked against the kernels called directly with arguments written out
+ * here (bias corrections 1 - beta^t of the fp32 betas, in double, the signed map for AdamW's m and SGD's
+ * momentum, the unsigned one for v, weight decay only where the role decays,
+ * grad_scale, SGD's first step only at t = 1), three updates each, bit for
+ * bit. The kernel tests build their own arguments and the resume tests
+ * compare two runs of the same code, so neither would see a wrong one here.
+ * The fp32-state threshold is inclusive: a tensor of exactly
+ * --quant-min-size elements is 8-bit. */
+Test(optim, step_param_passes_the_kernels_their_arguments)
+{
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), ST_OK);
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &cfg), ST_OK);
+	const struct st_ops *ops = ops_cpu();
+	const struct st_param *mat = model_find_param(&m, "model.layers.0.self_attn.q_proj.weight");
+	const struct st_param *norm = model_find_param(&m, "model.layers.0.input_layernorm.weight");
+	cr_assert(mat && norm);
+	float map_s[256], map_u[256];
+	quantmap_dynamic(map_s, 1);
+	quantmap_dynamic(map_u, 0);
+	const enum st_optim_kind kinds[] = {ST_OPT_ADAMW8, ST_OPT_SGD8};
+	for (int k = 0; k < 2; k++) {
+		struct st_optim_cfg oc = {.kind = kinds[k], .beta1 = 0.9f, .beta2 = 0.95f,
+					  .eps = 1e-8f, .momentum = 0.8f, .weight_decay = 0.1f,
+					  .quant_block = 256, .quant_min_numel = (long)mat->numel};
+		struct st_optim o;
+		cr_assert_eq(optim_init(&o, &oc, &m), ST_OK);
+		const struct st_param *ps[2] = {mat, norm};
+		for (int j = 0; j < 2; j++) {
+			const struct st_param *p = ps[j];
+			const int i = (int)(p - m.params);
+			const struct st_pstate *st = &o.ps[i];
+			cr_assert_eq(st->q8, j == 0, "%s: 8-bit %d (threshold = its numel, inclusive)",
+				     p->name, st->q8);
+			const size_t n = p->numel, nb = (n + 255) / 256;
+			char *s = calloc(o.unit_bytes[p->unit] + 64, 1);
+			float *w = malloc(n * 4), *w_ref = malloc(n * 4), *g = malloc(n * 4);
+			float *f0 = calloc(n, 4), *f1 = calloc(n, 4), *am0 = calloc(nb, 4),
+			      *am1 = calloc(nb, 4);
+			uint8_t *c0 = calloc(n, 1), *c1 = calloc(n, 1);
+			for (size_t e = 0; e < n; e++)
+				w[e] = w_ref[e] = 0.02f * sinf((float)e);
+			const float wd = j == 0 ? 0.1f : 0.0f; /* norms do not decay by default */
+			for (long t = 1; t <= 3; t++) {
+				for (size_t e = 0; e < n; e++)
+					g[e] = cosf((float)(e * (size_t)t)) * (e % 7 == 0 ? 3.0f : 0.5f);
+				const float lr = 0.01f / (float)t, gs = 0.7f;
+				optim_step_param(ops, &o, i, w, g, s, t, lr, gs);
+				/* of the betas as configured: floats */
+				const float bc1 = (float)(1.0 - pow((double)0.9f, (double)t));
+				const float bc2 = (float)(1.0 - pow((double)0.95f, (double)t));
+				if (kinds[k] == ST_OPT_ADAMW8 && j == 0) {
+					struct st_adamw8_args a = {
+						.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+						.weight_decay = wd, .grad_scale = gs, .bc1 = bc1,
+						.bc2 = bc2, .block = 256, .map_m = map_s, .map_v = map_u};
+					ops->adamw8_step(w_ref, c0, c1, am0, am1, g, n, &a);
+				} else if (kinds[k] == ST_OPT_ADAMW8) {
+					struct st_adamw_args a = {
+						.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+						.weight_decay = wd, .grad_scale = gs, .bc1 = bc1,
+						.bc2 = bc2};
+					ops->adamw_step(w_ref, f0, f1, g, n, &a);
+				} else if (j == 0) {
+					struct st_sgd8_args a = {.lr = lr, .momentum = 0.8f,
+								 .weight_decay = wd, .grad_scale = gs,
+								 .first_step = t == 1, .block = 256,
+								 .map = map_s};
+					ops->sgd8_step(w_ref, c0, am0, g, n, &a);
+				} else {
+					struct st_sgd_args a = {.lr = lr, .momentum = 0.8f,
+								.weight_decay = wd, .grad_scale = gs,
+								.first_step = t == 1};
+					ops->sgd_step(w_ref, f0, g, n, &a);
+				}
+				cr_assert(!memcmp(w, w_ref, n * 4), "%s %s t=%ld: weights differ",
+					  optim_kind_name(kinds[k]), p->name, t);
+				if (st->q8) {
+					cr_assert(!memcmp(s + st->off[0], c0, n) &&
+							  !memcmp(s + st->absmax_off[0], am0, nb * 4),
+						  "%s t=%ld: first state differs", optim_kind_name(kinds[k]), t);
+					cr_assert(st->n_states < 2 ||
+							  (!memcmp(s + st->off[1], c1, n) &&
+							   !memcmp(s + st->absmax_off[1], am1, nb * 4)),
+						  "%s t=%ld: second state differs", optim_kind_name(kinds[k]), t);
+				} else {
+					cr_assert(!memcmp(s + st->off[0], f0, n * 4) &&
+							  (st->n_states < 2 || !memcmp(s + st->off[1], f1, n * 4)),
+						  "%s %s t=%ld: fp32 state differs", optim_kind_name(kinds[k]),
+						  p->name, t);
+				}
+			}
+			free(s), free(w), free(w_ref), free(g), free(f0), free(f1), free(am0), free(am1),
+				free(c0), free(c1);
+		}
+		optim_free(&o);
+	}
 	model_free(&m);
 }
 

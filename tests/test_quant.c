@@ -365,6 +365,73 @@ static void check_blockwise(const float map[256], const char *mname, enum dist d
 	free(lut), free(c2), free(x), free(y), free(am), free(c);
 }
 
+/* Every variant's absmax is the largest |x| of the values that are not NaN
+ * (quant8.h): a NaN (either sign) at the start, in a vector body, in a
+ * scalar tail or everywhere never becomes the block's scale. The fused step
+ * relies on it through moments() and q8_absmax1. */
+Test(quant, absmax_ignores_nan)
+{
+	enum q8_simd sv[Q8_NSIMD];
+	const int ns = simd_list(sv);
+	const size_t lens[] = {1, 5, 16, 17, 64, 100, 256, 2048};
+	float x[2048];
+	for (int v = 0; v < ns; v++) {
+		const struct q8_kernels *q = q8_kernels_get(sv[v]);
+		for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+			const size_t n = lens[li];
+			const size_t at[] = {0, n / 2, n - 1, n > 20 ? 20 : n - 1};
+			for (size_t k = 0; k < sizeof at / sizeof at[0]; k++)
+				for (int sign = 0; sign < 2; sign++) {
+					float want = 0.0f;
+					for (size_t i = 0; i < n; i++)
+						x[i] = (float)((i * 37) % 101) * (i % 2 ? -0.25f : 0.5f);
+					/* the largest value in the NaN's lane, one and two AVX2
+					 * vectors (one AVX-512 vector) before it: a max that
+					 * let the NaN through would lose it */
+					if (at[k] >= 8)
+						x[at[k] - 8] = -999.0f;
+					if (at[k] >= 16)
+						x[at[k] - 16] = 1000.0f;
+					for (size_t i = 0; i < n; i++)
+						want = i != at[k] && fabsf(x[i]) > want ? fabsf(x[i]) : want;
+					x[at[k]] = sign ? -NAN : NAN;
+					const float got = q->absmax(x, n);
+					cr_assert(got == want, "%s n=%zu NaN at %zu: absmax %g, want %g",
+						  q8_simd_name(sv[v]), n, at[k], got, want);
+				}
+			for (size_t i = 0; i < n; i++)
+				x[i] = i % 2 ? NAN : -NAN;
+			cr_assert(q->absmax(x, n) == 0.0f, "%s n=%zu all NaN: absmax %g",
+				  q8_simd_name(sv[v]), n, q->absmax(x, n));
+		}
+	}
+	/* the fused AdamW step takes the moments' absmax in its own pass: a NaN
+	 * gradient (one lane, after the block's largest value in that lane)
+	 * leaves both scales finite and the same in every variant */
+	float s[256], u[256], g[512];
+	quantmap_dynamic(s, 1);
+	quantmap_dynamic(u, 0);
+	float ref_ma[2] = {0}, ref_va[2] = {0};
+	for (int v = 0; v < ns; v++) {
+		float p[512] = {0}, ma[2] = {0}, va[2] = {0};
+		uint8_t mc[512] = {0}, vc[512] = {0};
+		for (int i = 0; i < 512; i++)
+			g[i] = 0.001f * (float)(i % 13);
+		g[100] = 5.0f, g[116] = NAN, g[300] = -NAN;
+		struct st_adamw8_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					   .grad_scale = 1.0f, .bc1 = 0.1f, .bc2 = 0.001f, .block = 256,
+					   .map_m = s, .map_v = u};
+		cpu_adamw8_step_simd(sv[v], p, mc, vc, ma, va, g, 512, &a);
+		for (int b = 0; b < 2; b++)
+			cr_assert(isfinite(ma[b]) && isfinite(va[b]) && ma[b] > 0,
+				  "%s block %d: absmax m %g, v %g", q8_simd_name(sv[v]), b, ma[b], va[b]);
+		if (v == 0)
+			memcpy(ref_ma, ma, sizeof ma), memcpy(ref_va, va, sizeof va);
+		cr_assert(!memcmp(ma, ref_ma, sizeof ma) && !memcmp(va, ref_va, sizeof va),
+			  "%s: the absmax differs from the scalar variant's", q8_simd_name(sv[v]));
+	}
+}
+
 Test(quant, blockwise_error_bounds)
 {
 	float s[256], u[256];

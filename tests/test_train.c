@@ -9,6 +9,7 @@
 #include "engine/session.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
+#include "ops/ops.h"
 #include "trainer/data.h"
 #include "util/check.h"
 
@@ -176,6 +177,61 @@ Test(train, sgd_lr1_moves_by_minus_gradient)
 	cr_expect_eq(mismatches, 0, "%ld weights did not move by exactly -gradient", mismatches);
 	cr_expect_gt(moved, 1000, "the step moved only %ld weights", moved);
 	safetensors_close(&w1);
+	data_close(&d);
+	session_close(&s);
+}
+
+/* A skipped step is not an update: AdamW's bias correction counts updates.
+ * Step 1 skipped (NaN), step 2 is update 1, so its weights are W0 moved by
+ * AdamW at t = 1 from zero moments on step 2's gradient, computed here
+ * through the library, bit for bit (at t = 2 every weight would differ). */
+Test(train, skipped_step_is_not_an_update)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "skipt");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"STRATA_FAULT_NAN_AT_STEP=1 %s train --model %s/init --data %s/data --out %s/run "
+			"--steps 2 --optimizer adamw --lr 1e-3 --warmup 0 --min-lr-ratio 1 "
+			"--weight-decay 0 --grad-clip 0 --eval-interval 0 --seed 5 %s",
+			cu_bin(), dir, dir, dir, SMALL);
+	cr_assert_eq(rc, 0, "train failed: %s", out);
+	cr_assert(strstr(out, "step 1: non-finite"), "step 1 was not skipped: %s", out);
+
+	struct st_session s;
+	snprintf(path, sizeof path, "%s/init", dir);
+	cr_assert_eq(session_open(&s, ops_cpu(), path, 1), 0);
+	struct st_data d;
+	snprintf(path, sizeof path, "%s/data", dir);
+	cr_assert_eq(data_open(&d, path, NULL, s.model.cfg.vocab_size, 1), 0);
+	const int B = 4, T = 32;
+	int32_t tok[4 * 32], tgt[4 * 32];
+	data_train_batch(&d, tok, tgt, B, T, 5, 2, 0);
+	cr_assert_eq(session_exec(&s, B, T), 0);
+	long n;
+	exec_micro_step(&s.exec, tok, tgt, 1.0f / (B * T), &n);
+	const struct st_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+					.weight_decay = 0.0f, .grad_scale = 1.0f,
+					.bc1 = (float)(1.0 - pow((double)0.9f, 1.0)),
+					.bc2 = (float)(1.0 - pow((double)0.95f, 1.0))};
+	struct st_safetensors w2;
+	snprintf(path, sizeof path, "%s/run/step-000002/model.safetensors", dir);
+	cr_assert_eq(safetensors_open(&w2, path), 0);
+	long mismatches = 0, total = 0;
+	for (int i = 0; i < s.model.n_params; i++) {
+		const struct st_param *p = &s.model.params[i];
+		float *w = malloc(p->numel * 4), *m = calloc(p->numel, 4), *v = calloc(p->numel, 4);
+		memcpy(w, s.w[p->unit] + p->offset, p->numel * 4);
+		const float *g = (float *)store_acquire(&s.store, p->unit, ST_SLAB_G) + p->offset;
+		ops_cpu()->adamw_step(w, m, v, g, p->numel, &a);
+		const float *got = safetensors_data(&w2, safetensors_find(&w2, p->name));
+		mismatches += memcmp(w, got, p->numel * 4) != 0;
+		total++;
+		free(w), free(m), free(v);
+	}
+	cr_expect_eq(mismatches, 0, "%ld of %ld parameters differ from AdamW at t = 1", mismatches,
+		     total);
+	safetensors_close(&w2);
 	data_close(&d);
 	session_close(&s);
 }
@@ -618,6 +674,8 @@ Test(train, nonfinite_gradient_skips_step)
 		    cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "a single non-finite step must not stop training: %s", out);
 	cr_expect(strstr(out, "step 3: non-finite gradient") != NULL, "no warning: %s", out);
+	cr_expect(strstr(out, "done: step 4 (1 skipped for a non-finite loss or gradient)") != NULL,
+		  "the summary does not count the skipped step: %s", out);
 	char ca[512], cb[512];
 	snprintf(ca, sizeof ca, "%s/a/step-000002", dir);
 	snprintf(cb, sizeof cb, "%s/b/step-000003", dir);
@@ -626,6 +684,14 @@ Test(train, nonfinite_gradient_skips_step)
 				    "grep -qE '\"updates\":[[:space:]]*2,' %s/b/step-000003/trainer.json && "
 				    "grep -qE '\"updates\":[[:space:]]*3,' %s/b/step-000004/trainer.json", dir, dir, dir), 0,
 		     "skip and update counts not recorded");
+	/* resuming from the skipped step's checkpoint counts its updates from
+	 * trainer.json (2, not the step, 3): the same step 4 as straight on */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/b/step-000003 --out %s/d --steps 4",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(ca, sizeof ca, "%s/b/step-000004", dir);
+	snprintf(cb, sizeof cb, "%s/d/step-000004", dir);
+	cu_expect_same_state(ca, cb, "a resume from a skipped step");
 	/* with no skips allowed, the same fault stops the run with an error */
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/c --steps 4 --max-skipped-steps 0",
@@ -766,6 +832,10 @@ Test(train, damaged_optimizer_state_refused)
 			    cu_run(out, sizeof out, "%s train --resume %s/c --out %s/x%d --steps 3",
 				   cu_bin(), dir, dir, k));
 	}
+	/* a changed --quant-block is named as such, not as a shape mismatch */
+	expect_fail("changed --quant-block", "written with quantization block 256, the run asks for 64",
+		    cu_run(out, sizeof out, "%s train --resume %s/run --out %s/qb --steps 3 --quant-block 64",
+			   cu_bin(), dir, dir));
 	/* and a changed --quant-min-size is named as such (it decides which
 	 * tensors have 8-bit state) */
 	expect_fail("changed --quant-min-size", "--quant-min-size 512",
