@@ -326,8 +326,8 @@ static void flip_byte(const char *path, long off)
 }
 
 /* Every file written carries each tensor's XXH3 (metadata strata_xxh3, in
- * data order); a changed byte fails the load of that tensor, and only that
- * one; a damaged checksum field fails the open; a file without checksums
+ * name order); a changed byte fails the load of that tensor, and only that
+ * one; a rewrite in another data order that keeps the metadata still loads; a damaged checksum field fails the open; a file without checksums
  * (another writer) loads as before. */
 Test(io, safetensors_checksums)
 {
@@ -335,7 +335,7 @@ Test(io, safetensors_checksums)
 	tpath(p, "sum.safetensors");
 	float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {7, 8, 9}, got[6];
 	uint8_t c[5] = {1, 2, 3, 4, 5}, gotc[5];
-	/* written out of name order: the digits follow the data order */
+	/* written out of name order: the digits follow the names */
 	struct st_tensor_out t[] = {
 		{"z", ST_DT_F32, 1, {6}, a},
 		{"b", ST_DT_F32, 1, {3}, b},
@@ -365,6 +365,42 @@ Test(io, safetensors_checksums)
 		     "a changed code loaded");
 	safetensors_close(&sf);
 
+	/* another tool's rewrite in another data order that keeps the metadata:
+	 * still verified, since the digits follow the names */
+	{
+		struct st_tensor_out two[] = {{"z", ST_DT_F32, 1, {6}, a}, {"b", ST_DT_F32, 1, {3}, b}};
+		cr_assert_eq(safetensors_write(p, two, 2, NULL, 0), ST_OK);
+		cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+		char head[512];
+		snprintf(head, sizeof head,
+			 "{\"__metadata__\":{\"strata_xxh3\":\"%s\"},"
+			 "\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+			 "\"z\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[12,36]}}",
+			 safetensors_meta(&sf, "strata_xxh3"));
+		safetensors_close(&sf);
+		for (int swap = 0; swap < 2; swap++) {
+			FILE *f = fopen(p, "wb");
+			const uint64_t hl = strlen(head);
+			fwrite(&hl, 8, 1, f);
+			fputs(head, f);
+			if (swap) { /* the bytes under the wrong names */
+				fwrite(a, 4, 3, f);
+				fwrite(b, 4, 3, f);
+				fwrite(a + 3, 4, 3, f);
+			} else {
+				fwrite(b, 4, 3, f);
+				fwrite(a, 4, 6, f);
+			}
+			cr_assert_eq(fclose(f), 0);
+			cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+			const int rb = safetensors_load_f32(&sf, "b", 1, &s3, got);
+			const int rz = safetensors_load_f32(&sf, "z", 1, &s6, got);
+			cr_assert(swap ? rb == ST_FAIL && rz == ST_FAIL : rb == ST_OK && rz == ST_OK,
+				  "reordered file (bytes %s): b %d, z %d", swap ? "swapped" : "intact", rb,
+				  rz);
+			safetensors_close(&sf);
+		}
+	}
 	/* a checksum field of the wrong length or not hex: the open fails */
 	const char *bad[] = {"{\"__metadata__\":{\"strata_xxh3\":\"00\"},"
 			     "\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",

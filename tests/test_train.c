@@ -890,6 +890,18 @@ Test(train, resume_writes_beside_the_checkpoint)
 					     "test -z \"$(ls -A %s/copy | grep old)\"",
 			    dir, dir, dir),
 		     0, "step 6 not restored: %s", out);
+	/* "step-N/." and an "out" in the --config the run started with name the
+	 * checkpoint's run all the same */
+	rc = cu_run(out, sizeof out,
+		    "echo '{\"out\": \"%s/run\"}' > %s/c.json && "
+		    "%s train --resume %s/copy/step-000007/. --config %s/c.json --steps 8",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "test -d %s/copy/step-000008 && test ! -e %s/run/step-000008 && "
+			    "test ! -e %s/copy/step-000007/step-000008",
+			    dir, dir, dir),
+		     0, "step 8 written elsewhere than the copy: %s", out);
 }
 
 /* SIGKILL in the middle of writing a checkpoint leaves the previous one as

@@ -1,5 +1,8 @@
 /* strata train: flags and/or a JSON config (same keys), fresh or --resume. */
 #include <stdio.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -48,20 +51,21 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 	return ST_OK;
 }
 
-/* The run directory holding checkpoint directory dir: its parent. */
-static void run_dir_of(char *out, size_t n, const char *dir)
+/* The run directory holding checkpoint directory dir: its parent, from the
+ * resolved path (so "run/step-000002/." or "." inside a step directory name
+ * the run, not the step). */
+static int run_dir_of(char *out, size_t n, const char *dir)
 {
-	size_t len = strlen(dir);
-	while (len > 1 && dir[len - 1] == '/')
-		len--;
-	while (len > 0 && dir[len - 1] != '/')
-		len--;
-	while (len > 1 && dir[len - 1] == '/')
-		len--;
-	if (len == 0)
-		snprintf(out, n, ".");
-	else
-		snprintf(out, n, "%.*s", (int)len, dir);
+	char real[PATH_MAX];
+	ST_CHECK(realpath(dir, real), "check the --resume path", "cannot resolve %s: %s", dir,
+		 strerror(errno));
+	char *slash = strrchr(real, '/');
+	if (slash == real)
+		slash++; /* a checkpoint directly under / */
+	*slash = '\0';
+	ST_CHECK(strlen(real) < n, "use a shorter path", "run directory path too long: %s", real);
+	snprintf(out, n, "%s", real);
+	return ST_OK;
 }
 
 int cmd_train(int argc, char **argv)
@@ -77,20 +81,22 @@ int cmd_train(int argc, char **argv)
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	const char *resume = cli_get(&a, "resume", NULL);
 	int saved_spread = 0; /* the checkpoint's first-projector updates */
+	char dir[4096];
 	if (resume) {
-		char dir[4096];
 		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
 		ST_TRY(ckpt_read_options(&o, dir));
 		o.resume[0] = '\0';
-		/* New checkpoints go beside the one resumed (its run directory), not to
-		 * the --out saved in it: that names the original run, relative to
-		 * where it was started, and would be written into from a copy. */
-		run_dir_of(o.out, sizeof o.out, dir);
 		saved_spread = first_spread(&o);
 	}
 	const char *conf = cli_get(&a, "config", NULL);
 	if (conf)
 		ST_TRY(train_opts_load_json(&o, conf));
+	/* A resumed run writes beside the checkpoint (its run directory), not to
+	 * an "out" saved in it or in the --config the run started with: those
+	 * name the original run, relative to where it started, and would be
+	 * written into from a copy. Only the --out flag moves it. */
+	if (resume)
+		ST_TRY(run_dir_of(o.out, sizeof o.out, dir));
 	ST_TRY(cli_train_flags(&a, &o, "config"));
 	/* each GaLore matrix's moments count their updates from its start */
 	ST_CHECK(!resume || strncmp(o.optimizer, "galore", 6) || first_spread(&o) == saved_spread,

@@ -13,7 +13,9 @@
  * rename), so a crash never leaves a torn file under the final name.
  *
  * Checksums: every file written carries "strata_xxh3" in its metadata, the
- * XXH3-64 of each tensor's bytes as 16 hex digits, in data order. The header
+ * XXH3-64 of each tensor's bytes as 16 hex digits, in the order of the
+ * tensor names (strcmp), so a tool that rewrites the file in another data
+ * order but keeps the metadata keeps them valid. The header
  * goes first, so it is written with zeros there and the digits are put in
  * place (pwrite) once the data is out. Loading a tensor from a file that has
  * them hashes the bytes it copies and refuses a mismatch: a flipped bit in a
@@ -297,6 +299,18 @@ static int check_overlaps(const struct st_safetensors *sf)
 
 static int parse_sums(struct st_safetensors *sf);
 
+static int cmp_info_name(const void *a, const void *b)
+{
+	return strcmp((*(const struct st_tensor_info *const *)a)->name,
+		      (*(const struct st_tensor_info *const *)b)->name);
+}
+
+static int cmp_out_name(const void *a, const void *b)
+{
+	return strcmp((*(const struct st_tensor_out *const *)a)->name,
+		      (*(const struct st_tensor_out *const *)b)->name);
+}
+
 static int parse_header(struct st_safetensors *sf, const cJSON *root)
 {
 	ST_CHECK(cJSON_IsObject(root), CORRUPT, "%s: the header is not a JSON object", sf->path);
@@ -349,8 +363,7 @@ static int parse_sums(struct st_safetensors *sf)
 	ST_CHECK(strlen(hex) == (size_t)sf->n * SUM_HEX, CORRUPT,
 		 "%s: \"" SUM_KEY "\" holds %zu digits for %d tensors (16 each)", sf->path,
 		 strlen(hex), sf->n);
-	/* data order, as written: by begin (a zero-size tensor before the one
-	 * starting where it does) */
+	/* name order (names are unique: parse_header refuses repeats) */
 	const struct st_tensor_info **by = st_malloc((size_t)(sf->n ? sf->n : 1) * sizeof *by);
 	sf->sums = st_malloc((size_t)(sf->n ? sf->n : 1) * sizeof *sf->sums);
 	if (!by || !sf->sums) {
@@ -359,7 +372,7 @@ static int parse_sums(struct st_safetensors *sf)
 	}
 	for (int i = 0; i < sf->n; i++)
 		by[i] = &sf->tensors[i];
-	qsort(by, (size_t)sf->n, sizeof *by, cmp_begin);
+	qsort(by, (size_t)sf->n, sizeof *by, cmp_info_name);
 	int rc = ST_OK;
 	for (int k = 0; k < sf->n && rc == ST_OK; k++) {
 		char digits[SUM_HEX + 1], *end;
@@ -699,13 +712,22 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 {
 	uint64_t *bytes = st_calloc((size_t)(n > 0 ? n : 1), sizeof *bytes);
 	char *zeros = st_malloc((size_t)(n > 0 ? n : 0) * SUM_HEX + 1);
+	const struct st_tensor_out **by = st_malloc((size_t)(n > 0 ? n : 1) * sizeof *by);
+	int *rank = st_malloc((size_t)(n > 0 ? n : 1) * sizeof *rank); /* tensor i's digits */
 	XXH3_state_t *xs = XXH3_createState();
-	if (!bytes || !zeros || !xs) {
+	if (!bytes || !zeros || !by || !rank || !xs) {
 		free(bytes);
 		free(zeros);
+		free(by);
+		free(rank);
 		XXH3_freeState(xs);
 		return ST_FAIL;
 	}
+	for (int i = 0; i < n; i++)
+		by[i] = &t[i];
+	qsort(by, (size_t)(n > 0 ? n : 0), sizeof *by, cmp_out_name);
+	for (int k = 0; k < n; k++)
+		rank[by[k] - t] = k;
 	memset(zeros, '0', (size_t)(n > 0 ? n : 0) * SUM_HEX);
 	zeros[(size_t)(n > 0 ? n : 0) * SUM_HEX] = '\0';
 	char *json = NULL, *head = NULL;
@@ -752,7 +774,9 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 		XXH3_64bits_reset(xs);
 		if (bytes[i])
 			XXH3_64bits_update(xs, d, (size_t)bytes[i]);
-		snprintf(zeros + (size_t)i * SUM_HEX, SUM_HEX + 1, "%016" PRIx64, XXH3_64bits_digest(xs));
+		char digits[SUM_HEX + 1];
+		snprintf(digits, sizeof digits, "%016" PRIx64, XXH3_64bits_digest(xs));
+		memcpy(zeros + (size_t)rank[i] * SUM_HEX, digits, SUM_HEX);
 		rc = fs_atomic_write(&a, d, (size_t)bytes[i]);
 		if (d != t[i].data)
 			src->put(src->ctx, i);
@@ -774,6 +798,8 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 	cJSON_Delete(root);
 	free(bytes);
 	free(zeros);
+	free(by);
+	free(rank);
 	XXH3_freeState(xs);
 	return rc;
 }

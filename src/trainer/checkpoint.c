@@ -155,6 +155,8 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 			      "quant_min_size", min_size};
 	struct st_tensor_source src = {state_get, state_put, &ss};
 	int rc = safetensors_write_from(path, t, n, meta, 4, &src);
+	if (rc == ST_OK)
+		rc = store_ok(&tr->s.store); /* a failed read is named as such, not as inf */
 	if (rc == ST_OK && ss.bad >= 0) {
 		tr->ck.nonfinite = 1;
 		ST_ERROR(NULL, "the optimizer state %s holds %g at element %ld", t[ss.bad].name,
@@ -166,7 +168,7 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	free(ss.unit);
 	free(ss.off);
 	free(ss.numel);
-	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
+	return rc;
 }
 
 /* Weights, a unit at a time through the store, marking each unit captured. */
@@ -175,7 +177,8 @@ static const float *weights_get(void *ctx, int unit)
 	struct st_trainer *tr = ctx;
 	const float *w = store_acquire_as(&tr->s.store, unit, ST_SLAB_W, ST_ACCESS_READ);
 	struct st_ckpt_async *c = &tr->ck;
-	if (c->bad_unit < 0) {
+	if (c->bad_unit < 0 && unit != c->scanned_unit) { /* asked once per parameter */
+		c->scanned_unit = unit;
 		c->bad_at = first_nonfinite(w, tr->s.model.units[unit].numel);
 		if (c->bad_at >= 0) {
 			c->bad_unit = unit;
@@ -199,10 +202,11 @@ static int save_model(struct st_trainer *tr, const char *dir)
 	ST_TRY(config_save(&tr->s.model.cfg, path));
 	size_t shard;
 	ST_TRY(parse_bytes(tr->o.shard_size, &shard, "--shard-size"));
-	tr->ck.bad_unit = -1;
+	tr->ck.bad_unit = tr->ck.scanned_unit = -1;
 	ST_TRY(model_save_weights_dir(&tr->s.model, dir, shard ? shard : ST_DEFAULT_SHARD_BYTES,
 				      weights_get, weights_put, tr));
 	mark_captured(&tr->ck, &tr->ck.w_done, tr->s.model.n_units);
+	ST_TRY(store_ok(&tr->s.store)); /* a failed read is named as such, not as inf */
 	const struct st_model *m = &tr->s.model;
 	if (tr->ck.bad_unit >= 0) {
 		const struct st_unit *u = &m->units[tr->ck.bad_unit];
@@ -216,7 +220,7 @@ static int save_model(struct st_trainer *tr, const char *dir)
 			 (double)tr->ck.bad_val, at - p->offset);
 		return ST_FAIL;
 	}
-	return store_ok(&tr->s.store);
+	return ST_OK;
 }
 
 static int save_trainer_json(const struct st_trainer *tr, const char *path)
@@ -367,10 +371,15 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 				 "cannot move %s aside: %s", final, strerror(errno));
 		}
 	}
-	if (strcmp(old, c->tmp) != 0)
-		ST_CHECK(rename(c->tmp, final) == 0,
-			 "check the run directory's permissions and free space",
-			 "cannot rename %s to %s: %s", c->tmp, final, strerror(errno));
+	if (strcmp(old, c->tmp) != 0 && rename(c->tmp, final) != 0) {
+		const int err = errno;
+		if (*old && rename(old, final) != 0) /* put the old one back */
+			st_log_warn("%s stays at %s (cannot move it back: %s)", final, old,
+				    strerror(errno));
+		ST_ERROR("check the run directory's permissions and free space",
+			 "cannot rename %s to %s: %s", c->tmp, final, strerror(err));
+		return ST_FAIL;
+	}
 	ST_TRY(fs_fsync_dir(out));
 	if (*old)
 		fs_rmtree(old);
@@ -401,7 +410,7 @@ static int write_checkpoint(struct st_trainer *tr)
 	kept[len > 0 ? len : 0] = '\0';
 	const char *keeps = len > 0 ? "the run keeps latest -> " : "the run has no earlier checkpoint";
 	if (c->nonfinite)
-		ST_ERROR(len > 0 ? "an update overflowed: resume from the kept checkpoint with a "
+		ST_ERROR(len > 0 ? "an update overflowed: resume from a checkpoint before it with a "
 				   "lower --lr"
 				 : "an update overflowed: start again with a lower --lr",
 			 "checkpoint %s/%s refused: the weights or optimizer state went non-finite "
