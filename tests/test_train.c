@@ -131,6 +131,24 @@ Test(train, resume_bit_identical_sgd_momentum)
 	check_resume("--optimizer sgd --momentum 0.9 --lr 0.05 --weight-decay 0.01");
 }
 
+/* The gradient of `step`'s batch (SMALL: 4 x 32, seed 5) at dir/init's
+ * weights, computed through the library into s's gradient slabs, as the
+ * trainer computes it. The caller closes s and d. */
+static void library_gradient(const char *dir, long step, struct st_session *s, struct st_data *d)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/init", dir);
+	cr_assert_eq(session_open(s, ops_cpu(), path, 1), 0);
+	snprintf(path, sizeof path, "%s/data", dir);
+	cr_assert_eq(data_open(d, path, NULL, s->model.cfg.vocab_size, 1), 0);
+	const int B = 4, T = 32;
+	int32_t tok[4 * 32], tgt[4 * 32];
+	data_train_batch(d, tok, tgt, B, T, 5, step, 0);
+	cr_assert_eq(session_exec(s, B, T), 0);
+	long n;
+	exec_micro_step(&s->exec, tok, tgt, 1.0f / (B * T), &n);
+}
+
 /* SGD with lr 1 and nothing else moves each weight by exactly minus its
  * gradient, so a checkpoint exposes the gradient: W1 == fl(W0 - G). */
 Test(train, sgd_lr1_moves_by_minus_gradient)
@@ -147,17 +165,8 @@ Test(train, sgd_lr1_moves_by_minus_gradient)
 
 	/* the gradient of step 1, computed here through the library */
 	struct st_session s;
-	snprintf(path, sizeof path, "%s/init", dir);
-	cr_assert_eq(session_open(&s, ops_cpu(), path, 1), 0);
 	struct st_data d;
-	snprintf(path, sizeof path, "%s/data", dir);
-	cr_assert_eq(data_open(&d, path, NULL, s.model.cfg.vocab_size, 1), 0);
-	const int B = 4, T = 32;
-	int32_t tok[4 * 32], tgt[4 * 32];
-	data_train_batch(&d, tok, tgt, B, T, 5, 1, 0);
-	cr_assert_eq(session_exec(&s, B, T), 0);
-	long n;
-	exec_micro_step(&s.exec, tok, tgt, 1.0f / (B * T), &n);
+	library_gradient(dir, 1, &s, &d);
 
 	struct st_safetensors w1;
 	snprintf(path, sizeof path, "%s/run/step-000001/model.safetensors", dir);
@@ -199,17 +208,8 @@ Test(train, skipped_step_is_not_an_update)
 	cr_assert(strstr(out, "step 1: non-finite"), "step 1 was not skipped: %s", out);
 
 	struct st_session s;
-	snprintf(path, sizeof path, "%s/init", dir);
-	cr_assert_eq(session_open(&s, ops_cpu(), path, 1), 0);
 	struct st_data d;
-	snprintf(path, sizeof path, "%s/data", dir);
-	cr_assert_eq(data_open(&d, path, NULL, s.model.cfg.vocab_size, 1), 0);
-	const int B = 4, T = 32;
-	int32_t tok[4 * 32], tgt[4 * 32];
-	data_train_batch(&d, tok, tgt, B, T, 5, 2, 0);
-	cr_assert_eq(session_exec(&s, B, T), 0);
-	long n;
-	exec_micro_step(&s.exec, tok, tgt, 1.0f / (B * T), &n);
+	library_gradient(dir, 2, &s, &d);
 	const struct st_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
 					.weight_decay = 0.0f, .grad_scale = 1.0f,
 					.bc1 = (float)(1.0 - pow((double)0.9f, 1.0)),
