@@ -810,6 +810,8 @@ Test(train, damaged_optimizer_state_refused)
 		expect_fail("damaged optimizer state", cases[i].needle, rc);
 		cr_expect_eq(cu_run(NULL, 0, "md5sum -c --quiet %s/sums", dir), 0,
 			     "a refused resume changed the checkpoint");
+		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/o%zu", dir, i), 0,
+			     "a refused resume left its new run directory behind");
 	}
 	/* one changed byte in the 8-bit codes, or in the weights: the checksums */
 	const char *files[] = {"optimizer.safetensors", "model.safetensors"};

@@ -4,8 +4,10 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "io/fsutil.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
 
@@ -106,7 +108,9 @@ int cmd_train(int argc, char **argv)
 		 "updates began",
 		 o.galore_start_spread, o.galore_update_gap, first_spread(&o), saved_spread);
 	struct st_trainer tr;
+	const int out_existed = fs_exists(o.out);
 	int rc = trainer_open(&tr, &o);
+	const int opened = rc == ST_OK;
 	if (rc == ST_OK)
 		rc = trainer_run(&tr);
 	if (rc == ST_OK && tr.skipped)
@@ -117,5 +121,8 @@ int cmd_train(int argc, char **argv)
 		printf("done: step %ld, train loss %.4f, val loss %.4f\n", tr.step, tr.last_loss,
 		       tr.last_val_loss);
 	trainer_close(&tr);
+	if (!opened && !out_existed)
+		rmdir(o.out); /* a run that could not start leaves no empty directory (rmdir
+			       * removes only an empty one) */
 	return rc;
 }
