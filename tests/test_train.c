@@ -731,7 +731,8 @@ Test(train, overflowed_weights_not_checkpointed)
 
 /* Optimizer state edited in a copy of a checkpoint: a tensor replaced, one
  * added, or the metadata changed. */
-enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_EXTRA, EDIT_UPDATES, EDIT_MIN_SIZE };
+enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_EXTRA, EDIT_UPDATES, EDIT_MIN_SIZE,
+		  EDIT_NAN_WEIGHT };
 
 static void edit_state(const char *src, const char *dst, enum state_edit e)
 {
@@ -753,11 +754,13 @@ static void edit_state(const char *src, const char *dst, enum state_edit e)
 			((float *)copies[i])[1] = e == EDIT_NAN_ABSMAX ? NAN : -1.0f;
 			edited = 1;
 		}
+		if (e == EDIT_NAN_WEIGHT && !strcmp(ti->name, "model.layers.1.mlp.up_proj.weight"))
+			((float *)copies[i])[1] = NAN;
 	}
 	static const float extra[4];
 	if (e == EDIT_EXTRA)
 		t[n++] = (struct st_tensor_out){"model.norm.weight.extra", ST_DT_F32, 1, {4}, extra};
-	const char *meta[8];
+	const char **meta = calloc(2 * (size_t)sf.n_meta + 2, sizeof *meta);
 	int nm = 0;
 	for (int i = 0; i < sf.n_meta; i++) {
 		const char *k = sf.meta_keys[i], *v = sf.meta_vals[i];
@@ -770,6 +773,7 @@ static void edit_state(const char *src, const char *dst, enum state_edit e)
 		nm++;
 	}
 	cr_assert_eq(safetensors_write(dst, t, n, meta, nm), ST_OK);
+	free(meta);
 	for (int i = 0; i < sf.n; i++)
 		free(copies[i]);
 	free(copies);
@@ -798,11 +802,13 @@ Test(train, damaged_optimizer_state_refused)
 		{EDIT_EXTRA, "model.norm.weight.extra is not one of them"},
 		{EDIT_UPDATES, "state after 99 updates, but trainer.json counts 2"},
 		{EDIT_MIN_SIZE, "written with --quant-min-size 100, the run asks for 512"},
+		{EDIT_NAN_WEIGHT, "tensor 'model.layers.1.mlp.up_proj.weight' holds nan at element 1"},
 	};
-	snprintf(src, sizeof src, "%s/run/step-000002/optimizer.safetensors", dir);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const char *file = cases[i].e == EDIT_NAN_WEIGHT ? "model" : "optimizer";
 		cu_run(NULL, 0, "rm -rf %s/c && cp -r %s/run/step-000002 %s/c", dir, dir, dir);
-		snprintf(dst, sizeof dst, "%s/c/optimizer.safetensors", dir);
+		snprintf(src, sizeof src, "%s/run/step-000002/%s.safetensors", dir, file);
+		snprintf(dst, sizeof dst, "%s/c/%s.safetensors", dir, file);
 		edit_state(src, dst, cases[i].e);
 		cu_run(NULL, 0, "md5sum %s/c/* > %s/sums", dir, dir);
 		rc = cu_run(out, sizeof out, "%s train --resume %s/c --out %s/o%zu --steps 3", cu_bin(),

@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "model/hf.h"
 #include "util/check.h"
+#include "util/finite.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 
@@ -102,6 +103,11 @@ int model_load_unit(const struct st_model *m, const struct st_weight_files *wf, 
 		ST_CHECK(f < wf->n, "check that config.json belongs to these weights",
 			 "%s: tensor '%s' is missing from the model's weight files", wf->dir, p->name);
 		ST_TRY(safetensors_load_f32(&wf->sf[f], p->name, p->ndim, p->shape, w + p->offset));
+		/* an inf or NaN weight would only make every step skip */
+		const long bad = st_first_nonfinite(w + p->offset, p->numel);
+		ST_CHECK(bad < 0, "the weights are damaged or diverged: use an earlier checkpoint",
+			 "%s: tensor '%s' holds %g at element %ld", wf->sf[f].path, p->name,
+			 (double)w[p->offset + (size_t)bad], bad);
 	}
 	return ST_OK;
 }

@@ -7,15 +7,15 @@
  * (a stale .tmp-* directory is removed by the next save). Re-saving a step
  * that exists (a resume from an earlier step into the same run) swaps the
  * directories with one rename (RENAME_EXCHANGE); where the file system cannot,
- * the old one is moved aside to .old-step-N.PID first, and put back by the
- * next save or resume if a kill came between the two renames. A save that
+ * the old one is moved aside to .old-step-N.PID first, and put back if the
+ * second rename fails, or by the next save (or a resume given the run
+ * directory) if a kill came between the two renames. A save that
  * fails removes its temp directory; one whose weights or state hold inf or NaN
  * is refused, so it cannot push a good checkpoint out. */
 #define _GNU_SOURCE /* renameat2 */
 #include <cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -31,6 +31,7 @@
 #include "model/hf.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
+#include "util/finite.h"
 
 #define CKPT_FORMAT "strata-checkpoint-1"
 
@@ -39,25 +40,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Index of the first inf or NaN among x[0..n), or -1. A checkpoint never
- * holds one: the save refuses weights or state that went non-finite (an
- * update that overflowed), so that they cannot replace a good checkpoint,
- * and the load refuses a file that holds one (damage). */
-static long first_nonfinite(const float *x, size_t n)
-{
-	for (size_t i0 = 0; i0 < n; i0 += 4096) {
-		const size_t i1 = n - i0 < 4096 ? n : i0 + 4096;
-		int bad = 0;
-		for (size_t i = i0; i < i1; i++) /* vectorized; NaN compares false */
-			bad |= !(fabsf(x[i]) <= FLT_MAX);
-		if (bad)
-			for (size_t i = i0; i < i1; i++)
-				if (!(fabsf(x[i]) <= FLT_MAX))
-					return (long)i;
-	}
-	return -1;
 }
 
 /* The fp32 numel of a state tensor, 0 for the uint8 codes. */
@@ -83,7 +65,7 @@ static const void *state_get(void *ctx, int i)
 	const char *p = (const char *)store_acquire_as(&ss->tr->s.store, ss->unit[i], ST_SLAB_S,
 						       ST_ACCESS_READ) + ss->off[i];
 	if (ss->bad < 0 && ss->numel[i]) {
-		ss->bad_at = first_nonfinite((const float *)p, ss->numel[i]);
+		ss->bad_at = st_first_nonfinite((const float *)p, ss->numel[i]);
 		if (ss->bad_at >= 0) {
 			ss->bad = i;
 			ss->bad_val = ((const float *)p)[ss->bad_at];
@@ -179,7 +161,7 @@ static const float *weights_get(void *ctx, int unit)
 	struct st_ckpt_async *c = &tr->ck;
 	if (c->bad_unit < 0 && unit != c->scanned_unit) { /* asked once per parameter */
 		c->scanned_unit = unit;
-		c->bad_at = first_nonfinite(w, tr->s.model.units[unit].numel);
+		c->bad_at = st_first_nonfinite(w, tr->s.model.units[unit].numel);
 		if (c->bad_at >= 0) {
 			c->bad_unit = unit;
 			c->bad_val = w[c->bad_at];
@@ -645,7 +627,7 @@ static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf
 							  st[j].shape, state + st[j].off, st[j].bytes);
 				const float *x = (const float *)(state + st[j].off);
 				const size_t nf = rc == ST_OK ? f32_numel(&st[j]) : 0;
-				const long bad = first_nonfinite(x, nf);
+				const long bad = st_first_nonfinite(x, nf);
 				if (bad >= 0) {
 					ST_ERROR(damaged, "%s: %s holds %g at element %ld", path, name,
 						 (double)x[bad], bad);
