@@ -714,13 +714,11 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 	char *zeros = st_malloc((size_t)(n > 0 ? n : 0) * SUM_HEX + 1);
 	const struct st_tensor_out **by = st_malloc((size_t)(n > 0 ? n : 1) * sizeof *by);
 	int *rank = st_malloc((size_t)(n > 0 ? n : 1) * sizeof *rank); /* tensor i's digits */
-	XXH3_state_t *xs = XXH3_createState();
-	if (!bytes || !zeros || !by || !rank || !xs) {
+	if (!bytes || !zeros || !by || !rank) {
 		free(bytes);
 		free(zeros);
 		free(by);
 		free(rank);
-		XXH3_freeState(xs);
 		return ST_FAIL;
 	}
 	for (int i = 0; i < n; i++)
@@ -771,11 +769,8 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 	const off_t sums_off = at ? (off_t)(8 + (size_t)(at - json) + strlen(SUM_KEY) + 4) : 0;
 	for (int i = 0; i < n && rc == ST_OK; i++) {
 		const void *d = t[i].data || !bytes[i] ? t[i].data : src->get(src->ctx, i);
-		XXH3_64bits_reset(xs);
-		if (bytes[i])
-			XXH3_64bits_update(xs, d, (size_t)bytes[i]);
 		char digits[SUM_HEX + 1];
-		snprintf(digits, sizeof digits, "%016" PRIx64, XXH3_64bits_digest(xs));
+		snprintf(digits, sizeof digits, "%016" PRIx64, XXH3_64bits(d, (size_t)bytes[i]));
 		memcpy(zeros + (size_t)rank[i] * SUM_HEX, digits, SUM_HEX);
 		rc = fs_atomic_write(&a, d, (size_t)bytes[i]);
 		if (d != t[i].data)
@@ -800,6 +795,5 @@ int safetensors_write_from(const char *path, const struct st_tensor_out *t, int 
 	free(zeros);
 	free(by);
 	free(rank);
-	XXH3_freeState(xs);
 	return rc;
 }
