@@ -32,6 +32,11 @@ CASES = {
     "stable_embedding": dict(vocab=33, dim=16, layers=1, heads=2, kv=1, ffn=24, head_dim=None,
                              tied=True, theta=10000.0, eps=1e-6, B=2, T=6,
                              stable_embedding=True),
+    # embedding rows of variance ~1e-6, below the LayerNorm's eps (1e-5),
+    # so a wrong eps changes the loss; untied
+    "stable_embedding_small_rows": dict(vocab=41, dim=24, layers=2, heads=4, kv=2, ffn=40,
+                                        head_dim=None, tied=False, theta=10000.0, eps=1e-6,
+                                        B=2, T=7, stable_embedding=True, embed_scale=0.003),
 }
 
 
@@ -68,6 +73,8 @@ def main():
                 w = 1.0 + 0.2 * torch.randn(shape, generator=g, dtype=torch.float64)
             else:
                 w = 0.3 * torch.randn(shape, generator=g, dtype=torch.float64)
+            if pname == "model.embed_tokens.weight":
+                w = w * c.get("embed_scale", 1.0)
             # round to fp32 so both sides start from identical weights
             params[pname] = w.float().double().requires_grad_(True)
         tokens = torch.randint(0, c["vocab"], (c["B"], c["T"]), generator=g)

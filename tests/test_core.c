@@ -9,6 +9,7 @@
 
 #include "engine/generate.h"
 #include "engine/session.h"
+#include "jsonutil.h"
 #include "model/llama.h"
 #include "optim/optim.h"
 #include "optim/quantmap.h"
@@ -200,7 +201,34 @@ Test(config, stable_embedding_round_trip_init_and_state)
 		struct st_config back;
 		cr_assert_eq(config_load(&back, file), ST_OK);
 		cr_expect_eq(back.stable_embedding, stable, "stable_embedding %d did not round-trip", stable);
+		/* with it, not a "llama" to transformers (which would drop the
+		 * layer norm and load a different model without an error) */
+		cJSON *j = tu_read_json(file);
+		const cJSON *mt = cJSON_GetObjectItem(j, "model_type");
+		const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "architectures"), 0);
+		cr_assert(cJSON_IsString(mt) && cJSON_IsString(arch));
+		cr_expect_str_eq(mt->valuestring, stable ? "strata_llama" : "llama");
+		cr_expect_str_eq(arch->valuestring, stable ? "StrataLlamaForCausalLM" : "LlamaForCausalLM");
+		cJSON_Delete(j);
 	}
+	/* written before the model_type: "llama" with the key still loads */
+	const char *body = "\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+			   "\"num_hidden_layers\":2,\"num_attention_heads\":4";
+	const char *heads[] = {"\"model_type\":\"llama\",\"stable_embedding\":true",
+			       /* the stable model_type without the key contradicts itself */
+			       "\"model_type\":\"strata_llama\"",
+			       "\"model_type\":\"strata_llama\",\"stable_embedding\":false"};
+	for (int i = 0; i < 3; i++) {
+		char text[512];
+		snprintf(text, sizeof text, "{%s,%s}", heads[i], body);
+		write_file(file, text);
+		struct st_config back;
+		cr_expect_eq(config_load(&back, file), i == 0 ? ST_OK : ST_FAIL, "%s", text);
+		cr_expect(i > 0 || back.stable_embedding == 1);
+	}
+	/* a vocabulary far from the width, so that a bound with the wrong fans
+	 * (3/vocab, 3/dim, 3/max) falls outside the checks below */
+	cfg.vocab_size = 1024;
 	struct st_model m;
 	cr_assert_eq(model_build(&m, &cfg), ST_OK); /* cfg.stable_embedding == 1 */
 	float *w = malloc(m.units[0].numel * sizeof *w);

@@ -129,9 +129,12 @@ static int json_bool(const cJSON *root, const char *key, int *out, const char *p
 static int config_parse(struct st_config *cfg, const cJSON *root, const char *path)
 {
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+	const int marked_stable = mt && cJSON_IsString(mt) &&
+				  strcmp(mt->valuestring, ST_MODEL_TYPE_STABLE) == 0;
 	if (mt && cJSON_IsString(mt))
-		ST_CHECK(strcmp(mt->valuestring, "llama") == 0,
-			 "strata trains LLaMA-architecture models (model_type \"llama\")",
+		ST_CHECK(marked_stable || strcmp(mt->valuestring, "llama") == 0,
+			 "strata trains LLaMA-architecture models (model_type \"llama\", or "
+			 "\"" ST_MODEL_TYPE_STABLE "\" with the stable embedding)",
 			 "%s: unsupported architecture model_type \"%s\"", path, mt->valuestring);
 	*cfg = (struct st_config){.rope_theta = 10000.0, .norm_eps = 1e-6f, .init_std = 0.02f,
 				  .max_seq = 2048, .bos_id = -1, .eos_id = -1, .head_dim = 0};
@@ -173,6 +176,11 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	cfg->init_std = (float)std;
 	ST_TRY(json_bool(root, "tie_word_embeddings", &cfg->tied, path));
 	ST_TRY(json_bool(root, "stable_embedding", &cfg->stable_embedding, path));
+	ST_CHECK(!marked_stable || cfg->stable_embedding,
+		 "set \"stable_embedding\": true, or model_type \"llama\" for a model without it",
+		 "%s: model_type \"" ST_MODEL_TYPE_STABLE "\" marks a model with the stable "
+		 "embedding, but \"stable_embedding\" is not true",
+		 path);
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
 	ST_CHECK(!act || !cJSON_IsString(act) || strcmp(act->valuestring, "silu") == 0,
 		 "LLaMA uses SwiGLU (hidden_act \"silu\")", "%s: unsupported hidden_act \"%s\"", path,
@@ -213,9 +221,14 @@ int config_resolve(struct st_config *cfg, const char *preset_or_path)
 int config_save(const struct st_config *c, const char *path)
 {
 	cJSON *r = cJSON_CreateObject();
+	/* A model with the stable embedding is not a LLaMA to other readers:
+	 * transformers would load it as one, drop the layer norm it does not
+	 * know, and run a different model without an error. Its own model_type
+	 * makes them refuse it instead. */
 	cJSON *arch = cJSON_AddArrayToObject(r, "architectures");
-	cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-	cJSON_AddStringToObject(r, "model_type", "llama");
+	cJSON_AddItemToArray(arch, cJSON_CreateString(c->stable_embedding ? ST_ARCH_STABLE
+									  : "LlamaForCausalLM"));
+	cJSON_AddStringToObject(r, "model_type", c->stable_embedding ? ST_MODEL_TYPE_STABLE : "llama");
 	cJSON_AddNumberToObject(r, "vocab_size", c->vocab_size);
 	cJSON_AddNumberToObject(r, "hidden_size", c->dim);
 	cJSON_AddNumberToObject(r, "intermediate_size", c->ffn_dim);

@@ -23,6 +23,12 @@ struct st_config {
 	int stable_embedding;
 };
 
+/* config.json of a model with the stable embedding: its own model_type and
+ * architecture, so that readers that only know LLaMA refuse it (strata
+ * reads both, and "llama" with "stable_embedding": true as written before) */
+#define ST_MODEL_TYPE_STABLE "strata_llama"
+#define ST_ARCH_STABLE "StrataLlamaForCausalLM"
+
 /* Fill cfg from a preset name ("tiny", "llama-60m", "llama-130m", ...);
  * ST_FAIL with the list of presets when unknown. */
 int config_preset(struct st_config *cfg, const char *name);

@@ -176,7 +176,7 @@ void llama_embed_forward(const struct st_ops *ops, const struct st_model *m, str
 	/* stable embedding: x0 = LayerNorm(wte[tokens]) */
 	ops->embedding_forward(a->emb, tokens, w, N, C);
 	ops->layernorm_forward(x0, a->emb_mean, a->emb_rstd, a->emb, P(m, 0, 1, w), P(m, 0, 2, w), N,
-			       C, 1e-5f);
+			       C, ST_EMBED_NORM_EPS);
 }
 
 void llama_embed_backward(const struct st_ops *ops, const struct st_model *m,

@@ -147,6 +147,11 @@ int acts_bind_mask(struct st_acts *a, const struct st_model *m, int b, int t,
 void acts_point_layer(struct st_acts *a, const struct st_model *m, int l, float *block, float *shared);
 void acts_unbind(struct st_acts *a);
 
+/* The stable embedding's LayerNorm epsilon: torch.nn.LayerNorm's default,
+ * which bitsandbytes' StableEmbedding keeps (not config.json's
+ * rms_norm_eps, which is the RMSNorms'). */
+#define ST_EMBED_NORM_EPS 1e-5f
+
 /* Unit passes. w/g point at the unit's W and G slabs; the head also receives
  * the embed unit's slabs (wte, dwte) because a tied head reads the embedding.
  * Backward passes accumulate (+=) into g. */
