@@ -18,6 +18,7 @@
 #include "trainer/options.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
+#include "util/finite.h"
 
 static void write_file(const char *path, const char *text)
 {
@@ -399,4 +400,38 @@ Test(store, per_layer_gradients_share_one_slab)
 	cr_expect_eq(g_bytes, want, "gradient bytes %zu, want %zu (full model: %zu)", g_bytes, want, all);
 	cr_expect_lt(g_bytes, all / 2);
 	session_close(&s);
+}
+
+/* st_first_nonfinite, which keeps inf and NaN out of checkpoints and runs:
+ * the first bad index wherever it sits (first or last element, the second
+ * 4096-value chunk, a partial last chunk), and the largest finite floats
+ * are not bad. */
+Test(util, first_nonfinite)
+{
+	const size_t sizes[] = {1, 5, 4096, 4097, 10000};
+	float *x = malloc(10000 * sizeof *x);
+	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+		const size_t n = sizes[k];
+		for (size_t i = 0; i < n; i++)
+			x[i] = (float)i - 2000.0f;
+		x[0] = FLT_MAX;
+		x[n - 1] = -FLT_MAX;
+		cr_expect_eq(st_first_nonfinite(x, n), -1, "n %zu: FLT_MAX is finite", n);
+		const size_t at[] = {0, n / 2, n - 1};
+		const float bad[] = {NAN, INFINITY, -INFINITY};
+		for (int a = 0; a < 3; a++)
+			for (int b = 0; b < 3; b++) {
+				const float keep = x[at[a]];
+				x[at[a]] = bad[b];
+				cr_expect_eq(st_first_nonfinite(x, n), (long)at[a], "n %zu: %g at %zu", n,
+					     (double)bad[b], at[a]);
+				x[at[a]] = keep;
+			}
+	}
+	/* two bad values: the first is reported */
+	x[7000] = NAN;
+	x[5000] = INFINITY;
+	cr_expect_eq(st_first_nonfinite(x, 10000), 5000);
+	cr_expect_eq(st_first_nonfinite(x, 0), -1);
+	free(x);
 }

@@ -692,11 +692,41 @@ Test(train, nonfinite_gradient_skips_step)
 	snprintf(ca, sizeof ca, "%s/b/step-000004", dir);
 	snprintf(cb, sizeof cb, "%s/d/step-000004", dir);
 	cu_expect_same_state(ca, cb, "a resume from a skipped step");
+	/* the skip count carries over a resume ... */
+	cr_expect_eq(cu_run(out, sizeof out, "grep -qE '\"skipped\":[[:space:]]*1,' %s/d/step-000004/trainer.json", dir), 0,
+		     "the skip count was not carried over the resume");
+	/* ... and adds up: one more skip after it is the second */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NAN_AT_STEP=4 %s train --resume %s/b/step-000003 --out %s/e --steps 4",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "done: step 4 (2 skipped") != NULL, "skips not added up: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "grep -qE '\"skipped\":[[:space:]]*2,' %s/e/step-000004/trainer.json", dir), 0,
+		     "the second skip was not recorded");
+	/* the skipped step has one training row, marked skipped (and its
+	 * evaluation row) */
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "test \"$(grep '\"step\": 4[,}]' %s/e/metrics.jsonl | grep -vc val_loss)\" = 1 && "
+			    "grep -q '\"step\": 4, \"skipped\": true' %s/e/metrics.jsonl",
+			    dir, dir),
+		     0, "the skipped step's metrics rows are wrong");
+	/* --max-skipped-steps N tolerates N: 1 allows one skip ... */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/f --steps 4 --max-skipped-steps 1",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "--max-skipped-steps 1 did not tolerate one skip: %s", out);
+	cr_expect(strstr(out, "(1 skipped") != NULL, "%s", out);
+	/* ... but not a second, counting the one before the resume */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NAN_AT_STEP=4 %s train --resume %s/b/step-000003 --out %s/g --steps 4 --max-skipped-steps 1",
+		    cu_bin(), dir, dir);
+	expect_fail("a second skip over a resume", "2 steps skipped for non-finite gradients (limit --max-skipped-steps 1)", rc);
 	/* with no skips allowed, the same fault stops the run with an error */
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/c --steps 4 --max-skipped-steps 0",
 		    cu_bin(), dir, dir);
-	expect_fail("too many skipped steps", "max-skipped-steps", rc);
+	expect_fail("too many skipped steps", "1 steps skipped for non-finite gradients (limit --max-skipped-steps 0)", rc);
+	cr_expect(strstr(out, "step 3: non-finite") != NULL, "the run did not get to step 3: %s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/c/step-000003", dir), 0, "a failed step was saved");
 }
 
@@ -731,10 +761,11 @@ Test(train, overflowed_weights_not_checkpointed)
 
 /* Optimizer state edited in a copy of a checkpoint: a tensor replaced, one
  * added, or the metadata changed. */
-enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_EXTRA, EDIT_UPDATES, EDIT_MIN_SIZE,
-		  EDIT_NAN_WEIGHT };
+enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_ZERO_ABSMAX, EDIT_EXTRA, EDIT_UPDATES,
+		  EDIT_UPDATES_JUNK, EDIT_MIN_SIZE, EDIT_NO_MIN_SIZE, EDIT_NAN_WEIGHT };
 
-static void edit_state(const char *src, const char *dst, enum state_edit e)
+/* The edit goes to element `at` of the tensor (-1: its last). */
+static void edit_state(const char *src, const char *dst, enum state_edit e, long at)
 {
 	struct st_safetensors sf;
 	cr_assert_eq(safetensors_open(&sf, src), ST_OK);
@@ -749,13 +780,16 @@ static void edit_state(const char *src, const char *dst, enum state_edit e)
 		t[n] = (struct st_tensor_out){ti->name, ti->dtype, ti->ndim, {0}, copies[i]};
 		memcpy(t[n].shape, ti->shape, sizeof ti->shape);
 		const char *dot = strrchr(ti->name, '.');
-		if (!edited && (e == EDIT_NAN_ABSMAX || e == EDIT_NEG_ABSMAX) &&
+		const long el = at >= 0 ? at : (long)(bytes / sizeof(float)) - 1;
+		if (!edited && (e == EDIT_NAN_ABSMAX || e == EDIT_NEG_ABSMAX || e == EDIT_ZERO_ABSMAX) &&
 		    !strcmp(dot, ".absmax") && strstr(ti->name, "exp_avg_sq")) {
-			((float *)copies[i])[1] = e == EDIT_NAN_ABSMAX ? NAN : -1.0f;
+			((float *)copies[i])[el] = e == EDIT_NAN_ABSMAX	  ? NAN
+						   : e == EDIT_NEG_ABSMAX ? -1.0f
+									  : 0.0f;
 			edited = 1;
 		}
 		if (e == EDIT_NAN_WEIGHT && !strcmp(ti->name, "model.layers.1.mlp.up_proj.weight"))
-			((float *)copies[i])[1] = NAN;
+			((float *)copies[i])[el] = NAN;
 	}
 	static const float extra[4];
 	if (e == EDIT_EXTRA)
@@ -766,8 +800,12 @@ static void edit_state(const char *src, const char *dst, enum state_edit e)
 		const char *k = sf.meta_keys[i], *v = sf.meta_vals[i];
 		if (e == EDIT_UPDATES && !strcmp(k, "updates"))
 			v = "99";
+		if (e == EDIT_UPDATES_JUNK && !strcmp(k, "updates"))
+			v = "2x";
 		if (e == EDIT_MIN_SIZE && !strcmp(k, "quant_min_size"))
 			v = "100";
+		if (e == EDIT_NO_MIN_SIZE && !strcmp(k, "quant_min_size"))
+			continue; /* as written before the key was recorded */
 		meta[2 * nm] = k;
 		meta[2 * nm + 1] = v;
 		nm++;
@@ -793,26 +831,38 @@ Test(train, damaged_optimizer_state_refused)
 			"--quant-min-size 512 --eval-interval 0 " SMALL,
 			cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
+	/* needle NULL: a state that is sound, which must resume */
 	const struct {
 		enum state_edit e;
+		long at;
 		const char *needle;
 	} cases[] = {
-		{EDIT_NAN_ABSMAX, "exp_avg_sq.absmax holds nan at element 1"},
-		{EDIT_NEG_ABSMAX, "holds a negative absmax (-1) at element 1"},
-		{EDIT_EXTRA, "model.norm.weight.extra is not one of them"},
-		{EDIT_UPDATES, "state after 99 updates, but trainer.json counts 2"},
-		{EDIT_MIN_SIZE, "written with --quant-min-size 100, the run asks for 512"},
-		{EDIT_NAN_WEIGHT, "tensor 'model.layers.1.mlp.up_proj.weight' holds nan at element 1"},
+		{EDIT_NAN_ABSMAX, 1, "exp_avg_sq.absmax holds nan at element 1"},
+		{EDIT_NAN_ABSMAX, 0, "exp_avg_sq.absmax holds nan at element 0"},
+		{EDIT_NEG_ABSMAX, 1, "holds a negative absmax (-1) at element 1"},
+		{EDIT_NEG_ABSMAX, -1, "holds a negative absmax (-1) at element"}, /* the last */
+		{EDIT_ZERO_ABSMAX, 1, NULL}, /* a block of zeros: the encoder divides by 1 */
+		{EDIT_EXTRA, 0, "model.norm.weight.extra is not one of them"},
+		{EDIT_UPDATES, 0, "state after 99 updates, but trainer.json counts 2"},
+		{EDIT_UPDATES_JUNK, 0, "state after 2x updates, but trainer.json counts 2"},
+		{EDIT_MIN_SIZE, 0, "written with --quant-min-size 100, the run asks for 512"},
+		{EDIT_NO_MIN_SIZE, 0, NULL}, /* written before the key: that check skipped */
+		{EDIT_NAN_WEIGHT, 1, "tensor 'model.layers.1.mlp.up_proj.weight' holds nan at element 1"},
+		{EDIT_NAN_WEIGHT, 0, "tensor 'model.layers.1.mlp.up_proj.weight' holds nan at element 0"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const char *file = cases[i].e == EDIT_NAN_WEIGHT ? "model" : "optimizer";
 		cu_run(NULL, 0, "rm -rf %s/c && cp -r %s/run/step-000002 %s/c", dir, dir, dir);
 		snprintf(src, sizeof src, "%s/run/step-000002/%s.safetensors", dir, file);
 		snprintf(dst, sizeof dst, "%s/c/%s.safetensors", dir, file);
-		edit_state(src, dst, cases[i].e);
+		edit_state(src, dst, cases[i].e, cases[i].at);
 		cu_run(NULL, 0, "md5sum %s/c/* > %s/sums", dir, dir);
 		rc = cu_run(out, sizeof out, "%s train --resume %s/c --out %s/o%zu --steps 3", cu_bin(),
 			    dir, dir, i);
+		if (!cases[i].needle) {
+			cr_expect_eq(rc, 0, "case %zu: a sound state was refused: %s", i, out);
+			continue;
+		}
 		expect_fail("damaged optimizer state", cases[i].needle, rc);
 		cr_expect_eq(cu_run(NULL, 0, "md5sum -c --quiet %s/sums", dir), 0,
 			     "a refused resume changed the checkpoint");
@@ -853,9 +903,9 @@ Test(train, damaged_optimizer_state_refused)
 	 * value is not refused */
 	rc = cu_run(out, sizeof out,
 		    "%s train --model %s/init --data %s/data --out %s/f --steps 1 --eval-interval 0 " SMALL
-		    " && %s train --resume %s/f --steps 2 --quant-block 128",
+		    " && %s train --resume %s/f --steps 2 --quant-block 128 --quant-min-size 0",
 		    cu_bin(), dir, dir, dir, cu_bin(), dir);
-	cr_expect_eq(rc, 0, "fp32 AdamW resume refused over --quant-block: %s", out);
+	cr_expect_eq(rc, 0, "fp32 AdamW resume refused over --quant-block or --quant-min-size: %s", out);
 }
 
 /* A resumed run writes its checkpoints beside the one resumed: into a copy of
