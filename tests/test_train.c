@@ -948,6 +948,22 @@ Test(train, resume_writes_beside_the_checkpoint)
 					     "test -z \"$(ls -A %s/copy | grep old)\"",
 			    dir, dir, dir),
 		     0, "step 6 not restored: %s", out);
+	/* the same found by a save's pruning (resuming from a step directory,
+	 * to a step short of 6, so nothing rewrites it): step 6 comes back
+	 * under its own name with its own bytes, and a stale aside copy of a
+	 * step that exists (step 4) is removed */
+	cu_run(NULL, 0, "md5sum %s/copy/step-000006/* > %s/s6", dir, dir);
+	rc = cu_run(out, sizeof out,
+		    "mv %s/copy/step-000006 %s/copy/.old-step-000006.4242 && "
+		    "cp -r %s/copy/step-000004 %s/copy/.old-step-000004.4243 && "
+		    "%s train --resume %s/copy/step-000004 --steps 5",
+		    dir, dir, dir, dir, cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "restored"), "no word of the restored checkpoint: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/s6 && test -d %s/copy/step-000005 && "
+					     "test -z \"$(ls -A %s/copy | grep old)\"",
+			    dir, dir, dir),
+		     0, "step 6 not restored by the save, or an aside copy left: %s", out);
 	/* "step-N/." and an "out" in the --config the run started with name the
 	 * checkpoint's run all the same */
 	rc = cu_run(out, sizeof out,
