@@ -759,6 +759,43 @@ Test(train, overflowed_weights_not_checkpointed)
 		     0, "the good checkpoints were touched, or a refused one left files: %s", out);
 }
 
+/* Inf in one weight or one optimizer-state tensor, and not the first of its
+ * unit or file, as a save reads it (STRATA_FAULT_POISON_CKPT): the save is
+ * refused naming that tensor and element, and the last checkpoint is kept. */
+Test(train, nonfinite_tensor_named_at_save)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "poison");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/run --steps 2 --ckpt-interval 2 "
+			"--optimizer adamw8bit --quant-min-size 512 --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const struct {
+		const char *poison, *needle;
+	} cases[] = {
+		{"model.layers.1.mlp.up_proj.weight:7",
+		 "the weight model.layers.1.mlp.up_proj.weight holds inf at element 7"},
+		{"model.layers.1.mlp.up_proj.weight.exp_avg_sq.absmax:3",
+		 "the optimizer state model.layers.1.mlp.up_proj.weight.exp_avg_sq.absmax holds inf at element 3"},
+		{"model.norm.weight.exp_avg:5", "the optimizer state model.norm.weight.exp_avg holds inf at element 5"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		rc = cu_run(out, sizeof out,
+			    "rm -rf %s/c && cp -r %s/run %s/c && "
+			    "STRATA_FAULT_POISON_CKPT=%s %s train --resume %s/c --steps 4 --ckpt-interval 2",
+			    dir, dir, dir, cases[i].poison, cu_bin(), dir);
+		expect_fail("a poisoned save", cases[i].needle, rc);
+		cr_expect(strstr(out, "latest -> step-000002"), "the kept checkpoint is not named: %s", out);
+		cr_expect_eq(cu_run(out, sizeof out,
+				    "test \"$(readlink %s/c/latest)\" = step-000002 && "
+				    "test \"$(ls -A %s/c | tr '\\n' ' ')\" = 'latest metrics.jsonl step-000002 '",
+				    dir, dir),
+			     0, "case %zu: a refused save left files or moved latest: %s", i, out);
+	}
+}
+
 /* Optimizer state edited in a copy of a checkpoint: a tensor replaced, one
  * added, or the metadata changed. */
 enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_ZERO_ABSMAX, EDIT_EXTRA, EDIT_UPDATES,
@@ -938,6 +975,16 @@ Test(train, resume_writes_beside_the_checkpoint)
 	cr_expect_eq(cu_run(out, sizeof out, "ls -A %s/copy; test -z \"$(ls -A %s/copy | grep '^\\.')\"",
 			    dir, dir),
 		     0, "temp or aside directories left behind: %s", out);
+	/* the same on a file system without RENAME_EXCHANGE: the old step is
+	 * moved aside, the new one renamed in, the old one removed */
+	cu_run(NULL, 0, "md5sum %s/copy/step-000004/model.safetensors > %s/s4", dir, dir);
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NO_EXCHANGE=1 %s train --resume %s/copy/step-000002 --steps 4 --lr 0.002",
+		    cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect_neq(cu_run(NULL, 0, "md5sum -c --quiet %s/s4", dir), 0, "step 4 was not re-saved");
+	cr_expect_eq(cu_run(out, sizeof out, "test -z \"$(ls -A %s/copy | grep '^\\.')\"", dir), 0,
+		     "the fallback left temp or aside directories: %s", out);
 	/* a kill between "move step 6 aside" and "rename the new one in" */
 	rc = cu_run(out, sizeof out,
 		    "mv %s/copy/step-000006 %s/copy/.old-step-000006.4242 && %s train --resume %s/copy --steps 7",

@@ -48,12 +48,26 @@ static size_t f32_numel(const struct st_state_tensor *st)
 	return st->dtype == ST_DT_F32 ? st->bytes / sizeof(float) : 0;
 }
 
+/* Test hook STRATA_FAULT_POISON_CKPT=NAME:K: inf is written at element K of
+ * the weight or optimizer-state tensor NAME as the save reads it, so that
+ * the checks on what a save writes can be tested on any tensor. 1 when
+ * `name` is the one named (*k set). */
+static int poison_wanted(const char *name, long *k)
+{
+	const char *v = getenv("STRATA_FAULT_POISON_CKPT"), *colon = v ? strrchr(v, ':') : NULL;
+	if (!colon || strlen(name) != (size_t)(colon - v) || strncmp(v, name, strlen(name)) != 0)
+		return 0;
+	*k = atol(colon + 1);
+	return 1;
+}
+
 /* State tensors come from the store a unit at a time (staged state too). */
 struct state_source {
 	struct st_trainer *tr;
 	int *unit;      /* per tensor */
 	size_t *off;    /* per tensor, in its unit's S slab */
 	size_t *numel;  /* per tensor: fp32 elements to check, 0 for codes */
+	const char *const *names; /* per tensor */
 	int bad;        /* the first tensor holding inf or NaN, or -1 */
 	long bad_at;
 	float bad_val;
@@ -64,6 +78,9 @@ static const void *state_get(void *ctx, int i)
 	struct state_source *ss = ctx;
 	const char *p = (const char *)store_acquire_as(&ss->tr->s.store, ss->unit[i], ST_SLAB_S,
 						       ST_ACCESS_READ) + ss->off[i];
+	long k;
+	if (poison_wanted(ss->names[i], &k) && k >= 0 && (size_t)k < ss->numel[i])
+		((float *)p)[k] = INFINITY;
 	if (ss->bad < 0 && ss->numel[i]) {
 		ss->bad_at = st_first_nonfinite((const float *)p, ss->numel[i]);
 		if (ss->bad_at >= 0) {
@@ -99,15 +116,21 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	const int cap = m->n_params * ST_STATE_TENSORS_MAX;
 	struct st_tensor_out *t = st_calloc((size_t)cap, sizeof *t);
 	char (*names)[192] = st_calloc((size_t)cap, sizeof *names);
-	struct state_source ss = {tr, st_calloc((size_t)cap + 1, sizeof(int)),
+	struct state_source ss = {tr,
+				  st_calloc((size_t)cap + 1, sizeof(int)),
 				  st_calloc((size_t)cap, sizeof(size_t)),
-				  st_calloc((size_t)cap, sizeof(size_t)), -1, -1, 0};
-	if (!t || !names || !ss.unit || !ss.off || !ss.numel) {
+				  st_calloc((size_t)cap, sizeof(size_t)),
+				  st_calloc((size_t)cap, sizeof(char *)),
+				  -1,
+				  -1,
+				  0};
+	if (!t || !names || !ss.unit || !ss.off || !ss.numel || !ss.names) {
 		free(t);
 		free(names);
 		free(ss.unit);
 		free(ss.off);
 		free(ss.numel);
+		free((void *)ss.names);
 		return ST_FAIL;
 	}
 	int n = 0;
@@ -122,6 +145,7 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 			ss.unit[n] = p->unit;
 			ss.off[n] = st[j].off;
 			ss.numel[n] = f32_numel(&st[j]);
+			((const char **)ss.names)[n] = names[n];
 			t[n].shape[0] = st[j].shape[0];
 			t[n].shape[1] = st[j].shape[1];
 		}
@@ -150,6 +174,7 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	free(ss.unit);
 	free(ss.off);
 	free(ss.numel);
+	free((void *)ss.names);
 	return rc;
 }
 
@@ -159,6 +184,13 @@ static const float *weights_get(void *ctx, int unit)
 	struct st_trainer *tr = ctx;
 	const float *w = store_acquire_as(&tr->s.store, unit, ST_SLAB_W, ST_ACCESS_READ);
 	struct st_ckpt_async *c = &tr->ck;
+	const struct st_unit *u = &tr->s.model.units[unit];
+	for (int i = u->first_param; i < u->first_param + u->n_params && unit != c->scanned_unit; i++) {
+		const struct st_param *p = &tr->s.model.params[i];
+		long k;
+		if (poison_wanted(p->name, &k) && k >= 0 && (size_t)k < p->numel)
+			((float *)w)[p->offset + (size_t)k] = INFINITY;
+	}
 	if (c->bad_unit < 0 && unit != c->scanned_unit) { /* asked once per parameter */
 		c->scanned_unit = unit;
 		c->bad_at = st_first_nonfinite(w, tr->s.model.units[unit].numel);
@@ -345,7 +377,9 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 
 	old[0] = '\0';
 	if (fs_exists(final)) { /* re-saving a step: keep the old one until the new one is in */
-		if (renameat2(AT_FDCWD, c->tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+		/* test hook STRATA_FAULT_NO_EXCHANGE: a file system without the exchange */
+		if (!getenv("STRATA_FAULT_NO_EXCHANGE") &&
+		    renameat2(AT_FDCWD, c->tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
 			snprintf(old, sizeof old, "%s", c->tmp); /* the old one, now */
 		} else {
 			snprintf(old, sizeof old, "%s/.old-%s.%d", out, c->name, (int)getpid());
