@@ -67,7 +67,7 @@ struct state_source {
 	int *unit;      /* per tensor */
 	size_t *off;    /* per tensor, in its unit's S slab */
 	size_t *numel;  /* per tensor: fp32 elements to check, 0 for codes */
-	const char *const *names; /* per tensor */
+	char (*names)[192]; /* per tensor */
 	int bad;        /* the first tensor holding inf or NaN, or -1 */
 	long bad_at;
 	float bad_val;
@@ -116,21 +116,15 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	const int cap = m->n_params * ST_STATE_TENSORS_MAX;
 	struct st_tensor_out *t = st_calloc((size_t)cap, sizeof *t);
 	char (*names)[192] = st_calloc((size_t)cap, sizeof *names);
-	struct state_source ss = {tr,
-				  st_calloc((size_t)cap + 1, sizeof(int)),
+	struct state_source ss = {tr, st_calloc((size_t)cap + 1, sizeof(int)),
 				  st_calloc((size_t)cap, sizeof(size_t)),
-				  st_calloc((size_t)cap, sizeof(size_t)),
-				  st_calloc((size_t)cap, sizeof(char *)),
-				  -1,
-				  -1,
-				  0};
-	if (!t || !names || !ss.unit || !ss.off || !ss.numel || !ss.names) {
+				  st_calloc((size_t)cap, sizeof(size_t)), names, -1, -1, 0};
+	if (!t || !names || !ss.unit || !ss.off || !ss.numel) {
 		free(t);
 		free(names);
 		free(ss.unit);
 		free(ss.off);
 		free(ss.numel);
-		free((void *)ss.names);
 		return ST_FAIL;
 	}
 	int n = 0;
@@ -145,7 +139,6 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 			ss.unit[n] = p->unit;
 			ss.off[n] = st[j].off;
 			ss.numel[n] = f32_numel(&st[j]);
-			((const char **)ss.names)[n] = names[n];
 			t[n].shape[0] = st[j].shape[0];
 			t[n].shape[1] = st[j].shape[1];
 		}
@@ -174,7 +167,6 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 	free(ss.unit);
 	free(ss.off);
 	free(ss.numel);
-	free((void *)ss.names);
 	return rc;
 }
 
