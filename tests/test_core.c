@@ -305,6 +305,10 @@ Test(optim, step_param_passes_the_kernels_their_arguments)
 				     p->name, st->q8);
 			const size_t n = p->numel, nb = (n + 255) / 256;
 			char *s = calloc(o.unit_bytes[p->unit] + 64, 1);
+			/* SGD's first step must not read its state: garbage there
+			 * (NaN absmax and moments, code 255) changes nothing */
+			if (kinds[k] == ST_OPT_SGD8)
+				memset(s, 0xff, o.unit_bytes[p->unit]);
 			float *w = malloc(n * 4), *w_ref = malloc(n * 4), *g = malloc(n * 4);
 			float *f0 = calloc(n, 4), *f1 = calloc(n, 4), *am0 = calloc(nb, 4),
 			      *am1 = calloc(nb, 4);
@@ -365,6 +369,36 @@ Test(optim, step_param_passes_the_kernels_their_arguments)
 				free(c0), free(c1);
 		}
 		optim_free(&o);
+	}
+	model_free(&m);
+}
+
+/* Plain SGD (momentum 0) keeps no state at all, 8-bit or not; --quant-block
+ * takes the powers of two from 16 to 65536 and nothing else. */
+Test(optim, stateless_sgd_and_block_sizes)
+{
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), ST_OK);
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &cfg), ST_OK);
+	const enum st_optim_kind plain[] = {ST_OPT_SGD, ST_OPT_SGD8};
+	for (int k = 0; k < 2; k++) {
+		struct st_optim o;
+		const struct st_optim_cfg oc = {.kind = plain[k], .quant_block = 256};
+		cr_assert_eq(optim_init(&o, &oc, &m), ST_OK);
+		cr_expect(o.total_bytes == 0, "%s with momentum 0: %zu state bytes",
+			  optim_kind_name(plain[k]), o.total_bytes);
+		optim_free(&o);
+	}
+	const int blocks[] = {16, 64, 65536, 0, 8, 15, 100, 131072, -256};
+	for (int b = 0; b < 9; b++) {
+		struct st_optim o;
+		const struct st_optim_cfg oc = {.kind = ST_OPT_ADAMW8, .beta1 = 0.9f, .beta2 = 0.95f,
+						.quant_block = blocks[b], .quant_min_numel = 4096};
+		const int ok = optim_init(&o, &oc, &m) == ST_OK;
+		cr_expect(ok == (b < 3), "--quant-block %d %s", blocks[b], ok ? "accepted" : "refused");
+		if (ok)
+			optim_free(&o);
 	}
 	model_free(&m);
 }

@@ -133,7 +133,9 @@ static float *nearest_points(const float map[256], size_t n, uint64_t *seed, int
 	 * their scalar fix-up (avx512vbmi) */
 	const float fixed[] = { 0.0f,	  -0.0f,    1.0f,     -1.0f,	NAN,	  -NAN,	    1e-30f,
 				-1e-30f,  1.5f,	    -1.5f,    2.0f,	-2.5f,	  1e6f,     -1e6f,
-				INFINITY, -INFINITY, 1e-40f,  -1e-40f,	0x1p-24f, -0x1p-23f, 0x1.fffffep-24f };
+				INFINITY, -INFINITY, 1e-40f,  -1e-40f,	0x1p-24f, -0x1p-23f, 0x1.fffffep-24f,
+				/* just past 2: the buckets after the table's last one */
+				0x1.01p+1f, -0x1.02p+1f, 0x1.1p+1f, -0x1.fffffep+1f };
 	for (size_t i = 0; i < n; i++) {
 		int kind = (int)(tu_next(seed) % 6), k = (int)(tu_next(seed) % 255);
 		double sgn = tu_next(seed) & 1 ? -1.0 : 1.0;
@@ -226,6 +228,12 @@ Test(quant, nearest_is_brute_force_nearest)
 	cr_expect(!lut->rok, "clustered map should not fit the register table");
 	free(lut);
 	check_nearest(c, "clustered", 0x53);
+	/* A midpoint (5e-8) below 2^-23, in the bucket every smaller magnitude
+	 * is clamped into: the table's edge bucket must still hold it. */
+	for (int k = 0; k < 256; k++)
+		c[k] = k < 127 ? -1.0f + (float)k / 127.0f : k == 127 ? 0.0f : k == 128 ? 1e-7f
+		       : (float)(k - 128) / 127.0f;
+	check_nearest(c, "tiny midpoint", 0x54);
 }
 
 /* The per-thread table cache: keyed by contents (a map changed in place gets
@@ -260,6 +268,68 @@ Test(quant, lut_cache_follows_maps)
 	cr_expect(lut_is(tc2, c), "a map changed in place kept its old table");
 	cr_expect(tc2 == ta && memcmp(tc->map, c, sizeof tc->map) != 0,
 		  "the eviction took the wrong table");
+	c[200] = c[200] + 1e-3f; /* the key covers the whole map, not its first half */
+	cr_expect(lut_is(q8_lut_get(c), c), "a map changed at entry 200 kept its old table");
+}
+
+/* Each variant is the code it is named for (the tests' loops over variants
+ * would otherwise test one twice), and the run-time choice is the best the
+ * CPU has, or the one STRATA_SIMD names where the CPU has it. */
+Test(quant, variants_are_what_they_say)
+{
+	enum q8_simd sv[Q8_NSIMD];
+	const int ns = simd_list(sv);
+	for (int v = 0; v < ns; v++)
+		cr_expect(sv[v] == Q8_TUNED || q8_kernels_get(sv[v])->simd == sv[v],
+			  "%s runs the %s kernels", q8_simd_name(sv[v]),
+			  q8_simd_name(q8_kernels_get(sv[v])->simd));
+	unsetenv("STRATA_SIMD");
+	cr_expect(q8_simd_pick() == sv[ns - 1], "default %s, best supported %s",
+		  q8_simd_name(q8_simd_pick()), q8_simd_name(sv[ns - 1]));
+	cr_expect(q8_simd_supported(Q8_TUNED) == q8_simd_supported(Q8_AVX512VBMI),
+		  "tuned exactly where avx512vbmi is");
+	setenv("STRATA_SIMD", "scalar", 1);
+	cr_expect(q8_simd_pick() == Q8_SCALAR);
+	setenv("STRATA_SIMD", "no-such-variant", 1);
+	cr_expect(q8_simd_pick() == sv[ns - 1], "an unknown STRATA_SIMD falls back to the best");
+	unsetenv("STRATA_SIMD");
+}
+
+/* Every length from 1 to 200 through every variant's decoder and encoder:
+ * the 64-value loops of the VBMI kernels and the 8/16-value ones of the
+ * others leave every possible remainder, a single value included. */
+Test(quant, every_short_length_every_variant)
+{
+	float s[256];
+	quantmap_dynamic(s, 1);
+	struct q8_lut *t = xmalloc(sizeof *t);
+	q8_lut_build(t, s);
+	enum q8_simd sv[Q8_NSIMD];
+	const int ns = simd_list(sv);
+	uint64_t seed = 0x5e;
+	enum { MAXN = 200 };
+	uint8_t codes[MAXN], got[MAXN];
+	float x[MAXN], y[MAXN];
+	for (size_t n = 1; n <= MAXN; n++) {
+		for (size_t i = 0; i < n; i++)
+			codes[i] = (uint8_t)tu_next(&seed), x[i] = (float)(2.0 * tu_uniform(&seed) - 1.0);
+		for (int v = 0; v < ns; v++) {
+			const struct q8_kernels *q = q8_kernels_get(sv[v]);
+			memset(y, 0x7f, sizeof y);
+			q->decode(y, codes, n, 0.75f, t);
+			for (size_t i = 0; i < n; i++)
+				cr_assert(y[i] == s[codes[i]] * 0.75f, "%s decode n=%zu: [%zu] = %g",
+					  q8_simd_name(sv[v]), n, i, y[i]);
+			memset(got, 0xee, sizeof got);
+			q->encode(got, x, n, 0.9f, t);
+			for (size_t i = 0; i < n; i++)
+				cr_assert(got[i] == quant_nearest(s, x[i] / 0.9f),
+					  "%s encode n=%zu: [%zu] = %d", q8_simd_name(sv[v]), n, i, got[i]);
+			cr_assert(n == MAXN || (got[n] == 0xee && bits_of(y[n]) == 0x7f7f7f7f),
+				  "%s n=%zu: wrote past the end", q8_simd_name(sv[v]), n);
+		}
+	}
+	free(t);
 }
 
 /* ---- block-wise error ------------------------------------------------------------- */
@@ -430,6 +500,19 @@ Test(quant, absmax_ignores_nan)
 		cr_assert(!memcmp(ma, ref_ma, sizeof ma) && !memcmp(va, ref_va, sizeof va),
 			  "%s: the absmax differs from the scalar variant's", q8_simd_name(sv[v]));
 	}
+	/* the reference quantizer (the fused steps' replay here, and GaLore's
+	 * moment rotation) too: the largest value before a NaN, and a NaN last
+	 * in its block, and the NaN gets the code of 0 */
+	float x2[512], am[2];
+	uint8_t c2[512];
+	for (int i = 0; i < 512; i++)
+		x2[i] = 0.01f * (float)((i * 37) % 101) - 0.5f;
+	x2[5] = 7.0f, x2[10] = NAN, x2[300] = -9.0f, x2[511] = -NAN;
+	quant_blockwise(c2, am, x2, 512, 256, s);
+	cr_expect(am[0] == 7.0f && am[1] == 9.0f, "quant_blockwise absmax %g %g, want 7 9", am[0],
+		  am[1]);
+	cr_expect(c2[10] == quant_nearest(s, 0.0f) && c2[511] == quant_nearest(s, 0.0f),
+		  "NaN codes %d %d", c2[10], c2[511]);
 }
 
 Test(quant, blockwise_error_bounds)
@@ -555,6 +638,7 @@ Test(quant, adamw8_fused_equals_unfused)
 	/* blocks that are not a multiple of 64: every block has a vector tail */
 	check_adam8(100, 100 * 61 + 37, 0x75);
 	check_adam8(1000, 1000 * 7 + 999, 0x76);
+	check_adam8(256, 256 * 20 + 65, 0x77); /* a last block of 64 + 1 */
 }
 
 static void sgd_replay(float *p, uint8_t *mc, float *ma, const float *g, size_t n,
@@ -631,6 +715,7 @@ Test(quant, sgd8_fused_equals_unfused)
 	check_sgd8(8192, 8192 * 4 + 777, 0x84);
 	check_sgd8(100, 100 * 61 + 37, 0x85);
 	check_sgd8(1000, 1000 * 7 + 999, 0x86);
+	check_sgd8(256, 256 * 20 + 65, 0x87);
 }
 
 /* Without state, sgd8_step is plain SGD, same bits as the fp32 kernel. */
