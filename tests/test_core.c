@@ -247,12 +247,24 @@ Test(config, stable_embedding_round_trip_init_and_state)
 	}
 	const double rms = sqrt(sumsq / (double)emb->numel);
 	cr_expect_leq(maxabs, a, "a value outside +-sqrt(6/(vocab+dim)) = %g: %g", a, maxabs);
-	cr_expect_gt(maxabs, 0.99 * a, "the values do not fill the Xavier range (max %g of %g)", maxabs, a);
-	/* uniform(-a, a) has rms a/sqrt(3); 66K samples: within 2% */
+	/* of 262144 uniform draws the largest |x| falls short of a(1 - 1/2000)
+	 * with probability e^-131: a range 0.1% too narrow fails */
+	cr_expect_gt(maxabs, (1 - 1.0 / 2000) * a, "the values do not fill the Xavier range (max %.9g of %.9g)",
+		     maxabs, a);
+	/* uniform(-a, a) has rms a/sqrt(3); 262K samples: within 2% */
 	cr_expect(fabs(rms / (a / sqrt(3.0)) - 1) < 0.02, "rms %g, uniform(-a,a) has %g", rms, a / sqrt(3.0));
 	for (size_t i = 0; i < g->numel; i++) {
 		cr_expect_eq(w[g->offset + i], 1.0f);
 		cr_expect_eq(w[b->offset + i], 0.0f);
+	}
+	/* the layer norm's gain and bias are norm parameters: they decay with
+	 * --decay-norms, not with --decay-embeddings */
+	const struct st_optim_cfg embed_only = {.decay_embed = 1}, norms_only = {.decay_norms = 1};
+	for (int k = 0; k < 2; k++) {
+		const struct st_param *p = k ? b : g;
+		cr_expect(p->role == ST_ROLE_NORM && !optim_param_decays(&embed_only, p) &&
+				  optim_param_decays(&norms_only, p),
+			  "%s: role %d, not a norm's", p->name, p->role);
 	}
 	struct st_optim opt;
 	struct st_optim_cfg oc = {.kind = ST_OPT_ADAMW8, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
@@ -401,6 +413,175 @@ Test(optim, stateless_sgd_and_block_sizes)
 			optim_free(&o);
 	}
 	model_free(&m);
+}
+
+/* The optimizer state layout: every tensor inside its unit's slab, none
+ * overlapping; a unit's slab is its tensors' bytes
+ * plus alignment padding only (< 64 per tensor); total_bytes is the sum of
+ * the slabs; optim_param_state_bytes is the tensors' bytes, which for an
+ * 8-bit AdamW parameter is 2 (numel + 4 ceil(numel / block)). */
+Test(optim, state_layout_and_byte_accounting)
+{
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), ST_OK);
+	cfg.stable_embedding = 1;
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &cfg), ST_OK);
+	const enum st_optim_kind kinds[] = {ST_OPT_ADAMW8, ST_OPT_SGD8, ST_OPT_ADAMW};
+	for (int k = 0; k < 3; k++) {
+		const struct st_optim_cfg oc = {.kind = kinds[k], .beta1 = 0.9f, .beta2 = 0.95f,
+						.momentum = 0.9f, .quant_block = 256,
+						.quant_min_numel = 4096};
+		struct st_optim o;
+		cr_assert_eq(optim_init(&o, &oc, &m), ST_OK);
+		size_t total = 0;
+		for (int u = 0; u < m.n_units; u++) {
+			total += o.unit_bytes[u];
+			size_t sum = 0, lo_prev = 0;
+			int nt = 0;
+			for (int i = m.units[u].first_param; i < m.units[u].first_param + m.units[u].n_params; i++) {
+				struct st_state_tensor t[ST_STATE_TENSORS_MAX];
+				const int n = optim_state_tensors(&o, i, t);
+				size_t pb = 0;
+				for (int j = 0; j < n; j++, nt++) {
+					cr_expect(t[j].off >= lo_prev, "%s.%s overlaps the tensor before",
+						  m.params[i].name, t[j].suffix);
+					cr_expect(t[j].off + t[j].bytes <= o.unit_bytes[u], "%s.%s past its slab",
+						  m.params[i].name, t[j].suffix);
+					lo_prev = t[j].off + t[j].bytes;
+					pb += t[j].bytes;
+				}
+				sum += pb;
+				cr_expect_eq(optim_param_state_bytes(&o, i), pb, "%s: state bytes %zu, tensors %zu",
+					     m.params[i].name, optim_param_state_bytes(&o, i), pb);
+				if (kinds[k] == ST_OPT_ADAMW8 && o.ps[i].q8) {
+					const size_t ne = m.params[i].numel, nb = (ne + 255) / 256;
+					cr_expect_eq(pb, 2 * (ne + 4 * nb), "%s: %zu state bytes", m.params[i].name, pb);
+				}
+			}
+			cr_expect(o.unit_bytes[u] >= sum && o.unit_bytes[u] < sum + 64 * (size_t)(nt + 1),
+				  "%s unit %d: slab %zu bytes for %zu bytes of state in %d tensors",
+				  optim_kind_name(kinds[k]), u, o.unit_bytes[u], sum, nt);
+		}
+		cr_expect_eq(o.total_bytes, total, "%s: total_bytes %zu, slabs %zu", optim_kind_name(kinds[k]),
+			     o.total_bytes, total);
+		optim_free(&o);
+	}
+	model_free(&m);
+}
+
+/* The state tensor with this suffix among a parameter's n. */
+static const struct st_state_tensor *find_state(const struct st_state_tensor *t, int n, const char *sfx)
+{
+	for (int j = 0; j < n; j++)
+		if (!strcmp(t[j].suffix, sfx))
+			return &t[j];
+	return NULL;
+}
+
+/* The state tensors carry PyTorch's names for what they hold.
+ * After one step from zero state with gradient g (grad_scale 1, t = 1):
+ * AdamW's exp_avg is (1 - beta1) g, exp_avg_sq (1 - beta2) g^2; SGD's
+ * momentum_buffer is g. Checked through the names, dequantizing the 8-bit
+ * ones. */
+Test(optim, state_tensor_names_follow_their_content)
+{
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), ST_OK);
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &cfg), ST_OK);
+	const struct st_param *p = model_find_param(&m, "model.layers.0.self_attn.q_proj.weight");
+	cr_assert(p);
+	const int i = (int)(p - m.params);
+	const size_t n = p->numel;
+	const enum st_optim_kind kinds[] = {ST_OPT_ADAMW8, ST_OPT_ADAMW, ST_OPT_SGD8, ST_OPT_SGD};
+	for (int k = 0; k < 4; k++) {
+		const struct st_optim_cfg oc = {.kind = kinds[k], .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+						.momentum = 0.9f, .quant_block = 256, .quant_min_numel = 4096};
+		struct st_optim o;
+		cr_assert_eq(optim_init(&o, &oc, &m), ST_OK);
+		char *s = calloc(o.unit_bytes[p->unit], 1);
+		float *w = calloc(n, 4), *g = malloc(n * 4), *x = malloc(n * 4);
+		for (size_t e = 0; e < n; e++)
+			g[e] = 0.01f * sinf(0.37f * (float)e + 0.1f);
+		optim_step_param(ops_cpu(), &o, i, w, g, s, 1, 1e-3f, 1.0f);
+		struct st_state_tensor t[ST_STATE_TENSORS_MAX];
+		const int nt = optim_state_tensors(&o, i, t);
+		const int adam = kinds[k] == ST_OPT_ADAMW8 || kinds[k] == ST_OPT_ADAMW;
+		const char *base[2] = {adam ? "exp_avg" : "momentum_buffer", "exp_avg_sq"};
+		for (int st = 0; st < (adam ? 2 : 1); st++) {
+			const int q8 = o.ps[i].q8;
+			char sfx[40];
+			snprintf(sfx, sizeof sfx, "%s%s", base[st], q8 ? ".codes" : "");
+			const struct st_state_tensor *c = find_state(t, nt, sfx);
+			cr_assert(c, "%s: no state tensor %s", optim_kind_name(kinds[k]), sfx);
+			if (q8) {
+				snprintf(sfx, sizeof sfx, "%s.absmax", base[st]);
+				const struct st_state_tensor *a = find_state(t, nt, sfx);
+				cr_assert(a, "%s: no state tensor %s", optim_kind_name(kinds[k]), sfx);
+				dequant_blockwise(x, (const uint8_t *)(s + c->off), (const float *)(s + a->off), n, 256,
+						  st == 1 ? o.map_unsigned : o.map_signed);
+			} else
+				memcpy(x, s + c->off, n * 4);
+			double err = 0, mx = 0;
+			for (size_t e = 0; e < n; e++) {
+				const double want = !adam ? g[e] : st == 0 ? 0.1 * g[e] : 0.05 * (double)g[e] * g[e];
+				err = fmax(err, fabs(x[e] - want));
+				mx = fmax(mx, fabs(want));
+			}
+			cr_expect(err <= 0.02 * mx, "%s: the tensor named %s does not hold its moment (max error %g of %g)",
+				  optim_kind_name(kinds[k]), base[st], err, mx);
+		}
+		free(s), free(w), free(g), free(x);
+		optim_free(&o);
+	}
+	model_free(&m);
+}
+
+/* Every --optimizer name parses to the kind of that name, and the
+ * 8-bit ones are 8-bit. */
+Test(optim, optimizer_names_parse_to_their_kinds)
+{
+	const char *names[] = {"adamw", "sgd", "adamw8bit", "sgd8bit", "galore-adamw", "galore-adamw8bit"};
+	for (int i = 0; i < 6; i++) {
+		enum st_optim_kind k;
+		cr_assert_eq(optim_parse_kind(&k, names[i]), ST_OK, "%s", names[i]);
+		cr_expect_str_eq(optim_kind_name(k), names[i]);
+		cr_expect_eq(optim_kind_is_8bit(k), strstr(names[i], "8bit") != NULL, "%s", names[i]);
+	}
+	enum st_optim_kind k;
+	cr_expect_eq(optim_parse_kind(&k, "adamw8"), ST_FAIL);
+}
+
+/* The 8-bit options: bitsandbytes' defaults (block 256, fp32 state under
+ * 4096 elements), and the bounds train_opts_validate enforces, each next to
+ * a value it accepts. */
+Test(trainer, eight_bit_options_validated)
+{
+	struct st_train_opts o;
+	train_opts_defaults(&o);
+	cr_expect_eq(o.quant_block, 256, "default --quant-block (bitsandbytes: 256)");
+	cr_expect_eq(o.quant_min_size, 4096, "default --quant-min-size (bitsandbytes: 4096)");
+	cr_assert_eq(train_opts_set(&o, "steps", "1"), ST_OK);
+	cr_assert_eq(train_opts_validate(&o), ST_OK);
+	const struct {
+		const char *key, *val;
+		int ok;
+	} cases[] = {
+		{"optimizer", "sgd8bit", 0},     /* momentum 0: no state to quantize */
+		{"momentum", "0.9", 1},
+		{"momentum", "1", 0},
+		{"momentum", "0.9", 1},
+		{"quant-min-size", "-1", 0},
+		{"quant-min-size", "0", 1},
+		{"max-skipped-steps", "-1", 0},
+		{"max-skipped-steps", "0", 1},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		cr_assert_eq(train_opts_set(&o, cases[i].key, cases[i].val), ST_OK);
+		cr_expect_eq(train_opts_validate(&o) == ST_OK, cases[i].ok, "--%s %s %s", cases[i].key,
+			     cases[i].val, cases[i].ok ? "refused" : "accepted");
+	}
 }
 
 /* GaLore's per-layer updates keep no full-model gradient buffer: every layer

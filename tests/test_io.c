@@ -1125,3 +1125,29 @@ Test(io, dirname_cases)
 	fs_dirname(out, 3, "abcdef/g");
 	cr_assert_str_eq(out, "ab", "truncated to the buffer");
 }
+
+/* safetensors_load_raw, the loader of the 8-bit optimizer codes, takes a
+ * tensor only with the dtype and shape asked for: not another dtype of the
+ * same size (I8 for U8), not another shape with the same element count. */
+Test(io, load_raw_checks_dtype_and_shape)
+{
+	char p[256];
+	tpath(p, "raw.safetensors");
+	uint8_t codes[24], back[24];
+	for (int i = 0; i < 24; i++)
+		codes[i] = (uint8_t)(i * 7);
+	const struct st_tensor_out t = {"x.codes", ST_DT_U8, 2, {4, 6}, codes};
+	cr_assert_eq(safetensors_write(p, &t, 1, NULL, 0), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	const int64_t s46[2] = {4, 6}, s64[2] = {6, 4}, s24 = 24;
+	cr_expect_eq(safetensors_load_raw(&sf, "x.codes", ST_DT_U8, 2, s46, back, 24), ST_OK);
+	cr_expect(!memcmp(back, codes, 24));
+	cr_expect_eq(safetensors_load_raw(&sf, "x.codes", ST_DT_I8, 2, s46, back, 24), ST_FAIL,
+		     "a U8 tensor loaded as I8");
+	cr_expect_eq(safetensors_load_raw(&sf, "x.codes", ST_DT_U8, 2, s64, back, 24), ST_FAIL,
+		     "a (4, 6) tensor loaded as (6, 4)");
+	cr_expect_eq(safetensors_load_raw(&sf, "x.codes", ST_DT_U8, 1, &s24, back, 24), ST_FAIL,
+		     "a (4, 6) tensor loaded as (24)");
+	safetensors_close(&sf);
+}

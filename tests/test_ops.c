@@ -853,6 +853,11 @@ Test(ops, deterministic_across_thread_counts)
 	float *rstd = fmalloc((size_t)n), *xn = fmalloc((size_t)n * c);
 	ops()->rmsnorm_forward(xn, rstd, x, w, n, c, 1e-5f);
 	float *rdx[3], *rdw[3];
+	/* layernorm_backward (the stable embedding's): dw and db are sums over
+	 * rows that the threads split */
+	float *lb = frand((size_t)c, 1, &seed), *lmean = fmalloc((size_t)n), *lrstd = fmalloc((size_t)n);
+	ops()->layernorm_forward(xn, lmean, lrstd, x, w, lb, n, c, 1e-5f);
+	float *ldx[3], *ldw[3], *ldb[3];
 	/* attention: forward and backward, GQA, 3 query blocks */
 	const int B = 2, T = 130, H = 4, HKV = 2, HD = 16;
 	const size_t nq = (size_t)B * T * H * HD, nk = (size_t)B * T * HKV * HD;
@@ -872,6 +877,9 @@ Test(ops, deterministic_across_thread_counts)
 		rdx[r] = fmalloc((size_t)n * c);
 		rdw[r] = fcopy(w, (size_t)c);
 		ops()->rmsnorm_backward(rdx[r], rdw[r], dout, x, w, rstd, n, c);
+		ldx[r] = fmalloc((size_t)n * c);
+		ldw[r] = fcopy(w, (size_t)c), ldb[r] = fcopy(lb, (size_t)c);
+		ops()->layernorm_backward(ldx[r], ldw[r], ldb[r], dout, x, w, lmean, lrstd, n, c);
 		out[r] = fmalloc(nq), lse[r] = fmalloc((size_t)B * H * T);
 		dq[r] = fmalloc(nq), dk[r] = fmalloc(nk), dv[r] = fmalloc(nk);
 		ops()->attention_forward(out[r], lse[r], q, k, vv, B, T, H, HKV, HD);
@@ -886,6 +894,9 @@ Test(ops, deterministic_across_thread_counts)
 		SAME(dwte, (size_t)v * c, "embedding_backward");
 		SAME(rdx, (size_t)n * c, "rmsnorm_backward dx");
 		SAME(rdw, (size_t)c, "rmsnorm_backward dw");
+		SAME(ldx, (size_t)n * c, "layernorm_backward dx");
+		SAME(ldw, (size_t)c, "layernorm_backward dw");
+		SAME(ldb, (size_t)c, "layernorm_backward db");
 		SAME(out, nq, "attention_forward out");
 		SAME(lse, (size_t)B * H * T, "attention_forward lse");
 		SAME(dq, nq, "attention_backward dq");
@@ -895,8 +906,10 @@ Test(ops, deterministic_across_thread_counts)
 	}
 	for (int r = 0; r < nt; r++) {
 		free(dwte[r]), free(rdx[r]), free(rdw[r]), free(out[r]), free(lse[r]);
+		free(ldx[r]), free(ldw[r]), free(ldb[r]);
 		free(dq[r]), free(dk[r]), free(dv[r]);
 	}
 	free(xs), free(tok), free(dout), free(dw0), free(x), free(w), free(rstd), free(xn);
+	free(lb), free(lmean), free(lrstd);
 	free(q), free(k), free(vv), free(ao);
 }

@@ -9,6 +9,10 @@
 #include "engine/session.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
+#include "model/config.h"
+#include "model/llama.h"
+#include "optim/optim.h"
+#include "store/store.h"
 #include "ops/ops.h"
 #include "trainer/data.h"
 #include "util/check.h"
@@ -799,7 +803,8 @@ Test(train, nonfinite_tensor_named_at_save)
 /* Optimizer state edited in a copy of a checkpoint: a tensor replaced, one
  * added, or the metadata changed. */
 enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_ZERO_ABSMAX, EDIT_EXTRA, EDIT_UPDATES,
-		  EDIT_UPDATES_JUNK, EDIT_MIN_SIZE, EDIT_NO_MIN_SIZE, EDIT_NAN_WEIGHT };
+		  EDIT_UPDATES_JUNK, EDIT_MIN_SIZE, EDIT_MIN_SIZE_JUNK, EDIT_NO_MIN_SIZE, EDIT_BLOCK_JUNK,
+		  EDIT_NAN_WEIGHT };
 
 /* The edit goes to element `at` of the tensor (-1: its last). */
 static void edit_state(const char *src, const char *dst, enum state_edit e, long at)
@@ -841,6 +846,10 @@ static void edit_state(const char *src, const char *dst, enum state_edit e, long
 			v = "2x";
 		if (e == EDIT_MIN_SIZE && !strcmp(k, "quant_min_size"))
 			v = "100";
+		if (e == EDIT_MIN_SIZE_JUNK && !strcmp(k, "quant_min_size"))
+			v = "512x";
+		if (e == EDIT_BLOCK_JUNK && !strcmp(k, "quant_block"))
+			v = "256x";
 		if (e == EDIT_NO_MIN_SIZE && !strcmp(k, "quant_min_size"))
 			continue; /* as written before the key was recorded */
 		meta[2 * nm] = k;
@@ -883,6 +892,8 @@ Test(train, damaged_optimizer_state_refused)
 		{EDIT_UPDATES, 0, "state after 99 updates, but trainer.json counts 2"},
 		{EDIT_UPDATES_JUNK, 0, "state after 2x updates, but trainer.json counts 2"},
 		{EDIT_MIN_SIZE, 0, "written with --quant-min-size 100, the run asks for 512"},
+		{EDIT_MIN_SIZE_JUNK, 0, "written with --quant-min-size 512x, the run asks for 512"},
+		{EDIT_BLOCK_JUNK, 0, "written with quantization block 256x, the run asks for 256"},
 		{EDIT_NO_MIN_SIZE, 0, NULL}, /* written before the key: that check skipped */
 		{EDIT_NAN_WEIGHT, 1, "tensor 'model.layers.1.mlp.up_proj.weight' holds nan at element 1"},
 		{EDIT_NAN_WEIGHT, 0, "tensor 'model.layers.1.mlp.up_proj.weight' holds nan at element 0"},
@@ -943,6 +954,55 @@ Test(train, damaged_optimizer_state_refused)
 		    " && %s train --resume %s/f --steps 2 --quant-block 128 --quant-min-size 0",
 		    cu_bin(), dir, dir, dir, cu_bin(), dir);
 	cr_expect_eq(rc, 0, "fp32 AdamW resume refused over --quant-block or --quant-min-size: %s", out);
+	/* adamw8bit with every tensor under --quant-min-size has the same fp32
+	 * exp_avg / exp_avg_sq tensors as adamw: only the recorded kind tells,
+	 * and it must */
+	expect_fail("another optimizer's state", "holds adamw8bit state, but the run asks for --optimizer adamw",
+		    cu_run(out, sizeof out,
+			   "%s train --model %s/init --data %s/data --out %s/s --steps 1 --eval-interval 0 "
+			   "--optimizer adamw8bit --quant-min-size 100000000 " SMALL
+			   " && %s train --resume %s/s --out %s/s2 --steps 2 --optimizer adamw",
+			   cu_bin(), dir, dir, dir, cu_bin(), dir, dir));
+}
+
+/* `strata init --stable-embedding` writes the stable embedding (its config
+ * key and the layer norm's tensors), and the start-of-run line states the
+ * optimizer state optim_init lays out for that model:
+ * "optimizer state: KIND, BYTES (X B/param; fp32 AdamW: BYTES, 8 B/param)". */
+Test(train, stable_init_and_state_report)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "stablerep");
+	cu_setup_run(dir, "--stable-embedding");
+	struct st_config cfg;
+	snprintf(path, sizeof path, "%s/init/config.json", dir);
+	cr_assert_eq(config_load(&cfg, path), ST_OK);
+	cr_expect_eq(cfg.stable_embedding, 1, "init --stable-embedding wrote a model without it");
+	struct st_safetensors sf;
+	snprintf(path, sizeof path, "%s/init/model.safetensors", dir);
+	cr_assert_eq(safetensors_open(&sf, path), ST_OK);
+	cr_expect(safetensors_find(&sf, "model.embed_norm.weight") &&
+			  safetensors_find(&sf, "model.embed_norm.bias"),
+		  "no embed_norm tensors in the model written");
+	safetensors_close(&sf);
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/r --steps 1 --eval-interval 0 "
+			"--optimizer adamw8bit --quant-min-size 512 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	struct st_model m;
+	cr_assert_eq(model_build(&m, &cfg), ST_OK);
+	const struct st_optim_cfg oc = {.kind = ST_OPT_ADAMW8, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+					.quant_block = 256, .quant_min_numel = 512};
+	struct st_optim o;
+	cr_assert_eq(optim_init(&o, &oc, &m), ST_OK);
+	char b1[32], b2[32], want[256];
+	snprintf(want, sizeof want, "optimizer state: adamw8bit, %s (%.3f B/param; fp32 AdamW: %s, 8 B/param)",
+		 fmt_bytes(b1, sizeof b1, (double)o.total_bytes), (double)o.total_bytes / (double)m.numel,
+		 fmt_bytes(b2, sizeof b2, 8.0 * (double)m.numel));
+	cr_expect(strstr(out, want), "missing \"%s\" in:\n%s", want, out);
+	optim_free(&o);
+	model_free(&m);
 }
 
 /* A resumed run writes its checkpoints beside the one resumed: into a copy of
