@@ -11,9 +11,9 @@
 #include "io/shard.h"
 #include "model/config.h"
 #include "model/llama.h"
+#include "ops/ops.h"
 #include "optim/optim.h"
 #include "store/store.h"
-#include "ops/ops.h"
 #include "trainer/data.h"
 #include "util/check.h"
 
