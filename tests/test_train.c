@@ -804,7 +804,7 @@ Test(train, nonfinite_tensor_named_at_save)
  * added, or the metadata changed. */
 enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_ZERO_ABSMAX, EDIT_EXTRA, EDIT_UPDATES,
 		  EDIT_UPDATES_JUNK, EDIT_MIN_SIZE, EDIT_MIN_SIZE_JUNK, EDIT_NO_MIN_SIZE, EDIT_BLOCK_JUNK,
-		  EDIT_NAN_WEIGHT };
+		  EDIT_NAN_WEIGHT, EDIT_NEG_V };
 
 /* The edit goes to element `at` of the tensor (-1: its last). */
 static void edit_state(const char *src, const char *dst, enum state_edit e, long at)
@@ -832,6 +832,8 @@ static void edit_state(const char *src, const char *dst, enum state_edit e, long
 		}
 		if (e == EDIT_NAN_WEIGHT && !strcmp(ti->name, "model.layers.1.mlp.up_proj.weight"))
 			((float *)copies[i])[el] = NAN;
+		if (e == EDIT_NEG_V && !strcmp(ti->name, "model.norm.weight.exp_avg_sq")) /* fp32 state */
+			((float *)copies[i])[el] = -1.0f;
 	}
 	static const float extra[4];
 	if (e == EDIT_EXTRA)
@@ -888,6 +890,7 @@ Test(train, damaged_optimizer_state_refused)
 		{EDIT_NEG_ABSMAX, 1, "holds a negative absmax (-1) at element 1"},
 		{EDIT_NEG_ABSMAX, -1, "holds a negative absmax (-1) at element"}, /* the last */
 		{EDIT_ZERO_ABSMAX, 1, NULL}, /* a block of zeros: the encoder divides by 1 */
+		{EDIT_NEG_V, 3, "model.norm.weight.exp_avg_sq holds a negative second moment (-1) at element 3"},
 		{EDIT_EXTRA, 0, "model.norm.weight.extra is not one of them"},
 		{EDIT_UPDATES, 0, "state after 99 updates, but trainer.json counts 2"},
 		{EDIT_UPDATES_JUNK, 0, "state after 2x updates, but trainer.json counts 2"},

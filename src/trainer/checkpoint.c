@@ -291,7 +291,9 @@ static void recover_aside(const char *out)
 	closedir(d);
 }
 
-/* Remove the oldest step directories beyond keep, and stale temp dirs. */
+/* Remove the oldest step directories beyond keep, and stale temp dirs
+ * (.tmp-* of a save that did not finish, .old-* of a re-save, .del-* of a
+ * removal that did not finish). */
 static void prune(const char *out, int keep, long current)
 {
 	recover_aside(out);
@@ -306,7 +308,8 @@ static void prune(const char *out, int keep, long current)
 		long s;
 		if (is_step_dir(e->d_name, &s) && n < 4096)
 			steps[n++] = s;
-		else if (!strncmp(e->d_name, ".tmp-step-", 10) || !strncmp(e->d_name, ".old-step-", 10)) {
+		else if (!strncmp(e->d_name, ".tmp-step-", 10) || !strncmp(e->d_name, ".old-step-", 10) ||
+			 !strncmp(e->d_name, ".del-step-", 10)) {
 			snprintf(path, sizeof path, "%s/%s", out, e->d_name);
 			fs_rmtree(path);
 		}
@@ -318,8 +321,20 @@ static void prune(const char *out, int keep, long current)
 	for (int i = 0; i < n - keep; i++) {
 		if (steps[i] == current)
 			continue;
+		/* renamed out of the step-* names first, so a kill during the
+		 * removal leaves no half-deleted checkpoint to be resumed from */
+		char gone[4200];
 		snprintf(path, sizeof path, "%s/step-%06ld", out, steps[i]);
-		fs_rmtree(path);
+		snprintf(gone, sizeof gone, "%s/.del-step-%06ld.%d", out, steps[i], (int)getpid());
+		if (rename(path, gone) != 0 || fs_fsync_dir(out) != ST_OK)
+			continue; /* left for a later save to remove */
+		if (getenv("STRATA_FAULT_KILL_IN_PRUNE")) { /* test hook: die mid-removal */
+			char file[4300];
+			snprintf(file, sizeof file, "%s/model.safetensors", gone);
+			unlink(file);
+			raise(SIGKILL);
+		}
+		fs_rmtree(gone);
 	}
 }
 
@@ -404,13 +419,12 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 	return ST_OK;
 }
 
-static int write_checkpoint(struct st_trainer *tr)
+/* A save that failed, at any point: nothing of its temp directory is kept,
+ * and the error names the checkpoint the run keeps. */
+static int save_failed(struct st_trainer *tr)
 {
 	struct st_ckpt_async *c = &tr->ck;
-	c->nonfinite = 0;
-	if (write_checkpoint_dir(tr) == ST_OK)
-		return ST_OK;
-	if (fs_exists(c->tmp)) /* not renamed into place: nothing of it is kept */
+	if (fs_exists(c->tmp)) /* not renamed into place */
 		fs_rmtree(c->tmp);
 	char link[4200], kept[256];
 	snprintf(link, sizeof link, "%s/latest", tr->o.out);
@@ -427,6 +441,12 @@ static int write_checkpoint(struct st_trainer *tr)
 	else
 		ST_ERROR(NULL, "checkpoint %s/%s not written; %s%s", tr->o.out, c->name, keeps, kept);
 	return ST_FAIL;
+}
+
+static int write_checkpoint(struct st_trainer *tr)
+{
+	tr->ck.nonfinite = 0;
+	return write_checkpoint_dir(tr) == ST_OK ? ST_OK : save_failed(tr);
 }
 
 static void *capture_main(void *arg)
@@ -489,13 +509,13 @@ int ckpt_begin(struct st_trainer *tr)
 	const double t0 = now_s();
 	snprintf(c->name, sizeof c->name, "step-%06ld", tr->step);
 	snprintf(c->tmp, sizeof c->tmp, "%s/.tmp-%s.%d", tr->o.out, c->name, (int)getpid());
-	if (fs_exists(c->tmp))
-		ST_TRY(fs_rmtree(c->tmp));
-	ST_TRY(fs_mkdir_p(c->tmp));
+	c->step = tr->step;
+	c->nonfinite = 0;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", c->tmp);
-	ST_TRY(save_trainer_json(tr, path));
-	c->step = tr->step;
+	if ((fs_exists(c->tmp) && fs_rmtree(c->tmp) != ST_OK) || fs_mkdir_p(c->tmp) != ST_OK ||
+	    save_trainer_json(tr, path) != ST_OK)
+		return save_failed(tr);
 	c->updates = tr->updates;
 	c->w_done = c->s_done = 0;
 	c->rc = ST_OK;
@@ -629,7 +649,8 @@ static int is_state_name(const struct st_optim *o, const char *name)
 }
 
 /* Every state tensor the run lays out, from the file into the S slabs; each
- * fp32 one finite, each absmax >= 0; no tensor in the file left over. */
+ * fp32 one finite, each absmax and fp32 second moment >= 0; no tensor in the
+ * file left over. */
 static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf,
 			  const char *path)
 {
@@ -659,14 +680,17 @@ static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf
 						 (double)x[bad], bad);
 					rc = ST_FAIL;
 				}
+				/* what cannot be negative: a block absmax, Adam's v */
 				const char *sfx = strrchr(st[j].suffix, '.');
-				for (size_t e = 0; rc == ST_OK && sfx && !strcmp(sfx, ".absmax") &&
-						   e < nf;
-				     e++)
+				const char *what = sfx && !strcmp(sfx, ".absmax") ? "absmax"
+						   : !strcmp(st[j].suffix, "exp_avg_sq")
+							   ? "second moment"
+							   : NULL;
+				for (size_t e = 0; rc == ST_OK && what && e < nf; e++)
 					if (x[e] < 0) {
-						ST_ERROR(damaged, "%s: %s holds a negative absmax (%g) at "
+						ST_ERROR(damaged, "%s: %s holds a negative %s (%g) at "
 								  "element %zu",
-							 path, name, (double)x[e], e);
+							 path, name, what, (double)x[e], e);
 						rc = ST_FAIL;
 					}
 			}
@@ -696,6 +720,7 @@ int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 	const cJSON *skip = cJSON_GetObjectItemCaseSensitive(root, "skipped");
 	const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens_seen");
 	const cJSON *last = cJSON_GetObjectItemCaseSensitive(root, "last_loss");
+	const cJSON *val = cJSON_GetObjectItemCaseSensitive(root, "last_val_loss");
 	int ok = cJSON_IsNumber(step) && cJSON_IsNumber(toks) && cJSON_IsNumber(upd) &&
 		 cJSON_IsNumber(skip);
 	if (ok) {
@@ -704,9 +729,17 @@ int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 		tr->skipped = (long)skip->valuedouble;
 		tr->tokens_seen = toks->valuedouble;
 		tr->last_loss = cJSON_IsNumber(last) ? last->valuedouble : NAN;
+		tr->last_val_loss = cJSON_IsNumber(val) ? val->valuedouble : NAN;
 	}
 	cJSON_Delete(root);
 	ST_CHECK(ok, "the checkpoint is damaged; use an earlier one", "%s: missing step counts", path);
+	/* every step is an update or a skipped one */
+	ST_CHECK(tr->step >= 1 && tr->updates >= 0 && tr->skipped >= 0 &&
+			 tr->step == tr->updates + tr->skipped && tr->tokens_seen >= 0,
+		 "the checkpoint is damaged; use an earlier one",
+		 "%s: inconsistent counts: step %ld, updates %ld, skipped %ld (step must equal "
+		 "updates + skipped, none negative)",
+		 path, tr->step, tr->updates, tr->skipped);
 
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;

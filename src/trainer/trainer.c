@@ -6,8 +6,10 @@
  * step's mean loss whatever the split. The global norm is then summed over
  * the units' G slabs in unit order (double), and the clip factor reaches the
  * optimizer as grad_scale, so no extra pass rewrites the gradients. */
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -492,6 +494,45 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	return ST_OK;
 }
 
+/* One metrics.jsonl record, written whole or not at all. On a full disk the
+ * file is cut back to its last complete line and one warning says the
+ * records stop there; training goes on (a checkpoint that cannot be written
+ * stops it with its own error). */
+static void metrics_write(struct st_trainer *tr, const char *fmt, ...)
+{
+	if (!tr->metrics || tr->metrics_lost)
+		return;
+	char line[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	const int len = vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (len <= 0 || (size_t)len >= sizeof line)
+		return; /* cannot happen for strata's records */
+	const int fd = fileno(tr->metrics);
+	const off_t end = lseek(fd, 0, SEEK_END);
+	size_t done = 0;
+	int err = 0;
+	while (done < (size_t)len) {
+		const ssize_t w = write(fd, line + done, (size_t)len - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			err = w < 0 ? errno : ENOSPC;
+			break;
+		}
+		done += (size_t)w;
+	}
+	if (done == (size_t)len)
+		return;
+	if (end >= 0 && ftruncate(fd, end) != 0)
+		st_log_warn("metrics.jsonl keeps a partial last line: %s", strerror(errno));
+	tr->metrics_lost = 1;
+	st_log_warn("cannot write %s/metrics.jsonl (%s): it records nothing from step %ld on; "
+		    "training goes on",
+		    tr->o.out, strerror(err), tr->step);
+}
+
 void trainer_close(struct st_trainer *tr)
 {
 	if (tr->metrics)
@@ -559,9 +600,8 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 			&loss, &n));
 	tr->last_val_loss = loss;
 	progress_eval(pg, tr->step, loss, n);
-	fprintf(tr->metrics, "{\"step\": %ld, \"val_loss\": %.6f, \"val_ppl\": %.4f, \"val_tokens\": %ld}\n",
+	metrics_write(tr, "{\"step\": %ld, \"val_loss\": %.6f, \"val_ppl\": %.4f, \"val_tokens\": %ld}\n",
 		tr->step, loss, exp(loss), n);
-	fflush(tr->metrics);
 	return ST_OK;
 }
 
@@ -647,7 +687,7 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		st_log_warn("step %ld: non-finite %s (loss %g, gradient norm %g): update skipped (%ld so far, limit %d)",
 			    step, isfinite(loss) ? "gradient" : "loss", loss, gnorm, tr->skipped,
 			    tr->o.max_skipped_steps);
-		fprintf(tr->metrics, "{\"step\": %ld, \"skipped\": true, \"loss\": \"%g\", \"grad_norm\": \"%g\"}\n",
+		metrics_write(tr, "{\"step\": %ld, \"skipped\": true, \"loss\": \"%g\", \"grad_norm\": \"%g\"}\n",
 			step, loss, gnorm);
 		ST_CHECK(tr->skipped <= tr->o.max_skipped_steps,
 			 "lower --lr, or resume from the last checkpoint with different settings",
@@ -721,7 +761,7 @@ static void report_queues(struct st_trainer *tr)
 			    s->io.busy_s > 0 ? (double)(s->io.bytes_read + s->io.bytes_written) /
 						   s->io.busy_s / 1e9
 					     : 0.0);
-	fprintf(tr->metrics,
+	metrics_write(tr,
 		"{\"queues\": {\"steps\": %ld, \"wall_s\": %.4f, \"compute_s\": %.4f, \"copy_s\": %.4f, "
 		"\"disk_s\": %.4f, \"optimizer_s\": %.4f, \"wait_transfer_s\": %.4f, "
 		"\"wait_update_s\": %.4f, \"disk_read_bytes\": %llu, \"disk_write_bytes\": %llu, "
@@ -750,6 +790,10 @@ int trainer_run(struct st_trainer *tr)
 	if (tr->step)
 		st_log_info("resumed from %s at step %ld; checkpoints go to %s", tr->ckpt_loaded,
 			    tr->step, tr->o.out);
+	if (tr->step && tr->step >= tr->total_steps)
+		st_log_warn("the checkpoint is at step %ld and this run ends at step %ld: nothing to "
+			    "train; give --steps above %ld to go on",
+			    tr->step, tr->total_steps, tr->step);
 	store_report(&tr->s.store);
 	{
 		/* what the state would take as fp32 AdamW, for comparison */
@@ -808,7 +852,7 @@ int trainer_run(struct st_trainer *tr)
 		}
 		if (tr->skipped == skipped_before) { /* a skipped step was logged already */
 			tr->last_loss = loss;
-			fprintf(tr->metrics,
+			metrics_write(tr,
 				"{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
 				"\"tokens\": %.0f, \"step_s\": %.4f, \"predicted_s\": %.4f, \"tok_per_s\": %.1f, "
 				"\"gflops\": %.2f}\n",
@@ -820,8 +864,7 @@ int trainer_run(struct st_trainer *tr)
 		if (last || (tr->o.eval_interval > 0 && tr->step % tr->o.eval_interval == 0))
 			ST_TRY(run_eval(tr, &pg));
 		if (last || (tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0)) {
-			fflush(tr->metrics);
-			progress_pause(&pg);
+					progress_pause(&pg);
 			const double ts = now_s();
 			ST_TRY(settle(tr)); /* the step's updates: part of its time */
 			tr->train_s += now_s() - ts;
@@ -836,6 +879,5 @@ int trainer_run(struct st_trainer *tr)
 	ST_TRY(settle(tr));
 	tr->train_s += now_s() - ts;
 	ST_TRY(ckpt_finish(tr));
-	fflush(tr->metrics);
 	return ST_OK;
 }

@@ -59,7 +59,8 @@ struct st_trainer {
 	long total_steps, warmup;
 	double tokens_seen;
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
-	FILE *metrics;
+	FILE *metrics;          /* metrics.jsonl, written through its fd (metrics_write) */
+	int metrics_lost;       /* a write failed: no more records */
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */

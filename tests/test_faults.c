@@ -1,0 +1,173 @@
+/* Run-directory faults, end to end through the strata binary: a disk that
+ * fills up under a run, a kill while old checkpoints are being removed, a
+ * trainer.json whose counts disagree, and a resume that has nothing left to
+ * train. In each case the checkpoints already saved stay as they were and
+ * loadable, and the message says what happened. */
+#include <errno.h>
+#include <sys/mount.h>
+
+#include "cliutil.h"
+
+static char out[1 << 16];
+
+#define SMALL "--micro-batch 4 --seq-len 32 --eval-tokens 512 --progress lines --threads 2"
+
+/* A run directory with step-000002 of an 8-bit AdamW run in dir/run. */
+static void two_steps(const char *dir, const char *extra)
+{
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/run --steps 2 --optimizer adamw8bit "
+			"--quant-min-size 512 --eval-interval 2 %s " SMALL,
+			cu_bin(), dir, dir, dir, extra);
+	cr_assert_eq(rc, 0, "%s", out);
+}
+
+/* A resume onto a full disk is refused before it trains, naming the run
+ * directory, and changes nothing saved. */
+Test(faults, full_disk_refused_up_front)
+{
+	char dir[256], mnt[512];
+	cu_tmpdir(dir, sizeof dir, "full");
+	two_steps(dir, "");
+	snprintf(mnt, sizeof mnt, "%s/small", dir);
+	cr_assert_eq(cu_run(NULL, 0, "mkdir %s", mnt), 0);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=16m") != 0) {
+		cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+		return;
+	}
+	cu_run(out, sizeof out,
+	       "cp -a %s/run %s/run && md5sum %s/run/step-000002/* %s/run/metrics.jsonl > %s/sums; "
+	       "dd if=/dev/zero of=%s/fill bs=4096 count=100000",
+	       dir, mnt, mnt, mnt, dir, mnt);
+	int rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6", cu_bin(), mnt);
+	cr_expect_neq(rc, 0, "a run on a full disk exited 0: %s", out);
+	cr_expect(strstr(out, "No space left on device") && strstr(out, "is not writable"),
+		  "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ls -a %s/run", dir, mnt), 0,
+		     "the saved run changed: %s", out);
+	cr_expect(!strstr(out, ".tmp-") && !strstr(out, ".write-test"), "left behind: %s", out);
+	umount(mnt);
+}
+
+/* Writes that start failing in the middle of a run (here a file-size limit,
+ * `ulimit -f`, with SIGXFSZ ignored: the same failed write(2) as a disk
+ * filling up, but at a byte count the test controls). metrics.jsonl keeps
+ * whole lines only and says once that it stopped; the checkpoint that cannot
+ * be written (its first file, trainer.json, is over the limit) names the one
+ * the run keeps, leaves no temp directory, and changes nothing saved. */
+Test(faults, failing_writes_keep_saved_checkpoints_and_whole_metrics_lines)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "fsize");
+	two_steps(dir, "");
+	cu_run(NULL, 0, "md5sum %s/run/step-000002/* > %s/sums", dir, dir);
+	/* 1 KiB: above the 2 steps' metrics.jsonl, below trainer.json */
+	cr_assert_eq(cu_run(out, sizeof out,
+			    "test $(stat -c %%s %s/run/metrics.jsonl) -lt 800 && "
+			    "test $(stat -c %%s %s/run/step-000002/trainer.json) -gt 1024",
+			    dir, dir),
+		     0, "the sizes this test relies on changed");
+	int rc = cu_run(out, sizeof out,
+			"bash -c \"trap '' XFSZ; ulimit -f 1; exec %s train --resume %s/run --steps 9 "
+			"--ckpt-interval 8 --eval-interval 0\"",
+			cu_bin(), dir);
+	cr_expect_neq(rc, 0, "a run whose writes fail exited 0: %s", out);
+	cr_expect(strstr(out, "metrics.jsonl (File too large): it records nothing from step"),
+		  "no warning for the lost metrics: %s", out);
+	cr_expect(strstr(out, "step-000008 not written; the run keeps latest -> step-000002"),
+		  "the failed save does not name the checkpoint kept: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ls -a %s/run && "
+			    "test \"$(readlink %s/run/latest)\" = step-000002",
+			    dir, dir, dir),
+		     0, "the saved checkpoint changed: %s", out);
+	cr_expect(!strstr(out, ".tmp-"), "a temp directory was left behind: %s", out);
+	/* whole lines only: each one a JSON object, the last one ended */
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "test \"$(tail -c 1 %s/run/metrics.jsonl | od -An -c | tr -d ' ')\" = '\\n' && "
+			    "! grep -vE '^\\{.*\\}$' %s/run/metrics.jsonl",
+			    dir, dir),
+		     0, "metrics.jsonl holds a cut line: %s", out);
+	/* without the limit the run goes on from the checkpoint it kept */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 3", cu_bin(), dir);
+	cr_expect_eq(rc, 0, "resume after the failure: %s", out);
+}
+
+/* A kill while an old checkpoint is being removed (--keep-ckpts) leaves no
+ * half-removed step-N directory: the removal starts by renaming it out of
+ * the step-* names, and the next save clears what is left. */
+Test(faults, kill_while_pruning_leaves_no_partial_checkpoint)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "prune");
+	two_steps(dir, "--ckpt-interval 1 --keep-ckpts 2");
+	int rc = cu_run(out, sizeof out,
+			"STRATA_FAULT_KILL_IN_PRUNE=1 %s train --resume %s/run --steps 3 --keep-ckpts 2",
+			cu_bin(), dir);
+	cr_assert_eq(rc, 128 + 9, "expected death by SIGKILL in the removal, got %d: %s", rc, out);
+	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/run/step-000001 && ls -d %s/run/.del-step-000001.*",
+			    dir, dir),
+		     0, "step-000001 not renamed before its removal: %s", out);
+	/* every step-* directory that is left loads */
+	rc = cu_run(out, sizeof out,
+		    "for d in %s/run/step-*; do %s eval --model $d --data %s/data --seq-len 32 "
+		    "--max-tokens 256 >/dev/null || { echo \"$d does not load\"; exit 1; }; done",
+		    dir, cu_bin(), dir);
+	cr_expect_eq(rc, 0, "a checkpoint left behind does not load: %s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --keep-ckpts 2 && ls -a %s/run",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(!strstr(out, ".del-"), "the half-removed directory was not cleared: %s", out);
+	cr_expect(strstr(out, "step-000003") && strstr(out, "step-000004") && !strstr(out, "step-000002"),
+		  "--keep-ckpts 2 not kept: %s", out);
+}
+
+/* trainer.json's counts must agree (step = updates + skipped, none
+ * negative): an edited one is refused on resume, and nothing is written. */
+Test(faults, inconsistent_trainer_json_refused)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "tjson");
+	two_steps(dir, "");
+	const char *edits[] = {"s/(\"step\":[[:space:]]*)2/\\11/", "s/(\"skipped\":[[:space:]]*)0/\\1-1/",
+			       "s/(\"updates\":[[:space:]]*)2/\\1-2/"};
+	for (int i = 0; i < 3; i++) {
+		cu_run(NULL, 0, "rm -rf %s/c && cp -r %s/run/step-000002 %s/c && sed -Ei '%s' %s/c/trainer.json",
+		       dir, dir, dir, edits[i], dir);
+		cr_assert_eq(cu_run(out, sizeof out, "cmp -s %s/c/trainer.json %s/run/step-000002/trainer.json",
+				    dir, dir),
+			     1, "edit %d not applied", i);
+		int rc = cu_run(out, sizeof out, "%s train --resume %s/c --out %s/o%d --steps 4", cu_bin(),
+				dir, dir, i);
+		cr_expect_neq(rc, 0, "edit %d: an inconsistent trainer.json resumed: %s", i, out);
+		cr_expect(strstr(out, "inconsistent counts") && strstr(out, "step must equal updates + skipped"),
+			  "edit %d: %s", i, out);
+		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/o%d", dir, i), 0,
+			     "edit %d: a refused resume left a run directory", i);
+	}
+}
+
+/* Resuming a run that has already reached --steps trains nothing, says so,
+ * exits 0, and reports the checkpoint's own held-out loss (not nan). */
+Test(faults, resume_at_the_end_says_nothing_to_train)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "atend");
+	two_steps(dir, "");
+	cu_run(NULL, 0, "md5sum %s/run/step-000002/* > %s/sums", dir, dir);
+	for (int steps = 1; steps <= 2; steps++) {
+		int rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps %d", cu_bin(), dir,
+				steps);
+		cr_expect_eq(rc, 0, "--steps %d: %s", steps, out);
+		char want[128];
+		snprintf(want, sizeof want, "the checkpoint is at step 2 and this run ends at step %d: "
+					    "nothing to train; give --steps above 2",
+			 steps);
+		cr_expect(strstr(out, want), "--steps %d: %s", steps, out);
+		cr_expect(strstr(out, "done: step 2,") && !strstr(out, "val loss nan"),
+			  "--steps %d: %s", steps, out);
+	}
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/run/step-000001",
+			    dir, dir),
+		     0, "the checkpoint changed: %s", out);
+}
