@@ -576,12 +576,27 @@ Test(trainer, eight_bit_options_validated)
 		{"quant-min-size", "0", 1},
 		{"max-skipped-steps", "-1", 0},
 		{"max-skipped-steps", "0", 1},
+		/* --quant-block checked whatever the optimizer, so a typo fails at once */
+		{"optimizer", "adamw", 1},
+		{"quant-block", "100", 0},
+		{"quant-block", "8", 0},
+		{"quant-block", "131072", 0},
+		{"quant-block", "16", 1},
+		{"quant-block", "65536", 1},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		cr_assert_eq(train_opts_set(&o, cases[i].key, cases[i].val), ST_OK);
 		cr_expect_eq(train_opts_validate(&o) == ST_OK, cases[i].ok, "--%s %s %s", cases[i].key,
 			     cases[i].val, cases[i].ok ? "refused" : "accepted");
 	}
+	/* a number a double cannot hold is out of range, not "not a number" */
+	cr_expect_eq(train_opts_set(&o, "lr", "1e400"), ST_FAIL);
+	cr_expect_eq(train_opts_set(&o, "lr", "1e-400"), ST_FAIL);
+	/* which options a bare --flag cannot set */
+	cr_expect(train_opts_needs_value("momentum") && train_opts_needs_value("quant-block") &&
+		  train_opts_needs_value("optimizer"));
+	cr_expect(!train_opts_needs_value("galore-per-layer") && !train_opts_needs_value("no-such"),
+		  "a boolean, or an unknown option (train_opts_set names it), needs no value");
 }
 
 /* GaLore's per-layer updates keep no full-model gradient buffer: every layer

@@ -171,3 +171,37 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 			    dir, dir),
 		     0, "the checkpoint changed: %s", out);
 }
+
+/* Bad values on the command line are named before anything runs, and an
+ * unknown STRATA_SIMD is said once, not at every step. */
+Test(faults, bad_values_named_before_anything_runs)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "values");
+	cu_setup_run(dir, "");
+	const struct {
+		const char *flags, *needle;
+	} cases[] = {
+		{"--optimizer sgd8bit --momentum", "--momentum needs a value"},
+		{"--quant-block --lr 1e-3", "--quant-block needs a value"},
+		{"--lr 1e400", "option 'lr': 1e400 is out of range"},
+		{"--quant-block 100", "--quant-block must be a power of two in [16, 65536] (got 100)"},
+		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0,1) (got 1.5)"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r%zu "
+				"--steps 1 %s",
+				cu_bin(), dir, dir, dir, i, cases[i].flags);
+		cr_expect_neq(rc, 0, "%s accepted: %s", cases[i].flags, out);
+		cr_expect(strstr(out, cases[i].needle), "%s: %s", cases[i].flags, out);
+		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/r%zu", dir, i), 0,
+			     "%s: a refused run left its directory", cases[i].flags);
+	}
+	int rc = cu_run(out, sizeof out,
+			"STRATA_SIMD=bogus %s train --model %s/init --data %s/data --out %s/simd --steps 3 "
+			"--optimizer adamw8bit --quant-min-size 512 --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	const char *w = strstr(out, "STRATA_SIMD=bogus is not a variant this CPU runs");
+	cr_expect(w && !strstr(w + 1, "STRATA_SIMD=bogus"), "not said exactly once: %s", out);
+}

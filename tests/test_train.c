@@ -729,7 +729,7 @@ Test(train, nonfinite_gradient_skips_step)
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/c --steps 4 --max-skipped-steps 0",
 		    cu_bin(), dir, dir);
-	expect_fail("too many skipped steps", "1 steps skipped for non-finite gradients (limit --max-skipped-steps 0)", rc);
+	expect_fail("too many skipped steps", "1 step skipped for non-finite gradients (limit --max-skipped-steps 0)", rc);
 	cr_expect(strstr(out, "step 3: non-finite") != NULL, "the run did not get to step 3: %s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/c/step-000003", dir), 0, "a failed step was saved");
 }

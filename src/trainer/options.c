@@ -86,6 +86,12 @@ static const struct st_opt_desc *find(const char *key)
 	return NULL;
 }
 
+int train_opts_needs_value(const char *key)
+{
+	const struct st_opt_desc *d = find(key);
+	return d && d->type != OT_BOOL;
+}
+
 int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 {
 	const struct st_opt_desc *d = find(key);
@@ -113,8 +119,10 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 	}
 	case OT_DOUBLE: {
 		double v = strtod(value, &end);
-		ST_CHECK(end != value && *end == '\0' && errno == 0 && isfinite(v), "give a number",
+		ST_CHECK(end != value && *end == '\0', "give a number",
 			 "option '%s': '%s' is not a number", d->key, value);
+		ST_CHECK(errno == 0 && isfinite(v), "give a number a double can hold (about 1e-308 to 1e308)",
+			 "option '%s': %s is out of range", d->key, value);
 		*(double *)field = v;
 		break;
 	}
@@ -226,17 +234,25 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->grad_accum > 0, h, "--grad-accum must be positive (got %d)", o->grad_accum);
 	ST_CHECK(o->lr > 0, h, "--lr must be positive (got %g)", o->lr);
 	ST_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
-	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0");
+	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
 	ST_CHECK(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
 	ST_CHECK(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1, h,
 		 "--beta1 and --beta2 must be in [0,1)");
 	ST_CHECK(o->eps > 0, h, "--eps must be positive");
-	ST_CHECK(o->momentum >= 0 && o->momentum < 1, h, "--momentum must be in [0,1)");
+	ST_CHECK(o->momentum >= 0 && o->momentum < 1, h, "--momentum must be in [0,1) (got %g)",
+		 o->momentum);
 	ST_CHECK(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
 		 "sgd8bit quantizes the momentum buffer: give --momentum, e.g. 0.9",
 		 "--optimizer sgd8bit without momentum has no state to quantize");
-	ST_CHECK(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0");
-	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0");
+	ST_CHECK(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0 (got %ld)",
+		 o->quant_min_size);
+	/* checked for every optimizer, so a typo fails before an 8-bit resume would */
+	ST_CHECK(o->quant_block >= 16 && o->quant_block <= 65536 &&
+			 (o->quant_block & (o->quant_block - 1)) == 0,
+		 "give a power of two from 16 to 65536 (256 is bitsandbytes' choice)",
+		 "--quant-block must be a power of two in [16, 65536] (got %d)", o->quant_block);
+	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0 (got %d)",
+		 o->max_skipped_steps);
 	ST_CHECK(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
 		 "--galore-proj must be randomized or svd (got '%s')", o->galore_proj);
 	ST_CHECK(o->galore_start_spread >= 1, "1 computes every first projector at the first update",

@@ -70,6 +70,9 @@ extern const int train_opt_count;
 void train_opts_defaults(struct st_train_opts *o);
 /* Set one option from its text value; errors name the key and the value. */
 int train_opts_set(struct st_train_opts *o, const char *key, const char *value);
+/* 1 for a known option that is not a boolean (a bare --flag sets those to
+ * true): given bare, it lacks its value. */
+int train_opts_needs_value(const char *key);
 /* Apply a JSON object of options (file contents) — unknown keys are errors. */
 int train_opts_load_json(struct st_train_opts *o, const char *path);
 /* JSON text of every option (for trainer.json); caller frees. */

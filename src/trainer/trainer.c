@@ -691,8 +691,8 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 			step, loss, gnorm);
 		ST_CHECK(tr->skipped <= tr->o.max_skipped_steps,
 			 "lower --lr, or resume from the last checkpoint with different settings",
-			 "%ld steps skipped for non-finite gradients (limit --max-skipped-steps %d); stopping",
-			 tr->skipped, tr->o.max_skipped_steps);
+			 "%ld step%s skipped for non-finite gradients (limit --max-skipped-steps %d); stopping",
+			 tr->skipped, tr->skipped == 1 ? "" : "s", tr->o.max_skipped_steps);
 		return ST_OK;
 	}
 	float clip = 1.0f;

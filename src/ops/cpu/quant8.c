@@ -21,6 +21,7 @@
 #pragma GCC optimize("fp-contract=off") /* no a*b+c fusion in any variant */
 #include "ops/cpu/quant8.h"
 #include "ops/cpu/quant8_simd.h"
+#include "util/check.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -145,11 +146,17 @@ enum q8_simd q8_simd_pick(void)
 		if (q8_simd_supported((enum q8_simd)s))
 			best = (enum q8_simd)s;
 	const char *env = getenv("STRATA_SIMD");
-	if (env)
-		for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
-			if (!strcmp(env, q8_simd_name((enum q8_simd)s)) &&
-			    q8_simd_supported((enum q8_simd)s))
-				return (enum q8_simd)s;
+	if (!env)
+		return best;
+	for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
+		if (!strcmp(env, q8_simd_name((enum q8_simd)s)) && q8_simd_supported((enum q8_simd)s))
+			return (enum q8_simd)s;
+	/* once per process: this runs at every step */
+	static int warned;
+	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		st_log_warn("STRATA_SIMD=%s is not a variant this CPU runs (scalar, avx2, avx512, "
+			    "avx512vbmi or tuned, as the CPU has them): using %s",
+			    env, q8_simd_name(best));
 	return best;
 }
 
