@@ -7,7 +7,8 @@
  * CPU has. The stages do not sum to the step exactly: the step also runs the
  * fp32 moment and parameter updates and loops over blocks. Last, the fp32
  * AdamW step on the same 64K parameters and on 16K: the arithmetic both
- * steps share.
+ * steps share; and the cost of building a map's lookup tables (a cache
+ * miss in q8_lut_get).
  *
  * usage: q8_stages [--reps 20000]
  *
@@ -98,7 +99,7 @@ int main(int argc, char **argv)
 	printf("bench/q8_stages: one thread, ns per element (block %d in L1; step on %d params)\n", B,
 	       N);
 	printf("%-10s %9s %9s %9s %11s\n", "variant", "decode", "absmax", "encode", "adamw8 step");
-	double tg = 1e30;
+	double tg = 1e30, step_pick = 0; /* the default variant's step */
 	for (int s = Q8_SCALAR; s < Q8_NSIMD; s++) {
 		if (!q8_simd_supported((enum q8_simd)s))
 			continue;
@@ -133,6 +134,8 @@ int main(int argc, char **argv)
 			}
 			step = fmin(step, (now() - t0) / ((double)sreps * N));
 		}
+		if (s == (int)q8_simd_pick())
+			step_pick = step;
 		printf("%-10s %9.3f %9.3f %9.3f %11.3f\n", q8_simd_name((enum q8_simd)s), 1e9 * best[0],
 		       1e9 * best[1], 1e9 * best[2], 1e9 * step);
 		if (s == Q8_AVX512)
@@ -168,6 +171,21 @@ int main(int argc, char **argv)
 	}
 	printf("fp32 AdamW step: %.3f ns per element on %d params, %.3f on 16384 (in L2)\n",
 	       1e9 * f32[0], N, 1e9 * f32[1]);
+	/* Building a map's lookup tables (q8_lut_build), which q8_lut_get caches
+	 * per thread: what a cache miss costs, as a number of parameters the
+	 * fused step covers in that time. */
+	const float *maps[2] = { map_s, map_u };
+	double tb[2] = { 1e30, 1e30 };
+	for (int k = 0; k < 2; k++)
+		for (int round = 0; round < 5; round++) {
+			double t0 = now();
+			for (int r = 0; r < 20; r++)
+				q8_lut_build(lut, maps[k]);
+			tb[k] = fmin(tb[k], (now() - t0) / 20);
+		}
+	printf("table build: %.1f us (signed map), %.1f us (unsigned), as long as the default step on "
+	       "%.0fK params\n",
+	       1e6 * tb[0], 1e6 * tb[1], 0.5 * (tb[0] + tb[1]) / step_pick / 1e3);
 	free(m), free(v);
 	free(lut), free(x), free(p), free(g), free(codes), free(vc), free(ma), free(va);
 	return 0;
