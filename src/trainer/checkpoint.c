@@ -10,8 +10,11 @@
  * the old one is moved aside to .old-step-N.PID first, and put back if the
  * second rename fails, or by the next save (or a resume given the run
  * directory) if a kill came between the two renames. A save that
- * fails removes its temp directory; one whose weights or state hold inf or NaN
- * is refused, so it cannot push a good checkpoint out. */
+ * fails, at any file, removes its temp directory and names the checkpoint
+ * the run keeps; one whose weights or state hold inf or NaN is refused, so it
+ * cannot push a good checkpoint out. Checkpoints beyond --keep-ckpts are
+ * renamed to .del-step-N.PID before they are removed, so a kill mid-removal
+ * leaves no partial step-N. */
 #define _GNU_SOURCE /* renameat2 */
 #include <cJSON.h>
 #include <dirent.h>
