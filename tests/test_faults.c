@@ -205,3 +205,35 @@ Test(faults, bad_values_named_before_anything_runs)
 	const char *w = strstr(out, "STRATA_SIMD=bogus is not a variant this CPU runs");
 	cr_expect(w && !strstr(w + 1, "STRATA_SIMD=bogus"), "not said exactly once: %s", out);
 }
+
+/* Plain SGD keeps a momentum buffer only with momentum: a resume that turns
+ * it on is named as such (not as a missing tensor), while another non-zero
+ * momentum is a hyperparameter change and resumes. */
+Test(faults, sgd_momentum_switched_on_resume_named)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "sgdmom");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/plain --steps 1 --optimizer sgd "
+			"--lr 0.05 --eval-interval 0 " SMALL
+			" && %s train --model %s/init --data %s/data --out %s/mom --steps 1 --optimizer sgd "
+			"--momentum 0.9 --lr 0.05 --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/plain --out %s/p2 --steps 2 --momentum 0.9",
+		    cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "momentum switched on over a resume: %s", out);
+	cr_expect(strstr(out, "was written by SGD with --momentum 0 (no momentum buffer), the run "
+			      "asks for --momentum 0.9"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/mom --out %s/m2 --steps 2 --momentum 0",
+		    cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "momentum switched off over a resume: %s", out);
+	cr_expect(strstr(out, "was written by SGD with --momentum 0.9 (a momentum buffer), the run "
+			      "asks for --momentum 0"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/mom --out %s/m3 --steps 2 --momentum 0.95",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "another non-zero momentum refused: %s", out);
+}

@@ -147,16 +147,19 @@ static int save_optimizer(struct st_trainer *tr, const char *path)
 		}
 	}
 	ss.unit[n] = m->n_units; /* past the last tensor: every unit */
-	char updates[32], block[32], min_size[32];
+	char updates[32], block[32], min_size[32], momentum[32];
 	snprintf(updates, sizeof updates, "%ld", tr->ck.updates);
 	snprintf(block, sizeof block, "%d", tr->opt.cfg.quant_block);
 	snprintf(min_size, sizeof min_size, "%ld", tr->opt.cfg.quant_min_numel);
+	snprintf(momentum, sizeof momentum, "%g", (double)tr->opt.cfg.momentum);
 	const char *meta[] = {"optimizer",   optim_kind_name(tr->opt.cfg.kind),
 			      "updates",     updates,
 			      "quant_block", block,
-			      "quant_min_size", min_size};
+			      "quant_min_size", min_size,
+			      "momentum",    momentum};
 	struct st_tensor_source src = {state_get, state_put, &ss};
-	int rc = safetensors_write_from(path, t, n, meta, 4, &src);
+	int rc = safetensors_write_from(path, t, n, meta, (int)(sizeof meta / sizeof meta[0] / 2),
+					&src);
 	if (rc == ST_OK)
 		rc = store_ok(&tr->s.store); /* a failed read is named as such, not as inf */
 	if (rc == ST_OK && ss.bad >= 0) {
@@ -601,8 +604,9 @@ static int meta_long(const struct st_safetensors *sf, const char *key, long *out
 /* The settings the state was written with must be the run's: the optimizer,
  * for the 8-bit kinds the block and the fp32-state threshold (they decide
  * which tensors exist and their shapes), and the update count, which the
- * bias correction follows (a file from another step has another). Files
- * written before quant_min_size was recorded skip that one check. */
+ * bias correction follows (a file from another step has another); for
+ * plain SGD, whether it keeps a momentum buffer. Files written before
+ * quant_min_size or momentum was recorded skip those checks. */
 static int check_optimizer_meta(const struct st_trainer *tr, const struct st_safetensors *sf,
 				const char *path)
 {
@@ -625,6 +629,19 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 			 "resume with the --quant-min-size the run was started with",
 			 "%s was written with --quant-min-size %s, the run asks for %ld", path,
 			 safetensors_meta(sf, "quant_min_size"), c->quant_min_numel);
+	}
+	/* plain SGD keeps a momentum buffer only with momentum: a resume that
+	 * turns it on or off would find tensors missing or left over (a changed
+	 * non-zero value is a hyperparameter like --lr, and allowed) */
+	const char *mom = safetensors_meta(sf, "momentum");
+	if (c->kind == ST_OPT_SGD && mom) {
+		const int had = strtod(mom, NULL) != 0.0, has = c->momentum != 0.0f;
+		ST_CHECK(had == has,
+			 had ? "resume with a non-zero --momentum, as the run was started"
+			     : "resume with --momentum 0, as the run was started",
+			 "%s was written by SGD with --momentum %s (%s momentum buffer), the run asks "
+			 "for --momentum %g",
+			 path, mom, had ? "a" : "no", (double)c->momentum);
 	}
 	got = meta_long(sf, "updates", &v);
 	ST_CHECK(got == 1 && v == tr->updates,
