@@ -170,6 +170,12 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/run/step-000001",
 			    dir, dir),
 		     0, "the checkpoint changed: %s", out);
+	/* a run whose `latest` names a removed step says so */
+	int rc = cu_run(out, sizeof out, "cp -a %s/run %s/dl && rm -r %s/dl/step-000002 && "
+			"%s eval --model %s/dl --data %s/data --seq-len 32",
+			dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "/dl/latest points to step-000002, which does not exist"), "%s", out);
 }
 
 /* Bad values on the command line are named before anything runs, and an

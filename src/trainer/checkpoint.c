@@ -556,6 +556,8 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		 "no checkpoint at %s (neither trainer.json nor latest found)", path);
 	target[len] = '\0';
 	snprintf(out, n, "%s/%s", path, target);
+	ST_CHECK(fs_exists(out), "give one of the run's step-NNNNNN directories",
+		 "%s/latest points to %s, which does not exist", path, target);
 	snprintf(p, sizeof p, "%s/trainer.json", out);
 	ST_CHECK(fs_exists(p), "the checkpoint is incomplete; pick an earlier step directory",
 		 "%s has no trainer.json", out);
