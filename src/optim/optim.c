@@ -59,15 +59,18 @@ int optim_kind_is_8bit(enum st_optim_kind k)
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
+int optim_quant_block_ok(int block)
+{
+	return block >= 16 && block <= 65536 && (block & (block - 1)) == 0;
+}
+
 int optim_init(struct st_optim *o, const struct st_optim_cfg *c, const struct st_model *m)
 {
 	memset(o, 0, sizeof *o);
 	o->cfg = *c;
 	o->m = m;
 	if (optim_kind_is_8bit(c->kind))
-		ST_CHECK(c->quant_block >= 16 && c->quant_block <= 65536 &&
-				 (c->quant_block & (c->quant_block - 1)) == 0,
-			 "use a power of two such as 256", "--quant-block must be a power of two in [16, 65536] (got %d)",
+		ST_CHECK(optim_quant_block_ok(c->quant_block), "use a power of two such as 256", "--quant-block must be a power of two in [16, 65536] (got %d)",
 			 c->quant_block);
 	o->ps = st_calloc((size_t)m->n_params, sizeof *o->ps);
 	o->unit_bytes = st_calloc((size_t)m->n_units, sizeof *o->unit_bytes);

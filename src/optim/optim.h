@@ -106,6 +106,8 @@ const char *optim_kind_name(enum st_optim_kind k);
 /* adamw8bit, sgd8bit, galore-adamw8bit: the kinds --quant-block and
  * --quant-min-size apply to */
 int optim_kind_is_8bit(enum st_optim_kind k);
+/* 1 when block is a valid --quant-block: a power of two in [16, 65536]. */
+int optim_quant_block_ok(int block);
 int optim_param_decays(const struct st_optim_cfg *c, const struct st_param *p);
 
 /* Lay out every parameter's state; fails on impossible settings. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/fsutil.h"
+#include "optim/optim.h"
 #include "trainer/options.h"
 #include "util/check.h"
 
@@ -247,9 +248,7 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0 (got %ld)",
 		 o->quant_min_size);
 	/* checked for every optimizer, so a typo fails before an 8-bit resume would */
-	ST_CHECK(o->quant_block >= 16 && o->quant_block <= 65536 &&
-			 (o->quant_block & (o->quant_block - 1)) == 0,
-		 "give a power of two from 16 to 65536 (256 is bitsandbytes' choice)",
+	ST_CHECK(optim_quant_block_ok(o->quant_block), "give a power of two from 16 to 65536 (256 is bitsandbytes' choice)",
 		 "--quant-block must be a power of two in [16, 65536] (got %d)", o->quant_block);
 	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0 (got %d)",
 		 o->max_skipped_steps);

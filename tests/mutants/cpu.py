@@ -119,8 +119,8 @@ M = [
 ('O8', OP, 'const float wd = optim_param_decays(c, p) ? c->weight_decay : 0.0f;', 'const float wd = c->weight_decay;', 'weight decay on every role'),
 ('O9', OP, '.map_v = o->map_unsigned};', '.map_v = o->map_signed};', 'v uses the signed map'),
 ('O10', OP, 'return k == ST_OPT_ADAMW8 || k == ST_OPT_SGD8 || k == ST_OPT_GALORE_ADAMW8;', 'return k == ST_OPT_ADAMW8 || k == ST_OPT_SGD8;', 'galore-adamw8bit not 8-bit'),
-('O11', OP, 'c->quant_block >= 16 && c->quant_block <= 65536', 'c->quant_block >= 8 && c->quant_block <= 65536', 'quant-block lower bound 8'),
-('O12', OP, ' &&\n\t\t\t\t (c->quant_block & (c->quant_block - 1)) == 0,', ',', 'power-of-two check dropped'),
+('O11', OP, 'return block >= 16 && block <= 65536', 'return block >= 8 && block <= 65536', 'quant-block lower bound 8'),
+('O12', OP, ' && (block & (block - 1)) == 0;', ';', 'power-of-two check dropped'),
 # ---- extras (non-finite detection lives outside optim.c)
 ('F1', 'src/trainer/trainer.c', 'if (!isfinite(gnorm) || !isfinite(loss)) {', 'if (!isfinite(loss)) {', 'non-finite gradient not detected'),
 ('F2', 'src/util/finite.h', '\t\t\tbad |= !(fabsf(x[i]) <= FLT_MAX);', '\t\t\tbad |= fabsf(x[i]) > FLT_MAX;', 'first_nonfinite misses NaN'),
