@@ -178,6 +178,69 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 	cr_expect(strstr(out, "/dl/latest points to step-000002, which does not exist"), "%s", out);
 }
 
+/* metrics.jsonl marks where each run starts: a fresh run's first record is
+ * {"event": "start", ...}, a resume's {"event": "resume", "from_step": N,
+ * ...}. A resume from an earlier step into the same run writes its steps
+ * after N again; keeping, at each marker, only the records before it with
+ * step <= N (the README's rule, here in awk) leaves one row per step. A resume
+ * with nothing to train writes no marker. */
+Test(faults, metrics_mark_each_start)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "marks");
+	two_steps(dir, "--ckpt-interval 1");
+	int rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 3", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 3", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "head -n 1 %s/run/metrics.jsonl | grep -q '^{\"event\": \"start\", "
+			    "\"from_step\": 0, \"to_step\": 2, \"time\": \"20' && "
+			    "test $(grep -c '\"event\"' %s/run/metrics.jsonl) = 2 && "
+			    "grep -q '^{\"event\": \"resume\", \"from_step\": 1, \"to_step\": 3, "
+			    "\"checkpoint\": \"%s/run/step-000001\", \"time\": \"20' %s/run/metrics.jsonl",
+			    dir, dir, dir, dir),
+		     0, "the start records are wrong: %s", out);
+	cu_run(out, sizeof out,
+	       "awk '/\"event\": \"resume\"/ { match($0, /\"from_step\": [0-9]+/); "
+	       "f = substr($0, RSTART + 13, RLENGTH - 13) + 0; k = 0; "
+	       "for (i = 1; i <= n; i++) if (st[i] <= f) st[++k] = st[i]; n = k; next } "
+	       "/\"step\": [0-9]+, \"loss\"/ { match($0, /\"step\": [0-9]+/); "
+	       "st[++n] = substr($0, RSTART + 8, RLENGTH - 8) + 0 } "
+	       "END { for (i = 1; i <= n; i++) printf \"%%d \", st[i] }' %s/run/metrics.jsonl",
+	       dir);
+	cr_expect_str_eq(out, "1 2 3 ", "the rule does not leave one row per step");
+	cr_expect_eq(cu_run(NULL, 0, "test $(grep -c '\"step\": 2, \"loss\"' %s/run/metrics.jsonl) = 2",
+			    dir),
+		     0, "the resumed step 2 is not in the file twice");
+}
+
+/* init --config NAME: a directory NAME holding a config.json is that
+ * config; one without it does not hide the preset NAME, and is named when
+ * NAME is no preset. */
+Test(faults, init_config_directory_or_preset)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "preset");
+	int rc = cu_run(out, sizeof out, "cd %s && mkdir small other && %s init --config small --out m1",
+			dir, cu_bin());
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "small is a directory with no config.json: using the preset small"),
+		  "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "grep -qE '\"hidden_size\":[[:space:]]*384' %s/m1/config.json", dir), 0,
+		     "not the small preset");
+	rc = cu_run(out, sizeof out, "cd %s && %s init --config other --out m2", dir, cu_bin());
+	cr_expect_neq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "the directory other holds no config.json (presets: tiny, small"), "%s",
+		  out);
+	/* a directory with a config.json wins over the preset of its name */
+	rc = cu_run(out, sizeof out,
+		    "cd %s && mkdir tiny && cp m1/config.json tiny/ && %s init --config tiny --out m3 && "
+		    "grep -qE '\"hidden_size\":[[:space:]]*384' m3/config.json",
+		    dir, cu_bin());
+	cr_expect_eq(rc, 0, "%s", out);
+}
+
 /* Bad values on the command line are named before anything runs, and an
  * unknown STRATA_SIMD is said once, not at every step. */
 Test(faults, bad_values_named_before_anything_runs)
@@ -193,6 +256,8 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--lr 1e400", "option 'lr': 1e400 is out of range"},
 		{"--quant-block 100", "--quant-block must be a power of two in [16, 65536] (got 100)"},
 		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0,1) (got 1.5)"},
+		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},
+		{"--optimizer sgd --lr 40", "--lr 40 x --weight-decay 0.1 = 4"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r%zu "

@@ -32,33 +32,36 @@ const char *config_preset_names(void)
 	return "tiny, small, llama-60m, llama-130m, llama-350m, llama-1b, llama-7b";
 }
 
+static const struct preset *preset_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+		if (strcmp(presets[i].name, name) == 0)
+			return &presets[i];
+	return NULL;
+}
+
 int config_preset(struct st_config *cfg, const char *name)
 {
-	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-		const struct preset *p = &presets[i];
-		if (strcmp(p->name, name) != 0)
-			continue;
-		*cfg = (struct st_config){
-			.vocab_size = ST_BYTE_VOCAB,
-			.dim = p->dim,
-			.n_layers = p->n_layers,
-			.n_heads = p->n_heads,
-			.n_kv_heads = p->n_kv_heads,
-			.head_dim = p->dim / p->n_heads,
-			.ffn_dim = p->ffn_dim,
-			.max_seq = p->max_seq,
-			.rope_theta = 10000.0,
-			.norm_eps = 1e-6f,
-			.tied = 0,
-			.init_std = 0.02f,
-			.bos_id = ST_BYTE_BOS,
-			.eos_id = ST_BYTE_EOS,
-		};
-		return ST_OK;
-	}
-	ST_ERROR("use a JSON config file or one of the presets", "unknown preset '%s' (presets: %s)",
+	const struct preset *p = preset_find(name);
+	ST_CHECK(p, "use a JSON config file or one of the presets", "unknown preset '%s' (presets: %s)",
 		 name, config_preset_names());
-	return ST_FAIL;
+	*cfg = (struct st_config){
+		.vocab_size = ST_BYTE_VOCAB,
+		.dim = p->dim,
+		.n_layers = p->n_layers,
+		.n_heads = p->n_heads,
+		.n_kv_heads = p->n_kv_heads,
+		.head_dim = p->dim / p->n_heads,
+		.ffn_dim = p->ffn_dim,
+		.max_seq = p->max_seq,
+		.rope_theta = 10000.0,
+		.norm_eps = 1e-6f,
+		.tied = 0,
+		.init_std = 0.02f,
+		.bos_id = ST_BYTE_BOS,
+		.eos_id = ST_BYTE_EOS,
+	};
+	return ST_OK;
 }
 
 int config_validate(const struct st_config *c)
@@ -202,12 +205,24 @@ int config_load(struct st_config *cfg, const char *path)
 int config_resolve(struct st_config *cfg, const char *preset_or_path)
 {
 	if (fs_exists(preset_or_path)) {
-		if (fs_is_dir(preset_or_path)) {
-			char p[4096];
-			snprintf(p, sizeof p, "%s/config.json", preset_or_path);
+		if (!fs_is_dir(preset_or_path))
+			return config_load(cfg, preset_or_path);
+		char p[4096];
+		snprintf(p, sizeof p, "%s/config.json", preset_or_path);
+		if (fs_exists(p))
 			return config_load(cfg, p);
+		/* a directory that happens to share a preset's name (an --out of
+		 * an earlier run, say) does not hide the preset */
+		if (preset_find(preset_or_path)) {
+			st_log_info("%s is a directory with no config.json: using the preset %s",
+				    preset_or_path, preset_or_path);
+			ST_TRY(config_preset(cfg, preset_or_path));
+			return config_validate(cfg);
 		}
-		return config_load(cfg, preset_or_path);
+		ST_ERROR("give a config.json, a model directory holding one, or a preset",
+			 "the directory %s holds no config.json (presets: %s)", preset_or_path,
+			 config_preset_names());
+		return ST_FAIL;
 	}
 	if (strchr(preset_or_path, '/') || strstr(preset_or_path, ".json")) {
 		ST_ERROR("give an existing config file or a preset name", "config file %s not found",

@@ -609,23 +609,35 @@ static int meta_long(const struct st_safetensors *sf, const char *key, long *out
  * bias correction follows (a file from another step has another); for
  * plain SGD, whether it keeps a momentum buffer. Files written before
  * quant_min_size or momentum was recorded skip those checks. */
+/* A metadata key every strata optimizer file has. */
+static int require_meta(const struct st_safetensors *sf, const char *path, const char *key)
+{
+	ST_CHECK(safetensors_meta(sf, key),
+		 "the file was not written by strata, or was rewritten without its metadata; use "
+		 "another checkpoint",
+		 "%s has no '%s' in its metadata", path, key);
+	return ST_OK;
+}
+
 static int check_optimizer_meta(const struct st_trainer *tr, const struct st_safetensors *sf,
 				const char *path)
 {
 	const struct st_optim_cfg *c = &tr->opt.cfg;
+	ST_TRY(require_meta(sf, path, "optimizer"));
 	const char *kind = safetensors_meta(sf, "optimizer");
-	ST_CHECK(kind && strcmp(kind, optim_kind_name(c->kind)) == 0,
+	ST_CHECK(strcmp(kind, optim_kind_name(c->kind)) == 0,
 		 "resume with the optimizer the run was started with",
-		 "%s holds %s state, but the run asks for --optimizer %s", path,
-		 kind ? kind : "unknown", optim_kind_name(c->kind));
+		 "%s holds %s state, but the run asks for --optimizer %s", path, kind,
+		 optim_kind_name(c->kind));
 	long v;
 	int got;
 	if (optim_kind_is_8bit(c->kind)) {
+		ST_TRY(require_meta(sf, path, "quant_block"));
 		got = meta_long(sf, "quant_block", &v);
 		ST_CHECK(got == 1 && v == c->quant_block,
 			 "resume with the --quant-block the run was started with",
 			 "%s was written with quantization block %s, the run asks for %d", path,
-			 got ? safetensors_meta(sf, "quant_block") : "unknown", c->quant_block);
+			 safetensors_meta(sf, "quant_block"), c->quant_block);
 		got = meta_long(sf, "quant_min_size", &v);
 		ST_CHECK(got == 0 || (got == 1 && v == c->quant_min_numel),
 			 "resume with the --quant-min-size the run was started with",
@@ -645,11 +657,12 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 			 "for --momentum %g",
 			 path, mom, had ? "a" : "no", (double)c->momentum);
 	}
+	ST_TRY(require_meta(sf, path, "updates"));
 	got = meta_long(sf, "updates", &v);
 	ST_CHECK(got == 1 && v == tr->updates,
 		 "the checkpoint's files do not belong together; use an earlier checkpoint",
 		 "%s holds the state after %s updates, but trainer.json counts %ld", path,
-		 got ? safetensors_meta(sf, "updates") : "unknown", tr->updates);
+		 safetensors_meta(sf, "updates"), tr->updates);
 	return ST_OK;
 }
 

@@ -236,6 +236,15 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->lr > 0, h, "--lr must be positive (got %g)", o->lr);
 	ST_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
 	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
+	/* every optimizer scales a decayed weight by 1 - lr*wd each step (AdamW's
+	 * decoupled decay and SGD's L2 term alike): at lr*wd >= 1 that factor is
+	 * <= 0, and the run would train a model that is zeroed or flipped each
+	 * step while every loss stays finite */
+	ST_CHECK(o->lr * o->weight_decay < 1,
+		 "lower --lr or --weight-decay: their product is usually 1e-5 to 1e-3",
+		 "--lr %g x --weight-decay %g = %g: each step would scale every decayed weight by "
+		 "1 - %g <= 0",
+		 o->lr, o->weight_decay, o->lr * o->weight_decay, o->lr * o->weight_decay);
 	ST_CHECK(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
 	ST_CHECK(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1, h,
 		 "--beta1 and --beta2 must be in [0,1)");

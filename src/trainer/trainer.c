@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "io/fsutil.h"
 #include "engine/plan.h"
 #include "engine/profile.h"
@@ -533,6 +535,31 @@ static void metrics_write(struct st_trainer *tr, const char *fmt, ...)
 		    tr->o.out, strerror(err), tr->step);
 }
 
+/* The first record of every run that trains: where it starts. Records from
+ * an earlier run in the same directory may follow a step past from_step
+ * (the resumed run does those steps again), so a reader keeps, at each
+ * start record, only the records before it with step <= from_step. */
+static void metrics_run_start(struct st_trainer *tr)
+{
+	char when[32];
+	const time_t t = time(NULL);
+	struct tm tm;
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+	if (!tr->step) {
+		metrics_write(tr, "{\"event\": \"start\", \"from_step\": 0, \"to_step\": %ld, "
+				  "\"time\": \"%s\"}\n",
+			      tr->total_steps, when);
+		return;
+	}
+	cJSON *path = cJSON_CreateString(tr->ckpt_loaded); /* quoted and escaped */
+	char *quoted = path ? cJSON_PrintUnformatted(path) : NULL;
+	cJSON_Delete(path);
+	metrics_write(tr, "{\"event\": \"resume\", \"from_step\": %ld, \"to_step\": %ld, "
+			  "\"checkpoint\": %s, \"time\": \"%s\"}\n",
+		      tr->step, tr->total_steps, quoted ? quoted : "null", when);
+	free(quoted);
+}
+
 void trainer_close(struct st_trainer *tr)
 {
 	if (tr->metrics)
@@ -833,6 +860,8 @@ int trainer_run(struct st_trainer *tr)
 		}
 	}
 
+	if (tr->step < tr->total_steps)
+		metrics_run_start(tr);
 	struct st_progress pg;
 	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval);
 	if (tr->step == 0 && tr->o.eval_interval > 0)
