@@ -215,6 +215,37 @@ Test(faults, metrics_mark_each_start)
 		     0, "the resumed step 2 is not in the file twice");
 }
 
+/* A checkpoint whose files are cut short (or whose trainer.json is) is
+ * refused, and the message names the newest earlier step to resume from, or
+ * says there is none. */
+Test(faults, damaged_checkpoint_names_an_earlier_one)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "earlier");
+	two_steps(dir, "--ckpt-interval 1");
+	const char *files[] = {"optimizer.safetensors", "model.safetensors", "trainer.json"};
+	for (int i = 0; i < 3; i++) {
+		int rc = cu_run(out, sizeof out,
+				"rm -rf %s/c && cp -a %s/run %s/c && truncate -s 100 %s/c/step-000002/%s && "
+				"%s train --resume %s/c --steps 3",
+				dir, dir, dir, dir, files[i], cu_bin(), dir);
+		cr_expect_neq(rc, 0, "%s: %s", files[i], out);
+		char want[512];
+		snprintf(want, sizeof want, "the newest earlier checkpoint: --resume %s/c/step-000001", dir);
+		cr_expect(strstr(out, want), "%s: %s", files[i], out);
+		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/c/step-000003 && cmp %s/c/step-000001/model.safetensors "
+					     "%s/run/step-000001/model.safetensors",
+				    dir, dir, dir),
+			     0, "%s: the run changed", files[i]);
+	}
+	int rc = cu_run(out, sizeof out,
+			"rm -rf %s/c && cp -a %s/run %s/c && truncate -s 100 %s/c/step-000001/model.safetensors && "
+			"%s train --resume %s/c/step-000001 --steps 3",
+			dir, dir, dir, dir, cu_bin(), dir);
+	cr_expect_neq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "/c holds no checkpoint earlier than step 1"), "%s", out);
+}
+
 /* init --config NAME: a directory NAME holding a config.json is that
  * config; one without it does not hide the preset NAME, and is named when
  * NAME is no preset. */

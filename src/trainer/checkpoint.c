@@ -564,6 +564,28 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	return ST_OK;
 }
 
+void ckpt_name_earlier(const char *ckpt_dir)
+{
+	char run[4200];
+	fs_dirname(run, sizeof run, ckpt_dir);
+	const char *base = strrchr(ckpt_dir, '/');
+	long current, best = -1, s;
+	if (!is_step_dir(base ? base + 1 : ckpt_dir, &current))
+		return;
+	DIR *d = opendir(run);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (is_step_dir(e->d_name, &s) && s < current && s > best)
+			best = s;
+	closedir(d);
+	if (best >= 0)
+		st_log_info("the newest earlier checkpoint: --resume %s/step-%06ld", run, best);
+	else
+		st_log_info("%s holds no checkpoint earlier than step %ld", run, current);
+}
+
 static int read_json(const char *path, cJSON **root)
 {
 	ST_TRY(fs_read_json(path, root, "the checkpoint is damaged; use an earlier one"));
@@ -582,7 +604,10 @@ int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir)
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", ckpt_dir);
 	cJSON *root;
-	ST_TRY(read_json(path, &root));
+	if (read_json(path, &root) != ST_OK) {
+		ckpt_name_earlier(ckpt_dir);
+		return ST_FAIL;
+	}
 	/* runs saved before --galore-start-spread existed computed every first
 	 * projector at update 1: keep that for them */
 	o->galore_start_spread = 1;
@@ -744,7 +769,7 @@ static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf
 	return rc;
 }
 
-int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
+static int load_state(struct st_trainer *tr, const char *ckpt_dir)
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", ckpt_dir);
@@ -785,4 +810,12 @@ int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 		ST_ERROR("resume from an earlier checkpoint, or with the run's own settings",
 			 "cannot resume from %s", ckpt_dir);
 	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
+}
+
+int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
+{
+	const int rc = load_state(tr, ckpt_dir);
+	if (rc != ST_OK)
+		ckpt_name_earlier(ckpt_dir);
+	return rc;
 }

@@ -302,7 +302,10 @@ static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
 	tier_choice_free(&ch);
 	ST_TRY(rc);
 	s->exec.prefetch = tr->plan.prefetch;
-	return session_load_weights(s, model_dir);
+	rc = session_load_weights(s, model_dir);
+	if (rc != ST_OK && *tr->o.resume)
+		ckpt_name_earlier(model_dir);
+	return rc;
 }
 
 int trainer_plan(const struct st_train_opts *o)

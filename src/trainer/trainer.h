@@ -113,7 +113,11 @@ void ckpt_wait_unit(void *ckpt_async, int unit);
 int ckpt_resolve(char *out, size_t n, const char *path);
 /* Read trainer.json's saved options into o (for resume). */
 int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir);
-/* Load weights, optimizer state and progress into an opened trainer. */
+/* Load optimizer state and progress into an opened trainer; on failure it
+ * also names the newest earlier checkpoint (ckpt_name_earlier). */
 int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir);
+/* After a failed load of ckpt_dir (RUN/step-N): say which step directory of
+ * RUN to resume from instead, the newest before N, or that there is none. */
+void ckpt_name_earlier(const char *ckpt_dir);
 
 #endif
