@@ -807,7 +807,7 @@ Test(train, nonfinite_tensor_named_at_save)
  * added, or the metadata changed. */
 enum state_edit { EDIT_NAN_ABSMAX, EDIT_NEG_ABSMAX, EDIT_ZERO_ABSMAX, EDIT_EXTRA, EDIT_UPDATES,
 		  EDIT_UPDATES_JUNK, EDIT_MIN_SIZE, EDIT_MIN_SIZE_JUNK, EDIT_NO_MIN_SIZE, EDIT_BLOCK_JUNK,
-		  EDIT_NAN_WEIGHT, EDIT_NEG_V, EDIT_NO_OPTIMIZER, EDIT_NO_BLOCK, EDIT_NO_UPDATES };
+		  EDIT_NAN_WEIGHT, EDIT_NEG_V, EDIT_NO_OPTIMIZER, EDIT_NO_BLOCK, EDIT_NO_UPDATES, EDIT_BLOCK_SPACE };
 
 /* The edit goes to element `at` of the tensor (-1: its last). */
 static void edit_state(const char *src, const char *dst, enum state_edit e, long at)
@@ -855,6 +855,8 @@ static void edit_state(const char *src, const char *dst, enum state_edit e, long
 			v = "512x";
 		if (e == EDIT_BLOCK_JUNK && !strcmp(k, "quant_block"))
 			v = "256x";
+		if (e == EDIT_BLOCK_SPACE && !strcmp(k, "quant_block"))
+			v = " 256";
 		if (e == EDIT_NO_MIN_SIZE && !strcmp(k, "quant_min_size"))
 			continue; /* as written before the key was recorded */
 		if ((e == EDIT_NO_OPTIMIZER && !strcmp(k, "optimizer")) ||
@@ -904,6 +906,7 @@ Test(train, damaged_optimizer_state_refused)
 		{EDIT_MIN_SIZE, 0, "written with --quant-min-size 100, the run asks for 512"},
 		{EDIT_MIN_SIZE_JUNK, 0, "written with --quant-min-size 512x, the run asks for 512"},
 		{EDIT_BLOCK_JUNK, 0, "written with quantization block 256x, the run asks for 256"},
+		{EDIT_BLOCK_SPACE, 0, "written with quantization block  256, the run asks for 256"},
 		{EDIT_NO_MIN_SIZE, 0, NULL}, /* written before the key: that check skipped */
 		{EDIT_NO_OPTIMIZER, 0, "optimizer.safetensors has no 'optimizer' in its metadata"},
 		{EDIT_NO_BLOCK, 0, "optimizer.safetensors has no 'quant_block' in its metadata"},

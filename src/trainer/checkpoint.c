@@ -623,6 +623,8 @@ static int meta_long(const struct st_safetensors *sf, const char *key, long *out
 	char *end;
 	if (!v)
 		return 0;
+	if (!(*v >= '0' && *v <= '9') && *v != '-')
+		return -1; /* strtol would skip leading blanks and take a '+' */
 	errno = 0;
 	*out = strtol(v, &end, 10);
 	return end != v && *end == '\0' && errno == 0 ? 1 : -1;
