@@ -671,29 +671,39 @@ Test(train, nonfinite_gradient_skips_step)
 			"--optimizer adamw8bit --quant-min-size 512 " SMALL,
 			cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	/* poison step 3 of a resumed run: its update is skipped, so step 3's
-	 * checkpoint holds exactly step 2's weights and optimizer state */
+	/* poison step 3 of a resumed run: its update is skipped, and the
+	 * checkpoint due at step 3 waits for step 4, the next that updates */
 	rc = cu_run(out, sizeof out,
-		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/b --steps 4 --ckpt-interval 1 --keep-ckpts 0",
+		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/s --steps 4 --ckpt-interval 1 --keep-ckpts 0",
 		    cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "a single non-finite step must not stop training: %s", out);
 	cr_expect(strstr(out, "step 3: non-finite gradient") != NULL, "no warning: %s", out);
 	cr_expect(strstr(out, "done: step 4 (1 skipped for a non-finite loss or gradient)") != NULL,
 		  "the summary does not count the skipped step: %s", out);
+	cr_expect(strstr(out, "step 3 was skipped: its checkpoint waits for the next step that updates"),
+		  "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/s/step-000003 && test -e %s/s/step-000004", dir, dir), 0,
+		     "the checkpoint due at the skipped step was not deferred to the next");
+	/* a skipped last step is saved: it holds exactly step 2's weights and
+	 * optimizer state */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/b --steps 3",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
 	char ca[512], cb[512];
 	snprintf(ca, sizeof ca, "%s/a/step-000002", dir);
 	snprintf(cb, sizeof cb, "%s/b/step-000003", dir);
 	cu_expect_same_state(ca, cb, "a skipped step");
 	cr_expect_eq(cu_run(out, sizeof out, "grep -qE '\"skipped\":[[:space:]]*1,' %s/b/step-000003/trainer.json && "
 				    "grep -qE '\"updates\":[[:space:]]*2,' %s/b/step-000003/trainer.json && "
-				    "grep -qE '\"updates\":[[:space:]]*3,' %s/b/step-000004/trainer.json", dir, dir, dir), 0,
+				    "grep -qE '\"updates\":[[:space:]]*3,' %s/s/step-000004/trainer.json", dir, dir, dir), 0,
 		     "skip and update counts not recorded");
 	/* resuming from the skipped step's checkpoint counts its updates from
 	 * trainer.json (2, not the step, 3): the same step 4 as straight on */
 	rc = cu_run(out, sizeof out, "%s train --resume %s/b/step-000003 --out %s/d --steps 4",
 		    cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	snprintf(ca, sizeof ca, "%s/b/step-000004", dir);
+	snprintf(ca, sizeof ca, "%s/s/step-000004", dir);
 	snprintf(cb, sizeof cb, "%s/d/step-000004", dir);
 	cu_expect_same_state(ca, cb, "a resume from a skipped step");
 	/* the skip count carries over a resume ... */
@@ -735,11 +745,13 @@ Test(train, nonfinite_gradient_skips_step)
 }
 
 /* An update that overflows the weights (lr 1e39, which is inf in fp32: a
- * finite gradient, inf or NaN weights; the following steps are then
- * skipped; lr x weight decay >= 1 is refused up front, hence weight decay 0)
- * must not be checkpointed:
- * the save is refused, the run stops with an error naming the weight, and
- * the good checkpoints stay (before, the poisoned ones pushed them out). */
+ * finite gradient, inf or NaN weights; every later step is then skipped;
+ * lr x weight decay >= 1 is refused up front, hence weight decay 0). Its
+ * checkpoint, due at that step (--ckpt-interval 1), is refused naming the
+ * weight, and the run stops; with --ckpt-interval 2 the checkpoints due
+ * at the skipped steps after it wait for an update that never comes, and
+ * the run stops at --max-skipped-steps. Either way the good checkpoints
+ * stay under --keep-ckpts 2 (before, the bad ones pushed them out). */
 Test(train, overflowed_weights_not_checkpointed)
 {
 	char dir[256];
@@ -751,19 +763,28 @@ Test(train, overflowed_weights_not_checkpointed)
 			cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cu_run(NULL, 0, "md5sum %s/run/step-00000[24]/* > %s/sums", dir, dir);
-	rc = cu_run(out, sizeof out,
-		    "%s train --resume %s/run --steps 40 --lr 1e39 --weight-decay 0 --warmup 0 --ckpt-interval 2", cu_bin(),
-		    dir);
-	expect_fail("overflowed weights", "went non-finite", rc);
-	cr_expect(strstr(out, "holds inf") || strstr(out, "holds nan") || strstr(out, "holds -inf") ||
-			  strstr(out, "holds -nan"),
-		  "the weight is not named: %s", out);
-	cr_expect(strstr(out, "latest -> step-000004"), "the kept checkpoint is not named: %s", out);
-	cr_expect_eq(cu_run(out, sizeof out,
-			    "md5sum -c --quiet %s/sums && test \"$(readlink %s/run/latest)\" = step-000004 && "
-			    "test \"$(ls -A %s/run | tr '\\n' ' ')\" = 'latest metrics.jsonl step-000002 step-000004 '",
-			    dir, dir, dir),
-		     0, "the good checkpoints were touched, or a refused one left files: %s", out);
+	for (int interval = 1; interval <= 2; interval++) {
+		rc = cu_run(out, sizeof out,
+			    "%s train --resume %s/run --steps 40 --lr 1e39 --weight-decay 0 --warmup 0 "
+			    "--ckpt-interval %d",
+			    cu_bin(), dir, interval);
+		if (interval == 1) {
+			expect_fail("overflowed weights", "went non-finite", rc);
+			cr_expect(strstr(out, "holds inf") || strstr(out, "holds nan") ||
+					  strstr(out, "holds -inf") || strstr(out, "holds -nan"),
+				  "the weight is not named: %s", out);
+			cr_expect(strstr(out, "latest -> step-000004"), "the kept checkpoint is not named: %s",
+				  out);
+		} else {
+			expect_fail("skipped after overflow", "11 steps skipped for non-finite gradients", rc);
+		}
+		cr_expect_eq(cu_run(out, sizeof out,
+				    "md5sum -c --quiet %s/sums && test \"$(readlink %s/run/latest)\" = step-000004 && "
+				    "test \"$(ls -A %s/run | tr '\\n' ' ')\" = 'latest metrics.jsonl step-000002 step-000004 '",
+				    dir, dir, dir),
+			     0, "--ckpt-interval %d: the good checkpoints were touched, or a bad one left files: %s",
+			     interval, out);
+	}
 }
 
 /* Inf in one weight or one optimizer-state tensor, and not the first of its

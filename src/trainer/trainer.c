@@ -895,8 +895,22 @@ int trainer_run(struct st_trainer *tr)
 		const int last = tr->step == tr->total_steps;
 		if (last || (tr->o.eval_interval > 0 && tr->step % tr->o.eval_interval == 0))
 			ST_TRY(run_eval(tr, &pg));
-		if (last || (tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0)) {
-					progress_pause(&pg);
+		/* A checkpoint due at a skipped step waits for the next step that
+		 * updates (or the last): a run whose weights have gone bad and
+		 * whose every later step is skipped then writes no checkpoints
+		 * that would push the good ones out under --keep-ckpts. */
+		const int skipped = tr->skipped != skipped_before;
+		const int due = last || tr->ckpt_deferred ||
+				(tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0);
+		if (due && skipped && !last) {
+			if (!tr->ckpt_deferred)
+				st_log_info("step %ld was skipped: its checkpoint waits for the next step "
+					    "that updates",
+					    tr->step);
+			tr->ckpt_deferred = 1;
+		} else if (due) {
+			tr->ckpt_deferred = 0;
+			progress_pause(&pg);
 			const double ts = now_s();
 			ST_TRY(settle(tr)); /* the step's updates: part of its time */
 			tr->train_s += now_s() - ts;

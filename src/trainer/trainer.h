@@ -61,6 +61,8 @@ struct st_trainer {
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
 	FILE *metrics;          /* metrics.jsonl, written through its fd (metrics_write) */
 	int metrics_lost;       /* a write failed: no more records */
+	int ckpt_deferred;      /* a checkpoint fell due at a skipped step: written at the
+				 * next step that updates */
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
