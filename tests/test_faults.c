@@ -215,6 +215,56 @@ Test(faults, metrics_mark_each_start)
 		     0, "the resumed step 2 is not in the file twice");
 }
 
+/* Runs dir/NAME for up to 100000 steps in the background, waits until it
+ * has logged 3 steps, sends it the signals given (kill's names, in order),
+ * and waits for it; out gets its output and "rc=N". */
+static void interrupted_run(const char *dir, const char *name, const char *signals)
+{
+	cu_run(out, sizeof out,
+	       "%s train --model %s/init --data %s/data --out %s/%s --steps 100000 "
+	       "--eval-interval 0 " SMALL " > %s/%s.log 2>&1 & p=$!; "
+	       "for i in $(seq 1 1200); do "
+	       "  test \"$(grep -c '\"loss\"' %s/%s/metrics.jsonl 2>/dev/null)\" -ge 3 2>/dev/null && break; "
+	       "  sleep 0.05; "
+	       "done; for s in %s; do kill -$s $p; done; wait $p; echo rc=$?; cat %s/%s.log",
+	       cu_bin(), dir, dir, dir, name, dir, name, dir, name, signals, dir, name);
+}
+
+/* SIGINT or SIGTERM: the run finishes its step, saves it, says how to go on
+ * and exits 128 + the signal; the saved step is the last one logged, and the
+ * run goes on from it. A second signal quits at once. */
+Test(faults, signal_saves_and_stops)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "signal");
+	cu_setup_run(dir, "");
+	const struct {
+		const char *signals, *rc, *needle;
+	} cases[] = {
+		{"INT", "rc=130", "stopped by SIGINT at step "},
+		{"TERM", "rc=143", "stopped by SIGTERM at step "},
+		{"INT TERM", "rc=143", "SIGTERM, a second signal: quitting now"},
+	};
+	for (int i = 0; i < 3; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "r%d", i);
+		interrupted_run(dir, name, cases[i].signals);
+		cr_expect(strstr(out, cases[i].rc), "%s: %s", cases[i].signals, out);
+		cr_expect(strstr(out, cases[i].needle), "%s: %s", cases[i].signals, out);
+		if (i == 2)
+			continue;
+		cr_expect(strstr(out, "saved; go on with: strata train --resume "), "%s", out);
+		/* latest is the last step logged; the run goes on from it */
+		int rc = cu_run(out, sizeof out,
+				"d=%s/%s; n=$(grep '\"loss\"' $d/metrics.jsonl | tail -n 1 | "
+				"sed 's/{\"step\": \\([0-9]*\\),.*/\\1/'); "
+				"test \"$(readlink $d/latest)\" = $(printf step-%%06d $n) && "
+				"%s train --resume $d --steps $((n + 2)) && test -e $d/$(printf step-%%06d $((n + 2)))",
+				dir, name, cu_bin());
+		cr_expect_eq(rc, 0, "%s: %s", cases[i].signals, out);
+	}
+}
+
 /* A checkpoint whose files are cut short (or whose trainer.json is) is
  * refused, and the message names the newest earlier step to resume from, or
  * says there is none. */

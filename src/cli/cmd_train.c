@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "io/fsutil.h"
+#include "trainer/interrupt.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
 
@@ -111,11 +112,14 @@ int cmd_train(int argc, char **argv)
 		 o.galore_start_spread, o.galore_update_gap, first_spread(&o), saved_spread);
 	struct st_trainer tr;
 	const int out_existed = fs_exists(o.out);
+	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */
 	int rc = trainer_open(&tr, &o);
 	const int opened = rc == ST_OK;
 	if (rc == ST_OK)
 		rc = trainer_run(&tr);
-	if (rc == ST_OK && tr.skipped)
+	if (rc == ST_OK && tr.interrupted)
+		rc = 128 + tr.interrupted; /* the shell's status for a process the signal ended */
+	else if (rc == ST_OK && tr.skipped)
 		printf("done: step %ld (%ld skipped for a non-finite loss or gradient), last finite "
 		       "train loss %.4f, val loss %.4f\n",
 		       tr.step, tr.skipped, tr.last_loss, tr.last_val_loss);

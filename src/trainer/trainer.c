@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "io/fsutil.h"
 #include "engine/plan.h"
 #include "engine/profile.h"
+#include "trainer/interrupt.h"
 #include "trainer/planview.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
@@ -869,7 +871,8 @@ int trainer_run(struct st_trainer *tr)
 	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval);
 	if (tr->step == 0 && tr->o.eval_interval > 0)
 		ST_TRY(run_eval(tr, &pg));
-	while (tr->step < tr->total_steps) {
+	long saved = tr->step; /* the step of the newest checkpoint */
+	while (tr->step < tr->total_steps && !interrupt_signal()) {
 		ST_TRY(ckpt_poll(tr));
 		double t0 = now_s(), loss, gnorm, lr;
 		const long skipped_before = tr->skipped;
@@ -900,9 +903,10 @@ int trainer_run(struct st_trainer *tr)
 		 * whose every later step is skipped then writes no checkpoints
 		 * that would push the good ones out under --keep-ckpts. */
 		const int skipped = tr->skipped != skipped_before;
-		const int due = last || tr->ckpt_deferred ||
+		const int stop = interrupt_signal() != 0; /* saves, whatever the step */
+		const int due = last || stop || tr->ckpt_deferred ||
 				(tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0);
-		if (due && skipped && !last) {
+		if (due && skipped && !last && !stop) {
 			if (!tr->ckpt_deferred)
 				st_log_info("step %ld was skipped: its checkpoint waits for the next step "
 					    "that updates",
@@ -918,6 +922,7 @@ int trainer_run(struct st_trainer *tr)
 				report_queues(tr);
 			/* per-layer GaLore updates in this thread, past the hook: wait */
 			ST_TRY(tr->per_layer ? ckpt_save(tr) : ckpt_begin(tr));
+			saved = tr->step;
 		}
 	}
 	progress_done(&pg);
@@ -925,5 +930,17 @@ int trainer_run(struct st_trainer *tr)
 	ST_TRY(settle(tr));
 	tr->train_s += now_s() - ts;
 	ST_TRY(ckpt_finish(tr));
+	const int sig = interrupt_signal();
+	if (sig && tr->step < tr->total_steps) {
+		tr->interrupted = sig;
+		const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+		if (saved > 0)
+			st_log_warn("stopped by %s at step %ld of %ld, saved; go on with: strata train "
+				    "--resume %s",
+				    name, tr->step, tr->total_steps, tr->o.out);
+		else
+			st_log_warn("stopped by %s before the first step: nothing trained, nothing saved",
+				    name);
+	}
 	return ST_OK;
 }

@@ -61,6 +61,7 @@ struct st_trainer {
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
 	FILE *metrics;          /* metrics.jsonl, written through its fd (metrics_write) */
 	int metrics_lost;       /* a write failed: no more records */
+	int interrupted;        /* the signal that stopped the run before its end, or 0 */
 	int ckpt_deferred;      /* a checkpoint fell due at a skipped step: written at the
 				 * next step that updates */
 	double last_loss, last_val_loss;

@@ -1,0 +1,63 @@
+/* SIGINT / SIGTERM: see interrupt.h. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "trainer/interrupt.h"
+#include "util/check.h"
+
+static atomic_int first_signal;
+static sigset_t caught;
+
+static const char *signal_name(int sig)
+{
+	return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+static void *watch(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int sig;
+		if (sigwait(&caught, &sig) != 0)
+			continue;
+		int none = 0;
+		if (atomic_compare_exchange_strong(&first_signal, &none, sig)) {
+			dprintf(STDERR_FILENO,
+				"\nstrata: %s: stopping after the current step and saving a checkpoint "
+				"(send it again to quit at once)\n",
+				signal_name(sig));
+			continue;
+		}
+		dprintf(STDERR_FILENO,
+			"\nstrata: %s, a second signal: quitting now; the checkpoints already saved "
+			"are intact\n",
+			signal_name(sig));
+		_exit(128 + sig);
+	}
+	return NULL;
+}
+
+int interrupt_catch(void)
+{
+	sigemptyset(&caught);
+	sigaddset(&caught, SIGINT);
+	sigaddset(&caught, SIGTERM);
+	ST_CHECK(pthread_sigmask(SIG_BLOCK, &caught, NULL) == 0, NULL,
+		 "cannot block SIGINT and SIGTERM");
+	pthread_t th;
+	if (pthread_create(&th, NULL, watch, NULL) != 0) {
+		pthread_sigmask(SIG_UNBLOCK, &caught, NULL); /* Ctrl-C must still work */
+		ST_ERROR(NULL, "cannot start the signal watcher thread");
+		return ST_FAIL;
+	}
+	pthread_detach(th);
+	return ST_OK;
+}
+
+int interrupt_signal(void)
+{
+	return atomic_load(&first_signal);
+}
