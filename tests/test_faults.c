@@ -1,8 +1,9 @@
 /* Run-directory faults, end to end through the strata binary: a disk that
  * fills up under a run, a kill while old checkpoints are being removed, a
- * trainer.json whose counts disagree, and a resume that has nothing left to
- * train. In each case the checkpoints already saved stay as they were and
- * loadable, and the message says what happened. */
+ * trainer.json whose counts disagree, a checkpoint cut short, a resume that
+ * has nothing left to train, a run stopped by a signal, and bad values on
+ * the command line. In each case the checkpoints already saved stay as they
+ * were and loadable, and the message says what happened. */
 #include <errno.h>
 #include <sys/mount.h>
 
