@@ -5,9 +5,15 @@
  * the command line. In each case the checkpoints already saved stay as they
  * were and loadable, and the message says what happened. */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/mount.h>
+#include <unistd.h>
 
 #include "cliutil.h"
+
+extern char **environ;
 
 static char out[1 << 16];
 
@@ -216,53 +222,117 @@ Test(faults, metrics_mark_each_start)
 		     0, "the resumed step 2 is not in the file twice");
 }
 
-/* Runs dir/NAME for up to 100000 steps in the background, waits until it
- * has logged 3 steps, sends it the signals given (kill's names, in order),
- * and waits for it; out gets its output and "rc=N". */
-static void interrupted_run(const char *dir, const char *name, const char *signals)
+/* How many training rows metrics.jsonl holds (0 before it exists). */
+static int logged_steps(const char *path)
 {
-	cu_run(out, sizeof out,
-	       "%s train --model %s/init --data %s/data --out %s/%s --steps 100000 "
-	       "--eval-interval 0 " SMALL " > %s/%s.log 2>&1 & p=$!; "
-	       "for i in $(seq 1 1200); do "
-	       "  test \"$(grep -c '\"loss\"' %s/%s/metrics.jsonl 2>/dev/null)\" -ge 3 2>/dev/null && break; "
-	       "  sleep 0.05; "
-	       "done; for s in %s; do kill -$s $p; done; wait $p; echo rc=$?; cat %s/%s.log",
-	       cu_bin(), dir, dir, dir, name, dir, name, dir, name, signals, dir, name);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char line[1024];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, "\"loss\"") != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Starts dir/NAME, a run of up to 100000 steps, with SIGINT and SIGTERM at
+ * their defaults (a shell would start a background job with SIGINT
+ * ignored, which strata leaves ignored), waits until it has logged 3 steps,
+ * sends it the signals given, in order, and waits for it. ignore_int:
+ * started with SIGINT ignored instead. out gets its output; returns its exit
+ * status (128 + signal if a signal ended it). */
+static int interrupted_run(const char *dir, const char *name, const int *sigs, int n_sigs,
+			   int ignore_int)
+{
+	char model[300], data[300], run[300], log[320], metrics[340];
+	snprintf(model, sizeof model, "%s/init", dir);
+	snprintf(data, sizeof data, "%s/data", dir);
+	snprintf(run, sizeof run, "%s/%s", dir, name);
+	snprintf(log, sizeof log, "%s.log", run);
+	snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run);
+	char *argv[] = {(char *)cu_bin(), "train", "--model", model, "--data", data, "--out", run,
+			"--steps", "100000", "--eval-interval", "0", "--micro-batch", "4", "--seq-len",
+			"32", "--progress", "lines", "--threads", "2", NULL};
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	sigset_t set;
+	sigemptyset(&set);
+	if (ignore_int)
+		signal(SIGINT, SIG_IGN); /* inherited through exec */
+	else
+		sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	posix_spawnattr_setsigdefault(&at, &set);
+	sigemptyset(&set);
+	posix_spawnattr_setsigmask(&at, &set);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+	pid_t pid;
+	cr_assert_eq(posix_spawn(&pid, argv[0], &fa, &at, argv, environ), 0, "cannot start %s", argv[0]);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	signal(SIGINT, SIG_DFL);
+	for (int i = 0; i < 1200 && logged_steps(metrics) < 3; i++) /* up to 60 s */
+		usleep(50000);
+	for (int k = 0; k < n_sigs; k++)
+		kill(pid, sigs[k]);
+	int status = 0, done = 0;
+	for (int i = 0; i < 2400 && !done; i++) { /* up to 120 s */
+		done = waitpid(pid, &status, WNOHANG) == pid;
+		if (!done)
+			usleep(50000);
+	}
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	cu_run(out, sizeof out, "cat %s", log);
+	cr_assert(done, "the run did not stop within 120 s of the signal: %s", out);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 /* SIGINT or SIGTERM: the run finishes its step, saves it, says how to go on
  * and exits 128 + the signal; the saved step is the last one logged, and the
- * run goes on from it. A second signal quits at once. */
+ * run goes on from it. A second signal quits at once; a signal the run
+ * started ignoring stays ignored. */
 Test(faults, signal_saves_and_stops)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "signal");
 	cu_setup_run(dir, "");
 	const struct {
-		const char *signals, *rc, *needle;
+		int sigs[2], n, ignore_int, rc;
+		const char *needle;
 	} cases[] = {
-		{"INT", "rc=130", "stopped by SIGINT at step "},
-		{"TERM", "rc=143", "stopped by SIGTERM at step "},
-		{"INT TERM", "rc=143", "SIGTERM, a second signal: quitting now"},
+		{{SIGINT}, 1, 0, 130, "stopped by SIGINT at step "},
+		{{SIGTERM}, 1, 0, 143, "stopped by SIGTERM at step "},
+		/* started ignoring SIGINT: it stays ignored, SIGTERM is the first */
+		{{SIGINT, SIGTERM}, 2, 1, 143, "stopped by SIGTERM at step "},
+		{{SIGINT, SIGTERM}, 2, 0, 143, "SIGTERM, a second signal: quitting now"},
 	};
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		char name[16];
 		snprintf(name, sizeof name, "r%d", i);
-		interrupted_run(dir, name, cases[i].signals);
-		cr_expect(strstr(out, cases[i].rc), "%s: %s", cases[i].signals, out);
-		cr_expect(strstr(out, cases[i].needle), "%s: %s", cases[i].signals, out);
+		const int rc = interrupted_run(dir, name, cases[i].sigs, cases[i].n, cases[i].ignore_int);
+		cr_expect_eq(rc, cases[i].rc, "case %d: exit %d: %s", i, rc, out);
+		cr_expect(strstr(out, cases[i].needle), "case %d: %s", i, out);
 		if (i == 2)
+			cr_expect(!strstr(out, "SIGINT"), "an ignored SIGINT was acted on: %s", out);
+		if (i >= 2)
 			continue;
 		cr_expect(strstr(out, "saved; go on with: strata train --resume "), "%s", out);
 		/* latest is the last step logged; the run goes on from it */
-		int rc = cu_run(out, sizeof out,
-				"d=%s/%s; n=$(grep '\"loss\"' $d/metrics.jsonl | tail -n 1 | "
-				"sed 's/{\"step\": \\([0-9]*\\),.*/\\1/'); "
-				"test \"$(readlink $d/latest)\" = $(printf step-%%06d $n) && "
-				"%s train --resume $d --steps $((n + 2)) && test -e $d/$(printf step-%%06d $((n + 2)))",
-				dir, name, cu_bin());
-		cr_expect_eq(rc, 0, "%s: %s", cases[i].signals, out);
+		int rc2 = cu_run(out, sizeof out,
+				 "d=%s/%s; n=$(grep '\"loss\"' $d/metrics.jsonl | tail -n 1 | "
+				 "sed 's/{\"step\": \\([0-9]*\\),.*/\\1/'); "
+				 "test \"$(readlink $d/latest)\" = $(printf step-%%06d $n) && "
+				 "%s train --resume $d --steps $((n + 2)) && test -e $d/$(printf step-%%06d $((n + 2)))",
+				 dir, name, cu_bin());
+		cr_expect_eq(rc2, 0, "case %d: %s", i, out);
 	}
 }
 

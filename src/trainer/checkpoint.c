@@ -630,12 +630,6 @@ static int meta_long(const struct st_safetensors *sf, const char *key, long *out
 	return end != v && *end == '\0' && errno == 0 ? 1 : -1;
 }
 
-/* The settings the state was written with must be the run's: the optimizer,
- * for the 8-bit kinds the block and the fp32-state threshold (they decide
- * which tensors exist and their shapes), and the update count, which the
- * bias correction follows (a file from another step has another); for
- * plain SGD, whether it keeps a momentum buffer. Files written before
- * quant_min_size or momentum was recorded skip those checks. */
 /* A metadata key every strata optimizer file has. */
 static int require_meta(const struct st_safetensors *sf, const char *path, const char *key)
 {
@@ -646,6 +640,12 @@ static int require_meta(const struct st_safetensors *sf, const char *path, const
 	return ST_OK;
 }
 
+/* The settings the state was written with must be the run's: the optimizer,
+ * for the 8-bit kinds the block and the fp32-state threshold (they decide
+ * which tensors exist and their shapes), and the update count, which the
+ * bias correction follows (a file from another step has another); for
+ * plain SGD, whether it keeps a momentum buffer. Files written before
+ * quant_min_size or momentum was recorded skip those checks. */
 static int check_optimizer_meta(const struct st_trainer *tr, const struct st_safetensors *sf,
 				const char *path)
 {

@@ -42,9 +42,16 @@ static void *watch(void *arg)
 
 int interrupt_catch(void)
 {
+	/* a signal the process was started ignoring stays ignored (a shell
+	 * script's background job ignores SIGINT: Ctrl-C at the terminal is
+	 * not meant for it) */
 	sigemptyset(&caught);
-	sigaddset(&caught, SIGINT);
-	sigaddset(&caught, SIGTERM);
+	const int sigs[] = {SIGINT, SIGTERM};
+	for (int i = 0; i < 2; i++) {
+		struct sigaction old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaddset(&caught, sigs[i]);
+	}
 	ST_CHECK(pthread_sigmask(SIG_BLOCK, &caught, NULL) == 0, NULL,
 		 "cannot block SIGINT and SIGTERM");
 	pthread_t th;

@@ -7,7 +7,8 @@
  * worker, and no system call anywhere sees EINTR. The first signal is only
  * recorded (the trainer finishes its step, saves a checkpoint and stops); a
  * second one ends the process at once with status 128 + signal, which loses
- * nothing saved (checkpoints are written to a temp directory and renamed). */
+ * nothing saved (checkpoints are written to a temp directory and renamed).
+ * A signal the process started with ignored (SIG_IGN) is left alone. */
 #ifndef ST_INTERRUPT_H
 #define ST_INTERRUPT_H
 
