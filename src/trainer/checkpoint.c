@@ -640,49 +640,68 @@ static int require_meta(const struct st_safetensors *sf, const char *path, const
 	return ST_OK;
 }
 
-/* The settings the state was written with must be the run's: the optimizer,
- * for the 8-bit kinds the block and the fp32-state threshold (they decide
- * which tensors exist and their shapes), and the update count, which the
- * bias correction follows (a file from another step has another); for
- * plain SGD, whether it keeps a momentum buffer. Files written before
- * quant_min_size or momentum was recorded skip those checks. */
+/* What the optimizer file holds, as check_optimizer_meta reads it. */
+struct saved_state {
+	enum st_optim_kind kind;
+	int block;   /* the 8-bit kinds' quantization block */
+	int convert; /* laid out otherwise than this run's state: ckpt_convert_state */
+};
+
+/* The settings the state was written with, against the run's: the
+ * optimizer, for the 8-bit kinds the block and the fp32-state threshold
+ * (they decide which tensors exist and their shapes), and the update count,
+ * which the bias correction follows (a file from another step has another);
+ * for SGD, whether it keeps a momentum buffer. Another optimizer of the same
+ * family (adamw / adamw8bit, sgd / sgd8bit) or another block or threshold
+ * means the state is converted; anything else is refused. Files written
+ * before quant_min_size or momentum was recorded skip those checks. */
 static int check_optimizer_meta(const struct st_trainer *tr, const struct st_safetensors *sf,
-				const char *path)
+				const char *path, struct saved_state *src)
 {
 	const struct st_optim_cfg *c = &tr->opt.cfg;
 	ST_TRY(require_meta(sf, path, "optimizer"));
 	const char *kind = safetensors_meta(sf, "optimizer");
-	ST_CHECK(strcmp(kind, optim_kind_name(c->kind)) == 0,
-		 "resume with the optimizer the run was started with",
+	ST_CHECK(optim_parse_kind(&src->kind, kind) == ST_OK, "use a checkpoint strata wrote",
+		 "%s holds state of an unknown optimizer '%s'", path, kind);
+	ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),
+		 "resume with the optimizer the run was started with (adamw and adamw8bit convert "
+		 "into each other, as do sgd and sgd8bit)",
 		 "%s holds %s state, but the run asks for --optimizer %s", path, kind,
 		 optim_kind_name(c->kind));
+	src->convert = src->kind != c->kind;
+	src->block = c->quant_block;
 	long v;
 	int got;
-	if (optim_kind_is_8bit(c->kind)) {
+	if (optim_kind_is_8bit(src->kind)) {
 		ST_TRY(require_meta(sf, path, "quant_block"));
 		got = meta_long(sf, "quant_block", &v);
-		ST_CHECK(got == 1 && v == c->quant_block,
-			 "resume with the --quant-block the run was started with",
-			 "%s was written with quantization block %s, the run asks for %d", path,
-			 safetensors_meta(sf, "quant_block"), c->quant_block);
+		ST_CHECK(got == 1 && optim_quant_block_ok((int)v) && v == (int)v,
+			 "the checkpoint is damaged; use an earlier one",
+			 "%s was written with quantization block %s, not a power of two in [16, 65536]",
+			 path, safetensors_meta(sf, "quant_block"));
+		src->block = (int)v;
 		got = meta_long(sf, "quant_min_size", &v);
-		ST_CHECK(got == 0 || (got == 1 && v == c->quant_min_numel),
-			 "resume with the --quant-min-size the run was started with",
-			 "%s was written with --quant-min-size %s, the run asks for %ld", path,
-			 safetensors_meta(sf, "quant_min_size"), c->quant_min_numel);
+		ST_CHECK(got != -1, "the checkpoint is damaged; use an earlier one",
+			 "%s was written with --quant-min-size %s, which is not a whole number", path,
+			 safetensors_meta(sf, "quant_min_size"));
+		if (src->kind == c->kind && (src->block != c->quant_block ||
+					     (got == 1 && v != c->quant_min_numel)))
+			src->convert = 1;
 	}
-	/* plain SGD keeps a momentum buffer only with momentum: a resume that
-	 * turns it on or off would find tensors missing or left over (a changed
-	 * non-zero value is a hyperparameter like --lr, and allowed) */
+	/* SGD keeps a momentum buffer only with momentum (sgd8bit always has
+	 * one): a resume that turns it on or off would find tensors missing or
+	 * left over (a changed non-zero value is a hyperparameter like --lr,
+	 * and allowed) */
 	const char *mom = safetensors_meta(sf, "momentum");
-	if (c->kind == ST_OPT_SGD && mom) {
-		const int had = strtod(mom, NULL) != 0.0, has = c->momentum != 0.0f;
+	if ((c->kind == ST_OPT_SGD || c->kind == ST_OPT_SGD8) && mom) {
+		const int had = src->kind == ST_OPT_SGD8 || strtod(mom, NULL) != 0.0,
+			  has = c->momentum != 0.0f;
 		ST_CHECK(had == has,
 			 had ? "resume with a non-zero --momentum, as the run was started"
 			     : "resume with --momentum 0, as the run was started",
-			 "%s was written by SGD with --momentum %s (%s momentum buffer), the run asks "
+			 "%s was written by %s with --momentum %s (%s momentum buffer), the run asks "
 			 "for --momentum %g",
-			 path, mom, had ? "a" : "no", (double)c->momentum);
+			 path, kind, mom, had ? "a" : "no", (double)c->momentum);
 	}
 	ST_TRY(require_meta(sf, path, "updates"));
 	got = meta_long(sf, "updates", &v);
@@ -716,7 +735,10 @@ static int is_state_name(const struct st_optim *o, const char *name)
 static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf,
 			  const char *path)
 {
-	ST_TRY(check_optimizer_meta(tr, sf, path));
+	struct saved_state src;
+	ST_TRY(check_optimizer_meta(tr, sf, path, &src));
+	if (src.convert)
+		return ckpt_convert_state(tr, sf, path, src.kind, src.block);
 	const struct st_model *m = &tr->s.model;
 	const char *damaged = "the checkpoint is damaged; resume from an earlier one";
 	int rc = ST_OK, n = 0;

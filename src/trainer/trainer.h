@@ -119,6 +119,14 @@ int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir);
 /* Load optimizer state and progress into an opened trainer; on failure it
  * also names the newest earlier checkpoint (ckpt_name_earlier). */
 int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir);
+/* Whether optimizer state of kind `from` converts into `to` on resume:
+ * adamw <-> adamw8bit, sgd <-> sgd8bit (and each into itself, for another
+ * --quant-block or --quant-min-size); never GaLore's. */
+int ckpt_can_convert(enum st_optim_kind from, enum st_optim_kind to);
+/* The run's state slabs from an optimizer file laid out otherwise (another
+ * kind of the family, block or threshold): see convert.c. */
+int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, const char *path,
+		       enum st_optim_kind from, int from_block);
 /* After a failed load of ckpt_dir (RUN/step-N): say which step directory of
  * RUN to resume from instead, the newest before N, or that there is none. */
 void ckpt_name_earlier(const char *ckpt_dir);
