@@ -1032,6 +1032,14 @@ Test(train, optimizer_state_converted_on_resume)
 	expect_fail("adamw state as galore", "the run asks for --optimizer galore-adamw",
 		    cu_run(out, sizeof out, "%s train --resume %s --out %s/x2 --steps 3 --optimizer galore-adamw",
 			   cu_bin(), a, dir));
+	/* GaLore's 8-bit state is not re-quantized at another block */
+	expect_fail("galore-adamw8bit at another block",
+		    "was written with quantization block 256 and --quant-min-size 4096, the run asks for 64 and 4096",
+		    cu_run(out, sizeof out,
+			   "%s train --model %s/init --data %s/data --out %s/g --steps 1 --eval-interval 0 "
+			   "--optimizer galore-adamw8bit --galore-rank 8 " SMALL
+			   " && %s train --resume %s/g --out %s/g2 --steps 2 --quant-block 64",
+			   cu_bin(), dir, dir, dir, cu_bin(), dir, dir));
 	/* plain SGD has no momentum buffer to quantize */
 	expect_fail("plain sgd as sgd8bit", "(no momentum buffer), the run asks for --momentum 0.9",
 		    cu_run(out, sizeof out,

@@ -685,8 +685,17 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 			 "%s was written with --quant-min-size %s, which is not a whole number", path,
 			 safetensors_meta(sf, "quant_min_size"));
 		if (src->kind == c->kind && (src->block != c->quant_block ||
-					     (got == 1 && v != c->quant_min_numel)))
+					     (got == 1 && v != c->quant_min_numel))) {
+			ST_CHECK(ckpt_can_convert(src->kind, c->kind),
+				 "resume with the --quant-block and --quant-min-size the run was started "
+				 "with (GaLore's state is not converted)",
+				 "%s was written with quantization block %d and --quant-min-size %s, the "
+				 "run asks for %d and %ld",
+				 path, src->block,
+				 got == 1 ? safetensors_meta(sf, "quant_min_size") : "(not recorded)",
+				 c->quant_block, c->quant_min_numel);
 			src->convert = 1;
+		}
 	}
 	/* SGD keeps a momentum buffer only with momentum (sgd8bit always has
 	 * one): a resume that turns it on or off would find tensors missing or
