@@ -1005,7 +1005,8 @@ Test(train, optimizer_state_converted_on_resume)
 	check_conversion(dir, a, "adamw8bit", 256, 512, 256);  /* fp32 -> 8-bit */
 	check_conversion(dir, a, "adamw8bit", 64, 0, 256);     /* every tensor 8-bit */
 	check_conversion(dir, b, "adamw", 256, 4096, 256);     /* 8-bit -> fp32 */
-	check_conversion(dir, b, "adamw8bit", 1024, 100, 256); /* another block and threshold */
+	check_conversion(dir, b, "adamw8bit", 1024, 512, 256); /* another block */
+	check_conversion(dir, b, "adamw8bit", 256, 100, 256);  /* another threshold */
 	check_conversion(dir, c, "sgd8bit", 128, 512, 128);
 	check_conversion(dir, d, "sgd", 256, 4096, 64);
 	/* through the binary: said, and training goes on */
@@ -1135,6 +1136,7 @@ Test(train, damaged_optimizer_state_refused)
 		    " && %s train --resume %s/f --steps 2 --quant-block 128 --quant-min-size 0",
 		    cu_bin(), dir, dir, dir, cu_bin(), dir);
 	cr_expect_eq(rc, 0, "fp32 AdamW resume refused over --quant-block or --quant-min-size: %s", out);
+	cr_expect(!strstr(out, "converted"), "fp32 AdamW state converted for --quant-block: %s", out);
 	/* adamw8bit with every tensor under --quant-min-size has the same fp32
 	 * exp_avg / exp_avg_sq tensors as adamw: only the recorded kind tells
 	 * that the resume as adamw converts (nothing to decode) */

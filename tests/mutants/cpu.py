@@ -8,7 +8,11 @@
 # run2-20261123.log (LN LE LY CF CI OP RP OT CK SF).
 #
 # OT4 OT5 CK6 CK7 CK8 CK14 were re-pointed at dd914bd, whose options and
-# checkpoint code moved on from the runs' text (same bugs planted).
+# checkpoint code moved on from the runs' text (same bugs planted). CK1-CK5
+# and CK13 were re-pointed when resume learned to convert optimizer state
+# (a changed block or threshold now converts instead of being refused: the
+# mutants drop the conversion or the checks on the metadata), and CV1-CV6
+# added for convert.c.
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
@@ -18,7 +22,7 @@ QV = 'src/ops/cpu/quant8_vbmi.c'; AD = 'src/ops/cpu/adam8.c'; SG = 'src/ops/cpu/
 OP = 'src/optim/optim.c'; LN = 'src/ops/cpu/layernorm.c'; LL = 'src/model/llama.c'
 LY = 'src/model/layout.c'; LH = 'src/model/llama.h'; CF = 'src/model/config.c'
 CI = 'src/cli/cmd_init.c'; TR = 'src/trainer/trainer.c'; OT = 'src/trainer/options.c'
-CK = 'src/trainer/checkpoint.c'; SF = 'src/io/safetensors.c'
+CK = 'src/trainer/checkpoint.c'; SF = 'src/io/safetensors.c'; CV = 'src/trainer/convert.c'
 
 M = [
 # ======== run 1: the 8-bit quantizer and optimizer kernels
@@ -201,11 +205,11 @@ M = [
 ('OT9', OT, 'ST_CHECK(o->momentum >= 0 && o->momentum < 1,', 'ST_CHECK(o->momentum >= 0 && o->momentum <= 1,', 'momentum 1 accepted'),
 ('OT10', OT, '{"quant-min-size", OT_LONG, F(quant_min_size)', '{"quant-min-size", OT_DOUBLE, F(quant_min_size)', 'quant-min-size parsed as double into a long'),
 # ---- checkpoint.c / safetensors load_raw
-('CK1', CK, 'ST_CHECK(got == 1 && v == c->quant_block,', 'ST_CHECK(1 || v == c->quant_block,', 'quant_block not checked on resume'),
-('CK2', CK, 'ST_CHECK(got == 1 && v == c->quant_block,', 'ST_CHECK(got != 0 && v == c->quant_block,', 'junk quant_block metadata accepted if v matches'),
-('CK3', CK, 'ST_CHECK(got == 0 || (got == 1 && v == c->quant_min_numel),', 'ST_CHECK(got != 1 || v == c->quant_min_numel,', 'junk quant_min_size metadata accepted'),
-('CK4', CK, 'ST_CHECK(got == 0 || (got == 1 && v == c->quant_min_numel),', 'ST_CHECK(1 || (got == 1 && v == c->quant_min_numel),', 'quant_min_size not checked'),
-('CK5', CK, '\tif (optim_kind_is_8bit(c->kind)) {\n\t\tgot = meta_long(sf, "quant_block"', '\tif (1) {\n\t\tgot = meta_long(sf, "quant_block"', 'quant settings checked for fp32 too'),
+('CK1', CK, '(src->block != c->quant_block ||', '(0 ||', 'another quant_block not converted on resume'),
+('CK2', CK, 'ST_CHECK(got == 1 && optim_quant_block_ok((int)v)', 'ST_CHECK(got != 0 && optim_quant_block_ok((int)v)', 'junk quant_block metadata accepted if its number is a block'),
+('CK3', CK, 'ST_CHECK(got != -1, "the checkpoint is damaged; use an earlier one",', 'ST_CHECK(1, "the checkpoint is damaged; use an earlier one",', 'junk quant_min_size metadata accepted'),
+('CK4', CK, '(got == 1 && v != c->quant_min_numel)', '(0)', 'another quant_min_size not converted'),
+('CK5', CK, '\tif (optim_kind_is_8bit(src->kind)) {\n\t\tST_TRY(require_meta(sf, path, "quant_block"));', '\tif (1) {\n\t\tST_TRY(require_meta(sf, path, "quant_block"));', 'quant settings checked (and converted) for fp32 too'),
 ('CK6', CK, '"quant_block", block,\n\t\t\t      "quant_min_size", min_size,', '"quant_block", min_size,\n\t\t\t      "quant_min_size", block,', 'quant meta values swapped at save'),
 ('CK7', CK, '\t\t\t      "quant_min_size", min_size,\n', '', 'quant_min_size not recorded'),
 ('CK8', CK, 'what && e < nf; e++)', 'what && e + 1 < nf; e++)', 'last absmax not checked for sign'),
@@ -213,7 +217,14 @@ M = [
 ('CK10', CK, 'if (rc == ST_OK && sf->n != n) {', 'if (rc == ST_OK && sf->n < n) {', 'extra tensors in the file accepted'),
 ('CK11', CK, 'return st->dtype == ST_DT_F32 ? st->bytes / sizeof(float) : 0;', 'return st->bytes / sizeof(float);', 'codes checked as floats for non-finite'),
 ('CK12', CK, '\t\tif (!tr->opt.unit_bytes[u])\n\t\t\tcontinue;\n\t\tchar *state', '\t\tchar *state', 'units without state acquired on load'),
-('CK13', CK, 'ST_CHECK(kind && strcmp(kind, optim_kind_name(c->kind)) == 0,', 'ST_CHECK(kind != NULL,', 'optimizer kind not checked on resume'),
+('CK13', CK, 'ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),', 'ST_CHECK(1,', 'optimizer kind not checked on resume'),
+# ---- convert.c (state converted on resume)
+('CV1', CV, 'const float *map = k == 1 ? o->map_unsigned : o->map_signed;', 'const float *map = o->map_signed;', 'conversion quantizes v with the signed map'),
+('CV2', CV, 'o->cfg.quant_block, map);', 'from_block, map);', 'conversion requantizes at the file\'s block'),
+('CV3', CV, 'return !galore && is_sgd(from) == is_sgd(to);', 'return is_sgd(from) == is_sgd(to);', 'GaLore state converted'),
+('CV4', CV, 'return !galore && is_sgd(from) == is_sgd(to);', 'return !galore;', 'AdamW state converted into SGD'),
+('CV5', CV, 'dequant_blockwise(dst, codes, absmax, n, block, map);', 'dequant_blockwise(dst, codes, absmax, n, 256, map);', 'conversion decodes at block 256 whatever the file'),
+('CV6', CV, 'float *x = ps->q8 ? tmp : (float *)(state + ps->off[k]);', 'float *x = tmp;', 'fp32 state not written on conversion'),
 ('CK14', CK, 'sfx && !strcmp(sfx, ".absmax") ? "absmax"', 'sfx && !strcmp(sfx, ".codes") ? "absmax"', 'sign check on codes, not absmax'),
 ('SF1', SF, 'ST_CHECK(t->dtype == dtype, "the file was written with other settings",', 'ST_CHECK(dtype_size(t->dtype) == dtype_size(dtype), "the file was written with other settings",', 'load_raw checks dtype size only'),
 ('SF2', SF, '\t\tsame = t->shape[i] == shape[i];\n\tchar got[256], want[256];\n\tST_CHECK(same && t->end', '\t\tsame = 1;\n\tchar got[256], want[256];\n\tST_CHECK(same && t->end', 'load_raw ignores dims (ndim + bytes only)'),
