@@ -710,7 +710,8 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 			     : "resume with --momentum 0, as the run was started",
 			 "%s was written by %s with --momentum %s (%s momentum buffer), the run asks "
 			 "for --momentum %g",
-			 path, kind, mom, had ? "a" : "no", (double)c->momentum);
+			 path, src->kind == ST_OPT_SGD ? "SGD" : kind, mom, had ? "a" : "no",
+			 (double)c->momentum);
 	}
 	ST_TRY(require_meta(sf, path, "updates"));
 	got = meta_long(sf, "updates", &v);
