@@ -899,11 +899,23 @@ static void edit_state(const char *src, const char *dst, enum state_edit e, long
 	safetensors_close(&sf);
 }
 
+/* The file's codes and absmax of moment `name` of `pname` (as stored). */
+static void decoded_from_file_form(uint8_t *codes, float *absmax, const struct st_safetensors *sf,
+				   const char *pname, const char *name, size_t n, size_t nb)
+{
+	char t[256];
+	snprintf(t, sizeof t, "%s.%s.codes", pname, name);
+	memcpy(codes, safetensors_data(sf, safetensors_find(sf, t)), n);
+	snprintf(t, sizeof t, "%s.%s.absmax", pname, name);
+	memcpy(absmax, safetensors_data(sf, safetensors_find(sf, t)), nb * sizeof *absmax);
+}
+
 /* Opens a trainer resuming ckpt with another optimizer / block / threshold
  * (in-process, as `strata train --resume CKPT --optimizer ...` would), and
  * checks every state tensor it laid out against the file's moments
  * converted in the test: decoded with the file's block if 8-bit there, then
- * quantized with quant_blockwise at the run's block if 8-bit here. */
+ * quantized with quant_blockwise at the run's block if 8-bit here; 8-bit at
+ * the same block on both sides, the file's codes and absmax as they are. */
 static void check_conversion(const char *dir, const char *ckpt, const char *opt, int block,
 			     long min_size, int from_block)
 {
@@ -951,7 +963,15 @@ static void check_conversion(const char *dir, const char *ckpt, const char *opt,
 				memcpy(absmax, safetensors_data(&sf, ta), nb * sizeof *absmax);
 				dequant_blockwise(x, codes, absmax, n, from_block, map);
 			}
-			if (ps->q8) {
+			if (ps->q8 && !ti && from_block == block) {
+				/* 8-bit at the same block on both sides: copied as it is */
+				decoded_from_file_form(codes, absmax, &sf, p->name, name, n, nb);
+				cr_expect_eq(memcmp(codes, state + ps->off[k], n), 0, "%s.%s: codes not copied",
+					     p->name, name);
+				cr_expect_eq(memcmp(absmax, state + ps->absmax_off[k], nb * sizeof(float)), 0,
+					     "%s.%s: absmax not copied", p->name, name);
+				q8++;
+			} else if (ps->q8) {
 				quant_blockwise(codes, absmax, x, n, block, map);
 				cr_expect_eq(memcmp(codes, state + ps->off[k], n), 0, "%s.%s: codes differ",
 					     p->name, name);
@@ -1042,12 +1062,14 @@ Test(train, optimizer_state_converted_on_resume)
 			   " && %s train --resume %s/g --out %s/g2 --steps 2 --quant-block 64",
 			   cu_bin(), dir, dir, dir, cu_bin(), dir, dir));
 	/* plain SGD has no momentum buffer to quantize */
-	expect_fail("plain sgd as sgd8bit", "(no momentum buffer), the run asks for --momentum 0.9",
+	expect_fail("plain sgd as sgd8bit",
+		    "(no momentum buffer), the run asks for --momentum 0.9",
 		    cu_run(out, sizeof out,
 			   "%s train --model %s/init --data %s/data --out %s/p --steps 1 --eval-interval 0 "
 			   "--optimizer sgd --momentum 0 " SMALL
 			   " && %s train --resume %s/p --out %s/p2 --steps 2 --optimizer sgd8bit --momentum 0.9",
 			   cu_bin(), dir, dir, dir, cu_bin(), dir, dir));
+	cr_expect(strstr(out, "resume with --optimizer sgd --momentum 0"), "%s", out);
 }
 
 /* Damaged or mismatched 8-bit state is refused on resume with a message

@@ -117,18 +117,19 @@ int cmd_train(int argc, char **argv)
 	const int opened = rc == ST_OK;
 	if (rc == ST_OK)
 		rc = trainer_run(&tr);
-	if (rc == ST_OK && tr.interrupted)
-		rc = 128 + tr.interrupted; /* the shell's status for a process the signal ended */
-	else if (rc == ST_OK && tr.skipped)
+	const int interrupted = rc == ST_OK ? tr.interrupted : 0; /* it said so itself */
+	if (rc == ST_OK && !interrupted && tr.skipped)
 		printf("done: step %ld (%ld skipped for a non-finite loss or gradient), last finite "
 		       "train loss %.4f, val loss %.4f\n",
 		       tr.step, tr.skipped, tr.last_loss, tr.last_val_loss);
-	else if (rc == ST_OK)
+	else if (rc == ST_OK && !interrupted)
 		printf("done: step %ld, train loss %.4f, val loss %.4f\n", tr.step, tr.last_loss,
 		       tr.last_val_loss);
 	trainer_close(&tr);
 	if (!opened && !out_existed)
 		rmdir(o.out); /* a run that could not start leaves no empty directory (rmdir
 			       * removes only an empty one) */
+	if (interrupted)
+		interrupt_reraise(interrupted); /* saved and closed: end as the signal would */
 	return rc;
 }

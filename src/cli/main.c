@@ -35,12 +35,8 @@ int main(int argc, char **argv)
 	} cmds[] = {{"init", cmd_init},   {"prepare", cmd_prepare}, {"train", cmd_train},
 		    {"eval", cmd_eval},   {"sample", cmd_sample}, {"import", cmd_import}, {"plan", cmd_plan}};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-		if (!strcmp(cmd, cmds[i].name)) {
-			/* ST_FAIL (-1) exits 1; a command may return its own status (train:
-			 * 128 + the signal that stopped it) */
-			const int rc = cmds[i].fn(argc - 2, argv + 2);
-			return rc == 0 ? 0 : rc > 0 ? rc : 1;
-		}
+		if (!strcmp(cmd, cmds[i].name))
+			return cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : 1;
 	fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;

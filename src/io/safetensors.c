@@ -579,6 +579,39 @@ int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int 
 	return rc;
 }
 
+const void *safetensors_view_raw(const struct st_safetensors *sf, const char *name,
+				 enum st_dtype dtype, int ndim, const int64_t *shape, size_t bytes)
+{
+	const struct st_tensor_info *t = safetensors_find(sf, name);
+	if (!t) {
+		ST_ERROR("check that the file belongs to this model and optimizer",
+			 "missing tensor %s in %s", name, sf->path);
+		return NULL;
+	}
+	int same = t->dtype == dtype && t->ndim == ndim && (size_t)(t->end - t->begin) == bytes;
+	for (int i = 0; same && i < ndim; i++)
+		same = t->shape[i] == shape[i];
+	char got[256], want[256];
+	if (!same) {
+		ST_ERROR("the file was written with other settings",
+			 "%s: tensor '%s' is %s %s, expected %s %s", sf->path, name, dtype_name(t->dtype),
+			 shape_str(got, sizeof got, t->ndim, t->shape), dtype_name(dtype),
+			 shape_str(want, sizeof want, ndim, shape));
+		return NULL;
+	}
+	const void *data = safetensors_data(sf, t);
+	return verify(sf, t, data) == ST_OK ? data : NULL;
+}
+
+void safetensors_view_done(const struct st_safetensors *sf, const void *view)
+{
+	for (int i = 0; view && i < sf->n; i++)
+		if (safetensors_data(sf, &sf->tensors[i]) == view) {
+			drop_pages(sf, &sf->tensors[i]);
+			return;
+		}
+}
+
 int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,
 			 int ndim, const int64_t *shape, void *dst, size_t bytes)
 {

@@ -73,6 +73,13 @@ int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int 
  * bytes are copied as they are (little-endian hosts): optimizer state. */
 int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,
 			 int ndim, const int64_t *shape, void *dst, size_t bytes);
+/* The same checks (dtype exactly, shape, size, checksum) on a tensor read
+ * where it lies in the mapping, for a reader that goes through it in
+ * pieces: its bytes, or NULL after an error naming what was wrong. Give it
+ * to safetensors_view_done when finished, to drop its pages. */
+const void *safetensors_view_raw(const struct st_safetensors *sf, const char *name,
+				 enum st_dtype dtype, int ndim, const int64_t *shape, size_t bytes);
+void safetensors_view_done(const struct st_safetensors *sf, const void *view);
 const char *safetensors_meta(const struct st_safetensors *sf, const char *key);
 
 /* Write tensors in the given order, 8-byte aligned header padded with spaces,

@@ -209,8 +209,13 @@ int config_resolve(struct st_config *cfg, const char *preset_or_path)
 			return config_load(cfg, preset_or_path);
 		char p[4096];
 		snprintf(p, sizeof p, "%s/config.json", preset_or_path);
-		if (fs_exists(p))
+		if (fs_exists(p)) {
+			if (preset_find(preset_or_path))
+				st_log_info("%s is a directory here: using its config.json, not the preset "
+					    "%s (run from another directory for the preset)",
+					    preset_or_path, preset_or_path);
 			return config_load(cfg, p);
+		}
 		/* a directory that happens to share a preset's name (an --out of
 		 * an earlier run, say) does not hide the preset */
 		if (preset_find(preset_or_path)) {

@@ -559,29 +559,38 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	ST_CHECK(fs_exists(out), "give one of the run's step-NNNNNN directories",
 		 "%s/latest points to %s, which does not exist", path, target);
 	snprintf(p, sizeof p, "%s/trainer.json", out);
-	ST_CHECK(fs_exists(p), "the checkpoint is incomplete; pick an earlier step directory",
-		 "%s has no trainer.json", out);
+	if (!fs_exists(p)) {
+		ST_ERROR("the checkpoint is incomplete; pick an earlier step directory",
+			 "%s has no trainer.json", out);
+		ckpt_name_earlier(out);
+		return ST_FAIL;
+	}
 	return ST_OK;
 }
 
 void ckpt_name_earlier(const char *ckpt_dir)
 {
-	char run[4200];
-	fs_dirname(run, sizeof run, ckpt_dir);
-	const char *base = strrchr(ckpt_dir, '/');
+	char dir[4200], run[4200], best_name[256] = "";
+	snprintf(dir, sizeof dir, "%s", ckpt_dir);
+	for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/';) /* RUN/step-N/ */
+		dir[--n] = '\0';
+	fs_dirname(run, sizeof run, dir);
+	const char *base = strrchr(dir, '/');
 	long current, best = -1, s;
-	if (!is_step_dir(base ? base + 1 : ckpt_dir, &current))
+	if (!is_step_dir(base ? base + 1 : dir, &current))
 		return;
 	DIR *d = opendir(run);
 	if (!d)
 		return;
 	struct dirent *e;
 	while ((e = readdir(d)))
-		if (is_step_dir(e->d_name, &s) && s < current && s > best)
+		if (is_step_dir(e->d_name, &s) && s < current && s > best) {
 			best = s;
+			snprintf(best_name, sizeof best_name, "%s", e->d_name);
+		}
 	closedir(d);
 	if (best >= 0)
-		st_log_info("the newest earlier checkpoint: --resume %s/step-%06ld", run, best);
+		st_log_info("the newest earlier checkpoint: --resume %s/%s", run, best_name);
 	else
 		st_log_info("%s holds no checkpoint earlier than step %ld", run, current);
 }
@@ -707,7 +716,10 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 			  has = c->momentum != 0.0f;
 		ST_CHECK(had == has,
 			 had ? "resume with a non-zero --momentum, as the run was started"
-			     : "resume with --momentum 0, as the run was started",
+			 : c->kind == ST_OPT_SGD8
+				 ? "sgd8bit quantizes a momentum buffer this checkpoint does not have; "
+				   "resume with --optimizer sgd --momentum 0"
+				 : "resume with --momentum 0, as the run was started",
 			 "%s was written by %s with --momentum %s (%s momentum buffer), the run asks "
 			 "for --momentum %g",
 			 path, src->kind == ST_OPT_SGD ? "SGD" : kind, mom, had ? "a" : "no",
@@ -745,10 +757,6 @@ static int is_state_name(const struct st_optim *o, const char *name)
 static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf,
 			  const char *path)
 {
-	struct saved_state src;
-	ST_TRY(check_optimizer_meta(tr, sf, path, &src));
-	if (src.convert)
-		return ckpt_convert_state(tr, sf, path, src.kind, src.block);
 	const struct st_model *m = &tr->s.model;
 	const char *damaged = "the checkpoint is damaged; resume from an earlier one";
 	int rc = ST_OK, n = 0;
@@ -803,8 +811,11 @@ static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf
 	return rc;
 }
 
-static int load_state(struct st_trainer *tr, const char *ckpt_dir)
+/* *damaged: whether a failure is the checkpoint's (not a setting that
+ * disagrees with it), for ckpt_load_state to name an earlier one. */
+static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 {
+	*damaged = 1;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", ckpt_dir);
 	cJSON *root;
@@ -838,7 +849,14 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir)
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;
 	ST_TRY(safetensors_open(&sf, path));
-	const int rc = load_optimizer(tr, &sf, path);
+	struct saved_state src;
+	*damaged = 0;
+	int rc = check_optimizer_meta(tr, &sf, path, &src);
+	if (rc == ST_OK) {
+		*damaged = 1;
+		rc = src.convert ? ckpt_convert_state(tr, &sf, path, src.kind, src.block)
+				 : load_optimizer(tr, &sf, path);
+	}
 	safetensors_close(&sf);
 	if (rc != ST_OK)
 		ST_ERROR("resume from an earlier checkpoint, or with the run's own settings",
@@ -848,8 +866,9 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir)
 
 int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)
 {
-	const int rc = load_state(tr, ckpt_dir);
-	if (rc != ST_OK)
+	int damaged;
+	const int rc = load_state(tr, ckpt_dir, &damaged);
+	if (rc != ST_OK && damaged)
 		ckpt_name_earlier(ckpt_dir);
 	return rc;
 }

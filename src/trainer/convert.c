@@ -6,13 +6,20 @@
  * has there (fp32 `NAME.M`, or `NAME.M.codes` + `NAME.M.absmax` at the
  * file's block size, decoded with the map the optimizers use for it: signed
  * for exp_avg and momentum_buffer, unsigned for exp_avg_sq), and written in
- * the form the run lays out: copied as fp32, or quantized block-wise at the
- * run's block with quant_blockwise, the reference the fused kernels match
- * bit for bit. Decoding 8-bit state is exact; quantizing fp32 state rounds
- * it as one 8-bit step would. Bias corrections go on from the saved update
- * count either way. GaLore state (projected moments, projectors) is not
- * converted. */
+ * the form the run lays out: as fp32, or quantized block-wise at the run's
+ * block with quant_blockwise, the reference the fused kernels match bit for
+ * bit. Decoding 8-bit state is exact; quantizing fp32 state rounds it as one
+ * 8-bit step would. A moment that is 8-bit at the same block on both sides
+ * is copied as it is (requantizing decoded codes is not lossless: the
+ * signed map has no -1, so a block whose largest value is negative would
+ * get a smaller absmax). Bias corrections go on from the saved update count.
+ * GaLore state (projected moments, projectors) is not converted.
+ *
+ * The tensors are read where they lie in the file's mapping, in chunks of
+ * CHUNK elements (a multiple of every block size) spread over the OpenMP
+ * threads, each with one CHUNK-sized buffer: no copy of a whole tensor. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +27,8 @@
 #include "trainer/trainer.h"
 #include "util/check.h"
 #include "util/finite.h"
+
+#define CHUNK ((size_t)1 << 20) /* elements; a multiple of 65536, the largest block */
 
 static int is_sgd(enum st_optim_kind k)
 {
@@ -33,45 +42,112 @@ int ckpt_can_convert(enum st_optim_kind from, enum st_optim_kind to)
 	return !galore && is_sgd(from) == is_sgd(to);
 }
 
-/* Moment `name` of parameter `pname` (n elements, shape as the parameter's)
- * from the file into dst as fp32; *used counts the file tensors read. */
-static int read_moment(const struct st_safetensors *sf, const char *path, const char *pname,
-		       const char *name, const struct st_param *p, size_t n, int block,
-		       const float map[256], float *dst, int *used)
+/* One moment as the file holds it: fp32 values, or codes + absmax. */
+struct moment_src {
+	const float *f32;
+	const uint8_t *codes;
+	const float *absmax;
+	size_t n_blocks;
+};
+
+/* Finds moment `name` of parameter p (n elements) in the file; *used counts
+ * the file tensors it takes. */
+static int find_moment(const struct st_safetensors *sf, const char *path, const struct st_param *p,
+		       const char *name, size_t n, int block, struct moment_src *m, int *used)
 {
 	char t[200], a[200];
-	snprintf(t, sizeof t, "%.95s.%s", pname, name);
+	memset(m, 0, sizeof *m);
+	snprintf(t, sizeof t, "%.95s.%s", p->name, name);
 	if (safetensors_find(sf, t)) {
-		ST_TRY(safetensors_load_raw(sf, t, ST_DT_F32, p->ndim, p->shape, dst, n * sizeof(float)));
+		m->f32 = safetensors_view_raw(sf, t, ST_DT_F32, p->ndim, p->shape, n * sizeof(float));
 		*used += 1;
-		return ST_OK;
+		return m->f32 ? ST_OK : ST_FAIL;
 	}
-	snprintf(t, sizeof t, "%.95s.%s.codes", pname, name);
-	snprintf(a, sizeof a, "%.95s.%s.absmax", pname, name);
+	snprintf(t, sizeof t, "%.95s.%s.codes", p->name, name);
+	snprintf(a, sizeof a, "%.95s.%s.absmax", p->name, name);
 	ST_CHECK(safetensors_find(sf, t) && safetensors_find(sf, a),
 		 "the file belongs to another model or optimizer; use this run's checkpoint",
-		 "%s has neither %s.%s nor %s", path, pname, name, t);
-	const size_t n_blocks = (n + (size_t)block - 1) / (size_t)block;
-	uint8_t *codes = st_malloc(n);
-	float *absmax = st_malloc(n_blocks * sizeof *absmax);
-	const int64_t ashape[1] = {(int64_t)n_blocks};
-	int rc = codes && absmax ? ST_OK : ST_FAIL;
-	if (rc == ST_OK)
-		rc = safetensors_load_raw(sf, t, ST_DT_U8, p->ndim, p->shape, codes, n);
-	if (rc == ST_OK)
-		rc = safetensors_load_raw(sf, a, ST_DT_F32, 1, ashape, absmax, n_blocks * sizeof(float));
-	for (size_t b = 0; rc == ST_OK && b < n_blocks; b++)
-		if (!(isfinite(absmax[b]) && absmax[b] >= 0)) {
-			ST_ERROR("the checkpoint is damaged; resume from an earlier one",
-				 "%s: %s holds %g at element %zu", path, a, (double)absmax[b], b);
-			rc = ST_FAIL;
-		}
-	if (rc == ST_OK)
-		dequant_blockwise(dst, codes, absmax, n, block, map);
-	free(codes);
-	free(absmax);
+		 "%s has neither %s.%s nor %s", path, p->name, name, t);
+	m->n_blocks = (n + (size_t)block - 1) / (size_t)block;
+	const int64_t ashape[1] = {(int64_t)m->n_blocks};
+	m->codes = safetensors_view_raw(sf, t, ST_DT_U8, p->ndim, p->shape, n);
+	m->absmax = m->codes ? safetensors_view_raw(sf, a, ST_DT_F32, 1, ashape,
+						    m->n_blocks * sizeof(float))
+			     : NULL;
 	*used += 2;
-	return rc;
+	if (!m->absmax)
+		return ST_FAIL;
+	for (size_t b = 0; b < m->n_blocks; b++)
+		ST_CHECK(isfinite(m->absmax[b]) && m->absmax[b] >= 0,
+			 "the checkpoint is damaged; resume from an earlier one",
+			 "%s: %s holds %g at element %zu", path, a, (double)m->absmax[b], b);
+	return ST_OK;
+}
+
+static void moment_done(const struct st_safetensors *sf, const struct moment_src *m)
+{
+	safetensors_view_done(sf, m->f32);
+	safetensors_view_done(sf, m->codes);
+	safetensors_view_done(sf, m->absmax);
+}
+
+/* One moment into the run's layout at ps's k-th state. Returns the first
+ * element that is not finite (or, for a second moment, negative), -1 when
+ * all are sound, or -2 when out of memory. */
+static long convert_moment(const struct moment_src *m, const struct st_pstate *ps, int k,
+			   char *state, size_t n, int from_block, int block, const float map[256],
+			   int second)
+{
+	if (m->codes && ps->q8 && from_block == block) { /* as it is */
+		memcpy(state + ps->off[k], m->codes, n);
+		memcpy(state + ps->absmax_off[k], m->absmax, ps->n_blocks * sizeof(float));
+		return -1;
+	}
+	/* a buffer only to decode codes that are then quantized again */
+	const int need_tmp = ps->q8 && m->codes;
+	const size_t n_chunks = (n + CHUNK - 1) / CHUNK;
+	long bad = -1;
+	int nomem = 0;
+#pragma omp parallel
+	{
+		float *tmp = need_tmp ? malloc((n < CHUNK ? n : CHUNK) * sizeof *tmp) : NULL;
+		long my_bad = -1;
+#pragma omp for schedule(dynamic)
+		for (size_t c = 0; c < n_chunks; c++) {
+			const size_t c0 = c * CHUNK, len = n - c0 < CHUNK ? n - c0 : CHUNK;
+			float *out32 = ps->q8 ? NULL : (float *)(state + ps->off[k]) + c0;
+			const float *x = m->f32 ? m->f32 + c0 : NULL;
+			if (m->codes) { /* decoded into the run's fp32 state, or the buffer */
+				float *d = out32 ? out32 : tmp;
+				if (!d)
+					continue; /* no buffer: nomem below */
+				dequant_blockwise(d, m->codes + c0, m->absmax + c0 / (size_t)from_block,
+						  len, from_block, map);
+				x = d;
+			}
+			long b = st_first_nonfinite(x, len);
+			for (size_t e = 0; b < 0 && second && e < len; e++)
+				if (x[e] < 0)
+					b = (long)e;
+			if (b >= 0 && (my_bad < 0 || (long)c0 + b < my_bad))
+				my_bad = (long)c0 + b;
+			if (ps->q8)
+				quant_blockwise((uint8_t *)(state + ps->off[k]) + c0,
+						(float *)(state + ps->absmax_off[k]) + c0 / (size_t)block, x,
+						len, block, map);
+			else if (m->f32)
+				memcpy(out32, x, len * sizeof *x);
+		}
+#pragma omp critical
+		{
+			if (need_tmp && !tmp)
+				nomem = 1;
+			if (my_bad >= 0 && (bad < 0 || my_bad < bad))
+				bad = my_bad;
+		}
+		free(tmp);
+	}
+	return nomem ? -2 : bad;
 }
 
 int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, const char *path,
@@ -80,13 +156,6 @@ int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, c
 	const struct st_model *m = &tr->s.model;
 	const struct st_optim *o = &tr->opt;
 	const int adam = !is_sgd(o->cfg.kind);
-	size_t most = 0;
-	for (int i = 0; i < m->n_params; i++)
-		if (o->ps[i].q8 && o->ps[i].state_numel > most)
-			most = o->ps[i].state_numel;
-	float *tmp = most ? st_malloc(most * sizeof *tmp) : NULL;
-	if (most && !tmp)
-		return ST_FAIL;
 	int rc = ST_OK, used = 0;
 	size_t quantized = 0, decoded = 0;
 	for (int u = 0; u < m->n_units && rc == ST_OK; u++) {
@@ -102,40 +171,30 @@ int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, c
 							: "momentum_buffer";
 				const float *map = k == 1 ? o->map_unsigned : o->map_signed;
 				const size_t n = ps->state_numel;
-				float *x = ps->q8 ? tmp : (float *)(state + ps->off[k]);
-				const int before = used;
-				rc = read_moment(sf, path, p->name, name, p, n, from_block, map, x, &used);
-				if (rc != ST_OK)
-					break;
-				const long bad = st_first_nonfinite(x, n);
-				for (size_t e = 0; rc == ST_OK && bad < 0 && k == 1 && e < n; e++)
-					if (x[e] < 0) {
-						ST_ERROR("the checkpoint is damaged; resume from an earlier one",
-							 "%s: %s.%s holds a negative second moment (%g) at "
-							 "element %zu",
-							 path, p->name, name, (double)x[e], e);
-						rc = ST_FAIL;
-					}
-				if (bad >= 0) {
+				struct moment_src ms;
+				rc = find_moment(sf, path, p, name, n, from_block, &ms, &used);
+				const long bad = rc == ST_OK ? convert_moment(&ms, ps, k, state, n, from_block,
+									     o->cfg.quant_block, map, k == 1)
+							     : -1;
+				moment_done(sf, &ms);
+				if (bad == -2) {
+					ST_ERROR("free memory, or use fewer threads (--threads)",
+						 "out of memory converting %s.%s", p->name, name);
+					rc = ST_FAIL;
+				} else if (bad >= 0) {
 					ST_ERROR("the checkpoint is damaged; resume from an earlier one",
-						 "%s: %s.%s holds %g at element %ld", path, p->name, name,
-						 (double)x[bad], bad);
+						 "%s: %s.%s holds %s at element %ld", path, p->name, name,
+						 k == 1 ? "a value that is not finite or is negative"
+							: "a value that is not finite",
+						 bad);
 					rc = ST_FAIL;
 				}
-				if (rc != ST_OK)
-					break;
-				decoded += used - before == 2;
-				if (ps->q8) {
-					quant_blockwise((uint8_t *)(state + ps->off[k]),
-							(float *)(state + ps->absmax_off[k]), x, n,
-							o->cfg.quant_block, map);
-					quantized++;
-				}
+				decoded += rc == ST_OK && ms.codes && !(ps->q8 && from_block == o->cfg.quant_block);
+				quantized += rc == ST_OK && ps->q8 && !(ms.codes && from_block == o->cfg.quant_block);
 			}
 		}
 		store_release(&tr->s.store, u, ST_SLAB_S, 1);
 	}
-	free(tmp);
 	ST_TRY(rc);
 	ST_CHECK(used == sf->n, "the file belongs to another model or optimizer; use this run's checkpoint",
 		 "%s holds %d tensors, of which this run's state uses %d", path, sf->n, used);

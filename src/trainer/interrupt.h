@@ -5,9 +5,10 @@
  * thread created after it (call it before the run starts any), and starts a
  * watcher thread that takes them with sigwait: no handler runs inside a
  * worker, and no system call anywhere sees EINTR. The first signal is only
- * recorded (the trainer finishes its step, saves a checkpoint and stops); a
- * second one ends the process at once with status 128 + signal, which loses
- * nothing saved (checkpoints are written to a temp directory and renamed).
+ * recorded (the trainer finishes its step, saves a checkpoint and stops,
+ * and the CLI then ends the process by that signal); a second one ends the
+ * process at once, by the signal, which loses nothing saved (checkpoints
+ * are written to a temp directory and renamed).
  * A signal the process started with ignored (SIG_IGN) is left alone. */
 #ifndef ST_INTERRUPT_H
 #define ST_INTERRUPT_H
@@ -15,5 +16,9 @@
 int interrupt_catch(void);
 /* 0, or the first signal received (SIGINT or SIGTERM) */
 int interrupt_signal(void);
+/* After a run stopped by sig has saved and closed: end the process by sig
+ * itself (stdio flushed), so that a shell loop running strata stops too;
+ * bash goes on with a script's next command when a child merely exits 130. */
+void interrupt_reraise(int sig);
 
 #endif

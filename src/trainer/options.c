@@ -236,10 +236,12 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->lr > 0, h, "--lr must be positive (got %g)", o->lr);
 	ST_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
 	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
-	/* every optimizer scales a decayed weight by 1 - lr*wd each step (AdamW's
-	 * decoupled decay and SGD's L2 term alike): at lr*wd >= 1 that factor is
-	 * <= 0, and the run would train a model that is zeroed or flipped each
-	 * step while every loss stays finite */
+	/* AdamW's decoupled decay, and plain SGD's L2 term, scale a decayed
+	 * weight by 1 - lr*wd each step: at lr*wd >= 1 that factor is <= 0, and
+	 * the run would train a model that is zeroed or flipped each step while
+	 * every loss stays finite. (With momentum mu, SGD's L2 term builds up to
+	 * about lr*wd/(1 - mu) a step, so there this bound is necessary, not
+	 * sufficient.) */
 	ST_CHECK(o->lr * o->weight_decay < 1,
 		 "lower --lr or --weight-decay: their product is usually 1e-5 to 1e-3",
 		 "--lr %g x --weight-decay %g = %g: each step would scale every decayed weight by "

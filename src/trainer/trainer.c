@@ -6,6 +6,7 @@
  * step's mean loss whatever the split. The global norm is then summed over
  * the units' G slabs in unit order (double), and the clip factor reaches the
  * optimizer as grad_scale, so no extra pass rewrites the gradients. */
+#define _GNU_SOURCE /* vasprintf */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -428,7 +429,11 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	snprintf(tr->model_dir, sizeof tr->model_dir, "%s", model_dir);
 	struct st_config cfg;
 	snprintf(path, sizeof path, "%s/config.json", model_dir);
-	ST_TRY(config_load(&cfg, path));
+	if (config_load(&cfg, path) != ST_OK) {
+		if (resuming)
+			ckpt_name_earlier(model_dir);
+		return ST_FAIL;
+	}
 	ST_TRY(session_build(&tr->s, ops, &cfg, NULL));
 	const struct st_model *m = &tr->s.model;
 	ST_CHECK(tr->o.seq_len <= m->cfg.max_seq, "lower --seq-len",
@@ -509,13 +514,15 @@ static void metrics_write(struct st_trainer *tr, const char *fmt, ...)
 {
 	if (!tr->metrics || tr->metrics_lost)
 		return;
-	char line[2048];
+	char *line = NULL; /* a resume marker holds a path, escaped: any length */
 	va_list ap;
 	va_start(ap, fmt);
-	const int len = vsnprintf(line, sizeof line, fmt, ap);
+	const int len = vasprintf(&line, fmt, ap);
 	va_end(ap);
-	if (len <= 0 || (size_t)len >= sizeof line)
-		return; /* cannot happen for strata's records */
+	if (len <= 0) {
+		free(len < 0 ? NULL : line);
+		return;
+	}
 	const int fd = fileno(tr->metrics);
 	const off_t end = lseek(fd, 0, SEEK_END);
 	size_t done = 0;
@@ -530,6 +537,7 @@ static void metrics_write(struct st_trainer *tr, const char *fmt, ...)
 		}
 		done += (size_t)w;
 	}
+	free(line);
 	if (done == (size_t)len)
 		return;
 	if (end >= 0 && ftruncate(fd, end) != 0)
@@ -871,8 +879,10 @@ int trainer_run(struct st_trainer *tr)
 	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval);
 	if (tr->step == 0 && tr->o.eval_interval > 0)
 		ST_TRY(run_eval(tr, &pg));
-	long saved = tr->step; /* the step of the newest checkpoint */
-	while (tr->step < tr->total_steps && !interrupt_signal()) {
+	/* A signal (interrupt.h) is read once per step, after it: the step is
+	 * then saved whatever the schedule says, and the loop ends. */
+	int stop = 0;
+	while (tr->step < tr->total_steps && !stop) {
 		ST_TRY(ckpt_poll(tr));
 		double t0 = now_s(), loss, gnorm, lr;
 		const long skipped_before = tr->skipped;
@@ -903,7 +913,7 @@ int trainer_run(struct st_trainer *tr)
 		 * whose every later step is skipped then writes no checkpoints
 		 * that would push the good ones out under --keep-ckpts. */
 		const int skipped = tr->skipped != skipped_before;
-		const int stop = interrupt_signal() != 0; /* saves, whatever the step */
+		stop = interrupt_signal();
 		const int due = last || stop || tr->ckpt_deferred ||
 				(tr->o.ckpt_interval > 0 && tr->step % tr->o.ckpt_interval == 0);
 		if (due && skipped && !last && !stop) {
@@ -922,7 +932,6 @@ int trainer_run(struct st_trainer *tr)
 				report_queues(tr);
 			/* per-layer GaLore updates in this thread, past the hook: wait */
 			ST_TRY(tr->per_layer ? ckpt_save(tr) : ckpt_begin(tr));
-			saved = tr->step;
 		}
 	}
 	progress_done(&pg);
@@ -930,17 +939,11 @@ int trainer_run(struct st_trainer *tr)
 	ST_TRY(settle(tr));
 	tr->train_s += now_s() - ts;
 	ST_TRY(ckpt_finish(tr));
-	const int sig = interrupt_signal();
-	if (sig && tr->step < tr->total_steps) {
-		tr->interrupted = sig;
-		const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-		if (saved > 0)
-			st_log_warn("stopped by %s at step %ld of %ld, saved; go on with: strata train "
-				    "--resume %s",
-				    name, tr->step, tr->total_steps, tr->o.out);
-		else
-			st_log_warn("stopped by %s before the first step: nothing trained, nothing saved",
-				    name);
+	if (stop && tr->step < tr->total_steps) {
+		tr->interrupted = stop;
+		st_log_warn("stopped by %s at step %ld of %ld, saved; go on with: strata train "
+			    "--resume %s",
+			    stop == SIGINT ? "SIGINT" : "SIGTERM", tr->step, tr->total_steps, tr->o.out);
 	}
 	return ST_OK;
 }

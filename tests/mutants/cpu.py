@@ -11,7 +11,7 @@
 # checkpoint code moved on from the runs' text (same bugs planted). CK1-CK5
 # and CK13 were re-pointed when resume learned to convert optimizer state
 # (a changed block or threshold now converts instead of being refused: the
-# mutants drop the conversion or the checks on the metadata), and CV1-CV6
+# mutants drop the conversion or the checks on the metadata), and CV1-CV7
 # added for convert.c.
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
@@ -220,11 +220,12 @@ M = [
 ('CK13', CK, 'ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),', 'ST_CHECK(1,', 'optimizer kind not checked on resume'),
 # ---- convert.c (state converted on resume)
 ('CV1', CV, 'const float *map = k == 1 ? o->map_unsigned : o->map_signed;', 'const float *map = o->map_signed;', 'conversion quantizes v with the signed map'),
-('CV2', CV, 'o->cfg.quant_block, map);', 'from_block, map);', 'conversion requantizes at the file\'s block'),
+('CV2', CV, '\t\t\t\t\t\tlen, block, map);', '\t\t\t\t\t\tlen, from_block, map);', 'conversion requantizes at the file\'s block'),
 ('CV3', CV, 'return !galore && is_sgd(from) == is_sgd(to);', 'return is_sgd(from) == is_sgd(to);', 'GaLore state converted'),
 ('CV4', CV, 'return !galore && is_sgd(from) == is_sgd(to);', 'return !galore;', 'AdamW state converted into SGD'),
-('CV5', CV, 'dequant_blockwise(dst, codes, absmax, n, block, map);', 'dequant_blockwise(dst, codes, absmax, n, 256, map);', 'conversion decodes at block 256 whatever the file'),
-('CV6', CV, 'float *x = ps->q8 ? tmp : (float *)(state + ps->off[k]);', 'float *x = tmp;', 'fp32 state not written on conversion'),
+('CV5', CV, '\t\t\t\t\t\t  len, from_block, map);', '\t\t\t\t\t\t  len, 256, map);', 'conversion decodes at block 256 whatever the file'),
+('CV6', CV, '\t\t\telse if (m->f32)\n\t\t\t\tmemcpy(out32, x, len * sizeof *x);', '', 'fp32 state not copied on conversion'),
+('CV7', CV, 'if (m->codes && ps->q8 && from_block == block) {', 'if (0) {', '8-bit state at the same block requantized, not copied'),
 ('CK14', CK, 'sfx && !strcmp(sfx, ".absmax") ? "absmax"', 'sfx && !strcmp(sfx, ".codes") ? "absmax"', 'sign check on codes, not absmax'),
 ('SF1', SF, 'ST_CHECK(t->dtype == dtype, "the file was written with other settings",', 'ST_CHECK(dtype_size(t->dtype) == dtype_size(dtype), "the file was written with other settings",', 'load_raw checks dtype size only'),
 ('SF2', SF, '\t\tsame = t->shape[i] == shape[i];\n\tchar got[256], want[256];\n\tST_CHECK(same && t->end', '\t\tsame = 1;\n\tchar got[256], want[256];\n\tST_CHECK(same && t->end', 'load_raw ignores dims (ndim + bytes only)'),
