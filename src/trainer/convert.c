@@ -28,7 +28,7 @@
 #include "util/check.h"
 #include "util/finite.h"
 
-#define CHUNK ((size_t)1 << 20) /* elements; a multiple of 65536, the largest block */
+#define CHUNK ((size_t)1 << 16) /* elements: the largest block, so a multiple of any */
 
 static int is_sgd(enum st_optim_kind k)
 {
