@@ -1026,7 +1026,8 @@ Test(train, optimizer_state_converted_on_resume)
 	check_conversion(dir, a, "adamw8bit", 64, 0, 256);     /* every tensor 8-bit */
 	check_conversion(dir, b, "adamw", 256, 4096, 256);     /* 8-bit -> fp32 */
 	check_conversion(dir, b, "adamw8bit", 1024, 512, 256); /* another block */
-	check_conversion(dir, b, "adamw8bit", 256, 100, 256);  /* another threshold */
+	/* another threshold: the 2048- and 4096-element matrices fp32 now */
+	check_conversion(dir, b, "adamw8bit", 256, 5000, 256);
 	check_conversion(dir, c, "sgd8bit", 128, 512, 128);
 	check_conversion(dir, d, "sgd", 256, 4096, 64);
 	/* through the binary: said, and training goes on */
