@@ -187,7 +187,7 @@ static void rotate_moments(const struct st_ops *ops, const struct st_optim *o,
 		ops->matmul(q, p, pold, r, r, ps->rows, 1, 0, 1.0f, 0.0f, r, r, r);
 	for (size_t k = 0; k < (size_t)r * r; k++)
 		q2[k] = q[k] * q[k];
-	const float *map[2] = {o->map_signed, o->map_unsigned};
+	const float *map[2] = {optim_moment_map(o, 0), optim_moment_map(o, 1)};
 	for (int s = 0; s < 2; s++) {
 		const float *rq = s == 0 ? q : q2;
 		if (ps->q8) {

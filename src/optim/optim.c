@@ -139,8 +139,7 @@ int optim_state_tensors(const struct st_optim *o, int i,
 		shape[1] = ps->right ? ps->rank : ps->cols;
 	}
 	for (int k = 0; k < ps->n_states; k++) {
-		const char *base = is_adam(o->cfg.kind) ? (k == 0 ? "exp_avg" : "exp_avg_sq")
-							: "momentum_buffer";
+		const char *base = optim_moment_name(o, k);
 		struct st_state_tensor *t = &out[n++];
 		snprintf(t->suffix, sizeof t->suffix, "%s%s", base, ps->q8 ? ".codes" : "");
 		t->dtype = ps->q8 ? ST_DT_U8 : ST_DT_F32;
@@ -161,6 +160,16 @@ int optim_state_tensors(const struct st_optim *o, int i,
 		}
 	}
 	return n;
+}
+
+const char *optim_moment_name(const struct st_optim *o, int k)
+{
+	return !is_adam(o->cfg.kind) ? "momentum_buffer" : k == 0 ? "exp_avg" : "exp_avg_sq";
+}
+
+const float *optim_moment_map(const struct st_optim *o, int k)
+{
+	return k == 1 ? o->map_unsigned : o->map_signed;
 }
 
 size_t optim_param_state_bytes(const struct st_optim *o, int i)
@@ -199,8 +208,8 @@ void optim_step_param(const struct st_ops *ops, const struct st_optim *o, int i,
 			struct st_adamw8_args a = {
 				.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
 				.weight_decay = wd, .grad_scale = grad_scale, .bc1 = bc1, .bc2 = bc2,
-				.block = c->quant_block, .map_m = o->map_signed,
-				.map_v = o->map_unsigned};
+				.block = c->quant_block, .map_m = optim_moment_map(o, 0),
+				.map_v = optim_moment_map(o, 1)};
 			ops->adamw8_step(pw, (uint8_t *)(sb + ps->off[0]), (uint8_t *)(sb + ps->off[1]),
 					 (float *)(sb + ps->absmax_off[0]),
 					 (float *)(sb + ps->absmax_off[1]), pg, p->numel, &a);
@@ -214,7 +223,7 @@ void optim_step_param(const struct st_ops *ops, const struct st_optim *o, int i,
 			struct st_sgd8_args a = {.lr = lr, .momentum = c->momentum,
 						 .weight_decay = wd, .grad_scale = grad_scale,
 						 .first_step = t == 1, .block = c->quant_block,
-						 .map = o->map_signed};
+						 .map = optim_moment_map(o, 0)};
 			ops->sgd8_step(pw, (uint8_t *)(sb + ps->off[0]), (float *)(sb + ps->absmax_off[0]),
 				       pg, p->numel, &a);
 		} else {

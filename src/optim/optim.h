@@ -116,6 +116,11 @@ void optim_free(struct st_optim *o);
 /* Fill out[] with parameter i's state tensors; returns how many. */
 int optim_state_tensors(const struct st_optim *o, int i,
 			struct st_state_tensor out[ST_STATE_TENSORS_MAX]);
+/* State k (0, 1) of a parameter: its name in checkpoints ("exp_avg",
+ * "exp_avg_sq", or SGD's "momentum_buffer"), and the map its 8-bit codes
+ * use (signed for the first moment and SGD's momentum, unsigned for v). */
+const char *optim_moment_name(const struct st_optim *o, int k);
+const float *optim_moment_map(const struct st_optim *o, int k);
 /* Bytes of parameter i's state as saved (no alignment padding). */
 size_t optim_param_state_bytes(const struct st_optim *o, int i);
 

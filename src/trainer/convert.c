@@ -155,7 +155,6 @@ int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, c
 {
 	const struct st_model *m = &tr->s.model;
 	const struct st_optim *o = &tr->opt;
-	const int adam = !is_sgd(o->cfg.kind);
 	int rc = ST_OK, used = 0;
 	size_t quantized = 0, decoded = 0;
 	for (int u = 0; u < m->n_units && rc == ST_OK; u++) {
@@ -167,9 +166,8 @@ int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, c
 			const struct st_param *p = &m->params[i];
 			const struct st_pstate *ps = &o->ps[i];
 			for (int k = 0; k < ps->n_states && rc == ST_OK; k++) {
-				const char *name = adam ? (k == 0 ? "exp_avg" : "exp_avg_sq")
-							: "momentum_buffer";
-				const float *map = k == 1 ? o->map_unsigned : o->map_signed;
+				const char *name = optim_moment_name(o, k);
+				const float *map = optim_moment_map(o, k);
 				const size_t n = ps->state_numel;
 				struct moment_src ms;
 				rc = find_moment(sf, path, p, name, n, from_block, &ms, &used);

@@ -12,7 +12,8 @@
 # and CK13 were re-pointed when resume learned to convert optimizer state
 # (a changed block or threshold now converts instead of being refused: the
 # mutants drop the conversion or the checks on the metadata), and CV1-CV7
-# added for convert.c.
+# added for convert.c. O9 OP3 OP4 CV1 were re-pointed when the moment names
+# and maps moved into optim_moment_name / optim_moment_map (same bugs).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
@@ -121,7 +122,7 @@ M = [
 ('O6', OP, 'const float bc2 = (float)(1.0 - pow(c->beta2, (double)t));', 'const float bc2 = (float)(1.0 - pow(c->beta1, (double)t));', 'bc2 from beta1'),
 ('O7', OP, '.first_step = t == 1, .block = c->quant_block,', '.first_step = t == 0, .block = c->quant_block,', 'sgd8 first_step never set'),
 ('O8', OP, 'const float wd = optim_param_decays(c, p) ? c->weight_decay : 0.0f;', 'const float wd = c->weight_decay;', 'weight decay on every role'),
-('O9', OP, '.map_v = o->map_unsigned};', '.map_v = o->map_signed};', 'v uses the signed map'),
+('O9', OP, '.map_v = optim_moment_map(o, 1)};', '.map_v = optim_moment_map(o, 0)};', 'v uses the signed map'),
 ('O10', OP, 'return k == ST_OPT_ADAMW8 || k == ST_OPT_SGD8 || k == ST_OPT_GALORE_ADAMW8;', 'return k == ST_OPT_ADAMW8 || k == ST_OPT_SGD8;', 'galore-adamw8bit not 8-bit'),
 ('O11', OP, 'return block >= 16 && block <= 65536', 'return block >= 8 && block <= 65536', 'quant-block lower bound 8'),
 ('O12', OP, ' && (block & (block - 1)) == 0;', ';', 'power-of-two check dropped'),
@@ -177,8 +178,8 @@ M = [
 # ---- optim.c accounting / state tensors
 ('OP1', OP, '*cur = align64(*cur + ps->state_numel * (ps->q8 ? 1 : sizeof(float)));', '*cur = align64(*cur + ps->state_numel * sizeof(float));', '8-bit codes region sized as fp32'),
 ('OP2', OP, 'for (int u = 0; u < m->n_units; u++)\n\t\to->total_bytes += o->unit_bytes[u];', 'for (int u = 0; u < m->n_units - 1; u++)\n\t\to->total_bytes += o->unit_bytes[u];', 'total_bytes misses the head unit'),
-('OP3', OP, '(k == 0 ? "exp_avg" : "exp_avg_sq")', '(k == 0 ? "exp_avg_sq" : "exp_avg")', 'exp_avg / exp_avg_sq names swapped'),
-('OP4', OP, ': "momentum_buffer";', ': "exp_avg";', 'SGD state named exp_avg'),
+('OP3', OP, 'k == 0 ? "exp_avg" : "exp_avg_sq"', 'k == 0 ? "exp_avg_sq" : "exp_avg"', 'exp_avg / exp_avg_sq names swapped'),
+('OP4', OP, '!is_adam(o->cfg.kind) ? "momentum_buffer"', '!is_adam(o->cfg.kind) ? "exp_avg"', 'SGD state named exp_avg'),
 ('OP5', OP, 'ps->q8 ? ".codes" : ""', '""', '.codes suffix dropped'),
 ('OP6', OP, 't->dtype = ps->q8 ? ST_DT_U8 : ST_DT_F32;', 't->dtype = ST_DT_F32;', 'codes saved as F32 dtype'),
 ('OP7', OP, 't->shape[0] = (int64_t)ps->n_blocks;', 't->shape[0] = (int64_t)ps->n_blocks - 1;', 'absmax shape one short'),
@@ -219,7 +220,7 @@ M = [
 ('CK12', CK, '\t\tif (!tr->opt.unit_bytes[u])\n\t\t\tcontinue;\n\t\tchar *state', '\t\tchar *state', 'units without state acquired on load'),
 ('CK13', CK, 'ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),', 'ST_CHECK(1,', 'optimizer kind not checked on resume'),
 # ---- convert.c (state converted on resume)
-('CV1', CV, 'const float *map = k == 1 ? o->map_unsigned : o->map_signed;', 'const float *map = o->map_signed;', 'conversion quantizes v with the signed map'),
+('CV1', CV, 'const float *map = optim_moment_map(o, k);', 'const float *map = optim_moment_map(o, 0);', 'conversion quantizes v with the signed map'),
 ('CV2', CV, '\t\t\t\t\t\tlen, block, map);', '\t\t\t\t\t\tlen, from_block, map);', 'conversion requantizes at the file\'s block'),
 ('CV3', CV, 'return !galore && is_sgd(from) == is_sgd(to);', 'return is_sgd(from) == is_sgd(to);', 'GaLore state converted'),
 ('CV4', CV, 'return !galore && is_sgd(from) == is_sgd(to);', 'return !galore;', 'AdamW state converted into SGD'),
