@@ -588,14 +588,20 @@ const void *safetensors_view_raw(const struct st_safetensors *sf, const char *na
 			 "missing tensor %s in %s", name, sf->path);
 		return NULL;
 	}
-	int same = t->dtype == dtype && t->ndim == ndim && (size_t)(t->end - t->begin) == bytes;
+	if (t->dtype != dtype) {
+		ST_ERROR("the file was written with other settings",
+			 "%s: tensor '%s' has wrong dtype %s (expected %s)", sf->path, name,
+			 dtype_name(t->dtype), dtype_name(dtype));
+		return NULL;
+	}
+	int same = t->ndim == ndim;
 	for (int i = 0; same && i < ndim; i++)
 		same = t->shape[i] == shape[i];
 	char got[256], want[256];
-	if (!same) {
+	if (!same || (size_t)(t->end - t->begin) != bytes) {
 		ST_ERROR("the file was written with other settings",
-			 "%s: tensor '%s' is %s %s, expected %s %s", sf->path, name, dtype_name(t->dtype),
-			 shape_str(got, sizeof got, t->ndim, t->shape), dtype_name(dtype),
+			 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
+			 shape_str(got, sizeof got, t->ndim, t->shape),
 			 shape_str(want, sizeof want, ndim, shape));
 		return NULL;
 	}
@@ -615,22 +621,12 @@ void safetensors_view_done(const struct st_safetensors *sf, const void *view)
 int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,
 			 int ndim, const int64_t *shape, void *dst, size_t bytes)
 {
-	const struct st_tensor_info *t = safetensors_find(sf, name);
-	ST_CHECK(t, "check that the file belongs to this model and optimizer",
-		 "missing tensor %s in %s", name, sf->path);
-	ST_CHECK(t->dtype == dtype, "the file was written with other settings",
-		 "%s: tensor '%s' has wrong dtype %s (expected %s)", sf->path, name,
-		 dtype_name(t->dtype), dtype_name(dtype));
-	int same = t->ndim == ndim;
-	for (int i = 0; same && i < ndim; i++)
-		same = t->shape[i] == shape[i];
-	char got[256], want[256];
-	ST_CHECK(same && t->end - t->begin == bytes, "the file was written with other settings",
-		 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
-		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
-	memcpy(dst, safetensors_data(sf, t), bytes);
-	drop_pages(sf, t);
-	return verify(sf, t, dst);
+	const void *v = safetensors_view_raw(sf, name, dtype, ndim, shape, bytes);
+	if (!v)
+		return ST_FAIL;
+	memcpy(dst, v, bytes);
+	safetensors_view_done(sf, v);
+	return ST_OK;
 }
 
 /* ---- writing -------------------------------------------------------------- */

@@ -13,7 +13,8 @@
 # (a changed block or threshold now converts instead of being refused: the
 # mutants drop the conversion or the checks on the metadata), and CV1-CV7
 # added for convert.c. O9 OP3 OP4 CV1 were re-pointed when the moment names
-# and maps moved into optim_moment_name / optim_moment_map (same bugs).
+# and maps moved into optim_moment_name / optim_moment_map, and SF1 SF2 when
+# safetensors_load_raw became a copy of safetensors_view_raw (same bugs).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
@@ -228,8 +229,8 @@ M = [
 ('CV6', CV, '\t\t\telse if (m->f32)\n\t\t\t\tmemcpy(out32, x, len * sizeof *x);', '', 'fp32 state not copied on conversion'),
 ('CV7', CV, 'if (m->codes && ps->q8 && from_block == block) {', 'if (0) {', '8-bit state at the same block requantized, not copied'),
 ('CK14', CK, 'sfx && !strcmp(sfx, ".absmax") ? "absmax"', 'sfx && !strcmp(sfx, ".codes") ? "absmax"', 'sign check on codes, not absmax'),
-('SF1', SF, 'ST_CHECK(t->dtype == dtype, "the file was written with other settings",', 'ST_CHECK(dtype_size(t->dtype) == dtype_size(dtype), "the file was written with other settings",', 'load_raw checks dtype size only'),
-('SF2', SF, '\t\tsame = t->shape[i] == shape[i];\n\tchar got[256], want[256];\n\tST_CHECK(same && t->end', '\t\tsame = 1;\n\tchar got[256], want[256];\n\tST_CHECK(same && t->end', 'load_raw ignores dims (ndim + bytes only)'),
+('SF1', SF, 'if (t->dtype != dtype) {', 'if (dtype_size(t->dtype) != dtype_size(dtype)) {', 'load_raw checks dtype size only'),
+('SF2', SF, '\t\tsame = t->shape[i] == shape[i];\n\tchar got[256], want[256];\n\tif (!same ||', '\t\tsame = 1;\n\tchar got[256], want[256];\n\tif (!same ||', 'load_raw ignores dims (ndim + bytes only)'),
 ]
 
 EQUIVALENT = {
