@@ -4,6 +4,7 @@
  * names), the tokenizer rebuilt from tokenizer.ggml.* against the Hugging
  * Face tokenizers library's ids, an imported model fine-tuned through the
  * binary, and damaged files refused with clear errors. */
+#define _GNU_SOURCE /* memmem */
 #include <cJSON.h>
 #include <math.h>
 #include <unistd.h>
@@ -253,4 +254,65 @@ Test(gguf, bad_files)
 		cr_expect(strstr(out, cases[i].needle), "%s: message lacks '%s': %s", cases[i].what,
 			  cases[i].needle, out);
 	}
+}
+
+/* A copy of src with the 4-byte value of metadata key `key` (a u32 or f32)
+ * replaced by bits; the key's type must be `type`. */
+static void gguf_patch(const char *src, const char *dst, const char *key, uint32_t type,
+		       uint32_t bits)
+{
+	size_t n;
+	char *d = NULL;
+	cr_assert_eq(fs_read_file(src, &d, &n), ST_OK);
+	const size_t kl = strlen(key);
+	char *k = memmem(d, n, key, kl);
+	cr_assert(k, "%s: no key %s", src, key);
+	uint32_t t;
+	memcpy(&t, k + kl, 4);
+	cr_assert_eq(t, type, "%s: %s has type %u", src, key, t);
+	memcpy(k + kl + 4, &bits, 4);
+	cr_assert_eq(fs_write_file_atomic(dst, d, n), ST_OK);
+	free(d);
+}
+
+/* Metadata out of range is an error naming the key, not a default: a NaN
+ * RoPE base taken for 10000 would import another model than the file's. */
+Test(gguf, bad_metadata)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "ggufmeta");
+	snprintf(path, sizeof path, "%s/x.gguf", dir);
+	const uint32_t U32 = 4, F32 = 6;
+	struct {
+		const char *key;
+		uint32_t type, bits;
+		const char *needle;
+	} cases[] = {
+		{"llama.rope.freq_base", F32, 0x7fc00000, "llama.rope.freq_base is not a positive finite"},
+		{"llama.rope.freq_base", F32, 0xbf800000, "llama.rope.freq_base is not a positive finite"},
+		{"llama.attention.layer_norm_rms_epsilon", F32, 0x7f800000,
+		 "layer_norm_rms_epsilon is not a positive finite"},
+		{"llama.attention.head_count_kv", U32, 0, "head_count_kv is not a size"},
+		/* 16M layers: refused before the model's bookkeeping is sized by it */
+		{"llama.block_count", U32, 16777215, "num_hidden_layers is 16777215; strata takes at most"},
+		{"llama.context_length", U32, 1u << 24, "llama.context_length is not a size"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		gguf_patch("tests/data/gguf/model-Q8_0.gguf", path, cases[i].key, cases[i].type,
+			   cases[i].bits);
+		int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/o%zu", cu_bin(), path,
+				dir, i);
+		cr_expect_neq(rc, 0, "%s = %#x: accepted", cases[i].key, cases[i].bits);
+		cr_expect(strstr(out, cases[i].needle), "%s = %#x: message lacks '%s': %s",
+			  cases[i].key, cases[i].bits, cases[i].needle, out);
+	}
+	/* the same value in range imports */
+	gguf_patch("tests/data/gguf/model-Q8_0.gguf", path, "llama.rope.freq_base", F32, 0x461c4000);
+	int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/ok", cu_bin(), path, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(path, sizeof path, "%s/ok/config.json", dir);
+	cJSON *c;
+	cr_assert_eq(fs_read_json(path, &c, NULL), ST_OK);
+	cr_expect_eq(cJSON_GetObjectItem(c, "rope_theta")->valuedouble, 10000.0);
+	cJSON_Delete(c);
 }

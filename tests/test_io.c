@@ -990,6 +990,39 @@ Test(io, bpe_llama3_matches_reference) { check_bpe_reference("llama3"); }
 /* SmolLM2 / StarCoder style: Digits (one by one), then ByteLevel's regex */
 Test(io, bpe_smollm_matches_reference) { check_bpe_reference("smollm"); }
 
+/* The name shards record is the FNV-1a hash of tokenizer.json, the same
+ * whether the tokenizer is given as the file or as its directory (these
+ * have no config.json; strata hashed that missing file instead). */
+Test(io, tokenizer_name_is_the_file_hash)
+{
+	const char *names[] = {"gpt2", "llama3", "smollm"};
+	char seen[3][64];
+	for (int i = 0; i < 3; i++) {
+		char dir[256], file[300];
+		snprintf(dir, sizeof dir, "tests/data/tokenizers/%s", names[i]);
+		snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+		char *text;
+		size_t len;
+		cr_assert_eq(fs_read_file(file, &text, &len), ST_OK);
+		uint64_t h = 0xcbf29ce484222325ull;
+		for (size_t k = 0; k < len; k++)
+			h = (h ^ (unsigned char)text[k]) * 0x100000001b3ull;
+		free(text);
+		char want[64];
+		snprintf(want, sizeof want, "bpe-%016llx", (unsigned long long)h);
+		struct st_tokenizer a, b;
+		cr_assert_eq(tokenizer_load(&a, dir), ST_OK);
+		cr_assert_eq(tokenizer_load(&b, file), ST_OK);
+		cr_expect_str_eq(a.name, want, "%s as a directory", names[i]);
+		cr_expect_str_eq(b.name, want, "%s as a file", names[i]);
+		snprintf(seen[i], sizeof seen[i], "%s", a.name);
+		for (int j = 0; j < i; j++)
+			cr_expect_str_neq(seen[j], seen[i], "%s and %s share a name", names[j], names[i]);
+		tokenizer_free(&a);
+		tokenizer_free(&b);
+	}
+}
+
 /* Files that are not byte-level BPE tokenizers: each a clear error. */
 Test(io, bpe_bad_files)
 {

@@ -94,13 +94,24 @@ int session_load_weights(struct st_session *s, const char *dir)
 	return rc;
 }
 
+int session_check_weights(const struct st_session *s, const char *dir)
+{
+	struct st_weight_files wf;
+	ST_TRY(weights_open(&wf, dir));
+	int rc = model_check_files(&s->model, &wf);
+	weights_close(&wf);
+	return rc;
+}
+
 int session_open(struct st_session *s, const struct st_ops *ops, const char *dir, int with_grads)
 {
 	char path[4096];
 	struct st_config cfg;
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	ST_TRY(config_load(&cfg, path));
-	ST_TRY(session_create(s, ops, &cfg, with_grads));
+	ST_TRY(session_build(s, ops, &cfg, NULL));
+	ST_TRY(session_check_weights(s, dir));
+	ST_TRY(session_alloc(s, NULL, with_grads));
 	return session_load_weights(s, dir);
 }
 

@@ -40,6 +40,10 @@ int session_alloc(struct st_session *s, const struct st_place *pl, int with_grad
 /* Load a model directory's weights (model.safetensors or its shards) into
  * the W slabs, a unit at a time (after store_start when slabs are staged). */
 int session_load_weights(struct st_session *s, const char *dir);
+/* dir's weight files hold every tensor of the built model with its shape, and
+ * no other (headers only; before session_alloc, so a config.json that does
+ * not match its weights allocates nothing). */
+int session_check_weights(const struct st_session *s, const char *dir);
 /* Open a HF model directory: config.json + model.safetensors. */
 int session_open(struct st_session *s, const struct st_ops *ops, const char *dir, int with_grads);
 /* Random init of every unit (deterministic in seed). */

@@ -556,8 +556,8 @@ static int verify(const struct st_safetensors *sf, const struct st_tensor_info *
 	return ST_OK;
 }
 
-int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
-			 const int64_t *shape, float *dst)
+int safetensors_check_f32(const struct st_safetensors *sf, const char *name, int ndim,
+			  const int64_t *shape)
 {
 	const struct st_tensor_info *t = safetensors_find(sf, name);
 	ST_CHECK(t, "check that the file belongs to this model (config.json, checkpoint step)",
@@ -572,6 +572,14 @@ int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int 
 	ST_CHECK(same, "check that config.json matches the weights",
 		 "%s: tensor '%s' has shape %s, expected %s", sf->path, name,
 		 shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
+	return ST_OK;
+}
+
+int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
+			 const int64_t *shape, float *dst)
+{
+	ST_TRY(safetensors_check_f32(sf, name, ndim, shape));
+	const struct st_tensor_info *t = safetensors_find(sf, name);
 	int rc = verify(sf, t, safetensors_data(sf, t));
 	if (rc == ST_OK)
 		rc = safetensors_read_f32(sf, t, dst);

@@ -69,6 +69,9 @@ int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor
  * naming the file, the tensor, and what was expected. */
 int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int ndim,
 			 const int64_t *shape, float *dst);
+/* safetensors_load_f32's checks alone, from the header: nothing is read. */
+int safetensors_check_f32(const struct st_safetensors *sf, const char *name, int ndim,
+			  const int64_t *shape);
 /* Like safetensors_load_f32, but the dtype must be exactly `dtype` and the
  * bytes are copied as they are (little-endian hosts): optimizer state. */
 int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,

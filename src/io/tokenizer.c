@@ -56,10 +56,11 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 	/* a model directory's config.json knows which ones the model uses
 	 * (LLaMA-3-Instruct ends turns with <|eot_id|>, not <|end_of_text|>) */
 	if (fs_is_dir(name_or_path)) {
-		snprintf(path, sizeof path, "%s/config.json", name_or_path);
+		char cpath[4200];
+		snprintf(cpath, sizeof cpath, "%s/config.json", name_or_path);
 		char *cfg = NULL;
 		size_t n = 0;
-		if (fs_exists(path) && fs_read_file(path, &cfg, &n) == ST_OK) {
+		if (fs_exists(cpath) && fs_read_file(cpath, &cfg, &n) == ST_OK) {
 			cJSON *root = cJSON_ParseWithLength(cfg, n);
 			const char *keys[2] = {"bos_token_id", "eos_token_id"};
 			int *ids[2] = {&tk->bos_id, &tk->eos_id};
@@ -74,7 +75,8 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 		}
 		free(cfg);
 	}
-	/* the name shards record: which tokenizer.json exactly */
+	/* the name shards record: which tokenizer.json exactly (path is still
+	 * its path, whether given as a file or as a model directory) */
 	char *text = NULL;
 	size_t len = 0;
 	uint64_t h = 0xcbf29ce484222325ull;

@@ -1,6 +1,7 @@
 /* Model configuration: presets (the GaLore paper's LLaMA sizes and small ones
  * for quick runs and tests), validation, and Hugging Face config.json. */
 #include <cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,12 +82,31 @@ int config_validate(const struct st_config *c)
 	ST_CHECK(c->ffn_dim > 0, hint, "intermediate_size must be positive (got %d)", c->ffn_dim);
 	ST_CHECK(c->max_seq > 0, hint, "max_position_embeddings must be positive (got %d)",
 		 c->max_seq);
-	ST_CHECK(c->rope_theta > 0, hint, "rope_theta must be positive (got %g)", c->rope_theta);
-	ST_CHECK(c->norm_eps > 0, hint, "rms_norm_eps must be positive (got %g)", c->norm_eps);
-	/* int32 offsets in kernels: keep every weight matrix under 2^31 elements */
+	ST_CHECK(c->rope_theta > 0 && isfinite(c->rope_theta), hint,
+		 "rope_theta must be positive and finite (got %g)", c->rope_theta);
+	ST_CHECK(c->norm_eps > 0 && isfinite(c->norm_eps), hint,
+		 "rms_norm_eps must be positive and finite (got %g)", c->norm_eps);
+	/* A guard against a damaged file, before anything is sized by it: the
+	 * model's bookkeeping is allocated per layer (the largest LLaMA has 126). */
+	ST_CHECK(c->n_layers <= ST_MAX_LAYERS, hint,
+		 "num_hidden_layers is %d; strata takes at most %d", c->n_layers, ST_MAX_LAYERS);
+	/* int32 offsets in kernels: keep every weight matrix under 2^31 elements
+	 * (the q and k/v projections are heads * head_dim by hidden_size) */
+	const double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
 	ST_CHECK((double)c->vocab_size * c->dim < 2147483647.0 &&
-			 (double)c->ffn_dim * c->dim < 2147483647.0,
-		 hint, "a weight matrix has more than 2^31 elements");
+			 (double)c->ffn_dim * c->dim < 2147483647.0 && qd * c->dim < 2147483647.0 &&
+			 kvd * c->dim < 2147483647.0,
+		 hint, "a weight matrix has more than 2^31 elements (vocab_size, intermediate_size "
+		       "or num_attention_heads * head_dim, times hidden_size)");
+	return ST_OK;
+}
+
+static int json_int_value(const cJSON *it, const char *key, int *out, const char *path)
+{
+	ST_CHECK(cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble) &&
+			 fabs(it->valuedouble) < 2147483647.0,
+		 "fix the value in config.json", "%s: \"%s\" must be an integer", path, key);
+	*out = (int)it->valuedouble;
 	return ST_OK;
 }
 
@@ -98,11 +118,7 @@ static int json_int(const cJSON *root, const char *key, int *out, int required, 
 			 key);
 		return ST_OK;
 	}
-	ST_CHECK(cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble) &&
-			 fabs(it->valuedouble) < 2147483647.0,
-		 "fix the value in config.json", "%s: \"%s\" must be an integer", path, key);
-	*out = (int)it->valuedouble;
-	return ST_OK;
+	return json_int_value(it, key, out, path);
 }
 
 static int json_num(const cJSON *root, const char *key, double *out, const char *path)
@@ -158,7 +174,15 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 		cfg->head_dim = cfg->dim / cfg->n_heads;
 	}
 	ST_TRY(json_int(root, "bos_token_id", &cfg->bos_id, 0, path));
-	ST_TRY(json_int(root, "eos_token_id", &cfg->eos_id, 0, path));
+	/* Llama 3.1 and later list several end tokens; the first is the one
+	 * strata keeps (config_save writes it back as a single id) */
+	const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+	if (eos && cJSON_IsArray(eos)) {
+		ST_CHECK(cJSON_GetArraySize(eos) > 0, "fix the value in config.json",
+			 "%s: \"eos_token_id\" is an empty list", path);
+		ST_TRY(json_int_value(cJSON_GetArrayItem(eos, 0), "eos_token_id", &cfg->eos_id, path));
+	} else
+		ST_TRY(json_int(root, "eos_token_id", &cfg->eos_id, 0, path));
 	/* rope_theta: top level (older files) or inside rope_parameters (newer) */
 	ST_TRY(json_num(root, "rope_theta", &cfg->rope_theta, path));
 	const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -175,6 +199,14 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	double eps = cfg->norm_eps, std = cfg->init_std;
 	ST_TRY(json_num(root, "rms_norm_eps", &eps, path));
 	ST_TRY(json_num(root, "initializer_range", &std, path));
+	/* checked as read: 1e300 would become inf as a float, 1e-50 zero */
+	ST_CHECK(isfinite(eps) && eps > 0 && eps < 1, "fix the value in config.json",
+		 "%s: \"rms_norm_eps\" must be in (0, 1) (got %g)", path, eps);
+	ST_CHECK((float)eps >= FLT_MIN, "fix the value in config.json",
+		 "%s: \"rms_norm_eps\" %g is below the smallest normal float (%g)", path, eps,
+		 (double)FLT_MIN);
+	ST_CHECK(isfinite(std) && std >= 0 && std < 1e6, "fix the value in config.json",
+		 "%s: \"initializer_range\" must be a non-negative number (got %g)", path, std);
 	cfg->norm_eps = (float)eps;
 	cfg->init_std = (float)std;
 	ST_TRY(json_bool(root, "tie_word_embeddings", &cfg->tied, path));
@@ -185,9 +217,20 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 		 "embedding, but \"stable_embedding\" is not true",
 		 path);
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+	ST_CHECK(!act || cJSON_IsNull(act) || cJSON_IsString(act), "fix the value in config.json",
+		 "%s: \"hidden_act\" must be a string", path);
 	ST_CHECK(!act || !cJSON_IsString(act) || strcmp(act->valuestring, "silu") == 0,
 		 "LLaMA uses SwiGLU (hidden_act \"silu\")", "%s: unsupported hidden_act \"%s\"", path,
 		 act->valuestring);
+	/* Hugging Face's LLaMA can carry biases; strata's has none, and would
+	 * otherwise run another model than the one the file describes */
+	static const char *const biases[] = {"attention_bias", "mlp_bias"};
+	for (int i = 0; i < 2; i++) {
+		int on = 0;
+		ST_TRY(json_bool(root, biases[i], &on, path));
+		ST_CHECK(!on, "strata's LLaMA has no bias terms; use a model without them",
+			 "%s: \"%s\" is true, which strata does not support", path, biases[i]);
+	}
 	return ST_OK;
 }
 

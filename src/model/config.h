@@ -29,6 +29,9 @@ struct st_config {
 #define ST_MODEL_TYPE_STABLE "strata_llama"
 #define ST_ARCH_STABLE "StrataLlamaForCausalLM"
 
+/* More layers than this is taken for a damaged file (the largest LLaMA has 126). */
+#define ST_MAX_LAYERS 4096
+
 /* Fill cfg from a preset name ("tiny", "llama-60m", "llama-130m", ...);
  * ST_FAIL with the list of presets when unknown. */
 int config_preset(struct st_config *cfg, const char *name);

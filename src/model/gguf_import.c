@@ -7,6 +7,7 @@
  * kv-head count), so the weights are the Hugging Face ones and strata's
  * rotate_half RoPE applies unchanged. */
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,42 @@ static int gguf_name(char *out, const char *hf)
 	return 0;
 }
 
+/* A llama.* size: a whole number in [1, 2^24). Absent, it is dflt, or an
+ * error when dflt is 0; present, a value out of range is an error naming the
+ * key (a damaged file can hold anything; taking a default for it would
+ * import another model than the file's). */
+static int meta_size(const struct st_gguf *g, const char *key, int dflt, int *out)
+{
+	const struct st_gguf_kv *kv = gguf_kv(g, key);
+	if (!kv) {
+		ST_CHECK(dflt > 0, "the file lacks llama.* metadata; convert it with a current llama.cpp",
+			 "%s: no %s", g->path, key);
+		*out = dflt;
+		return ST_OK;
+	}
+	uint64_t v;
+	double f;
+	ST_CHECK(gguf_get_u64(g, key, &v) == ST_OK && gguf_get_f64(g, key, &f) == ST_OK &&
+			 f == (double)v && v >= 1 && v < (1u << 24),
+		 "the file's metadata is damaged", "%s: %s is not a size from 1 to 2^24", g->path, key);
+	*out = (int)v;
+	return ST_OK;
+}
+
+/* A positive finite real (RoPE base, norm epsilon): absent, dflt; present
+ * and NaN, infinite, zero or negative, an error naming the key. */
+static int meta_real(const struct st_gguf *g, const char *key, double dflt, double *out)
+{
+	if (!gguf_kv(g, key)) {
+		*out = dflt;
+		return ST_OK;
+	}
+	ST_CHECK(gguf_get_f64(g, key, out) == ST_OK && isfinite(*out) && *out > 0,
+		 "the file's metadata is damaged", "%s: %s is not a positive finite number", g->path,
+		 key);
+	return ST_OK;
+}
+
 static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 {
 	size_t n;
@@ -54,30 +91,17 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 		 arch ? arch : "missing");
 	memset(cfg, 0, sizeof *cfg);
 	uint64_t v;
+	ST_TRY(meta_size(g, "llama.embedding_length", 0, &cfg->dim));
+	ST_TRY(meta_size(g, "llama.block_count", 0, &cfg->n_layers));
+	ST_TRY(meta_size(g, "llama.feed_forward_length", 0, &cfg->ffn_dim));
+	ST_TRY(meta_size(g, "llama.attention.head_count", 0, &cfg->n_heads));
+	ST_TRY(meta_size(g, "llama.attention.head_count_kv", cfg->n_heads, &cfg->n_kv_heads));
+	ST_TRY(meta_size(g, "llama.attention.key_length", cfg->dim / cfg->n_heads, &cfg->head_dim));
+	ST_TRY(meta_size(g, "llama.context_length", 2048, &cfg->max_seq));
 	double f;
-	const char *hint = "the file lacks llama.* metadata; convert it with a current llama.cpp";
-	ST_CHECK(gguf_get_u64(g, "llama.embedding_length", &v) == ST_OK && v < (1 << 24), hint,
-		 "%s: no usable llama.embedding_length", g->path);
-	cfg->dim = (int)v;
-	ST_CHECK(gguf_get_u64(g, "llama.block_count", &v) == ST_OK && v < (1 << 24), hint,
-		 "%s: no usable llama.block_count", g->path);
-	cfg->n_layers = (int)v;
-	ST_CHECK(gguf_get_u64(g, "llama.feed_forward_length", &v) == ST_OK && v < (1 << 24), hint,
-		 "%s: no usable llama.feed_forward_length", g->path);
-	cfg->ffn_dim = (int)v;
-	ST_CHECK(gguf_get_u64(g, "llama.attention.head_count", &v) == ST_OK && v < (1 << 24), hint,
-		 "%s: no usable llama.attention.head_count", g->path);
-	cfg->n_heads = (int)v;
-	cfg->n_kv_heads = gguf_get_u64(g, "llama.attention.head_count_kv", &v) == ST_OK ? (int)v
-											 : cfg->n_heads;
-	cfg->head_dim = gguf_get_u64(g, "llama.attention.key_length", &v) == ST_OK
-				? (int)v
-				: cfg->dim / (cfg->n_heads ? cfg->n_heads : 1);
-	cfg->max_seq = gguf_get_u64(g, "llama.context_length", &v) == ST_OK ? (int)v : 2048;
-	cfg->rope_theta = gguf_get_f64(g, "llama.rope.freq_base", &f) == ST_OK ? f : 10000.0;
-	cfg->norm_eps = gguf_get_f64(g, "llama.attention.layer_norm_rms_epsilon", &f) == ST_OK
-				? (float)f
-				: 1e-5f;
+	ST_TRY(meta_real(g, "llama.rope.freq_base", 10000.0, &cfg->rope_theta));
+	ST_TRY(meta_real(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &f));
+	cfg->norm_eps = (float)f;
 	cfg->init_std = 0.02f;
 	const struct st_gguf_tensor *emb = gguf_tensor(g, "token_embd.weight");
 	ST_CHECK(emb && emb->n_dims == 2, "the file is not a complete llama model",
@@ -96,12 +120,6 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	ST_CHECK(gguf_get_u64(g, "llama.expert_count", &v) != ST_OK || v == 0,
 		 "strata trains dense LLaMA models, not mixtures of experts",
 		 "%s: a mixture-of-experts model (llama.expert_count %llu)", g->path, (unsigned long long)v);
-	/* counts that must fit an int (a damaged file can hold anything) */
-	const int64_t fields[] = {cfg->dim, cfg->n_layers, cfg->ffn_dim, cfg->n_heads, cfg->n_kv_heads,
-				  cfg->head_dim, cfg->max_seq};
-	for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-		ST_CHECK(fields[i] > 0 && fields[i] < (1 << 24), "the file's metadata is damaged",
-			 "%s: a llama.* size is out of range", g->path);
 	ST_CHECK(emb->ne[1] < (1u << 24), "the file's metadata is damaged",
 		 "%s: a vocabulary of %llu tokens", g->path, (unsigned long long)emb->ne[1]);
 	if (cfg->bos_id >= cfg->vocab_size)

@@ -92,16 +92,35 @@ int weights_open(struct st_weight_files *w, const char *dir)
 	return ST_OK;
 }
 
+/* The file of wf holding parameter p, or an error naming it missing. */
+static int file_of(const struct st_weight_files *wf, const struct st_param *p, int *f)
+{
+	*f = 0;
+	while (*f < wf->n && !safetensors_find(&wf->sf[*f], p->name))
+		(*f)++;
+	ST_CHECK(*f < wf->n, "check that config.json belongs to these weights",
+		 "%s: tensor '%s' is missing from the model's weight files", wf->dir, p->name);
+	return ST_OK;
+}
+
+int model_check_files(const struct st_model *m, const struct st_weight_files *wf)
+{
+	for (int i = 0; i < m->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		int f;
+		ST_TRY(file_of(wf, p, &f));
+		ST_TRY(safetensors_check_f32(&wf->sf[f], p->name, p->ndim, p->shape));
+	}
+	return model_check_extra(m, wf);
+}
+
 int model_load_unit(const struct st_model *m, const struct st_weight_files *wf, int unit, float *w)
 {
 	const struct st_unit *u = &m->units[unit];
 	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
 		const struct st_param *p = &m->params[i];
-		int f = 0;
-		while (f < wf->n && !safetensors_find(&wf->sf[f], p->name))
-			f++;
-		ST_CHECK(f < wf->n, "check that config.json belongs to these weights",
-			 "%s: tensor '%s' is missing from the model's weight files", wf->dir, p->name);
+		int f;
+		ST_TRY(file_of(wf, p, &f));
 		ST_TRY(safetensors_load_f32(&wf->sf[f], p->name, p->ndim, p->shape, w + p->offset));
 		/* an inf or NaN weight would only make every step skip */
 		const long bad = st_first_nonfinite(w + p->offset, p->numel);

@@ -29,6 +29,11 @@ void weights_close(struct st_weight_files *w);
  * does not explain. */
 int model_load_unit(const struct st_model *m, const struct st_weight_files *wf, int unit, float *w);
 int model_check_extra(const struct st_model *m, const struct st_weight_files *wf);
+/* Every parameter present with its shape and a float dtype, and nothing the
+ * config does not explain, from the files' headers alone: run before the
+ * model's memory is allocated, so that a config.json that disagrees with its
+ * weights (a vocab_size of 67M over a 258-row embedding) fails at once. */
+int model_check_files(const struct st_model *m, const struct st_weight_files *wf);
 
 /* Write the weights into dir: one model.safetensors, or, when they pass
  * max_shard bytes (0: never), model-0000k-of-0000n.safetensors shards of at

@@ -435,6 +435,12 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		return ST_FAIL;
 	}
 	ST_TRY(session_build(&tr->s, ops, &cfg, NULL));
+	/* the weights' headers against config.json before anything is sized by it */
+	if (session_check_weights(&tr->s, model_dir) != ST_OK) {
+		if (resuming)
+			ckpt_name_earlier(model_dir);
+		return ST_FAIL;
+	}
 	const struct st_model *m = &tr->s.model;
 	ST_CHECK(tr->o.seq_len <= m->cfg.max_seq, "lower --seq-len",
 		 "--seq-len %d exceeds the model's max_position_embeddings %d", tr->o.seq_len,
