@@ -405,6 +405,53 @@ Test(faults, init_config_directory_or_preset)
 	cr_expect_eq(rc, 0, "%s", out);
 }
 
+/* config.json values that would size the model wrongly are named before
+ * anything is allocated by them; Llama 3.1's list of end tokens is read. */
+Test(faults, config_values_checked_before_sizing)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "cfgval");
+	const char *base = "\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96";
+	const struct {
+		const char *extra, *needle;
+	} cases[] = {
+		{"\"num_hidden_layers\":100000,\"num_attention_heads\":4", "num_hidden_layers is 100000; strata takes at most 4096"},
+		/* 65536 heads of 65536: the q projection overflowed an int */
+		{"\"num_hidden_layers\":2,\"num_attention_heads\":65536,\"num_key_value_heads\":1,"
+		 "\"head_dim\":65536",
+		 "a weight matrix has more than 2^31 elements"},
+		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"rms_norm_eps\":1e300", "\"rms_norm_eps\" must be in (0, 1)"},
+		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"rms_norm_eps\":1e-50", "below the smallest normal float"},
+		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"attention_bias\":true", "\"attention_bias\" is true"},
+		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_act\":3", "\"hidden_act\" must be a string"},
+		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"eos_token_id\":[]", "\"eos_token_id\" is an empty list"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int rc = cu_run(out, sizeof out,
+				"printf '{%s,%s}' > %s/c%zu.json && %s init --config %s/c%zu.json --out %s/m%zu",
+				base, cases[i].extra, dir, i, cu_bin(), dir, i, dir, i);
+		cr_expect_neq(rc, 0, "%s accepted: %s", cases[i].extra, out);
+		cr_expect(strstr(out, cases[i].needle), "%s: %s", cases[i].extra, out);
+	}
+	int rc = cu_run(out, sizeof out,
+			"printf '{%s,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"eos_token_id\":[200,201]}' > %s/ok.json && "
+			"%s init --config %s/ok.json --out %s/ok && "
+			"grep -qE '\"eos_token_id\":[[:space:]]*200,' %s/ok/config.json",
+			base, dir, cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "a list of end tokens: %s", out);
+	/* A config.json that disagrees with its weights fails on the headers,
+	 * before 6 GB for a 6M-token embedding is asked for (1 GB of address
+	 * space is plenty for this model otherwise). */
+	rc = cu_run(out, sizeof out,
+		    "sed -i 's/\"vocab_size\":[^,]*/\"vocab_size\": 6000000/' %s/ok/config.json && "
+		    "(ulimit -v 1000000; %s eval --model %s/ok --data /nonexistent)",
+		    dir, cu_bin(), dir);
+	cr_expect_neq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "tensor 'model.embed_tokens.weight' has shape [258, 64], expected "
+			      "[6000000, 64]"),
+		  "%s", out);
+}
+
 /* Bad values on the command line are named before anything runs, and an
  * unknown STRATA_SIMD is said once, not at every step. */
 Test(faults, bad_values_named_before_anything_runs)
