@@ -19,6 +19,7 @@
  * a refresh) and cold (from nothing, as a first projector); amortized
  * overhead = the warm total / (gap x the median GaLore step). Ranks are the
  * paper's (60M: 128, 130M: 256). */
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -209,10 +210,11 @@ int main(int argc, char **argv)
 	if (cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
 	    cli_get_out(&args, "json", &jf) != ST_OK ||
 	    cli_get_str(&args, "proj", "randomized", &projs) != ST_OK ||
-	    cli_get_long(&args, "batch", 4, &lb) != ST_OK || cli_get_long(&args, "seq", 256, &lt) != ST_OK ||
-	    cli_get_long(&args, "steps", 20, &ls) != ST_OK ||
-	    cli_get_long(&args, "gap", 200, &lg) != ST_OK ||
-	    cli_get_long(&args, "spread", 8, &lsp) != ST_OK ||
+	    cli_get_long(&args, "batch", 4, LONG_MIN, LONG_MAX, &lb) != ST_OK ||
+	    cli_get_long(&args, "seq", 256, LONG_MIN, LONG_MAX, &lt) != ST_OK ||
+	    cli_get_long(&args, "steps", 20, LONG_MIN, LONG_MAX, &ls) != ST_OK ||
+	    cli_get_long(&args, "gap", 200, LONG_MIN, LONG_MAX, &lg) != ST_OK ||
+	    cli_get_long(&args, "spread", 8, LONG_MIN, LONG_MAX, &lsp) != ST_OK ||
 	    cli_check_unused(&args, "bench/galore") != ST_OK)
 		return 2;
 	if (lb < 1 || lb > 4096 || lt < 2 || lt > 65536 || ls < 3 || ls > MAX_STEPS || lg < 1 ||

@@ -16,6 +16,7 @@
  * so this under-counts) and a = a + s*b (12 B, all of them moved). Taking the
  * better one keeps the ratio conservative. Each figure is the best of --reps
  * timed calls after one warm-up call. */
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -94,8 +95,9 @@ int main(int argc, char **argv)
 		return rc;
 	FILE *jf;
 	if (cli_get_out(&args, "json", &jf) != ST_OK ||
-	    cli_get_long(&args, "params", 128L << 20, &params) != ST_OK ||
-	    cli_get_long(&args, "block", 256, &blk) != ST_OK || cli_get_long(&args, "reps", 5, &rp) != ST_OK ||
+	    cli_get_long(&args, "params", 128L << 20, LONG_MIN, LONG_MAX, &params) != ST_OK ||
+	    cli_get_long(&args, "block", 256, LONG_MIN, LONG_MAX, &blk) != ST_OK ||
+	    cli_get_long(&args, "reps", 5, LONG_MIN, LONG_MAX, &rp) != ST_OK ||
 	    cli_check_unused(&args, "bench/optim") != ST_OK)
 		return 2;
 	if (params < 1024 || blk < 1 || blk > 1 << 20 || rp < 1 || rp > 100000) {

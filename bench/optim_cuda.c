@@ -16,6 +16,7 @@
  * a fresh slice of the big arrays per call so L2 does not hold them), against
  * the time their bytes take at the ceiling: what launch and per-call set-up
  * cost. Without a GPU (or without nvcc) it says so and exits 0. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -168,8 +169,8 @@ int main(int argc, char **argv)
 	FILE *jf;
 	long params, lreps;
 	if (cli_get_out(&args, "json", &jf) != ST_OK ||
-	    cli_get_long(&args, "params", 256L << 20, &params) != ST_OK ||
-	    cli_get_long(&args, "reps", 20, &lreps) != ST_OK ||
+	    cli_get_long(&args, "params", 256L << 20, LONG_MIN, LONG_MAX, &params) != ST_OK ||
+	    cli_get_long(&args, "reps", 20, LONG_MIN, LONG_MAX, &lreps) != ST_OK ||
 	    cli_check_unused(&args, "bench/optim_cuda") != ST_OK)
 		return 2;
 	if (params < 4096 || lreps < 1 || lreps > 100000) {

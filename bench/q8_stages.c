@@ -14,6 +14,7 @@
  *
  * The step is compute-bound on the CPUs measured so far (bench/optim's
  * in-cache figure); this says which piece to work on. */
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -71,7 +72,7 @@ int main(int argc, char **argv)
 	const int rc = cli_start(&args, argc, argv, usage);
 	if (rc != CLI_RUN)
 		return rc;
-	if (cli_get_long(&args, "reps", 20000, &lreps) != ST_OK ||
+	if (cli_get_long(&args, "reps", 20000, LONG_MIN, LONG_MAX, &lreps) != ST_OK ||
 	    cli_check_unused(&args, "bench/q8_stages") != ST_OK)
 		return 2;
 	if (lreps < 1 || lreps > 100000000) {

@@ -8,6 +8,7 @@
  * The default vocabulary is LLaMA's 32000, so the presets have the paper's
  * parameter counts (with strata's byte tokenizer they are smaller).
  * Prints a table; --json writes the figures for the README. */
+#include <limits.h>
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -199,9 +200,10 @@ int main(int argc, char **argv)
 	long lb, lt, lv, ls;
 	if (cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
 	    cli_get_out(&args, "json", &jf) != ST_OK ||
-	    cli_get_long(&args, "batch", 8, &lb) != ST_OK || cli_get_long(&args, "seq", 256, &lt) != ST_OK ||
-	    cli_get_long(&args, "vocab", 32000, &lv) != ST_OK ||
-	    cli_get_long(&args, "steps", 4, &ls) != ST_OK ||
+	    cli_get_long(&args, "batch", 8, LONG_MIN, LONG_MAX, &lb) != ST_OK ||
+	    cli_get_long(&args, "seq", 256, LONG_MIN, LONG_MAX, &lt) != ST_OK ||
+	    cli_get_long(&args, "vocab", 32000, LONG_MIN, LONG_MAX, &lv) != ST_OK ||
+	    cli_get_long(&args, "steps", 4, LONG_MIN, LONG_MAX, &ls) != ST_OK ||
 	    cli_check_unused(&args, "bench/train") != ST_OK)
 		return 2;
 	if (lb < 1 || lb > 4096 || lt < 2 || lt > 65536 || lv < 256 || lv > 1 << 20 || ls < 1 ||

@@ -452,6 +452,36 @@ Test(faults, config_values_checked_before_sizing)
 		  "%s", out);
 }
 
+/* eval, sample and init check their numbers against the ints they go into
+ * (2^31 + 1 tokens once became a negative allocation), and a JSON path that
+ * never ends is refused after 1 GiB, not read until memory runs out. */
+Test(faults, other_commands_check_their_numbers)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "nums");
+	cu_setup_run(dir, "");
+	const struct {
+		const char *cmd, *needle;
+	} cases[] = {
+		{"eval --model %s/init --data %s/data --micro-batch 2147483648",
+		 "--micro-batch must be in [1, 16777216] (got 2147483648)"},
+		{"eval --model %s/init --data %s/data --micro-batch 65536 --seq-len 65536",
+		 "--micro-batch 65536 x --seq-len 65536 tokens is more than one batch can hold"},
+		{"sample --model %s/init --tokens 2147483649",
+		 "--tokens must be in [0, 1073741824] (got 2147483649)"},
+		{"init --vocab 4294967554 --out %s/v", "--vocab must be in [0, 2147483647]"},
+		{"init --config /dev/zero --out %s/z",
+		 "stopped reading /dev/zero after 1024 MiB"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, cases[i].cmd, dir, dir); /* a second %s, or none */
+		int rc = cu_run(out, sizeof out, "%s %s", cu_bin(), cmd);
+		cr_expect_neq(rc, 0, "%s accepted: %s", cmd, out);
+		cr_expect(strstr(out, cases[i].needle), "%s: %s", cmd, out);
+	}
+}
+
 /* Bad values on the command line are named before anything runs, and an
  * unknown STRATA_SIMD is said once, not at every step. */
 Test(faults, bad_values_named_before_anything_runs)

@@ -103,7 +103,7 @@ int cli_close_out(struct cli_args *a, const char *key, FILE *f)
 	return ST_OK;
 }
 
-int cli_get_long(struct cli_args *a, const char *key, long def, long *out)
+int cli_get_long(struct cli_args *a, const char *key, long def, long lo, long hi, long *out)
 {
 	const char *v = cli_get(a, key, NULL);
 	*out = def;
@@ -115,6 +115,8 @@ int cli_get_long(struct cli_args *a, const char *key, long def, long *out)
 	double d = strtod(v, &end);
 	ST_CHECK(end != v && !*end && !errno && d == floor(d) && fabs(d) < 9e18, "give a whole number",
 		 "--%s: '%s' is not an integer", key, v);
+	ST_CHECK(d >= (double)lo && d <= (double)hi, NULL, "--%s must be in [%ld, %ld] (got %s)", key,
+		 lo, hi, v);
 	*out = (long)d;
 	return ST_OK;
 }

@@ -37,8 +37,9 @@ int cli_get_str(struct cli_args *a, const char *key, const char *def, const char
  * previous results file as it was. */
 int cli_get_out(struct cli_args *a, const char *key, FILE **out);
 int cli_close_out(struct cli_args *a, const char *key, FILE *f);
-/* Parse numbers with a clear error naming the flag. */
-int cli_get_long(struct cli_args *a, const char *key, long def, long *out);
+/* Parse numbers with a clear error naming the flag; a whole number must lie
+ * in [lo, hi] (the int the value goes into, at most). */
+int cli_get_long(struct cli_args *a, const char *key, long def, long lo, long hi, long *out);
 int cli_get_double(struct cli_args *a, const char *key, double def, double *out);
 /* Error for any flag no command looked at; prog names the command in the
  * message ("strata eval", "bench/optim"). */

@@ -1,4 +1,5 @@
 /* strata eval: mean loss and perplexity of a model on a token shard. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,14 +45,15 @@ int cmd_eval(int argc, char **argv)
 	const char *model = cli_get(&a, "model", NULL), *data = cli_get(&a, "data", NULL);
 	const char *device = cli_get(&a, "device", "auto");
 	long t, b, max_tokens, threads;
-	ST_TRY(cli_get_long(&a, "seq-len", 256, &t));
-	ST_TRY(cli_get_long(&a, "micro-batch", 8, &b));
-	ST_TRY(cli_get_long(&a, "max-tokens", 0, &max_tokens));
-	ST_TRY(cli_get_long(&a, "threads", 0, &threads));
+	ST_TRY(cli_get_long(&a, "seq-len", 256, 2, 1 << 24, &t));
+	ST_TRY(cli_get_long(&a, "micro-batch", 8, 1, 1 << 24, &b));
+	ST_TRY(cli_get_long(&a, "max-tokens", 0, 0, LONG_MAX, &max_tokens));
+	ST_TRY(cli_get_long(&a, "threads", 0, 0, 4096, &threads));
 	int json = cli_has(&a, "json");
 	ST_TRY(cli_check_unused(&a, "strata eval"));
 	ST_CHECK(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
-	ST_CHECK(t > 1 && b > 0, "use positive sizes", "--seq-len must be > 1 and --micro-batch > 0");
+	ST_CHECK(b * t <= INT_MAX / 2, "lower --micro-batch or --seq-len",
+		 "--micro-batch %ld x --seq-len %ld tokens is more than one batch can hold", b, t);
 
 	char dir[4096];
 	ST_TRY(resolve_model_dir(dir, sizeof dir, model));

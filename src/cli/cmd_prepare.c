@@ -157,7 +157,7 @@ int cmd_prepare(int argc, char **argv)
 	double val_frac;
 	long chunk;
 	ST_TRY(cli_get_double(&a, "val-fraction", 0.05, &val_frac));
-	ST_TRY(cli_get_long(&a, "chunk", 16384, &chunk));
+	ST_TRY(cli_get_long(&a, "chunk", 16384, 1, 1L << 30, &chunk));
 	const char *inputs[CLI_MAX_ARGS];
 	int n_in = 0;
 	for (int i = 0; i < a.n; i++)
@@ -170,7 +170,6 @@ int cmd_prepare(int argc, char **argv)
 	ST_CHECK(n_in > 0, "pass --input FILE", "strata prepare: no input text (--input)");
 	ST_CHECK(val_frac >= 0 && val_frac < 1, "use a fraction like 0.05",
 		 "--val-fraction must be in [0,1)");
-	ST_CHECK(chunk > 0, "use a positive --chunk", "--chunk must be positive");
 	struct st_tokenizer tk;
 	ST_TRY(tokenizer_load(&tk, tok_name));
 

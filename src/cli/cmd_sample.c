@@ -1,4 +1,5 @@
 /* strata sample: generate text from a model. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,16 +53,16 @@ int cmd_sample(int argc, char **argv)
 	const char *tok_name = cli_get(&a, "tokenizer", NULL);
 	long n_tok, seed, ctx_len, threads;
 	double temp, top_p;
-	ST_TRY(cli_get_long(&a, "tokens", 200, &n_tok));
-	ST_TRY(cli_get_long(&a, "seed", 1, &seed));
-	ST_TRY(cli_get_long(&a, "context", 256, &ctx_len));
-	ST_TRY(cli_get_long(&a, "threads", 0, &threads));
+	ST_TRY(cli_get_long(&a, "tokens", 200, 0, 1 << 30, &n_tok));
+	ST_TRY(cli_get_long(&a, "seed", 1, LONG_MIN, LONG_MAX, &seed));
+	ST_TRY(cli_get_long(&a, "context", 256, 2, 1 << 24, &ctx_len));
+	ST_TRY(cli_get_long(&a, "threads", 0, 0, 4096, &threads));
 	ST_TRY(cli_get_double(&a, "temperature", 0.8, &temp));
 	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
 	ST_TRY(cli_check_unused(&a, "strata sample"));
 	ST_CHECK(model, "pass --model DIR", "strata sample: no model (--model)");
-	ST_CHECK(n_tok >= 0 && ctx_len > 1 && temp >= 0 && top_p > 0 && top_p <= 1,
-		 "check --tokens, --context, --temperature >= 0 and 0 < --top-p <= 1",
+	ST_CHECK(temp >= 0 && top_p > 0 && top_p <= 1,
+		 "check --temperature >= 0 and 0 < --top-p <= 1",
 		 "strata sample: invalid sampling options");
 
 	char dir[4096];

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,11 @@ int fs_write_file_atomic(const char *path, const void *data, size_t len)
 
 int fs_read_file(const char *path, char **data, size_t *len)
 {
+	return fs_read_file_max(path, SIZE_MAX, data, len);
+}
+
+int fs_read_file_max(const char *path, size_t max, char **data, size_t *len)
+{
 	*data = NULL;
 	*len = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -280,6 +286,14 @@ int fs_read_file(const char *path, char **data, size_t *len)
 		if (r == 0)
 			break;
 		n += (size_t)r;
+		if (n > max) {
+			free(buf);
+			close(fd);
+			ST_ERROR("give the right file",
+				 "stopped reading %s after %zu MiB: larger than any file of this kind", path,
+				 max >> 20);
+			return ST_FAIL;
+		}
 	}
 	buf[n] = '\0';
 	if (close(fd) != 0) {
@@ -411,7 +425,8 @@ int fs_read_json(const char *path, cJSON **root, const char *hint)
 	char *text = NULL;
 	size_t len = 0;
 	*root = NULL;
-	ST_TRY(fs_read_file(path, &text, &len));
+	/* the largest JSON strata reads is a tokenizer.json, tens of MiB */
+	ST_TRY(fs_read_file_max(path, (size_t)1 << 30, &text, &len));
 	cJSON *r = cJSON_ParseWithLength(text, len);
 	free(text);
 	if (!cJSON_IsObject(r)) {

@@ -12,6 +12,8 @@ int fs_fsync_dir(const char *path);
 int fs_write_file_atomic(const char *path, const void *data, size_t len);
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 int fs_read_file(const char *path, char **data, size_t *len);
+/* The same, refusing more than max bytes (a JSON path given /dev/zero). */
+int fs_read_file_max(const char *path, size_t max, char **data, size_t *len);
 /* Read and parse a JSON file that must hold an object: *root (free with
  * cJSON_Delete), or an error "PATH: not valid JSON" with hint. */
 struct cJSON;
