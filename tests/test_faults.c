@@ -129,26 +129,36 @@ Test(faults, kill_while_pruning_leaves_no_partial_checkpoint)
 		  "--keep-ckpts 2 not kept: %s", out);
 }
 
-/* trainer.json's counts must agree (step = updates + skipped, none
- * negative): an edited one is refused on resume, and nothing is written. */
+/* trainer.json's counts must agree (step = updates + skipped) and be whole
+ * numbers from 0 to 2^53: an edited one is refused on resume, and nothing is
+ * written. (1e300 once became step -9223372036854775808.) */
 Test(faults, inconsistent_trainer_json_refused)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "tjson");
 	two_steps(dir, "");
-	const char *edits[] = {"s/(\"step\":[[:space:]]*)2/\\11/", "s/(\"skipped\":[[:space:]]*)0/\\1-1/",
-			       "s/(\"updates\":[[:space:]]*)2/\\1-2/"};
-	for (int i = 0; i < 3; i++) {
+	const struct {
+		const char *edit, *needle;
+	} cases[] = {
+		{"s/(\"step\":[[:space:]]*)2/\\11/", "step must equal updates + skipped"},
+		{"s/(\"skipped\":[[:space:]]*)0/\\1-1/", "\"skipped\" is -1, not a count"},
+		{"s/(\"updates\":[[:space:]]*)2/\\1-2/", "\"updates\" is -2, not a count"},
+		{"s/(\"step\":[[:space:]]*)2/\\14.5/", "\"step\" is 4.5, not a count"},
+		{"s/(\"step\":[[:space:]]*)2/\\11e300/", "\"step\" is 1e+300, not a count"},
+		{"s/(\"updates\":[[:space:]]*)2/\\14611686018427387904/",
+		 "\"updates\" is 4.61169e+18, not a count"},
+		{"s/(\"tokens_seen\":[[:space:]]*)[0-9]+/\\1-5/", "\"tokens_seen\" is -5, not a count"},
+	};
+	for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
 		cu_run(NULL, 0, "rm -rf %s/c && cp -r %s/run/step-000002 %s/c && sed -Ei '%s' %s/c/trainer.json",
-		       dir, dir, dir, edits[i], dir);
+		       dir, dir, dir, cases[i].edit, dir);
 		cr_assert_eq(cu_run(out, sizeof out, "cmp -s %s/c/trainer.json %s/run/step-000002/trainer.json",
 				    dir, dir),
 			     1, "edit %d not applied", i);
 		int rc = cu_run(out, sizeof out, "%s train --resume %s/c --out %s/o%d --steps 4", cu_bin(),
 				dir, dir, i);
 		cr_expect_neq(rc, 0, "edit %d: an inconsistent trainer.json resumed: %s", i, out);
-		cr_expect(strstr(out, "inconsistent counts") && strstr(out, "step must equal updates + skipped"),
-			  "edit %d: %s", i, out);
+		cr_expect(strstr(out, cases[i].needle), "edit %d: %s", i, out);
 		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/o%d", dir, i), 0,
 			     "edit %d: a refused resume left a run directory", i);
 	}

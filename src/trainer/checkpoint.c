@@ -828,6 +828,24 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	const cJSON *val = cJSON_GetObjectItemCaseSensitive(root, "last_val_loss");
 	int ok = cJSON_IsNumber(step) && cJSON_IsNumber(toks) && cJSON_IsNumber(upd) &&
 		 cJSON_IsNumber(skip);
+	/* whole numbers a long holds exactly (a double's 2^53), before the casts:
+	 * 4.5 or 1e300 is damage, not a count */
+	const cJSON *counts[] = {step, upd, skip};
+	for (int i = 0; ok && i < 3; i++) {
+		const double v = counts[i]->valuedouble;
+		if (!(v >= 0 && v <= 9007199254740992.0 && v == floor(v))) {
+			ST_ERROR("the checkpoint is damaged; use an earlier one",
+				 "%s: \"%s\" is %g, not a count", path, counts[i]->string, v);
+			cJSON_Delete(root);
+			return ST_FAIL;
+		}
+	}
+	if (ok && !(isfinite(toks->valuedouble) && toks->valuedouble >= 0)) {
+		ST_ERROR("the checkpoint is damaged; use an earlier one",
+			 "%s: \"tokens_seen\" is %g, not a count", path, toks->valuedouble);
+		cJSON_Delete(root);
+		return ST_FAIL;
+	}
 	if (ok) {
 		tr->step = (long)step->valuedouble;
 		tr->updates = (long)upd->valuedouble;
