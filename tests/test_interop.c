@@ -306,6 +306,28 @@ Test(gguf, bad_metadata)
 		cr_expect(strstr(out, cases[i].needle), "%s = %#x: message lacks '%s': %s",
 			  cases[i].key, cases[i].bits, cases[i].needle, out);
 	}
+	/* A NaN weight (the F32 file's last 4 bytes) and a duplicate token
+	 * ('"' made '!') would import and then fail every load: refused at the
+	 * import, with no config.json left, so the next import needs no --force. */
+	const struct {
+		const char *make, *needle;
+	} damaged[] = {
+		{"cp tests/data/gguf/model-F32.gguf %s && printf '\\000\\000\\300\\177' | "
+		 "dd of=%s bs=1 seek=418108 conv=notrunc",
+		 "tensor model.layers.1.mlp.down_proj.weight holds nan at element 6143"},
+		{"cp tests/data/gguf/model-F32.gguf %s && printf '!' | dd of=%s bs=1 seek=673 conv=notrunc",
+		 "the tokenizer built from tokenizer.ggml.* does not load"},
+	};
+	for (size_t i = 0; i < sizeof damaged / sizeof *damaged; i++) {
+		cr_assert_eq(cu_run(NULL, 0, damaged[i].make, path, path), 0);
+		int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/d%zu", cu_bin(), path,
+				dir, i);
+		cr_expect_neq(rc, 0, "damage %zu: accepted", i);
+		cr_expect(strstr(out, damaged[i].needle), "damage %zu: %s", i, out);
+		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/d%zu/config.json -a ! -e %s/d%zu/tokenizer.json",
+				    dir, i, dir, i),
+			     0, "damage %zu: a failed import left a model", i);
+	}
 	/* the same value in range imports */
 	gguf_patch("tests/data/gguf/model-Q8_0.gguf", path, "llama.rope.freq_base", F32, 0x461c4000);
 	int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/ok", cu_bin(), path, dir);

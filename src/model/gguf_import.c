@@ -11,11 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "io/bpe.h"
 #include "io/fsutil.h"
 #include "io/gguf.h"
 #include "model/hf.h"
 #include "util/check.h"
+#include "util/finite.h"
 
 /* Hugging Face name -> GGUF name (out holds 128 bytes); 0 when unknown. */
 static int gguf_name(char *out, const char *hf)
@@ -134,6 +137,10 @@ struct import_ctx {
 	const struct st_gguf *g;
 	float *buf;   /* one unit */
 	float *tmp;   /* one matrix, for the row permutation */
+	/* the first tensor holding inf or NaN, for the error after the write */
+	const char *bad;
+	long bad_at;
+	float bad_value;
 };
 
 /* Undo llama.cpp's q/k row permutation: HF row h*hd + j*hd/2 + i is GGUF
@@ -162,6 +169,9 @@ static const float *unit_get(void *ctx, int unit)
 		if (is_q || is_k)
 			unpermute(w, c->tmp, is_q ? c->m->cfg.n_heads : c->m->cfg.n_kv_heads,
 				  c->m->cfg.head_dim, (int)p->shape[1]);
+		const long at = c->bad ? -1 : st_first_nonfinite(w, p->numel);
+		if (at >= 0)
+			c->bad = p->name, c->bad_at = at, c->bad_value = w[at];
 	}
 	return c->buf;
 }
@@ -329,6 +339,18 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 	if (rc == ST_OK)
 		rc = fs_write_file_atomic(path, text, strlen(text));
 	free(text);
+	/* what strata wrote, strata must read: duplicate or empty tokens and
+	 * merges of no two tokens are the file's damage, named here and not at
+	 * the first prepare or sample */
+	struct st_bpe *b = NULL;
+	if (rc == ST_OK && bpe_load(&b, path) != ST_OK) {
+		ST_ERROR("the file's tokenizer is damaged; use --tokenizer with a tokenizer.json of "
+			 "this model when preparing data",
+			 "%s: the tokenizer built from tokenizer.ggml.* does not load (above)", g->path);
+		unlink(path);
+		rc = ST_FAIL;
+	}
+	bpe_free(b);
 	return rc;
 }
 
@@ -346,7 +368,7 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 		rc = check_tensors(&m, &g);
 	if (rc == ST_OK)
 		rc = check_extra(&m, &g);
-	struct import_ctx c = {&m, &g, NULL, NULL};
+	struct import_ctx c = {.m = &m, .g = &g};
 	if (rc == ST_OK) {
 		size_t unit_max = 0, param_max = 0;
 		for (int u = 0; u < m.n_units; u++)
@@ -357,14 +379,23 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 		c.tmp = st_malloc(param_max * sizeof(float));
 		rc = c.buf && c.tmp ? fs_mkdir_p(dir) : ST_FAIL;
 	}
+	/* config.json last: a directory an import failed in is not a model, and
+	 * the next try needs no --force */
+	if (rc == ST_OK)
+		rc = model_save_weights_dir(&m, dir, shard_bytes, unit_get, unit_put, &c);
+	if (rc == ST_OK && c.bad) {
+		/* strata refuses to load such weights: refuse to write them */
+		ST_ERROR("the file is damaged; convert the model again",
+			 "%s: tensor %s holds %g at element %ld", gguf_path, c.bad, (double)c.bad_value,
+			 c.bad_at);
+		rc = ST_FAIL;
+	}
+	if (rc == ST_OK)
+		rc = write_tokenizer(&g, dir);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	if (rc == ST_OK)
 		rc = config_save(&cfg, path);
-	if (rc == ST_OK)
-		rc = model_save_weights_dir(&m, dir, shard_bytes, unit_get, unit_put, &c);
-	if (rc == ST_OK)
-		rc = write_tokenizer(&g, dir);
 	if (rc == ST_OK && cfg_out)
 		*cfg_out = cfg;
 	free(c.buf);
