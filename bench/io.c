@@ -9,6 +9,7 @@
  * MiB), handed to the engine in batches of up to 32; it is timed the same
  * way, best of --reps passes. dd writes and reads one file of the same size with
  * 4 MiB blocks (oflag/iflag=direct), best of --reps. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,9 +127,9 @@ int main(int argc, char **argv)
 	    cli_get_str(&args, "block", "1M", &blocks) != ST_OK ||
 	    parse_bytes(blocks, &block, "--block") != ST_OK ||
 	    cli_get_double(&args, "gib", 1, &gib) != ST_OK ||
-	    cli_get_long(&args, "slab-mib", 64, &slab_mib) != ST_OK ||
-	    cli_get_long(&args, "depth", 16, &ldepth) != ST_OK ||
-	    cli_get_long(&args, "reps", 3, &lreps) != ST_OK ||
+	    cli_get_long(&args, "slab-mib", 64, LONG_MIN, LONG_MAX, &slab_mib) != ST_OK ||
+	    cli_get_long(&args, "depth", 16, LONG_MIN, LONG_MAX, &ldepth) != ST_OK ||
+	    cli_get_long(&args, "reps", 3, LONG_MIN, LONG_MAX, &lreps) != ST_OK ||
 	    cli_check_unused(&args, "bench/io") != ST_OK)
 		return 2;
 	if (slab_mib < 1 || slab_mib > 65536 || gib * 1024 < (double)slab_mib || gib > 65536 ||

@@ -680,7 +680,7 @@ Test(train, nonfinite_gradient_skips_step)
 		    cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "a single non-finite step must not stop training: %s", out);
 	cr_expect(strstr(out, "step 3: non-finite gradient") != NULL, "no warning: %s", out);
-	cr_expect(strstr(out, "done: step 4 (1 skipped for a non-finite loss or gradient)") != NULL,
+	cr_expect(strstr(out, "done: step 4 (1 skipped for a non-finite loss or gradient, or one too large)") != NULL,
 		  "the summary does not count the skipped step: %s", out);
 	cr_expect(strstr(out, "step 3 was skipped: its checkpoint waits for the next step that updates"),
 		  "%s", out);
@@ -736,14 +736,50 @@ Test(train, nonfinite_gradient_skips_step)
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_NAN_AT_STEP=4 %s train --resume %s/b/step-000003 --out %s/g --steps 4 --max-skipped-steps 1",
 		    cu_bin(), dir, dir);
-	expect_fail("a second skip over a resume", "2 steps skipped for non-finite gradients (limit --max-skipped-steps 1)", rc);
+	expect_fail("a second skip over a resume", "2 steps skipped for non-finite or overflowing gradients (limit --max-skipped-steps 1)", rc);
 	/* with no skips allowed, the same fault stops the run with an error */
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/c --steps 4 --max-skipped-steps 0",
 		    cu_bin(), dir, dir);
-	expect_fail("too many skipped steps", "1 step skipped for non-finite gradients (limit --max-skipped-steps 0)", rc);
+	expect_fail("too many skipped steps", "1 step skipped for non-finite or overflowing gradients (limit --max-skipped-steps 0)", rc);
 	cr_expect(strstr(out, "step 3: non-finite") != NULL, "the run did not get to step 3: %s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/c/step-000003", dir), 0, "a failed step was saved");
+}
+
+/* A finite gradient of 1e20 with --grad-clip 0: its square is inf in fp32,
+ * which made an 8-bit block's v absmax inf, zeroed the block's other codes,
+ * and turned the block's weights NaN at the next step. Such a step is
+ * skipped as a non-finite one, said, and the run ends with a loadable
+ * checkpoint; fp32 AdamW, whose v would freeze that weight, too. A clipped
+ * gradient (the default --grad-clip 1) is not touched by it. */
+Test(train, overflowing_gradient_skipped)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "gradovf");
+	cu_setup_run(dir, "");
+	const char *optims[] = {"adamw8bit --quant-min-size 512", "adamw"};
+	for (int i = 0; i < 2; i++) {
+		int rc = cu_run(out, sizeof out,
+				"STRATA_FAULT_NAN_AT_STEP=2 STRATA_FAULT_GRAD_VALUE=1e20 %s train --model %s/init "
+				"--data %s/data --out %s/r%d --steps 4 --grad-clip 0 --optimizer %s "
+				"--eval-interval 0 " SMALL,
+				cu_bin(), dir, dir, dir, i, optims[i]);
+		cr_expect_eq(rc, 0, "%s: %s", optims[i], out);
+		cr_expect(strstr(out, "step 2: gradient too large for fp32 (its square overflows)"),
+			  "%s: %s", optims[i], out);
+		cr_expect(strstr(out, "done: step 4 (1 skipped"), "%s: %s", optims[i], out);
+		rc = cu_run(out, sizeof out, "%s eval --model %s/r%d --data %s/data", cu_bin(), dir, i,
+			    dir);
+		cr_expect_eq(rc, 0, "%s: the checkpoint does not load: %s", optims[i], out);
+	}
+	int rc = cu_run(out, sizeof out,
+			"STRATA_FAULT_NAN_AT_STEP=2 STRATA_FAULT_GRAD_VALUE=1e20 %s train --model %s/init "
+			"--data %s/data --out %s/clipped --steps 4 --optimizer adamw8bit "
+			"--quant-min-size 512 --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "done: step 4, train loss") && !strstr(out, "skipped"),
+		  "a clipped gradient was skipped: %s", out);
 }
 
 /* An update that overflows the weights (lr 1e39, which is inf in fp32: a
@@ -778,7 +814,7 @@ Test(train, overflowed_weights_not_checkpointed)
 			cr_expect(strstr(out, "latest -> step-000004"), "the kept checkpoint is not named: %s",
 				  out);
 		} else {
-			expect_fail("skipped after overflow", "11 steps skipped for non-finite gradients", rc);
+			expect_fail("skipped after overflow", "11 steps skipped for non-finite or overflowing gradients", rc);
 		}
 		cr_expect_eq(cu_run(out, sizeof out,
 				    "md5sum -c --quiet %s/sums && test \"$(readlink %s/run/latest)\" = step-000004 && "

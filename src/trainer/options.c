@@ -43,7 +43,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"galore-proj", OT_STR, F(galore_proj), "randomized", "GaLore projector: randomized | svd"},
 	{"galore-per-layer", OT_BOOL, F(galore_per_layer), "1", "GaLore: consume each layer's gradient after its backward (no full gradient buffer)"},
 	{"galore-moments", OT_STR, F(galore_moments), "keep", "GaLore: on refresh keep the moments or rotate them"},
-	{"max-skipped-steps", OT_INT, F(max_skipped_steps), "10", "steps that may be skipped for a non-finite loss or gradient; one more stops the run"},
+	{"max-skipped-steps", OT_INT, F(max_skipped_steps), "10", "steps that may be skipped for a non-finite loss or gradient (or a gradient too large for fp32); one more stops the run"},
 	{"steps", OT_LONG, F(steps), "0", "optimizer steps (0: from --max-tokens)"},
 	{"max-tokens", OT_DOUBLE, F(max_tokens), "0", "token budget, used when --steps is 0"},
 	{"eval-interval", OT_LONG, F(eval_interval), "100", "steps between evaluations (0: end only)"},

@@ -702,10 +702,13 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 	s->exec.grad_sumsq = NULL;
 	ST_TRY(store_ok(&s->store));
 	const int head = model_head_unit(m);
-	const char *fault = getenv("STRATA_FAULT_NAN_AT_STEP"); /* test hook */
+	/* test hook: the head's first gradient made NaN, or the finite value
+	 * STRATA_FAULT_GRAD_VALUE, at this step */
+	const char *fault = getenv("STRATA_FAULT_NAN_AT_STEP");
 	if (fault && atol(fault) == step) {
 		float *g = store_acquire(&s->store, head, ST_SLAB_G);
-		g[0] = NAN;
+		const char *value = getenv("STRATA_FAULT_GRAD_VALUE");
+		g[0] = value ? strtof(value, NULL) : NAN;
 		tr->grad_sumsq[head] = ops->sumsq(g, m->units[head].numel);
 		store_release(&s->store, head, ST_SLAB_G, 1);
 	}
@@ -720,7 +723,14 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 	*loss_out = loss;
 	*gnorm_out = gnorm;
 	*lr_out = 0;
-	if (!isfinite(gnorm) || !isfinite(loss)) {
+	/* A finite gradient whose clipped norm reaches sqrt(FLT_MAX) can hold an
+	 * element whose square is inf in fp32: Adam's v would become inf (an
+	 * 8-bit block's absmax with it, zeroing the block's other codes and
+	 * making them NaN at the next decode). Such a step is skipped as a
+	 * non-finite one is. Only reachable with --grad-clip 0 or a huge clip. */
+	const double clipped = tr->o.grad_clip > 0 && gnorm > tr->o.grad_clip ? tr->o.grad_clip : gnorm;
+	const int overflow = isfinite(gnorm) && clipped >= 0x1p64;
+	if (!isfinite(gnorm) || !isfinite(loss) || overflow) {
 		/* Skip the update, keep every weight and moment as it was (never zero
 		 * them, as bitsandbytes does), count it, and stop after too many. */
 		if (pl)
@@ -730,14 +740,18 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		tr->step = step;
 		tr->tokens_seen += (double)per * A;
 		tr->skipped++;
-		st_log_warn("step %ld: non-finite %s (loss %g, gradient norm %g): update skipped (%ld so far, limit %d)",
-			    step, isfinite(loss) ? "gradient" : "loss", loss, gnorm, tr->skipped,
-			    tr->o.max_skipped_steps);
+		st_log_warn("step %ld: %s (loss %g, gradient norm %g): update skipped (%ld so far, limit %d)",
+			    step,
+			    !isfinite(loss)	 ? "non-finite loss"
+			    : !isfinite(gnorm) ? "non-finite gradient"
+					       : "gradient too large for fp32 (its square overflows)",
+			    loss, gnorm, tr->skipped, tr->o.max_skipped_steps);
 		metrics_write(tr, "{\"step\": %ld, \"skipped\": true, \"loss\": \"%g\", \"grad_norm\": \"%g\"}\n",
 			step, loss, gnorm);
 		ST_CHECK(tr->skipped <= tr->o.max_skipped_steps,
 			 "lower --lr, or resume from the last checkpoint with different settings",
-			 "%ld step%s skipped for non-finite gradients (limit --max-skipped-steps %d); stopping",
+			 "%ld step%s skipped for non-finite or overflowing gradients (limit "
+			 "--max-skipped-steps %d); stopping",
 			 tr->skipped, tr->skipped == 1 ? "" : "s", tr->o.max_skipped_steps);
 		return ST_OK;
 	}
