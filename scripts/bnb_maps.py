@@ -12,7 +12,13 @@ the same linspace formula, one rounding to fp32); tests/test_quant.c checks the
 C code against the same definition.
 
 usage: .venv/bin/python scripts/bnb_maps.py   (needs torch and bitsandbytes)
+       .venv/bin/python scripts/bnb_maps.py --write tests/data/bnb_maps.json
+           writes bitsandbytes' two maps (hex floats) for tests/test_quant.c,
+           which holds strata's C maps to them without needing bitsandbytes
 """
+import json
+import sys
+
 import numpy as np
 import torch
 import bitsandbytes
@@ -38,7 +44,23 @@ def strata_map(signed):
     return np.array(sorted(v), dtype=np.float64).astype(np.float32)
 
 
+def write(path):
+    maps = {s: create_dynamic_map(signed=s).numpy().astype(np.float32) for s in (True, False)}
+    out = {
+        "source": f"bitsandbytes {bitsandbytes.__version__} create_dynamic_map(signed=True / False), "
+                  f"torch {torch.__version__}; written by scripts/bnb_maps.py --write",
+        "signed": [float(x).hex() for x in maps[True]],
+        "unsigned": [float(x).hex() for x in maps[False]],
+    }
+    with open(path, "w") as f:
+        json.dump(out, f, indent=0)
+        f.write("\n")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        write(sys.argv[2])
+        return
     print(f"bitsandbytes {bitsandbytes.__version__}, torch {torch.__version__}")
     total = 0
     for signed in (True, False):

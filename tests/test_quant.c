@@ -20,6 +20,7 @@
 
 #include "ops/cpu/quant8.h"
 #include "ops/ops.h"
+#include "jsonutil.h"
 #include "optim/quantmap.h"
 #include "testutil.h"
 
@@ -61,6 +62,55 @@ static double decade_entry(int i, int j, int is_signed)
 {
 	int k = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
 	return pow(10.0, i - 6) * (0.1 + 0.9 * (2.0 * j + 1.0) / (2.0 * (k - 1)));
+}
+
+/* strata's maps against bitsandbytes' own (tests/data/bnb_maps.json, written
+ * by scripts/bnb_maps.py --write from create_dynamic_map): the same order,
+ * every entry within 2 ulp, and exactly the 72 signed and 100 unsigned
+ * entries the README says differ (bitsandbytes rounds at each fp32 step,
+ * strata once). Nearest-entry codes of values spread over every decade
+ * agree but for values within a few ulp of a moved midpoint. */
+Test(quant, maps_match_bitsandbytes)
+{
+	cJSON *root = tu_read_json("tests/data/bnb_maps.json");
+	const char *names[2] = {"unsigned", "signed"};
+	const int want_diff[2] = {100, 72};
+	for (int is_signed = 0; is_signed < 2; is_signed++) {
+		const cJSON *arr = cJSON_GetObjectItem(root, names[is_signed]);
+		cr_assert_eq(cJSON_GetArraySize(arr), 256, "%s: bitsandbytes' map size", names[is_signed]);
+		float ours[256], theirs[256];
+		quantmap_dynamic(ours, is_signed);
+		int differ = 0, worst = 0;
+		for (int k = 0; k < 256; k++) {
+			theirs[k] = (float)strtod(cJSON_GetArrayItem(arr, k)->valuestring, NULL);
+			const int ulps = abs(bits_of(ours[k]) - bits_of(theirs[k]));
+			differ += ulps != 0;
+			worst = ulps > worst ? ulps : worst;
+			if (k > 0)
+				cr_expect(theirs[k - 1] < theirs[k], "%s: bitsandbytes' map unsorted at %d",
+					  names[is_signed], k);
+		}
+		cr_expect_leq(worst, 2, "%s: an entry %d ulp from bitsandbytes'", names[is_signed], worst);
+		cr_expect_eq(differ, want_diff[is_signed], "%s: %d entries differ", names[is_signed],
+			     differ);
+		/* |x| = 10^e for e uniform in [-7.5, 0]: every decade of the map */
+		uint64_t st = 0x9e3779b97f4a7c15ull + (uint64_t)is_signed;
+		long codes_differ = 0;
+		const long n = 1000000;
+		for (long i = 0; i < n; i++) {
+			st = st * 6364136223846793005ull + 1442695040888963407ull;
+			const double u = (double)(st >> 11) / 9007199254740992.0;
+			float x = (float)pow(10.0, -7.5 * u);
+			if (is_signed && (st >> 7 & 1))
+				x = -x;
+			codes_differ += quant_nearest(ours, x) != quant_nearest(theirs, x);
+		}
+		cr_expect_leq(codes_differ, n / 100000, "%s: %ld of %ld codes differ from bitsandbytes'",
+			      names[is_signed], codes_differ, n);
+		cr_log_info("%s map: %d entries differ (at most %d ulp), %ld of %ld codes", names[is_signed],
+			    differ, worst, codes_differ, n);
+	}
+	cJSON_Delete(root);
 }
 
 Test(quant, maps_match_definition)
