@@ -119,8 +119,8 @@ int cmd_train(int argc, char **argv)
 		rc = trainer_run(&tr);
 	const int interrupted = rc == ST_OK ? tr.interrupted : 0; /* it said so itself */
 	if (rc == ST_OK && !interrupted && tr.skipped)
-		printf("done: step %ld (%ld skipped for a non-finite loss or gradient, or one too large), last finite "
-		       "train loss %.4f, val loss %.4f\n",
+		printf("done: step %ld (%ld skipped for a non-finite loss or gradient, or one too "
+		       "large), last finite train loss %.4f, val loss %.4f\n",
 		       tr.step, tr.skipped, tr.last_loss, tr.last_val_loss);
 	else if (rc == ST_OK && !interrupted)
 		printf("done: step %ld, train loss %.4f, val loss %.4f\n", tr.step, tr.last_loss,

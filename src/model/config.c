@@ -86,8 +86,7 @@ int config_validate(const struct st_config *c)
 		 "rope_theta must be positive and finite (got %g)", c->rope_theta);
 	ST_CHECK(c->norm_eps > 0 && isfinite(c->norm_eps), hint,
 		 "rms_norm_eps must be positive and finite (got %g)", c->norm_eps);
-	/* A guard against a damaged file, before anything is sized by it: the
-	 * model's bookkeeping is allocated per layer (the largest LLaMA has 126). */
+	/* before anything is sized by it: bookkeeping is allocated per layer */
 	ST_CHECK(c->n_layers <= ST_MAX_LAYERS, hint,
 		 "num_hidden_layers is %d; strata takes at most %d", c->n_layers, ST_MAX_LAYERS);
 	/* int32 offsets in kernels: keep every weight matrix under 2^31 elements
