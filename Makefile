@@ -52,7 +52,7 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test bench clean info refdata
+.PHONY: all test bench clean info refdata install
 all: info $(BIN)
 
 info:
@@ -94,6 +94,12 @@ bench: $(BIN) $(BENCH_BIN)
 # Regenerate the whole-model gradient reference data (needs PyTorch).
 refdata:
 	python3 scripts/gradref.py --out tests/data/gradref
+
+# The binary alone (`make install PREFIX=~/.local`); it is built for this
+# machine's CPU (-march=native) and finds OpenBLAS and CUDA where it was built.
+PREFIX ?= /usr/local
+install: $(BIN)
+	install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/strata
 
 clean:
 	rm -rf $(BUILD)

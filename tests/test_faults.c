@@ -8,10 +8,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
 #include "cliutil.h"
+#include "jsonutil.h"
 
 extern char **environ;
 
@@ -162,6 +165,84 @@ Test(faults, inconsistent_trainer_json_refused)
 		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/o%d", dir, i), 0,
 			     "edit %d: a refused resume left a run directory", i);
 	}
+}
+
+/* One run per run directory: while another process holds OUT/.lock, a
+ * fresh run and a resume into it are refused, naming the holder's PID, and
+ * nothing in the directory changes. A lock file left by a run that ended
+ * (nobody holds it) does not stop the next one. */
+Test(faults, run_directory_locked)
+{
+	char dir[256], lock[300];
+	cu_tmpdir(dir, sizeof dir, "lock");
+	two_steps(dir, "");
+	snprintf(lock, sizeof lock, "%s/run/.lock", dir);
+	cr_assert_eq(cu_run(out, sizeof out, "test -f %s", lock), 0, "the run left no .lock");
+	const int fd = open(lock, O_RDWR);
+	cr_assert(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "cannot take the lock");
+	char pid[32];
+	const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+	cr_assert(ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)len, 0) == len);
+	cu_run(NULL, 0, "md5sum %s/run/metrics.jsonl %s/run/step-000002/* > %s/sums", dir, dir, dir);
+	char want[512];
+	snprintf(want, sizeof want, "is in use by another strata train (pid %d)", (int)getpid());
+	const char *cmds[] = {"%s train --resume %s/run --steps 4 " SMALL,
+			      "%s train --model %s/init --data %s/data --out %s/run --steps 4 " SMALL};
+	for (int i = 0; i < 2; i++) {
+		int rc = cu_run(out, sizeof out, cmds[i], cu_bin(), dir, dir, dir);
+		cr_expect_neq(rc, 0, "case %d ran into a locked directory: %s", i, out);
+		cr_expect(strstr(out, want), "case %d: %s", i, out);
+	}
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/run/step-000004",
+			    dir, dir),
+		     0, "the locked run directory changed: %s", out);
+	close(fd); /* released: the file stays, holding a PID nobody has */
+	int rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 " SMALL, cu_bin(), dir);
+	cr_expect_eq(rc, 0, "a stale lock file stopped the resume: %s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test -d %s/run/step-000004", dir), 0, "%s", out);
+}
+
+/* A run started with relative paths saves them absolute, so a resume from
+ * another working directory finds its data. A checkpoint that saved a
+ * relative path (runs before this fix) gets an error that says where the
+ * path came from. */
+Test(faults, resume_from_another_directory)
+{
+	char dir[256], bin[PATH_MAX];
+	cu_tmpdir(dir, sizeof dir, "cwd");
+	cu_setup_run(dir, "");
+	cr_assert(realpath(cu_bin(), bin), "cannot resolve %s", cu_bin());
+	int rc = cu_run(out, sizeof out,
+			"cd %s && %s train --model ./init --data data --out run --steps 2 " SMALL, dir,
+			bin);
+	cr_assert_eq(rc, 0, "%s", out);
+	char path[400], want[400];
+	snprintf(path, sizeof path, "%s/run/step-000002/trainer.json", dir);
+	cJSON *root = tu_read_json(path);
+	const cJSON *opts = cJSON_GetObjectItem(root, "options");
+	const char *keys[] = {"data", "model", "out"}, *names[] = {"data", "init", "run"};
+	for (int i = 0; i < 3; i++) {
+		const cJSON *v = cJSON_GetObjectItem(opts, keys[i]);
+		snprintf(want, sizeof want, "%s/%s", dir, names[i]);
+		cr_expect(cJSON_IsString(v) && !strcmp(v->valuestring, want),
+			  "trainer.json's %s is %s, not %s", keys[i],
+			  cJSON_IsString(v) ? v->valuestring : "(none)", want);
+	}
+	cJSON_Delete(root);
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run --steps 3 " SMALL, bin, dir);
+	cr_expect_eq(rc, 0, "a resume from / failed: %s", out);
+	/* a checkpoint from before: its data path relative to where it ran */
+	cu_run(NULL, 0, "cp -r %s/run/step-000002 %s/old && sed -Ei 's|\"%s/data\"|\"data\"|' "
+			"%s/old/trainer.json",
+	       dir, dir, dir, dir);
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/old --out %s/o --steps 3 " SMALL,
+		    bin, dir, dir);
+	cr_expect_neq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "the data path 'data' came from the checkpoint's saved options"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/old --out %s/o --data %s/data "
+			"--steps 3 " SMALL, bin, dir, dir, dir);
+	cr_expect_eq(rc, 0, "--data did not override the saved path: %s", out);
 }
 
 /* Resuming a run that has already reached --steps trains nothing, says so,
@@ -462,6 +543,61 @@ Test(faults, config_values_checked_before_sizing)
 		  "%s", out);
 }
 
+/* Paths and messages: a path that does not exist is named as such; a model
+ * directory is refused as a run directory (its config.json would shadow the
+ * run's checkpoints); prepare keeps existing shards unless --force, and a
+ * --force without a validation split removes the old val.bin; a run without
+ * validation data says so in its done: line; --context past the model's
+ * maximum is named; --version answers. */
+Test(faults, paths_and_messages)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "msgs");
+	cu_setup_run(dir, "");
+	const struct {
+		const char *fmt, *needle;
+	} refused[] = {
+		{"train --model %s/init --data %s/data --out %s/r --steps -5", "--steps must be >= 0 (got -5)"},
+		{"train --model %s/init --data %s/data --out %s/r --max-tokens -1",
+		 "--max-tokens must be >= 0 (got -1)"},
+		{"eval --model %s/nope --data %s/data%.0s", "/nope does not exist"},
+		{"train --resume %s/nope --data %s/data --out %s/r", "/nope does not exist"},
+		{"train --model %s/init --data %s/data --out %s/init --steps 1",
+		 "/init holds a model (config.json); a run directory keeps its checkpoints"},
+		{"prepare --input %s/text.txt --out %s/data --val-fraction 0%.0s",
+		 "/data already holds token shards (train.bin)"},
+	};
+	cu_run(NULL, 0, "md5sum %s/init/* %s/data/* > %s/sums", dir, dir, dir);
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		char cmd[1024];
+		snprintf(cmd, sizeof cmd, refused[i].fmt, dir, dir, dir);
+		int rc = cu_run(out, sizeof out, "%s %s", cu_bin(), cmd);
+		cr_expect_neq(rc, 0, "%s accepted: %s", cmd, out);
+		cr_expect(strstr(out, refused[i].needle), "%s: %s", cmd, out);
+	}
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/r && "
+			    "test ! -e %s/init/latest && test ! -e %s/init/metrics.jsonl",
+			    dir, dir, dir, dir),
+		     0, "a refused command changed something: %s", out);
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s/text.txt --out %s/data --val-fraction 0 "
+			"--force && test ! -e %s/data/val.bin",
+			cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "prepare --force without a split kept the old val.bin: %s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/nv --steps 1 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "done: step 1, train loss ") && strstr(out, ", no validation data\n"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --tokens 2 --context 100000", cu_bin(),
+		    dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "--context 100000 exceeds the model's max_position_embeddings 128: "
+			      "using 128"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
+	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
+}
+
 /* eval, sample and init check their numbers against the ints they go into
  * (2^31 + 1 tokens once became a negative allocation), and a JSON path that
  * never ends is refused after 1 GiB, not read until memory runs out. */
@@ -479,7 +615,8 @@ Test(faults, other_commands_check_their_numbers)
 		 "--micro-batch 65536 x --seq-len 65536 tokens is more than one batch can hold"},
 		{"sample --model %s/init --tokens 2147483649",
 		 "--tokens must be in [0, 1073741824] (got 2147483649)"},
-		{"init --vocab 4294967554 --out %s/v", "--vocab must be in [0, 2147483647]"},
+		{"init --vocab 4294967554 --out %s/v", "--vocab must be in [1, 2147483647]"},
+		{"init --vocab 0 --out %s/v", "--vocab must be in [1, 2147483647] (got 0)"},
 		{"init --config /dev/zero --out %s/z",
 		 "stopped reading /dev/zero after 1024 MiB"},
 	};

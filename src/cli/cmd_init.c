@@ -37,8 +37,9 @@ int cmd_init(int argc, char **argv)
 	const char *out = cli_get(&a, "out", NULL);
 	long seed, vocab, max_seq;
 	ST_TRY(cli_get_long(&a, "seed", 1, LONG_MIN, LONG_MAX, &seed));
-	ST_TRY(cli_get_long(&a, "vocab", 0, 0, INT_MAX, &vocab));
-	ST_TRY(cli_get_long(&a, "max-seq", 0, 0, INT_MAX, &max_seq));
+	/* 0 (absent): the preset's own */
+	ST_TRY(cli_get_long(&a, "vocab", 0, 1, INT_MAX, &vocab));
+	ST_TRY(cli_get_long(&a, "max-seq", 0, 1, INT_MAX, &max_seq));
 	int tied = cli_has(&a, "tied"), force = cli_has(&a, "force");
 	int stable = cli_has(&a, "stable-embedding");
 	size_t shard = 0;

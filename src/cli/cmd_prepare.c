@@ -32,7 +32,8 @@ static void help(void)
 	       "  --out DIR           writes DIR/train.bin and DIR/val.bin\n"
 	       "  --val-fraction X    share of chunks held out for validation [0.05]\n"
 	       "  --chunk N           split granularity in bytes [16384]\n"
-	       "  --tokenizer T       byte, a Hugging Face tokenizer.json, or a model directory with one [byte]\n");
+	       "  --tokenizer T       byte, a Hugging Face tokenizer.json, or a model directory with one [byte]\n"
+	       "  --force             replace the shards already in DIR\n");
 }
 
 struct buf {
@@ -158,6 +159,7 @@ int cmd_prepare(int argc, char **argv)
 	long chunk;
 	ST_TRY(cli_get_double(&a, "val-fraction", 0.05, &val_frac));
 	ST_TRY(cli_get_long(&a, "chunk", 16384, 1, 1L << 30, &chunk));
+	const int force = cli_has(&a, "force");
 	const char *inputs[CLI_MAX_ARGS];
 	int n_in = 0;
 	for (int i = 0; i < a.n; i++)
@@ -168,6 +170,10 @@ int cmd_prepare(int argc, char **argv)
 	ST_TRY(cli_check_unused(&a, "strata prepare"));
 	ST_CHECK(out, "pass --out DIR", "strata prepare: no output directory (--out)");
 	ST_CHECK(n_in > 0, "pass --input FILE", "strata prepare: no input text (--input)");
+	char path[4096];
+	snprintf(path, sizeof path, "%s/train.bin", out);
+	ST_CHECK(force || !fs_exists(path), "pass --force to replace them, or choose another --out",
+		 "%s already holds token shards (train.bin)", out);
 	ST_CHECK(val_frac >= 0 && val_frac < 1, "use a fraction like 0.05",
 		 "--val-fraction must be in [0,1)");
 	struct st_tokenizer tk;
@@ -236,16 +242,18 @@ int cmd_prepare(int argc, char **argv)
 			 total_bytes, 100 * val_frac);
 		rc = ST_FAIL;
 	}
-	char path[4096];
 	if (rc == ST_OK)
 		rc = fs_mkdir_p(out);
 	if (rc == ST_OK) {
 		snprintf(path, sizeof path, "%s/train.bin", out);
 		rc = shard_write(path, train.v, train.n, (uint32_t)tk.vocab_size, tk.name);
 	}
-	if (rc == ST_OK && val.n) {
+	if (rc == ST_OK) {
 		snprintf(path, sizeof path, "%s/val.bin", out);
-		rc = shard_write(path, val.v, val.n, (uint32_t)tk.vocab_size, tk.name);
+		if (val.n)
+			rc = shard_write(path, val.v, val.n, (uint32_t)tk.vocab_size, tk.name);
+		else
+			unlink(path); /* an old split must not pass for this data's */
 	}
 	/* loss masks beside the shards (only when some input had examples) */
 	for (int k = 0; k < 2 && rc == ST_OK; k++) {

@@ -88,8 +88,13 @@ int cmd_sample(int argc, char **argv)
 			 s.model.cfg.vocab_size, tk.vocab_size);
 		rc = ST_FAIL;
 	}
-	if (ctx_len > s.model.cfg.max_seq)
+	if (ctx_len > s.model.cfg.max_seq) {
+		if (cli_get(&a, "context", NULL))
+			st_log_warn("--context %ld exceeds the model's max_position_embeddings %d: "
+				    "using %d",
+				    ctx_len, s.model.cfg.max_seq, s.model.cfg.max_seq);
 		ctx_len = s.model.cfg.max_seq;
+	}
 	if (rc == ST_OK)
 		rc = session_exec(&s, 1, (int)ctx_len);
 	size_t plen = strlen(prompt);

@@ -73,6 +73,25 @@ static int run_dir_of(char *out, size_t n, const char *dir)
 	return ST_OK;
 }
 
+/* A resume whose length or schedule options differ from the run's: the
+ * warmup and cosine are a function of the whole run, so the learning rate
+ * from here on follows the new curve, not the one the run was on. Said once. */
+static void note_new_schedule(const struct st_train_opts *saved, const struct st_trainer *tr)
+{
+	long total, warmup;
+	train_schedule(saved, &total, &warmup);
+	const long next = tr->step + 1;
+	if (next > tr->total_steps)
+		return; /* nothing to train */
+	const double was = lr_at(saved, next, total, warmup),
+		     now = lr_at(&tr->o, next, tr->total_steps, tr->warmup);
+	if (total == tr->total_steps && warmup == tr->warmup && was == now)
+		return;
+	st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld): the "
+		    "learning rate at step %ld is %.3g, where the run's own schedule had %.3g",
+		    tr->total_steps, tr->warmup, total, warmup, next, now, was);
+}
+
 int cmd_train(int argc, char **argv)
 {
 	struct cli_args a;
@@ -102,6 +121,7 @@ int cmd_train(int argc, char **argv)
 	 * written into from a copy. Only the --out flag moves it. */
 	if (resume)
 		ST_TRY(run_dir_of(o.out, sizeof o.out, dir));
+	const struct st_train_opts saved = o; /* the schedule the run had */
 	ST_TRY(cli_train_flags(&a, &o, "config"));
 	/* each GaLore matrix's moments count their updates from its start */
 	ST_CHECK(!resume || strncmp(o.optimizer, "galore", 6) || first_spread(&o) == saved_spread,
@@ -115,16 +135,24 @@ int cmd_train(int argc, char **argv)
 	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */
 	int rc = trainer_open(&tr, &o);
 	const int opened = rc == ST_OK;
+	if (rc == ST_OK && resume)
+		note_new_schedule(&saved, &tr);
 	if (rc == ST_OK)
 		rc = trainer_run(&tr);
 	const int interrupted = rc == ST_OK ? tr.interrupted : 0; /* it said so itself */
+	char val[64] = "no validation data";
+	if (rc == ST_OK && tr.data.has_val)
+		snprintf(val, sizeof val, "val loss %.4f", tr.last_val_loss);
 	if (rc == ST_OK && !interrupted && tr.skipped)
 		printf("done: step %ld (%ld skipped for a non-finite loss or gradient, or one too "
-		       "large), last finite train loss %.4f, val loss %.4f\n",
-		       tr.step, tr.skipped, tr.last_loss, tr.last_val_loss);
+		       "large), last finite train loss %.4f, %s\n",
+		       tr.step, tr.skipped, tr.last_loss, val);
 	else if (rc == ST_OK && !interrupted)
-		printf("done: step %ld, train loss %.4f, val loss %.4f\n", tr.step, tr.last_loss,
-		       tr.last_val_loss);
+		printf("done: step %ld, train loss %.4f, %s\n", tr.step, tr.last_loss, val);
+	char lock[sizeof o.out + 8];
+	snprintf(lock, sizeof lock, "%s/.lock", o.out);
+	if (!opened && !out_existed && tr.lock_fd >= 0)
+		unlink(lock); /* ours, made with the directory; removed while still held */
 	trainer_close(&tr);
 	if (!opened && !out_existed)
 		rmdir(o.out); /* a run that could not start leaves no empty directory (rmdir

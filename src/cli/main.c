@@ -4,6 +4,13 @@
 
 #include "cli/cli.h"
 
+#define STRATA_VERSION "0.1.0"
+#ifdef ST_HAVE_CUDA
+#define ST_CUDA_BUILD "built in: used where a GPU is found"
+#else
+#define ST_CUDA_BUILD "not built: CPU only"
+#endif
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -18,7 +25,7 @@ static void usage(FILE *f)
 		"  import   turn a llama.cpp GGUF file into a Hugging Face model directory\n"
 		"  plan     where a run's state would live and its predicted step, without training\n"
 		"\n"
-		"`strata COMMAND --help` lists a command's options.\n");
+		"`strata COMMAND --help` lists a command's options; `strata --version` the build.\n");
 }
 
 int main(int argc, char **argv)
@@ -27,6 +34,10 @@ int main(int argc, char **argv)
 	    !strcmp(argv[1], "help")) {
 		usage(stdout);
 		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+		printf("strata %s (CUDA backend %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
+		return 0;
 	}
 	const char *cmd = argv[1];
 	struct {

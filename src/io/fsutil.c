@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,29 @@ void fs_dirname(char *out, size_t n, const char *path)
 	size_t m = len < n - 1 ? len : n - 1;
 	memcpy(out, path, m);
 	out[m] = '\0';
+}
+
+int fs_absolute(char *path, size_t n)
+{
+	if (!*path || *path == '/')
+		return ST_OK;
+	char buf[PATH_MAX];
+	if (realpath(path, buf)) {
+		ST_CHECK(strlen(buf) < n, "use a shorter path", "path too long: %s", buf);
+		memcpy(path, buf, strlen(buf) + 1);
+		return ST_OK;
+	}
+	char cwd[PATH_MAX];
+	ST_CHECK(getcwd(cwd, sizeof cwd), NULL, "cannot read the working directory: %s",
+		 strerror(errno));
+	const char *rel = path;
+	while (rel[0] == '.' && rel[1] == '/')
+		rel += 2;
+	const int len = snprintf(buf, sizeof buf, "%s/%s", strcmp(cwd, "/") ? cwd : "", rel);
+	ST_CHECK(len > 0 && (size_t)len < n && (size_t)len < sizeof buf, "use a shorter path",
+		 "path too long: %s/%s", cwd, rel);
+	memcpy(path, buf, (size_t)len + 1);
+	return ST_OK;
 }
 
 int fs_exists(const char *path)

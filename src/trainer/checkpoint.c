@@ -543,6 +543,13 @@ int ckpt_save(struct st_trainer *tr)
 int ckpt_resolve(char *out, size_t n, const char *path)
 {
 	char p[4200];
+	if (!fs_exists(path)) { /* a step directory moved aside by an unfinished re-save? */
+		fs_dirname(p, sizeof p, path);
+		recover_aside(p);
+	}
+	ST_CHECK(fs_exists(path), "check the path", "%s does not exist", path);
+	ST_CHECK(fs_is_dir(path), "give a checkpoint directory (run/step-NNNNNN) or a run directory",
+		 "%s is not a directory", path);
 	snprintf(p, sizeof p, "%s/trainer.json", path);
 	if (fs_exists(p)) {
 		snprintf(out, n, "%s", path);

@@ -45,7 +45,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"galore-moments", OT_STR, F(galore_moments), "keep", "GaLore: on refresh keep the moments or rotate them"},
 	{"max-skipped-steps", OT_INT, F(max_skipped_steps), "10", "steps that may be skipped for a non-finite loss or gradient (or a gradient too large for fp32); one more stops the run"},
 	{"steps", OT_LONG, F(steps), "0", "optimizer steps (0: from --max-tokens)"},
-	{"max-tokens", OT_DOUBLE, F(max_tokens), "0", "token budget, used when --steps is 0"},
+	{"max-tokens", OT_DOUBLE, F(max_tokens), "0", "token budget, used when --steps is 0 (rounded up to whole steps)"},
 	{"eval-interval", OT_LONG, F(eval_interval), "100", "steps between evaluations (0: end only)"},
 	{"eval-tokens", OT_LONG, F(eval_tokens), "131072", "validation tokens per evaluation (0: all)"},
 	{"ckpt-interval", OT_LONG, F(ckpt_interval), "500", "steps between checkpoints (0: end only)"},
@@ -269,9 +269,10 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--galore-start-spread must be >= 1 (got %d)", o->galore_start_spread);
 	ST_CHECK(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
 		 "--galore-moments must be keep or rotate (got '%s')", o->galore_moments);
+	ST_CHECK(o->steps >= 0, h, "--steps must be >= 0 (got %ld)", o->steps);
+	ST_CHECK(o->max_tokens >= 0, h, "--max-tokens must be >= 0 (got %g)", o->max_tokens);
 	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
 		 "no training length: --steps and --max-tokens are both 0");
-	ST_CHECK(o->steps >= 0 && o->max_tokens >= 0, h, "--steps and --max-tokens must be >= 0");
 	ST_CHECK(o->eval_interval >= 0 && o->ckpt_interval >= 0 && o->eval_tokens >= 0, h,
 		 "intervals and --eval-tokens must be >= 0");
 	ST_CHECK(o->keep_ckpts >= 0, h, "--keep-ckpts must be >= 0");

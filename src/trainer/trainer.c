@@ -8,12 +8,14 @@
  * optimizer as grad_scale, so no extra pass rewrites the gradients. */
 #define _GNU_SOURCE /* vasprintf */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +35,13 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void train_schedule(const struct st_train_opts *o, long *total, long *warmup)
+{
+	const double tokens_per_step = (double)o->micro_batch * o->seq_len * o->grad_accum;
+	*total = o->steps > 0 ? o->steps : (long)ceil(o->max_tokens / tokens_per_step);
+	*warmup = o->warmup >= 0 ? o->warmup : *total / 10;
 }
 
 double lr_at(const struct st_train_opts *o, long step, long total, long warmup)
@@ -375,14 +384,84 @@ static void wait_update(void *ctx, int unit)
 	updater_wait_unit(ctx, unit);
 }
 
-static int check_run_dir(const struct st_train_opts *o, int resuming)
+/* One run per run directory: an exclusive flock on OUT/.lock, held until
+ * trainer_close (or the process ends, however it ends, so a killed run leaves
+ * no stale lock). Two runs into one directory would write the same step-N and
+ * remove each other's temporary checkpoints. The holder writes its PID into
+ * the file for the refusal to name; the file itself stays. */
+static int lock_run_dir(struct st_trainer *tr)
 {
+	char path[4200];
+	snprintf(path, sizeof path, "%s/.lock", tr->o.out);
+	const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	ST_CHECK(fd >= 0, "choose a writable --out directory", "cannot open %s: %s", path,
+		 strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		const int err = errno;
+		char pid[32] = "";
+		const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+		close(fd);
+		if (err == EWOULDBLOCK) {
+			pid[n > 0 ? n : 0] = '\0';
+			pid[strcspn(pid, "\n")] = '\0';
+			ST_ERROR("wait for that run to end, or pick another --out",
+				 "the run directory %s is in use by another strata train (pid %s)",
+				 tr->o.out, *pid ? pid : "unknown");
+		} else {
+			ST_ERROR("choose an --out directory on a file system with locks",
+				 "cannot lock %s: %s", path, strerror(err));
+		}
+		return ST_FAIL;
+	}
+	char pid[32];
+	const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+		st_log_warn("cannot write the PID into %s: %s", path, strerror(errno));
+	tr->lock_fd = fd;
+	return ST_OK;
+}
+
+/* The paths a checkpoint's trainer.json saves, made absolute: a --resume
+ * from another working directory reads them back. (On a resume "model" is
+ * the original run's, for the record only: it stays as saved.) */
+static int absolute_paths(struct st_train_opts *o, int resuming)
+{
+	char *paths[] = {o->data, o->val, o->out, o->profile, o->trace, resuming ? "" : o->model};
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+		ST_TRY(fs_absolute(paths[i], ST_PATH));
+	/* --offload-dir: a comma-separated list */
+	char joined[sizeof o->offload_dir] = "", *save = NULL;
+	for (char *d = strtok_r(o->offload_dir, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+		char one[ST_PATH];
+		snprintf(one, sizeof one, "%s", d);
+		ST_TRY(fs_absolute(one, sizeof one));
+		const size_t len = strlen(joined);
+		ST_CHECK(len + strlen(one) + 2 < sizeof joined, "use shorter --offload-dir paths",
+			 "--offload-dir: the absolute paths are too long together");
+		snprintf(joined + len, sizeof joined - len, "%s%s", len ? "," : "", one);
+	}
+	memcpy(o->offload_dir, joined, sizeof joined);
+	return ST_OK;
+}
+
+static int check_run_dir(struct st_trainer *tr, int resuming)
+{
+	const struct st_train_opts *o = &tr->o;
 	ST_CHECK(*o->out, "pass --out DIR", "no run directory given (--out)");
 	if (fs_mkdir_p(o->out) != ST_OK) {
 		ST_ERROR("choose a writable --out directory", "cannot create the run directory %s",
 			 o->out);
 		return ST_FAIL;
 	}
+	/* a model (or checkpoint) directory as --out: its root config.json would
+	 * then shadow the run's `latest` for eval, sample and --resume */
+	char model_conf[4200];
+	snprintf(model_conf, sizeof model_conf, "%s/config.json", o->out);
+	ST_CHECK(!fs_exists(model_conf), "give the run its own --out directory",
+		 "%s holds a model (config.json); a run directory keeps its checkpoints in "
+		 "step-NNNNNN subdirectories and must not be one",
+		 o->out);
+	ST_TRY(lock_run_dir(tr));
 	char probe[4096];
 	snprintf(probe, sizeof probe, "%s/.write-test", o->out);
 	if (fs_write_file_atomic(probe, "ok", 2) != ST_OK) {
@@ -402,13 +481,14 @@ static int check_run_dir(const struct st_train_opts *o, int resuming)
 int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 {
 	memset(tr, 0, sizeof *tr);
+	tr->lock_fd = -1;
 	tr->o = *o;
 	tr->last_val_loss = NAN;
 	pthread_mutex_init(&tr->ck.mu, NULL);
 	pthread_cond_init(&tr->ck.cv, NULL);
 	ST_TRY(train_opts_validate(&tr->o));
 	const int resuming = *tr->o.resume != 0;
-	ST_TRY(check_run_dir(&tr->o, resuming));
+	ST_TRY(check_run_dir(tr, resuming));
 
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, tr->o.device, tr->o.threads));
@@ -446,7 +526,17 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		 "--seq-len %d exceeds the model's max_position_embeddings %d", tr->o.seq_len,
 		 m->cfg.max_seq);
 
-	ST_TRY(data_open(&tr->data, tr->o.data, tr->o.val, m->cfg.vocab_size, 1));
+	if (data_open(&tr->data, tr->o.data, tr->o.val, m->cfg.vocab_size, 1) != ST_OK) {
+		if (resuming && (*tr->o.data != '/' || (*tr->o.val && *tr->o.val != '/')))
+			ST_ERROR("give --data (and --val) again, or resume from the directory the run "
+				 "started in",
+				 "the data path '%s' came from the checkpoint's saved options and is "
+				 "relative to where that run started (runs save absolute paths since "
+				 "then)",
+				 tr->o.data);
+		return ST_FAIL;
+	}
+	ST_TRY(absolute_paths(&tr->o, resuming)); /* trainer.json must name them from anywhere */
 	ST_CHECK(tr->data.train.n_tokens > (uint64_t)tr->o.seq_len,
 		 "use more text, or a shorter --seq-len",
 		 "the training data %s holds %llu tokens, fewer than one window of %d + 1",
@@ -487,11 +577,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->state,
 				     tr->o.grad_accum));
 
-	const double tokens_per_step =
-		(double)tr->o.micro_batch * tr->o.seq_len * tr->o.grad_accum;
-	tr->total_steps = tr->o.steps > 0 ? tr->o.steps
-					   : (long)ceil(tr->o.max_tokens / tokens_per_step);
-	tr->warmup = tr->o.warmup >= 0 ? tr->o.warmup : tr->total_steps / 10;
+	train_schedule(&tr->o, &tr->total_steps, &tr->warmup);
 	if (resuming)
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
 
@@ -598,7 +684,10 @@ void trainer_close(struct st_trainer *tr)
 	free(tr->state);
 	free(tr->tokens);
 	free(tr->targets);
+	if (tr->lock_fd >= 0)
+		close(tr->lock_fd); /* the run directory is free */
 	memset(tr, 0, sizeof *tr);
+	tr->lock_fd = -1;
 }
 
 int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long max_tokens,

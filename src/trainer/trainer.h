@@ -70,6 +70,7 @@ struct st_trainer {
 	struct st_ckpt_async ck;
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
+	int lock_fd;            /* OUT/.lock, flocked while the run is open; -1: none */
 };
 
 /* Set up a run: a fresh model directory (--model) or a checkpoint (--resume,
@@ -85,6 +86,9 @@ int trainer_run(struct st_trainer *tr);
 int trainer_plan(const struct st_train_opts *o);
 void trainer_close(struct st_trainer *tr);
 
+/* The run's length in steps (--steps, else --max-tokens rounded up to whole
+ * steps) and its warmup (--warmup, else a tenth of the steps). */
+void train_schedule(const struct st_train_opts *o, long *total, long *warmup);
 /* Learning rate at 1-based step: linear warmup to lr over `warmup` steps,
  * then cosine decay to lr * min_lr_ratio at total_steps. */
 double lr_at(const struct st_train_opts *o, long step, long total, long warmup);
