@@ -213,7 +213,7 @@ Test(faults, resume_from_another_directory)
 	cu_setup_run(dir, "");
 	cr_assert(realpath(cu_bin(), bin), "cannot resolve %s", cu_bin());
 	int rc = cu_run(out, sizeof out,
-			"cd %s && %s train --model ./init --data data --out run --steps 2 " SMALL, dir,
+			"cd %s && %s train --model ./init --data data --out run --steps 4 --ckpt-interval 2 " SMALL, dir,
 			bin);
 	cr_assert_eq(rc, 0, "%s", out);
 	char path[400], want[400];
@@ -229,8 +229,16 @@ Test(faults, resume_from_another_directory)
 			  cJSON_IsString(v) ? v->valuestring : "(none)", want);
 	}
 	cJSON_Delete(root);
-	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run --steps 3 " SMALL, bin, dir);
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/same " SMALL,
+		    bin, dir, dir);
 	cr_expect_eq(rc, 0, "a resume from / failed: %s", out);
+	cr_expect(!strstr(out, "schedule"), "the same schedule was announced: %s", out);
+	/* a longer --steps moves the rest of the run onto a new schedule: said */
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run --steps 6 " SMALL, bin, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "the schedule now spans 6 steps (warmup 0), not 4 (warmup 0): the "
+			      "learning rate at step 5 is "),
+		  "%s", out);
 	/* a checkpoint from before: its data path relative to where it ran */
 	cu_run(NULL, 0, "cp -r %s/run/step-000002 %s/old && sed -Ei 's|\"%s/data\"|\"data\"|' "
 			"%s/old/trainer.json",
