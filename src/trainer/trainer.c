@@ -401,16 +401,17 @@ static int lock_run_dir(struct st_trainer *tr)
 		char pid[32] = "";
 		const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
 		close(fd);
-		if (err == EWOULDBLOCK) {
-			pid[n > 0 ? n : 0] = '\0';
-			pid[strcspn(pid, "\n")] = '\0';
-			ST_ERROR("wait for that run to end, or pick another --out",
-				 "the run directory %s is in use by another strata train (pid %s)",
-				 tr->o.out, *pid ? pid : "unknown");
-		} else {
-			ST_ERROR("choose an --out directory on a file system with locks",
-				 "cannot lock %s: %s", path, strerror(err));
+		if (err != EWOULDBLOCK) { /* a file system without flock (some FUSE ones) */
+			st_log_warn("cannot lock %s (%s): a second run started into %s would not "
+				    "be refused",
+				    path, strerror(err), tr->o.out);
+			return ST_OK;
 		}
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		ST_ERROR("wait for that run to end, or pick another --out",
+			 "the run directory %s is in use by another strata train (pid %s)", tr->o.out,
+			 *pid ? pid : "unknown");
 		return ST_FAIL;
 	}
 	char pid[32];
