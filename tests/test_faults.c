@@ -602,6 +602,20 @@ Test(faults, paths_and_messages)
 	cr_expect(strstr(out, "--context 100000 exceeds the model's max_position_embeddings 128: "
 			      "using 128"),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --seq-len 100000 --max-tokens 64",
+		    cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "--seq-len 100000 exceeds the model's max_position_embeddings "
+					 "128: using 128"),
+		  "%s", out); /* the new data has no val.bin: the warning comes first */
+	/* shards from the byte tokenizer, a model with its own tokenizer.json */
+	rc = cu_run(out, sizeof out, "cp -r %s/init %s/tk && cp tests/data/tokenizers/llama3/tokenizer.json "
+			"%s/tk/ && %s prepare --input %s/text.txt --out %s/bytes && %s eval --model %s/tk "
+			"--data %s/bytes --seq-len 32 --max-tokens 64",
+		    dir, dir, dir, cu_bin(), dir, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "/bytes/val.bin was tokenized with 'byte', but the model's "
+			      "tokenizer.json is 'bpe-"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
 }

@@ -61,8 +61,13 @@ int cmd_eval(int argc, char **argv)
 	ST_TRY(session_backend(&ops, device, (int)threads));
 	struct st_session s;
 	ST_TRY(session_open(&s, ops, dir, 0));
-	if (t > s.model.cfg.max_seq)
+	if (t > s.model.cfg.max_seq) {
+		if (cli_get(&a, "seq-len", NULL))
+			st_log_warn("--seq-len %ld exceeds the model's max_position_embeddings %d: "
+				    "using %d",
+				    t, s.model.cfg.max_seq, s.model.cfg.max_seq);
 		t = s.model.cfg.max_seq;
+	}
 	struct st_data d = {0};
 	const char *val = fs_is_dir(data) ? NULL : data;
 	int rc = data_open(&d, fs_is_dir(data) ? data : NULL, val, s.model.cfg.vocab_size, 0);
@@ -70,6 +75,8 @@ int cmd_eval(int argc, char **argv)
 		ST_ERROR("run strata prepare, or pass a shard file", "no val.bin in %s", data);
 		rc = ST_FAIL;
 	}
+	if (rc == ST_OK)
+		data_check_tokenizer(&d, dir);
 	double loss = 0;
 	long n = 0;
 	if (rc == ST_OK)

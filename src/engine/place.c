@@ -44,6 +44,14 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		}
 	const size_t D = o->budget[ST_TIER_DEVICE], H = o->budget[ST_TIER_HOST];
 	char b1[32], b2[32], b3[32], b4[32];
+	static const char *kind_names[ST_SLAB__COUNT] = {[ST_SLAB_W] = "weights",
+							 [ST_SLAB_G] = "gradients",
+							 [ST_SLAB_S] = "optimizer"};
+	for (int k = 0; k < 3; k++)
+		ST_CHECK(o->force[kinds[k]] != ST_TIER_DISK || o->n_dirs > 0,
+			 "give --offload-dir DIR (one per SSD)",
+			 "--place %s=disk needs a disk tier, and there is no offload directory",
+			 kind_names[kinds[k]]);
 	ST_CHECK(!D || act_bytes <= D, "raise --device-mem, or lower --micro-batch / --seq-len",
 		 "the device budget %s cannot hold the activations of one micro-batch (%s)",
 		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes));
@@ -74,7 +82,9 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	const size_t forced_pools = (w_forced_off ? pw : 0) + (g_forced_off ? pg : 0);
 	const int fits_all = !D || dev + forced_pools + undecided <= D;
 	dev += fits_all ? forced_pools : pw + pg;
-	ST_CHECK(!D || dev <= D, "raise --device-mem, or lower --prefetch / --micro-batch",
+	ST_CHECK(!D || dev <= D,
+		 o->prefetch_given ? "raise --device-mem, or lower --prefetch / --micro-batch"
+				   : "raise --device-mem, or lower --micro-batch / --seq-len",
 		 "the device budget %s cannot hold the activations (%s) and the staging buffers "
 		 "of the streamed weights and gradients: %s needed, %s missing",
 		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes),
@@ -104,16 +114,36 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 			else if (h[i] == UNDECIDED)
 				undecided += bytes[kinds[k]][u];
 		}
-	const int s_may_stream = s_bytes && o->force[ST_SLAB_S] != ST_TIER_HOST;
+	/* state can stream only where it is not the device's (device updates) */
+	int s_off_device = 0;
+	for (int u = 0; s_bytes && u < n; u++)
+		s_off_device += s_bytes[u] && h[u * ST_SLAB__COUNT + ST_SLAB_S] != ST_TIER_DEVICE;
+	const int s_may_stream = s_off_device && o->force[ST_SLAB_S] != ST_TIER_HOST;
 	const size_t ps = s_may_stream ? (size_t)pool_s(o) * max_of(s_bytes, n) : 0;
 	const size_t forced_ps = o->force[ST_SLAB_S] == ST_TIER_DISK ? ps : 0;
 	const int host_all = !H || host + forced_ps + undecided <= H;
-	host += host_all ? forced_ps : ps;
-	ST_CHECK(!H || host <= H, "raise --host-mem, or lower --prefetch",
-		 "the host budget %s cannot hold the staging buffers of the streamed optimizer "
-		 "state: %s needed, %s missing",
-		 fmt_bytes(b1, sizeof b1, (double)H), fmt_bytes(b2, sizeof b2, (double)host),
-		 fmt_bytes(b4, sizeof b4, (double)(host - H)));
+	const size_t pools = host_all ? forced_ps : ps;
+	if (H && host + pools > H) {
+		/* say what the host was to hold (the parts that are there) */
+		const size_t part[3] = {o->host_reserved, host - o->host_reserved, pools};
+		const char *what[3] = {"activations swapped to the host", "slabs placed there",
+				       "staging buffers for the streamed optimizer state"};
+		char parts[256] = "", num[32];
+		for (int i = 0; i < 3; i++)
+			if (part[i])
+				snprintf(parts + strlen(parts), sizeof parts - strlen(parts), "%s%s of %s",
+					 *parts ? ", " : "", fmt_bytes(num, sizeof num, (double)part[i]),
+					 what[i]);
+		ST_ERROR(o->host_reserved ? "raise --host-mem, or swap fewer layers to the host"
+			 : o->prefetch_given ? "raise --host-mem, or lower --prefetch"
+					     : "raise --host-mem",
+			 "the host budget %s cannot hold %s (%s): %s missing",
+			 fmt_bytes(b1, sizeof b1, (double)H),
+			 fmt_bytes(b2, sizeof b2, (double)(host + pools)), parts,
+			 fmt_bytes(b3, sizeof b3, (double)(host + pools - H)));
+		return ST_FAIL;
+	}
+	host += pools;
 	size_t disk = 0;
 	for (int k = 0; k < 3; k++)
 		for (int u = 0; u < n; u++) {

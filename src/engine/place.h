@@ -28,6 +28,7 @@
 struct st_place_opts {
 	size_t budget[ST_TIER__COUNT]; /* device and host (0: unlimited); disk unlimited */
 	int prefetch;                  /* units of weights fetched ahead (>= 1) */
+	int prefetch_given;            /* the user chose it (the hints may then name it) */
 	int force[ST_SLAB__COUNT];     /* a tier, or -1 to choose */
 	int n_dirs;                    /* offload directories available */
 	size_t host_reserved;          /* host bytes already taken (swapped activations) */

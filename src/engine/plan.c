@@ -409,6 +409,7 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 	const int choose_pf = given->place.prefetch <= 0;
 	if (choose_pf)
 		w.place.prefetch = 2;
+	w.place.prefetch_given = !choose_pf;
 	const int L = pm->n_layers, n = pm->n_units;
 	ST_CHECK(o->device_updates <= n, "give --device-updates between 0 and the number of units",
 		 "--device-updates %d: the model has %d units", o->device_updates, n);
@@ -434,25 +435,34 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 		if (o->act)
 			memcpy(b.act, o->act, (size_t)L);
 		dev_spread(b.dev, n, o->device_updates > 0 ? o->device_updates : 0);
-		/* activations, then device updates, then activations again */
-		for (int round = 0; round < 3; round++) {
-			if ((round != 1 && !choose_act) || (round == 1 && !choose_dev))
-				continue;
+		/* activations, then device updates, then activations again; at each
+		 * prefetch depth when the depth is the planner's (2 first, so that
+		 * ties keep it): a deeper one takes staging buffers that a tight
+		 * budget needs for the weights, and the best plan at one depth can
+		 * be far from the best at another */
+		static const int depths[PLAN_MAX_PREFETCH] = {2, 1, 3, 4};
+		for (int k = 0; k < (choose_pf && prof ? PLAN_MAX_PREFETCH : 1); k++) {
+			if (choose_pf)
+				w.place.prefetch = depths[k];
+			for (int round = 0; round < 3; round++) {
+				if ((round != 1 && !choose_act) || (round == 1 && !choose_dev))
+					continue;
+				memcpy(p->act, b.act, (size_t)L);
+				memcpy(p->dev_update, b.dev, (size_t)n);
+				if (round == 1)
+					search_dev(p, pm, prof, o, &b);
+				else
+					search_act(p, pm, prof, o, &b);
+			}
+			/* the best plan so far at this depth (all the plan there is
+			 * when nothing is chosen) */
 			memcpy(p->act, b.act, (size_t)L);
 			memcpy(p->dev_update, b.dev, (size_t)n);
-			if (round == 1)
-				search_dev(p, pm, prof, o, &b);
-			else
-				search_act(p, pm, prof, o, &b);
+			if (prof)
+				consider(p, pm, prof, o, &b);
 		}
-		/* then the prefetch depth of the best plan: deeper hides more
-		 * transfer time but takes more staging buffers */
-		for (int pf = 1; choose_pf && prof && pf <= PLAN_MAX_PREFETCH; pf++) {
-			memcpy(p->act, b.act, (size_t)L);
-			memcpy(p->dev_update, b.dev, (size_t)n);
-			w.place.prefetch = pf;
-			consider(p, pm, prof, o, &b);
-		}
+		if (choose_pf && b.step >= 1e300)
+			w.place.prefetch = 1; /* nothing fits: the most frugal depth says why */
 		if (b.step < 1e300)
 			w.place.prefetch = b.prefetch;
 		memcpy(p->act, b.act, (size_t)L);

@@ -77,15 +77,23 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 	}
 	/* the name shards record: which tokenizer.json exactly (path is still
 	 * its path, whether given as a file or as a model directory) */
+	tokenizer_file_name(path, tk->name);
+	return ST_OK;
+}
+
+int tokenizer_file_name(const char *path, char name[25])
+{
 	char *text = NULL;
 	size_t len = 0;
-	uint64_t h = 0xcbf29ce484222325ull;
-	if (fs_read_file(path, &text, &len) == ST_OK)
-		for (size_t i = 0; i < len; i++)
-			h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+	const int old = st_log_mute(1);
+	const int rc = fs_read_file(path, &text, &len);
+	st_log_mute(old);
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	for (size_t i = 0; rc == ST_OK && i < len; i++)
+		h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
 	free(text);
-	snprintf(tk->name, sizeof tk->name, "bpe-%016llx", (unsigned long long)h);
-	return ST_OK;
+	snprintf(name, 25, "bpe-%016llx", (unsigned long long)h);
+	return rc;
 }
 
 void tokenizer_free(struct st_tokenizer *tk)

@@ -24,6 +24,9 @@ void tokenizer_byte(struct st_tokenizer *tk);
 /* "byte", a tokenizer.json, or a model directory holding one. */
 int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path);
 void tokenizer_free(struct st_tokenizer *tk);
+/* The name shards record for the tokenizer.json at path ("bpe-" + a hash of
+ * its bytes) into name; ST_FAIL (no message) when it cannot be read. */
+int tokenizer_file_name(const char *path, char name[25]);
 /* The most ids len bytes of text can become. */
 static inline size_t tokenizer_max_ids(size_t len) { return 2 * len + 1; }
 /* Encode len bytes of text into out (tokenizer_max_ids(len) ids); returns the count. */

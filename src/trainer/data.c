@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "io/fsutil.h"
+#include "io/tokenizer.h"
 #include "trainer/data.h"
 #include "util/check.h"
 #include "util/rng.h"
@@ -83,6 +84,19 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 		}
 	}
 	return ST_OK;
+}
+
+void data_check_tokenizer(const struct st_data *d, const char *model_dir)
+{
+	char path[4200], name[25];
+	snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+	if (!fs_exists(path) || tokenizer_file_name(path, name) != ST_OK)
+		return;
+	const struct st_shard *s = d->has_train ? &d->train : d->has_val ? &d->val : NULL;
+	if (s && strcmp(s->tokenizer, name) != 0)
+		st_log_warn("%s was tokenized with '%s', but the model's tokenizer.json is '%s': the "
+			    "same ids stand for other text (run strata prepare with --tokenizer %s)",
+			    s->path, s->tokenizer, name, model_dir);
 }
 
 void data_close(struct st_data *d)

@@ -538,6 +538,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		return ST_FAIL;
 	}
 	ST_TRY(absolute_paths(&tr->o, resuming)); /* trainer.json must name them from anywhere */
+	data_check_tokenizer(&tr->data, model_dir);
 	ST_CHECK(tr->data.train.n_tokens > (uint64_t)tr->o.seq_len,
 		 "use more text, or a shorter --seq-len",
 		 "the training data %s holds %llu tokens, fewer than one window of %d + 1",
