@@ -668,6 +668,9 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0,1) (got 1.5)"},
 		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},
 		{"--optimizer sgd --lr 40", "--lr 40 x --weight-decay 0.1 = 4"},
+		{"--device-mem 0x20M --seq-len 32", "--device-mem: '0x20M' is not a size"},
+		{"--host-mem 0.5 --seq-len 32", "--host-mem: '0.5' is less than one byte (0 would mean auto)"},
+		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r%zu "

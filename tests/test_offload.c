@@ -433,6 +433,52 @@ Test(offload, bit_identical_recompute, .timeout = 300)
 	cr_expect(strstr(out, "recomputed in backward"), "auto chose no recompute: %s", out);
 	expect_same_run(dir, "mem", "auto", "recompute chosen by the device budget");
 }
+/* The end-of-run queue report takes the queues' busy times over the
+ * training loop and divides by the loop's wall time (wall_s), not by the
+ * steps' time alone (steps_s): evaluations stream weights too, and an update
+ * can finish under the next evaluation, which made a queue more than 100%
+ * busy and compute negative in short runs. */
+Test(offload, queue_report_within_the_steps, .timeout = 120)
+{
+	char dir[256], flags[1024];
+	cu_tmpdir(dir, sizeof dir, "offq");
+	cu_setup_run(dir, "");
+	snprintf(flags, sizeof flags,
+		 "--place weights=disk,gradients=disk,optimizer=disk --offload-dir %s --steps 4 "
+		 "--eval-interval 1 --eval-tokens 2048", dir);
+	train(dir, "q", flags);
+	char path[512];
+	snprintf(path, sizeof path, "%s/q/metrics.jsonl", dir);
+	FILE *f = fopen(path, "r");
+	cr_assert(f, "no %s", path);
+	char line[4096];
+	cJSON *q = NULL;
+	while (fgets(line, sizeof line, f)) {
+		cJSON *r = cJSON_Parse(line);
+		if (r && cJSON_GetObjectItem(r, "queues")) {
+			cJSON_Delete(q);
+			q = r;
+		} else
+			cJSON_Delete(r);
+	}
+	fclose(f);
+	cr_assert(q, "no queues record in %s", path);
+	const cJSON *o = cJSON_GetObjectItem(q, "queues");
+	const cJSON *steps_s = cJSON_GetObjectItem(o, "steps_s");
+	cr_assert(cJSON_IsNumber(steps_s), "no steps_s in the queues record");
+	const double wall = cJSON_GetObjectItem(o, "wall_s")->valuedouble;
+	cr_expect(steps_s->valuedouble > 0 && steps_s->valuedouble <= wall,
+		  "steps_s %.4f, wall_s %.4f", steps_s->valuedouble, wall);
+	const char *keys[] = {"compute_s", "copy_s", "disk_s", "optimizer_s"};
+	for (int i = 0; i < 4; i++) {
+		const double v = cJSON_GetObjectItem(o, keys[i])->valuedouble;
+		/* a transfer already in flight when the loop began counts whole */
+		cr_expect(v >= 0 && v <= 1.05 * wall + 0.005, "%s = %.4f s over a %.4f s loop", keys[i],
+			  v, wall);
+	}
+	cJSON_Delete(q);
+}
+
 static void expect_fail(const char *what, const char *needle, int rc);
 
 /* The planner's choices: swapped activations (host, disk, a per-layer mix

@@ -224,9 +224,14 @@ int parse_bytes(const char *s, size_t *out, const char *what)
 		end += strlen(end);
 	else if (mul == 1 && !strcmp(end, "B"))
 		end++;
-	ST_CHECK(end != s && *end == '\0' && v > 0 && v * mul < 1.8e19,
+	/* decimal only: strtod would also take 0x20 and inf */
+	const size_t digits = strspn(s, "0123456789.eE+-");
+	ST_CHECK(end != s && *end == '\0' && digits > 0 && strchr("KMGTkmgtBb ", s[digits]) &&
+			 v > 0 && v * mul < 1.8e19,
 		 "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto",
 		 "%s: '%s' is not a size", what, s);
+	ST_CHECK(v * mul >= 1, "give at least one byte, or auto",
+		 "%s: '%s' is less than one byte (0 would mean auto)", what, s);
 	*out = (size_t)(v * mul);
 	return ST_OK;
 }

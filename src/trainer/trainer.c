@@ -882,29 +882,47 @@ static int settle(struct st_trainer *tr)
  * step: compute (the main thread, less its waits), the copy and disk
  * transfer queues, and the optimizer thread. Printed, and appended to
  * metrics.jsonl as {"queues": ...} for bench/offload. */
+/* The queue counters. They run over the whole process, and the queues work
+ * for evaluations and checkpoints too (an update can finish under the next
+ * evaluation), so the report takes them over the training loop, from q_snap
+ * at its start, against the loop's wall time. */
+static void q_snap(const struct st_trainer *tr, double v[5])
+{
+	const struct st_store *s = &tr->s.store;
+	v[0] = s->wait_s[0];
+	v[1] = s->q_copy.busy_s;
+	v[2] = s->q_disk.busy_s;
+	v[3] = tr->up.busy_s;
+	v[4] = tr->up.wait_s;
+}
+
 static void report_queues(struct st_trainer *tr)
 {
 	const struct st_store *s = &tr->s.store;
-	const double wall = tr->train_s;
+	const double wall = now_s() - tr->loop_t0;
 	if (wall <= 0 || !tr->timed_steps)
 		return;
-	const double waits = s->wait_s[0] + tr->up.wait_s;
-	const double busy[4] = {wall - waits, s->q_copy.busy_s, s->q_disk.busy_s, tr->up.busy_s};
+	double q[5];
+	q_snap(tr, q);
+	for (int i = 0; i < 5; i++)
+		q[i] -= tr->q_start[i];
+	const double waits = q[0] + q[4];
+	const double busy[4] = {wall - waits, q[1], q[2], q[3]};
 	const char *names[4] = {"compute", "copy", "disk", "optimizer"};
 	int bound = 0;
 	for (int i = 1; i < 4; i++)
 		if (busy[i] > busy[bound])
 			bound = i;
-	st_log_info("queues over %ld steps (%.2f s/step): compute %.0f%%, copy %.0f%%, disk %.0f%%, "
-		    "optimizer %.0f%% busy; the main thread waited %.2f s for transfers and %.2f s for "
-		    "updates; bound by %s",
-		    tr->timed_steps, wall / (double)tr->timed_steps, 100 * busy[0] / wall,
-		    100 * busy[1] / wall, 100 * busy[2] / wall, 100 * busy[3] / wall, s->wait_s[0],
-		    tr->up.wait_s, names[bound]);
+	st_log_info("queues over %ld steps (%.2f s/step; %.2f s with evaluations and checkpoints): "
+		    "compute %.0f%%, copy %.0f%%, disk %.0f%%, optimizer %.0f%% busy; the main thread "
+		    "waited %.2f s for transfers and %.2f s for updates; bound by %s",
+		    tr->timed_steps, tr->train_s / (double)tr->timed_steps, wall, 100 * busy[0] / wall,
+		    100 * busy[1] / wall, 100 * busy[2] / wall, 100 * busy[3] / wall, q[0], q[4],
+		    names[bound]);
 	if (tr->plan.t.step_s > 0)
 		st_log_info("step time: measured %.3f s, the plan predicted %.3f s (measured / predicted "
-			    "%.2f)", wall / (double)tr->timed_steps, tr->plan.t.step_s,
-			    wall / (double)tr->timed_steps / tr->plan.t.step_s);
+			    "%.2f)", tr->train_s / (double)tr->timed_steps, tr->plan.t.step_s,
+			    tr->train_s / (double)tr->timed_steps / tr->plan.t.step_s);
 	if (s->io_ready)
 		st_log_info("disk: read %.2f GiB, wrote %.2f GiB (%.2f GB/s while busy)",
 			    (double)s->io.bytes_read / 1073741824.0,
@@ -913,11 +931,11 @@ static void report_queues(struct st_trainer *tr)
 						   s->io.busy_s / 1e9
 					     : 0.0);
 	metrics_write(tr,
-		"{\"queues\": {\"steps\": %ld, \"wall_s\": %.4f, \"compute_s\": %.4f, \"copy_s\": %.4f, "
+		"{\"queues\": {\"steps\": %ld, \"steps_s\": %.4f, \"wall_s\": %.4f, \"compute_s\": %.4f, \"copy_s\": %.4f, "
 		"\"disk_s\": %.4f, \"optimizer_s\": %.4f, \"wait_transfer_s\": %.4f, "
 		"\"wait_update_s\": %.4f, \"disk_read_bytes\": %llu, \"disk_write_bytes\": %llu, "
 		"\"bound\": \"%s\", \"predicted_step_s\": %.4f}}\n",
-		tr->timed_steps, wall, busy[0], busy[1], busy[2], busy[3], s->wait_s[0], tr->up.wait_s,
+		tr->timed_steps, tr->train_s, wall, busy[0], busy[1], busy[2], busy[3], q[0], q[4],
 		(unsigned long long)s->io.bytes_read, (unsigned long long)s->io.bytes_written,
 		names[bound], tr->plan.t.step_s);
 }
@@ -988,6 +1006,8 @@ int trainer_run(struct st_trainer *tr)
 		metrics_run_start(tr);
 	struct st_progress pg;
 	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval);
+	tr->loop_t0 = now_s();
+	q_snap(tr, tr->q_start);
 	if (tr->step == 0 && tr->o.eval_interval > 0)
 		ST_TRY(run_eval(tr, &pg));
 	/* A signal (interrupt.h) is read once per step, after it: the step is

@@ -50,6 +50,9 @@ struct st_trainer {
 	struct st_updater up;  /* per-unit updates (not with per-layer GaLore) */
 	double *grad_sumsq;    /* per unit, from the executor */
 	double train_s;        /* wall time of the training steps of this process */
+	double loop_t0;        /* when the training loop began, and the queue counters then */
+	double q_start[5];     /* (q_snap: transfer waits, copy, disk and optimizer busy,
+				* update waits) */
 	long timed_steps;
 	int per_layer;         /* GaLore per-layer updates (pl in use) */
 	struct st_perlayer pl;
