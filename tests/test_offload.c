@@ -744,6 +744,25 @@ Test(offload, directory_faults, .timeout = 300)
 			  "tiny filesystem: the message does not say what is needed: %s", out);
 		umount(mnt);
 	}
+	/* no cached profile: the planner measures the disk in the first
+	 * directory, with less than its usual 256 MiB where there is less
+	 * room (a 100 MiB file system: the run's own state fits), and says what
+	 * it needs where even its least does not fit */
+	const char *sizes[2] = {"size=100m", "size=20m"};
+	for (int k = 0; k < 2; k++) {
+		if (!mount_small(mnt, sizeof mnt, sizes[k]))
+			continue;
+		rc = cu_run(out, sizeof out,
+			    "STRATA_PROFILE= HOME=%s/home%d %s train --resume %s/run --steps 4 --out %s/p%d "
+			    "%s --offload-dir %s",
+			    dir, k, cu_bin(), dir, dir, k, all_disk, mnt);
+		if (k == 0)
+			cr_expect_eq(rc, 0, "a 100 MiB offload directory: %s", out);
+		else
+			expect_fail("profiling a 20 MiB directory",
+				    "measuring the disk for the planner needs 32 MiB in", rc);
+		umount(mnt);
+	}
 	if (mount_small(mnt, sizeof mnt, "size=256m") &&
 	    mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) == 0) {
 		rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 %s --offload-dir %s",

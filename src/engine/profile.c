@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "engine/place.h"
@@ -122,8 +123,25 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 {
 	const char *dirs[] = {dir};
 	struct st_io io;
-	enum { N = 16 };
-	const size_t slab = 16u << 20, total = N * slab;
+	/* 16 slabs of 16 MiB, or fewer (at least 2) where the directory has
+	 * less than twice that free: the measurement must not be what stops a
+	 * run whose own state fits there */
+	enum { MAX_N = 16 };
+	const size_t slab = 16u << 20;
+	int N = MAX_N;
+	struct statvfs vs;
+	if (statvfs(dir, &vs) == 0 && vs.f_blocks > 0) {
+		const double avail = (double)vs.f_bavail * (double)vs.f_frsize;
+		while (N > 2 && (double)N * (double)slab * 2 > avail)
+			N /= 2;
+		char b1[32];
+		ST_CHECK((double)N * (double)slab <= avail,
+			 "free space there, or give --profile FILE (a profile measured on this machine "
+			 "with an offload directory that had room)",
+			 "measuring the disk for the planner needs %d MiB in %s, which has %s free", 2 * 16,
+			 dir, fmt_bytes(b1, sizeof b1, avail));
+	}
+	const size_t total = (size_t)N * slab;
 	void *buf = NULL; /* O_DIRECT needs page-aligned buffers */
 	if (posix_memalign(&buf, ST_IO_ALIGN, 2 * slab) != 0) {
 		ST_ERROR(NULL, "out of memory for the disk measurement");
@@ -132,7 +150,7 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 	memcpy(buf, fill, 2 * slab);
 	int rc = io_open(&io, dirs, 1, 1u << 20, 16, total);
 	if (rc == ST_OK) {
-		struct st_io_item items[N];
+		struct st_io_item items[MAX_N];
 		for (int i = 0; i < N; i++)
 			items[i] = (struct st_io_item){(uint64_t)i * slab, (char *)buf + (i % 2) * slab, slab};
 		double t0 = now_s();
