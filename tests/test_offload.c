@@ -731,6 +731,10 @@ Test(offload, directory_faults, .timeout = 300)
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 %s", cu_bin(), dir, all_disk);
 	expect_fail("no offload dir", "--offload-dir", rc);
 
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 %s --offload-dir %s,%s/./",
+		    cu_bin(), dir, all_disk, dir, dir);
+	expect_fail("one directory twice", "are the same directory", rc);
+
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 --device-mem 64K --host-mem 64K",
 		    cu_bin(), dir);
 	expect_fail("budgets too small", "device budget", rc);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,6 +121,30 @@ static void tier_choice_free(struct tier_choice *ch)
 	free(ch->flops);
 	free(ch->act);
 	memset(ch, 0, sizeof *ch);
+}
+
+/* The same directory twice is refused: it gains nothing, and each stripe's
+ * free-space check counted the same space. Two on one file system are
+ * allowed, with a warning: striping over them gains no bandwidth.
+ * Directories that do not exist are left to the store's message. */
+static int check_offload_dirs(const char *const *dirs, int n)
+{
+	int warned = 0;
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++) {
+			struct stat a, b;
+			if (stat(dirs[i], &a) != 0 || stat(dirs[j], &b) != 0)
+				continue;
+			ST_CHECK(a.st_dev != b.st_dev || a.st_ino != b.st_ino,
+				 "give each directory once (one per SSD)",
+				 "--offload-dir %s and %s are the same directory", dirs[i], dirs[j]);
+			if (a.st_dev == b.st_dev && !warned++)
+				st_log_warn("--offload-dir %s and %s are on the same file system: "
+					    "striping over them gains no bandwidth (one directory per "
+					    "SSD)",
+					    dirs[i], dirs[j]);
+		}
+	return ST_OK;
 }
 
 /* The profile file: --profile, else $STRATA_PROFILE, else
@@ -242,10 +267,14 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
 	/* the directories, split at commas */
 	snprintf(ch->dirbuf, sizeof ch->dirbuf, "%s", tr->o.offload_dir);
-	for (char *save = NULL, *d = strtok_r(ch->dirbuf, ",", &save); d && ch->n_dirs < 64;
-	     d = strtok_r(NULL, ",", &save))
+	for (char *save = NULL, *d = strtok_r(ch->dirbuf, ",", &save); d;
+	     d = strtok_r(NULL, ",", &save)) {
+		ST_CHECK(ch->n_dirs < 64, "give at most 64 --offload-dir directories",
+			 "too many offload directories");
 		ch->dirs[ch->n_dirs++] = d;
+	}
 	ch->po.place.n_dirs = ch->n_dirs;
+	ST_TRY(check_offload_dirs(ch->dirs, ch->n_dirs));
 
 	/* Everything on the device with nothing forced elsewhere needs no
 	 * prediction (and no profile): no plan moves fewer bytes. */
