@@ -433,6 +433,45 @@ Test(offload, bit_identical_recompute, .timeout = 300)
 	cr_expect(strstr(out, "recomputed in backward"), "auto chose no recompute: %s", out);
 	expect_same_run(dir, "mem", "auto", "recompute chosen by the device budget");
 }
+/* The plan's disk total is what the disk tier's files take: every slab in
+ * whole --io-block blocks and the tier in whole stripes (it used to count
+ * the slabs' own bytes, and a disk sized from it was too small). */
+Test(offload, plan_disk_total_is_the_files, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "plandisk");
+	cu_setup_run(dir, "");
+	const char *cases[] = {"--io-block 1M --offload-dir %s/a",
+			       "--io-block 4M --offload-dir %s/a,%s/b --activations dk"};
+	for (int i = 0; i < 2; i++) {
+		char flags[512], planned[64] = "", taken[64] = "";
+		snprintf(flags, sizeof flags, cases[i], dir, dir);
+		int rc = cu_run(out, sizeof out,
+				"mkdir -p %s/a %s/b && %s plan --model %s/init --micro-batch 4 --seq-len 32 "
+				"--place weights=disk,gradients=disk,optimizer=disk %s | grep '^tier total'",
+				dir, dir, cu_bin(), dir, flags);
+		cr_assert_eq(rc, 0, "%s: %s", flags, out);
+		/* "tier total   DEV   HOST   DISK   (pools included)": the third size */
+		char u[3][8];
+		double v[3];
+		cr_assert_eq(sscanf(out, "tier total %lf %7s %lf %7s %lf %7s", &v[0], u[0], &v[1], u[1],
+				    &v[2], u[2]),
+			     6, "%s", out);
+		snprintf(planned, sizeof planned, "%.1f %s", v[2], u[2]);
+		rc = cu_run(out, sizeof out,
+			    "%s train --model %s/init --data %s/data --out %s/r%d --steps 1 --micro-batch 4 "
+			    "--seq-len 32 --progress none --place weights=disk,gradients=disk,optimizer=disk %s",
+			    cu_bin(), dir, dir, dir, i, flags);
+		cr_assert_eq(rc, 0, "%s: %s", flags, out);
+		const char *t = strstr(out, "the files take ");
+		cr_assert(t, "%s", out);
+		cr_assert_eq(sscanf(t, "the files take %63[^ ] %7s", taken, u[0]), 2);
+		snprintf(taken + strlen(taken), sizeof taken - strlen(taken), " %s", u[0]);
+		cr_expect_str_eq(planned, taken, "%s: the plan says %s on disk, the files take %s", flags,
+				 planned, taken);
+	}
+}
+
 /* The end-of-run queue report takes the queues' busy times over the
  * training loop and divides by the loop's wall time (wall_s), not by the
  * steps' time alone (steps_s): evaluations stream weights too, and an update

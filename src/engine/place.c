@@ -159,7 +159,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 					h[i] = ST_TIER_DISK;
 			}
 			if (h[i] == ST_TIER_DISK)
-				disk += b;
+				disk += io_round(b, o->io_block ? o->io_block : ST_IO_ALIGN);
 		}
 	ST_CHECK(!disk || o->n_dirs > 0,
 		 "give --offload-dir DIR (one per SSD), or raise --device-mem / --host-mem",
@@ -192,7 +192,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	}
 	p->bytes[ST_TIER_DEVICE] = dev;
 	p->bytes[ST_TIER_HOST] = host;
-	p->bytes[ST_TIER_DISK] = disk;
+	p->bytes[ST_TIER_DISK] = disk; /* the layout adds swapped activations, then stripes */
 	memcpy(p->budget, o->budget, sizeof p->budget);
 	return ST_OK;
 }

@@ -31,6 +31,8 @@ struct st_place_opts {
 	int prefetch_given;            /* the user chose it (the hints may then name it) */
 	int force[ST_SLAB__COUNT];     /* a tier, or -1 to choose */
 	int n_dirs;                    /* offload directories available */
+	size_t io_block;               /* the disk tier's stripe block (0: ST_IO_ALIGN): each
+					* slab there takes whole blocks, the tier whole stripes */
 	size_t host_reserved;          /* host bytes already taken (swapped activations) */
 	const unsigned char *dev_unit; /* per unit, may be NULL: units updated on the device
 					* (their state and gradients live there) */

@@ -315,11 +315,16 @@ static int layout(struct st_plan *p, const struct st_plan_model *pm, const struc
 	place_free(&p->place);
 	ST_TRY(place_make(&p->place, pm->n_units, pm->w_bytes, pm->g_bytes, pm->s_bytes,
 			  p->act_device, &po));
+	const size_t block = o->place.io_block ? o->place.io_block : ST_IO_ALIGN;
 	if (pool) {
 		p->place.pool_slots[ST_SLAB_A] = pool;
 		p->place.offloaded = 1;
-		p->place.bytes[ST_TIER_DISK] += (size_t)on_disk * io_round(pm->act_layer, ST_IO_ALIGN);
+		p->place.bytes[ST_TIER_DISK] += (size_t)on_disk * io_round(pm->act_layer, block);
 	}
+	/* the disk tier takes whole stripes: a block in every directory */
+	if (p->place.bytes[ST_TIER_DISK] && o->place.n_dirs > 0)
+		p->place.bytes[ST_TIER_DISK] =
+			io_round(p->place.bytes[ST_TIER_DISK], block * (size_t)o->place.n_dirs);
 	return ST_OK;
 }
 

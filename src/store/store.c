@@ -696,8 +696,11 @@ void store_report(const struct st_store *s)
 		for (int i = 0; i < s->io.n_dirs; i++)
 			len += snprintf(dirs + len, sizeof dirs - (size_t)len, "%s%s%s", i ? ", " : "",
 					s->io.dirs[i].path, s->io.dirs[i].direct ? "" : " (buffered)");
-		st_log_info("  disk I/O: %d director%s (%s), %s blocks, queue depth %d", s->io.n_dirs,
-			    s->io.n_dirs == 1 ? "y" : "ies", dirs,
-			    fmt_bytes(b, sizeof b, (double)s->io.block), s->io.depth);
+		char b2[32];
+		st_log_info("  disk I/O: %d director%s (%s), %s blocks, queue depth %d; the files "
+			    "take %s in all (each slab whole blocks)",
+			    s->io.n_dirs, s->io.n_dirs == 1 ? "y" : "ies", dirs,
+			    fmt_bytes(b, sizeof b, (double)s->io.block), s->io.depth,
+			    fmt_bytes(b2, sizeof b2, (double)s->io.n_blocks * (double)s->io.block));
 	}
 }

@@ -275,6 +275,13 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	ch->po.place.n_dirs = ch->n_dirs;
 	ST_TRY(check_offload_dirs(ch->dirs, ch->n_dirs));
+	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
+	if (!ch->po.place.io_block)
+		ch->po.place.io_block = 1u << 20; /* "auto": the store's default */
+	ST_CHECK(ch->po.place.io_block % ST_IO_ALIGN == 0 && ch->po.place.io_block <= (64u << 20),
+		 "use e.g. --io-block 1M (a multiple of 4K, at most 64M)",
+		 "--io-block %s must be a multiple of %d bytes, at most 64 MiB", tr->o.io_block,
+		 ST_IO_ALIGN);
 
 	/* Everything on the device with nothing forced elsewhere needs no
 	 * prediction (and no profile): no plan moves fewer bytes. */
