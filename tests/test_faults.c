@@ -616,6 +616,23 @@ Test(faults, paths_and_messages)
 	cr_expect(strstr(out, "/bytes/val.bin was tokenized with 'byte', but the model's "
 			      "tokenizer.json is 'bpe-"),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --tokens 4 --prompt ''", cu_bin(), dir);
+	cr_expect_eq(rc, 0, "an empty prompt: %s", out);
+	const struct {
+		const char *flags, *needle;
+	} sample_bad[] = {
+		{"--temperature -1", "--temperature must be >= 0 (got -1)"},
+		{"--top-p 1.5", "--top-p must be in (0, 1] (got 1.5)"},
+	};
+	for (int i = 0; i < 2; i++) {
+		rc = cu_run(out, sizeof out, "%s sample --model %s/init %s", cu_bin(), dir,
+			    sample_bad[i].flags);
+		cr_expect(rc != 0 && strstr(out, sample_bad[i].needle), "%s: %s", sample_bad[i].flags,
+			  out);
+	}
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --place weights=disk,weights=host", cu_bin(),
+		    dir);
+	cr_expect(rc != 0 && strstr(out, "--place names weights twice"), "%s", out);
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
 }

@@ -16,7 +16,7 @@ static void help(void)
 {
 	printf("usage: strata sample --model DIR [options]\n\n"
 	       "  --model DIR        model directory, checkpoint, or run directory (its latest)\n"
-	       "  --prompt TEXT      text to continue [\"\\n\"]\n"
+	       "  --prompt TEXT      text to continue; \"\" starts from the tokenizer's <bos> [\"\\n\"]\n"
 	       "  --tokens N         tokens to generate [200]\n"
 	       "  --temperature X    0 is greedy [0.8]\n"
 	       "  --top-p X          nucleus sampling mass [0.95]\n"
@@ -61,9 +61,9 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
 	ST_TRY(cli_check_unused(&a, "strata sample"));
 	ST_CHECK(model, "pass --model DIR", "strata sample: no model (--model)");
-	ST_CHECK(temp >= 0 && top_p > 0 && top_p <= 1,
-		 "check --temperature >= 0 and 0 < --top-p <= 1",
-		 "strata sample: invalid sampling options");
+	ST_CHECK(temp >= 0, "give 0 (greedy) or more", "--temperature must be >= 0 (got %g)", temp);
+	ST_CHECK(top_p > 0 && top_p <= 1, "give a share such as 0.95 (1: no cut)",
+		 "--top-p must be in (0, 1] (got %g)", top_p);
 
 	char dir[4096];
 	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
@@ -104,6 +104,8 @@ int cmd_sample(int argc, char **argv)
 		size_t n = tokenizer_encode(&tk, ids, prompt, plen);
 		for (size_t i = 0; i < n; i++)
 			ctx[i] = (int32_t)ids[i];
+		if (n == 0 && tk.bos_id >= 0) /* an empty prompt: from the start of a text */
+			ctx[n++] = tk.bos_id;
 		fwrite(prompt, 1, plen, stdout);
 		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
 					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,

@@ -262,6 +262,7 @@ int parse_place(const char *s, int force[ST_SLAB__COUNT])
 		ST_CHECK(k >= 0, hint, "--place: unknown slab kind '%s' (weights, gradients, optimizer)",
 			 kind);
 		ST_CHECK(t >= 0, hint, "--place: unknown tier '%s' (device, host, disk)", tier);
+		ST_CHECK(force[k] == UNDECIDED, hint, "--place names %s twice", kind);
 		ST_CHECK(!(k == ST_SLAB_S && t == ST_TIER_DEVICE), hint,
 			 "--place: optimizer state on the device arrives with the CUDA backend and the "
 			 "planner (device-side updates)");

@@ -41,7 +41,8 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 	char b1[32], b2[32], b3[32];
 	struct stat st;
 	ST_CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode),
-		 "create it first, or point --offload-dir at an existing directory",
+		 "create it first, or point --offload-dir at an existing directory (a resumed run "
+		 "uses the directories it was started with, unless --offload-dir is given)",
 		 "offload directory %s does not exist or is not a directory", dir);
 	d->path = strdup(dir);
 	d->fd = -1;

@@ -61,7 +61,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"place", OT_STR, F(place), "auto", "force homes: weights=TIER,gradients=TIER,optimizer=TIER (device, host, disk)"},
 	{"prefetch", OT_INT, F(prefetch), "0", "units whose weights (and swapped activations) are fetched ahead of the one computing; 0: chosen by the planner (1 to 4)"},
 	{"io-block", OT_STR, F(io_block), "1M", "disk tier: stripe block and request size"},
-	{"io-depth", OT_INT, F(io_depth), "16", "disk tier: requests in flight per transfer"},
+	{"io-depth", OT_INT, F(io_depth), "16", "disk tier: requests in flight per transfer (0: 16)"},
 	{"recompute", OT_STR, F(recompute), "auto", "the first N layers' (or all) activations recomputed in backward, the rest kept; auto: the planner's choice (see --activations)"},
 	{"activations", OT_STR, F(activations), "auto", "per layer: keep, recompute, host or disk (swap), or one letter per layer (k, r, h, d); auto: chosen by the planner"},
 	{"device-updates", OT_STR, F(device_updates), "auto", "units whose optimizer update runs on the device (state kept there), spread evenly; auto: chosen by the planner"},

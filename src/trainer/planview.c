@@ -40,8 +40,15 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 	printf("layers:      %d keep, %d recompute, %d swap to host, %d swap to disk  (%s)\n",
 	       p->n_act[ST_ACT_KEEP], p->n_act[ST_ACT_RECOMPUTE], p->n_act[ST_ACT_HOST],
 	       p->n_act[ST_ACT_DISK], letters);
-	printf("updates:     %d of %d units on the device, the rest on the CPU; prefetch %d unit%s\n",
-	       p->n_dev_updates, m->n_units, p->prefetch, p->prefetch == 1 ? "" : "s");
+	if (pl->offloaded)
+		printf("updates:     %d of %d units on the device, the rest on the CPU; prefetch %d "
+		       "unit%s\n",
+		       p->n_dev_updates, m->n_units, p->prefetch, p->prefetch == 1 ? "" : "s");
+	else /* nothing streams: no prefetch (the CPU's optimizer state is in host memory,
+	      * its working tier, not staged) */
+		printf("updates:     %d of %d units on the device, the rest on the CPU; nothing "
+		       "streams\n",
+		       p->n_dev_updates, m->n_units);
 	printf("%-12s %12s %12s %12s   (pools included)\n", "tier total",
 	       fmt_bytes(b[0], 32, (double)pl->bytes[ST_TIER_DEVICE]),
 	       fmt_bytes(b[1], 32, (double)pl->bytes[ST_TIER_HOST]),
