@@ -309,6 +309,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
 		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
 	const struct st_plan *p = &tr->plan;
+	if (tr->plan_only)
+		return ST_OK;
 	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
 		char b1[32], b2[32];
 		st_log_info("activations: %d layers kept, %d recomputed in backward, %d swapped to the "
@@ -362,6 +364,7 @@ int trainer_plan(const struct st_train_opts *o)
 	if (!tr)
 		return ST_FAIL;
 	tr->o = *o;
+	tr->plan_only = 1;
 	if (tr->o.steps <= 0 && tr->o.max_tokens <= 0)
 		tr->o.steps = 1; /* a plan needs no training length */
 	const struct st_ops *ops;

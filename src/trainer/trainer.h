@@ -74,6 +74,7 @@ struct st_trainer {
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
 	int lock_fd;            /* OUT/.lock, flocked while the run is open; -1: none */
+	int plan_only;          /* `strata plan`: its table says what the run would log */
 };
 
 /* Set up a run: a fresh model directory (--model) or a checkpoint (--resume,
