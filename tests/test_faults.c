@@ -196,6 +196,16 @@ Test(faults, run_directory_locked)
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/run/step-000004",
 			    dir, dir),
 		     0, "the locked run directory changed: %s", out);
+	/* a step moved aside (a live run's re-save in flight) is not put back
+	 * by another process while the run holds the lock: not by a refused
+	 * resume, not by eval */
+	cu_run(NULL, 0, "mv %s/run/step-000002 %s/run/.old-step-000002.99999", dir, dir);
+	cu_run(out, sizeof out, "%s train --resume %s/run --steps 4; %s eval --model %s/run --data %s/data",
+	       cu_bin(), dir, cu_bin(), dir, dir);
+	cr_expect_eq(cu_run(NULL, 0, "test -d %s/run/.old-step-000002.99999 && test ! -e %s/run/step-000002",
+			    dir, dir),
+		     0, "a step moved aside was put back under the run's lock: %s", out);
+	cu_run(NULL, 0, "mv %s/run/.old-step-000002.99999 %s/run/step-000002", dir, dir);
 	close(fd); /* released: the file stays, holding a PID nobody has */
 	int rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 " SMALL, cu_bin(), dir);
 	cr_expect_eq(rc, 0, "a stale lock file stopped the resume: %s", out);
@@ -213,14 +223,16 @@ Test(faults, resume_from_another_directory)
 	cu_setup_run(dir, "");
 	cr_assert(realpath(cu_bin(), bin), "cannot resolve %s", cu_bin());
 	int rc = cu_run(out, sizeof out,
-			"cd %s && %s train --model ./init --data data --out run --steps 4 --ckpt-interval 2 " SMALL, dir,
-			bin);
+			"cd %s && ln -s data cur && %s train --model ./init --data cur --out run --steps 4 "
+			"--ckpt-interval 2 " SMALL,
+			dir, bin);
 	cr_assert_eq(rc, 0, "%s", out);
 	char path[400], want[400];
 	snprintf(path, sizeof path, "%s/run/step-000002/trainer.json", dir);
 	cJSON *root = tu_read_json(path);
 	const cJSON *opts = cJSON_GetObjectItem(root, "options");
-	const char *keys[] = {"data", "model", "out"}, *names[] = {"data", "init", "run"};
+	/* joined to the working directory, links kept (cur, not data) */
+	const char *keys[] = {"data", "model", "out"}, *names[] = {"cur", "init", "run"};
 	for (int i = 0; i < 3; i++) {
 		const cJSON *v = cJSON_GetObjectItem(opts, keys[i]);
 		snprintf(want, sizeof want, "%s/%s", dir, names[i]);
@@ -239,8 +251,18 @@ Test(faults, resume_from_another_directory)
 	cr_expect(strstr(out, "the schedule now spans 6 steps (warmup 0), not 4 (warmup 0): the "
 			      "learning rate at step 5 is "),
 		  "%s", out);
+	/* the same through --config: compared with the checkpoint's own */
+	rc = cu_run(out, sizeof out, "cd / && echo '{\"steps\": 8}' > %s/c8.json && %s train --resume "
+			"%s/run/step-000002 --out %s/c8 --config %s/c8.json " SMALL,
+		    dir, bin, dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "the schedule now spans 8 steps (warmup 0), not 4 (warmup 0)"), "%s", out);
+	/* a relative --data typed now is the user's: no word of saved options */
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/o --data nosuch",
+		    bin, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "nosuch") && !strstr(out, "saved options"), "%s", out);
 	/* a checkpoint from before: its data path relative to where it ran */
-	cu_run(NULL, 0, "cp -r %s/run/step-000002 %s/old && sed -Ei 's|\"%s/data\"|\"data\"|' "
+	cu_run(NULL, 0, "cp -r %s/run/step-000002 %s/old && sed -Ei 's|\"%s/cur\"|\"data\"|' "
 			"%s/old/trainer.json",
 	       dir, dir, dir, dir);
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/old --out %s/o --steps 3 " SMALL,

@@ -105,12 +105,14 @@ int cmd_train(int argc, char **argv)
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	const char *resume = cli_get(&a, "resume", NULL);
 	int saved_spread = 0; /* the checkpoint's first-projector updates */
+	struct st_train_opts saved; /* the checkpoint's options: its schedule, its paths */
 	char dir[4096];
 	if (resume) {
 		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
 		ST_TRY(ckpt_read_options(&o, dir));
 		o.resume[0] = '\0';
 		saved_spread = first_spread(&o);
+		saved = o;
 	}
 	const char *conf = cli_get(&a, "config", NULL);
 	if (conf)
@@ -121,8 +123,17 @@ int cmd_train(int argc, char **argv)
 	 * written into from a copy. Only the --out flag moves it. */
 	if (resume)
 		ST_TRY(run_dir_of(o.out, sizeof o.out, dir));
-	const struct st_train_opts saved = o; /* the schedule the run had */
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	/* checkpoints written before paths were saved absolute hold them as
+	 * typed, relative to where that run started */
+	const char *paths[2] = {o.data, o.val}, *saved_paths[2] = {saved.data, saved.val};
+	for (int i = 0; resume && i < 2; i++)
+		ST_CHECK(!*paths[i] || *paths[i] == '/' || strcmp(paths[i], saved_paths[i]) ||
+				 fs_exists(paths[i]),
+			 "give --data (and --val) again, or resume from the directory the run started in",
+			 "the %s path '%s' came from the checkpoint's saved options and is relative to "
+			 "where that run started (runs save absolute paths since 2026-11-23)",
+			 i ? "validation" : "data", paths[i]);
 	/* each GaLore matrix's moments count their updates from its start */
 	ST_CHECK(!resume || strncmp(o.optimizer, "galore", 6) || first_spread(&o) == saved_spread,
 		 "leave --galore-start-spread and --galore-update-gap as the run started",

@@ -144,7 +144,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		return ST_FAIL;
 	}
 	host += pools;
-	size_t disk = 0;
+	size_t disk = 0, disk_raw = 0; /* in whole --io-block blocks; the slabs' own bytes */
 	for (int k = 0; k < 3; k++)
 		for (int u = 0; u < n; u++) {
 			int i = u * ST_SLAB__COUNT + kinds[k];
@@ -158,13 +158,15 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 				} else
 					h[i] = ST_TIER_DISK;
 			}
-			if (h[i] == ST_TIER_DISK)
+			if (h[i] == ST_TIER_DISK) {
 				disk += io_round(b, o->io_block ? o->io_block : ST_IO_ALIGN);
+				disk_raw += b;
+			}
 		}
 	ST_CHECK(!disk || o->n_dirs > 0,
 		 "give --offload-dir DIR (one per SSD), or raise --device-mem / --host-mem",
 		 "the model's state needs %s more than the device (%s) and host (%s) budgets hold",
-		 fmt_bytes(b1, sizeof b1, (double)disk),
+		 fmt_bytes(b1, sizeof b1, (double)disk_raw),
 		 D ? fmt_bytes(b2, sizeof b2, (double)D) : "unlimited",
 		 H ? fmt_bytes(b3, sizeof b3, (double)H) : "unlimited");
 

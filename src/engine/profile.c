@@ -141,6 +141,11 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 			 "measuring the disk for the planner needs %d MiB in %s, which has %s free", 2 * 16,
 			 dir, fmt_bytes(b1, sizeof b1, avail));
 	}
+	if (N < MAX_N)
+		st_log_warn("the disk is measured with %d MiB, not %d, for lack of room in %s: the "
+			    "profile's disk rates are rougher (the profile is cached; delete it, or give "
+			    "--profile, to measure again with room)",
+			    N * 16, MAX_N * 16, dir);
 	const size_t total = (size_t)N * slab;
 	void *buf = NULL; /* O_DIRECT needs page-aligned buffers */
 	if (posix_memalign(&buf, ST_IO_ALIGN, 2 * slab) != 0) {

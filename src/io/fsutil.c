@@ -58,13 +58,9 @@ int fs_absolute(char *path, size_t n)
 {
 	if (!*path || *path == '/')
 		return ST_OK;
-	char buf[PATH_MAX];
-	if (realpath(path, buf)) {
-		ST_CHECK(strlen(buf) < n, "use a shorter path", "path too long: %s", buf);
-		memcpy(path, buf, strlen(buf) + 1);
-		return ST_OK;
-	}
-	char cwd[PATH_MAX];
+	/* joined, not resolved: a symlink (data/current, a node's scratch
+	 * directory) stays a link, to be followed when the path is used */
+	char buf[PATH_MAX], cwd[PATH_MAX];
 	ST_CHECK(getcwd(cwd, sizeof cwd), NULL, "cannot read the working directory: %s",
 		 strerror(errno));
 	const char *rel = path;

@@ -23,8 +23,9 @@ int fs_rmtree(const char *path);
 int fs_exists(const char *path);
 int fs_is_dir(const char *path);
 /* Make path (a buffer of size n) absolute in place, so that it still names
- * the same file from another working directory: realpath when it exists,
- * else the working directory joined to it. "" and absolute paths stay. */
+ * the same file from another working directory: the working directory
+ * joined to it (leading "./" dropped; symlinks not resolved). "" and
+ * absolute paths stay. */
 int fs_absolute(char *path, size_t n);
 /* The directory containing path ("." when none), into out (size n). */
 void fs_dirname(char *out, size_t n, const char *path);

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE /* renameat2 */
 #include <cJSON.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -276,10 +278,28 @@ static int cmp_long(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* A step directory moved aside by a re-save killed before the new one went
- * in (.old-step-N.PID with no step-N): put it back. Other .old-* are stale. */
-static void recover_aside(const char *out)
+/* Another process holds the run directory's lock (trainer.c): a run is
+ * writing there, and a step moved aside may be its re-save in flight. */
+static int run_busy(const char *out)
 {
+	char p[4200];
+	snprintf(p, sizeof p, "%s/.lock", out);
+	const int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	const int busy = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	close(fd); /* and the shared lock with it */
+	return busy;
+}
+
+/* A step directory moved aside by a re-save killed before the new one went
+ * in (.old-step-N.PID with no step-N): put it back. Other .old-* are stale.
+ * held: the caller holds the run's lock; otherwise nothing is moved while
+ * another process does. */
+static void recover_aside(const char *out, int held)
+{
+	if (!held && run_busy(out))
+		return;
 	DIR *d = opendir(out);
 	if (!d)
 		return;
@@ -302,7 +322,7 @@ static void recover_aside(const char *out)
  * removal that did not finish). */
 static void prune(const char *out, int keep, long current)
 {
-	recover_aside(out);
+	recover_aside(out, 1);
 	DIR *d = opendir(out);
 	if (!d)
 		return;
@@ -545,7 +565,7 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	char p[4200];
 	if (!fs_exists(path)) { /* a step directory moved aside by an unfinished re-save? */
 		fs_dirname(p, sizeof p, path);
-		recover_aside(p);
+		recover_aside(p, 0);
 	}
 	ST_CHECK(fs_exists(path), "check the path", "%s does not exist", path);
 	ST_CHECK(fs_is_dir(path), "give a checkpoint directory (run/step-NNNNNN) or a run directory",
@@ -555,7 +575,7 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		snprintf(out, n, "%s", path);
 		return ST_OK;
 	}
-	recover_aside(path); /* a re-save killed between its renames */
+	recover_aside(path, 0); /* a re-save killed between its renames */
 	snprintf(p, sizeof p, "%s/latest", path);
 	char target[PATH_MAX];
 	ssize_t len = readlink(p, target, sizeof target - 1);

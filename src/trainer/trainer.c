@@ -432,33 +432,45 @@ static int lock_run_dir(struct st_trainer *tr)
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/.lock", tr->o.out);
-	const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	ST_CHECK(fd >= 0, "choose a writable --out directory", "cannot open %s: %s", path,
-		 strerror(errno));
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-		const int err = errno;
-		char pid[32] = "";
-		const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
-		close(fd);
-		if (err != EWOULDBLOCK) { /* a file system without flock (some FUSE ones) */
-			st_log_warn("cannot lock %s (%s): a second run started into %s would not "
-				    "be refused",
-				    path, strerror(err), tr->o.out);
+	/* A run that could not start removes the lock file it made with the
+	 * directory (cmd_train.c): a lock taken on a file since unlinked is
+	 * nobody's, so the file is checked to still be the one locked. */
+	for (int tries = 0;; tries++) {
+		const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		ST_CHECK(fd >= 0, "choose a writable --out directory", "cannot open %s: %s", path,
+			 strerror(errno));
+		if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+			const int err = errno;
+			if (err != EWOULDBLOCK) { /* a file system without flock (some FUSE ones) */
+				st_log_warn("cannot lock %s (%s): a second run started into %s would "
+					    "not be refused",
+					    path, strerror(err), tr->o.out);
+				tr->lock_fd = fd; /* unlocked; kept so that a failed start removes it */
+				return ST_OK;
+			}
+			char pid[32] = "";
+			const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+			close(fd);
+			pid[n > 0 ? n : 0] = '\0';
+			pid[strcspn(pid, "\n")] = '\0';
+			ST_ERROR("wait for that run to end, or pick another --out",
+				 "the run directory %s is in use by another strata train (pid %s)",
+				 tr->o.out, *pid ? pid : "unknown");
+			return ST_FAIL;
+		}
+		struct stat held, now;
+		if (fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_dev == now.st_dev &&
+		    held.st_ino == now.st_ino) {
+			char pid[32];
+			const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+			if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+				st_log_warn("cannot write the PID into %s: %s", path, strerror(errno));
+			tr->lock_fd = fd;
 			return ST_OK;
 		}
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		ST_ERROR("wait for that run to end, or pick another --out",
-			 "the run directory %s is in use by another strata train (pid %s)", tr->o.out,
-			 *pid ? pid : "unknown");
-		return ST_FAIL;
+		close(fd);
+		ST_CHECK(tries < 10, "try again", "the lock file %s keeps being replaced", path);
 	}
-	char pid[32];
-	const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
-		st_log_warn("cannot write the PID into %s: %s", path, strerror(errno));
-	tr->lock_fd = fd;
-	return ST_OK;
 }
 
 /* The paths a checkpoint's trainer.json saves, made absolute: a --resume
@@ -566,16 +578,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		 "--seq-len %d exceeds the model's max_position_embeddings %d", tr->o.seq_len,
 		 m->cfg.max_seq);
 
-	if (data_open(&tr->data, tr->o.data, tr->o.val, m->cfg.vocab_size, 1) != ST_OK) {
-		if (resuming && (*tr->o.data != '/' || (*tr->o.val && *tr->o.val != '/')))
-			ST_ERROR("give --data (and --val) again, or resume from the directory the run "
-				 "started in",
-				 "the data path '%s' came from the checkpoint's saved options and is "
-				 "relative to where that run started (runs save absolute paths since "
-				 "then)",
-				 tr->o.data);
-		return ST_FAIL;
-	}
+	ST_TRY(data_open(&tr->data, tr->o.data, tr->o.val, m->cfg.vocab_size, 1));
 	ST_TRY(absolute_paths(&tr->o, resuming)); /* trainer.json must name them from anywhere */
 	data_check_tokenizer(&tr->data, model_dir);
 	ST_CHECK(tr->data.train.n_tokens > (uint64_t)tr->o.seq_len,
@@ -952,7 +955,7 @@ static void report_queues(struct st_trainer *tr)
 	for (int i = 1; i < 4; i++)
 		if (busy[i] > busy[bound])
 			bound = i;
-	st_log_info("queues over %ld steps (%.2f s/step; %.2f s with evaluations and checkpoints): "
+	st_log_info("queues over %ld steps (%.2f s/step; the loop took %.2f s with evaluations and checkpoints): "
 		    "compute %.0f%%, copy %.0f%%, disk %.0f%%, optimizer %.0f%% busy; the main thread "
 		    "waited %.2f s for transfers and %.2f s for updates; bound by %s",
 		    tr->timed_steps, tr->train_s / (double)tr->timed_steps, wall, 100 * busy[0] / wall,
