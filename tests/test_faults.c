@@ -273,6 +273,17 @@ Test(faults, resume_from_another_directory)
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/old --out %s/o --data %s/data "
 			"--steps 3 " SMALL, bin, dir, dir, dir);
 	cr_expect_eq(rc, 0, "--data did not override the saved path: %s", out);
+	/* a resume from an earlier step into its own run says which later
+	 * checkpoints it will replace, and that a --config's "out" is not used */
+	rc = cu_run(out, sizeof out, "cd / && echo '{\"out\": \"%s/elsewhere\"}' > %s/co.json && %s "
+			"train --resume %s/run/step-000002 --steps 3 --config %s/co.json " SMALL,
+		    dir, dir, bin, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "/run holds 2 checkpoints past step 2 (the first: step-000004): this run "
+			      "replaces each as it reaches its step"),
+		  "%s", out);
+	cr_expect(strstr(out, "co.json's \"out\" is not used on --resume"), "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/elsewhere", dir), 0);
 }
 
 /* Resuming a run that has already reached --steps trains nothing, says so,

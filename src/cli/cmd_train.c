@@ -121,6 +121,14 @@ int cmd_train(int argc, char **argv)
 	 * an "out" saved in it or in the --config the run started with: those
 	 * name the original run, relative to where it started, and would be
 	 * written into from a copy. Only the --out flag moves it. */
+	char conf_out[sizeof o.out], saved_out[sizeof o.out];
+	snprintf(conf_out, sizeof conf_out, "%s", o.out);
+	snprintf(saved_out, sizeof saved_out, "%s", resume ? saved.out : "");
+	if (resume && conf && !cli_get(&a, "out", NULL) && fs_absolute(conf_out, sizeof conf_out) == ST_OK &&
+	    fs_absolute(saved_out, sizeof saved_out) == ST_OK && strcmp(conf_out, saved_out) != 0)
+		st_log_warn("%s's \"out\" is not used on --resume: the run goes on in the "
+			    "checkpoint's run directory (give --out to write elsewhere)",
+			    conf);
 	if (resume)
 		ST_TRY(run_dir_of(o.out, sizeof o.out, dir));
 	ST_TRY(cli_train_flags(&a, &o, "config"));

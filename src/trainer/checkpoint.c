@@ -317,6 +317,22 @@ static void recover_aside(const char *out, int held)
 	closedir(d);
 }
 
+int ckpt_count_later(const char *out, long step, long *first)
+{
+	DIR *d = opendir(out);
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		long s;
+		if (is_step_dir(e->d_name, &s) && s > step && (!n++ || s < *first))
+			*first = s;
+	}
+	closedir(d);
+	return n;
+}
+
 /* Remove the oldest step directories beyond keep, and stale temp dirs
  * (.tmp-* of a save that did not finish, .old-* of a re-save, .del-* of a
  * removal that did not finish). */
