@@ -15,6 +15,7 @@
 
 #include "cliutil.h"
 #include "jsonutil.h"
+#include "io/safetensors.h"
 
 extern char **environ;
 
@@ -668,6 +669,70 @@ Test(faults, paths_and_messages)
 	cr_expect(rc != 0 && strstr(out, "--place names weights twice"), "%s", out);
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
+}
+
+/* Writes dir/NAME: dir/init's model.safetensors plus lm_head.weight, the
+ * embedding's bytes with element 0 set to first. */
+static void with_head(const char *dir, const char *name, float first)
+{
+	char src[512], dst[512];
+	snprintf(src, sizeof src, "%s/tied/model.safetensors", dir);
+	snprintf(dst, sizeof dst, "%s/%s/model.safetensors", dir, name);
+	cr_assert_eq(cu_run(out, sizeof out, "cp -r %s/tied %s/%s", dir, dir, name), 0);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, src), ST_OK);
+	struct st_tensor_out t[64];
+	float *head = NULL;
+	int n = 0;
+	for (int i = 0; i < sf.n && n < 63; i++, n++) {
+		const struct st_tensor_info *ti = &sf.tensors[i];
+		t[n] = (struct st_tensor_out){.name = ti->name, .dtype = ti->dtype, .ndim = ti->ndim,
+					      .data = (const char *)sf.map + sf.data_start + ti->begin};
+		memcpy(t[n].shape, ti->shape, sizeof ti->shape);
+		if (!strcmp(ti->name, "model.embed_tokens.weight")) {
+			head = malloc((size_t)(ti->end - ti->begin));
+			memcpy(head, t[n].data, (size_t)(ti->end - ti->begin));
+			head[0] = first;
+			t[n + 1] = t[n];
+			t[n + 1].name = "lm_head.weight";
+			t[n + 1].data = head;
+			n++;
+		}
+	}
+	cr_assert(head, "no embedding in %s", src);
+	cr_assert_eq(safetensors_write(dst, t, n, NULL, 0), ST_OK);
+	free(head);
+	safetensors_close(&sf);
+}
+
+/* A tied model's file that also holds lm_head.weight: the embedding's own
+ * copy loads; another one is refused (transformers would not tie them, and
+ * strata would have trained the embedding alone). */
+Test(faults, tied_model_with_another_head)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "tiedhead");
+	cu_setup_run(dir, "");
+	cr_assert_eq(cu_run(out, sizeof out, "%s init --config tiny --tied --out %s/tied", cu_bin(), dir), 0,
+		     "%s", out);
+	struct st_safetensors sf;
+	char path[512];
+	snprintf(path, sizeof path, "%s/tied/model.safetensors", dir);
+	cr_assert_eq(safetensors_open(&sf, path), ST_OK);
+	const struct st_tensor_info *e = safetensors_find(&sf, "model.embed_tokens.weight");
+	cr_assert(e);
+	float e0;
+	memcpy(&e0, (const char *)sf.map + sf.data_start + e->begin, sizeof e0);
+	safetensors_close(&sf);
+	with_head(dir, "same", e0);
+	with_head(dir, "other", e0 + 1.0f);
+	int rc = cu_run(out, sizeof out, "%s eval --model %s/same --data %s/data --seq-len 32 --max-tokens 64",
+			cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "the embedding's own copy was refused: %s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/other --data %s/data --seq-len 32 --max-tokens 64",
+		    cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "holds an lm_head.weight that is not the embedding's copy"),
+		  "%s", out);
 }
 
 /* eval, sample and init check their numbers against the ints they go into

@@ -131,15 +131,43 @@ int model_load_unit(const struct st_model *m, const struct st_weight_files *wf, 
 	return ST_OK;
 }
 
+/* A tied model's file that also holds lm_head.weight: the same bytes as the
+ * embedding (a writer that saved both), or a model transformers would not
+ * tie ("both are present with different values") while strata would train
+ * the embedding alone. Compared on the mapped bytes, in the file's dtype. */
+static int check_tied_head(const struct st_weight_files *wf, int f, const struct st_tensor_info *head)
+{
+	for (int g = 0; g < wf->n; g++) {
+		const struct st_tensor_info *emb = safetensors_find(&wf->sf[g], "model.embed_tokens.weight");
+		if (!emb)
+			continue;
+		const char *a = (const char *)wf->sf[f].map + wf->sf[f].data_start + head->begin;
+		const char *b = (const char *)wf->sf[g].map + wf->sf[g].data_start + emb->begin;
+		const int same = head->dtype == emb->dtype && head->end - head->begin == emb->end - emb->begin &&
+				 memcmp(a, b, (size_t)(head->end - head->begin)) == 0;
+		ST_CHECK(same, "set \"tie_word_embeddings\": false in config.json to train both, or drop "
+				"lm_head.weight from the file",
+			 "config.json ties the output to the embedding (tie_word_embeddings), but %s holds "
+			 "an lm_head.weight that is not the embedding's copy; transformers would not tie them",
+			 wf->sf[f].path);
+		return ST_OK;
+	}
+	return ST_OK; /* no embedding: named missing elsewhere */
+}
+
 int model_check_extra(const struct st_model *m, const struct st_weight_files *wf)
 {
-	/* Tensors the model does not use: a tied model may still carry lm_head;
-	 * anything else means the files and config.json disagree. */
+	/* Tensors the model does not use: a tied model may still carry lm_head
+	 * (the embedding's copy); anything else means the files and config.json
+	 * disagree. */
 	for (int f = 0; f < wf->n; f++)
 		for (int i = 0; i < wf->sf[f].n; i++) {
 			const char *name = wf->sf[f].tensors[i].name;
-			if (model_find_param(m, name) || (m->cfg.tied && !strcmp(name, "lm_head.weight")) ||
-			    strstr(name, "rotary_emb.inv_freq"))
+			if (m->cfg.tied && !strcmp(name, "lm_head.weight")) {
+				ST_TRY(check_tied_head(wf, f, &wf->sf[f].tensors[i]));
+				continue;
+			}
+			if (model_find_param(m, name) || strstr(name, "rotary_emb.inv_freq"))
 				continue;
 			ST_ERROR("check that config.json belongs to these weights",
 				 "%s: tensor '%s' is not part of the configured model", wf->sf[f].path, name);
