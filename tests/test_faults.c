@@ -258,6 +258,11 @@ Test(faults, resume_from_another_directory)
 		    dir, bin, dir, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "the schedule now spans 8 steps (warmup 0), not 4 (warmup 0)"), "%s", out);
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/lr --lr 2e-3 " SMALL,
+		    bin, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed (--lr or --min-lr-ratio): "
+					 "at step 3 it is "),
+		  "%s", out);
 	/* a relative --data typed now is the user's: no word of saved options */
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/o --data nosuch",
 		    bin, dir, dir);
@@ -650,6 +655,12 @@ Test(faults, paths_and_messages)
 	cr_expect(strstr(out, "/bytes/val.bin was tokenized with 'byte', but the model's "
 			      "tokenizer.json is 'bpe-"),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g --steps 1 "
+			"--optimizer galore-adamw --galore-rank 300 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--galore-rank 300 reaches the smaller side of 14 of the 14 "
+					 "projected matrices"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --tokens 4 --prompt ''", cu_bin(), dir);
 	cr_expect_eq(rc, 0, "an empty prompt: %s", out);
 	const struct {
@@ -786,6 +797,8 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--device-mem 0x20M --seq-len 32", "--device-mem: '0x20M' is not a size"},
 		{"--host-mem 0.5 --seq-len 32", "--host-mem: '0.5' is less than one byte (0 would mean auto)"},
 		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
+		{"--optimizer galore-adamw --galore-rank 1.5 --seq-len 32",
+		 "--galore-rank 1.5 is neither a whole rank nor a fraction below 1"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r%zu "

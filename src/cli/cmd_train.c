@@ -87,9 +87,14 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 		     now = lr_at(&tr->o, next, tr->total_steps, tr->warmup);
 	if (total == tr->total_steps && warmup == tr->warmup && was == now)
 		return;
-	st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld): the "
-		    "learning rate at step %ld is %.3g, where the run's own schedule had %.3g",
-		    tr->total_steps, tr->warmup, total, warmup, next, now, was);
+	if (total != tr->total_steps || warmup != tr->warmup)
+		st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld): the "
+			    "learning rate at step %ld is %.3g, where the run's own schedule had %.3g",
+			    tr->total_steps, tr->warmup, total, warmup, next, now, was);
+	else
+		st_log_info("the learning-rate schedule changed (--lr or --min-lr-ratio): at step %ld "
+			    "it is %.3g, where the run's own schedule had %.3g",
+			    next, now, was);
 }
 
 int cmd_train(int argc, char **argv)

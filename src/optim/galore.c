@@ -76,6 +76,9 @@ int galore_plan(struct st_optim *o)
 		return ST_OK;
 	ST_CHECK(c->galore_rank > 0, "give --galore-rank as a rank (128) or a fraction of the hidden size (0.25)",
 		 "--galore-rank must be positive (got %g)", c->galore_rank);
+	ST_CHECK(c->galore_rank < 1 || c->galore_rank == floor(c->galore_rank),
+		 "give a whole rank (128) or a fraction of the hidden size below 1 (0.25)",
+		 "--galore-rank %g is neither a whole rank nor a fraction below 1", c->galore_rank);
 	ST_CHECK(c->galore_gap >= 1, "the paper uses 200", "--galore-update-gap must be >= 1 (got %d)",
 		 c->galore_gap);
 	ST_CHECK(c->galore_scale > 0, "the paper uses 0.25", "--galore-scale must be positive (got %g)",
@@ -92,7 +95,7 @@ int galore_plan(struct st_optim *o)
 	/* phases spread the refreshes evenly over the gap: at most
 	 * ceil(n_gal / gap) refreshes in any step, plus the first projectors
 	 * of the updates 1..S (plan_starts) */
-	int k = 0;
+	int k = 0, n_full = 0;
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		struct st_pstate *ps = &o->ps[i];
@@ -108,8 +111,14 @@ int galore_plan(struct st_optim *o)
 		ps->phase = (int)((long)k * c->galore_gap / n_gal);
 		ps->state_numel = (size_t)ps->rank * (size_t)(ps->right ? ps->rows : ps->cols);
 		o->galore_weights += p->numel;
+		n_full += ps->full;
 		k++;
 	}
+	if (n_full)
+		st_log_warn("--galore-rank %g reaches the smaller side of %d of the %d projected "
+			    "matrices: those keep full-rank moments and a square projector, more state "
+			    "than AdamW's (a rank below the hidden size %d is what saves memory)",
+			    c->galore_rank, n_full, n_gal, m->cfg.dim);
 	plan_starts(o);
 	return ST_OK;
 }
