@@ -263,6 +263,17 @@ Test(faults, resume_from_another_directory)
 	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed (--lr or --min-lr-ratio): "
 					 "at step 3 it is "),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/mo --model /nowhere " SMALL,
+		    bin, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--model is not used on --resume: the checkpoint holds the model"),
+		  "%s", out);
+	snprintf(path, sizeof path, "%s/mo/step-000004/trainer.json", dir);
+	root = tu_read_json(path);
+	const cJSON *mo = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "options"), "model");
+	snprintf(want, sizeof want, "%s/init", dir);
+	cr_expect(cJSON_IsString(mo) && !strcmp(mo->valuestring, want), "the run's model became %s",
+		  cJSON_IsString(mo) ? mo->valuestring : "(none)");
+	cJSON_Delete(root);
 	/* a relative --data typed now is the user's: no word of saved options */
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/o --data nosuch",
 		    bin, dir, dir);

@@ -137,6 +137,13 @@ int cmd_train(int argc, char **argv)
 	if (resume)
 		ST_TRY(run_dir_of(o.out, sizeof o.out, dir));
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	if (resume && strcmp(o.model, saved.model) != 0) {
+		if (cli_get(&a, "model", NULL))
+			st_log_warn("--model is not used on --resume: the checkpoint holds the model "
+				    "(to start a new run from %s, leave out --resume)",
+				    o.model);
+		memcpy(o.model, saved.model, sizeof o.model); /* trainer.json keeps the run's */
+	}
 	/* checkpoints written before paths were saved absolute hold them as
 	 * typed, relative to where that run started */
 	const char *paths[2] = {o.data, o.val}, *saved_paths[2] = {saved.data, saved.val};
