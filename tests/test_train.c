@@ -622,6 +622,42 @@ Test(train, jsonl_prompt_completion_masks)
 	fclose(f);
 	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/bad --val-fraction 0", cu_bin(), path, dir);
 	expect_fail("malformed JSONL", "bad.jsonl:2", rc);
+	/* lines that would lose text or meaning silently: a NUL escape (the
+	 * text would end there), text beside prompt/completion; an escaped
+	 * backslash before u0000 is text, not a NUL */
+	const struct {
+		const char *line, *needle;
+	} odd[] = {
+		{"{\"text\": \"abc\\u0000def\"}", "odd.jsonl:1: a \\u0000 (NUL) character"},
+		{"{\"prompt\": \"a\", \"completion\": \"b\", \"text\": \"c\"}",
+		 "odd.jsonl:1: both text and prompt/completion"},
+		{"{\"text\": \"a\\\\u0000b\"}", NULL},
+	};
+	snprintf(path, sizeof path, "%s/odd.jsonl", dir);
+	for (int i = 0; i < 3; i++) {
+		f = fopen(path, "w");
+		fprintf(f, "%s\n", odd[i].line);
+		fclose(f);
+		rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/odd%d --val-fraction 0",
+			    cu_bin(), path, dir, i);
+		if (odd[i].needle)
+			expect_fail("odd JSONL", odd[i].needle, rc);
+		else
+			cr_expect_eq(rc, 0, "%s: %s", odd[i].line, out);
+	}
+	/* the extension in capitals is still JSONL; an empty completion is
+	 * said; too few examples for the split name the count */
+	snprintf(path, sizeof path, "%s/few.JSONL", dir);
+	f = fopen(path, "w");
+	for (int i = 0; i < 10; i++)
+		fprintf(f, "{\"prompt\": \"q%d\", \"completion\": \"%s\"}\n", i, i ? "a" : "");
+	fclose(f);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/few --val-fraction 0", cu_bin(), path, dir);
+	cr_expect(rc == 0 && strstr(out, "10 examples; ") &&
+			  strstr(out, "1 example has an empty completion or text"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/few2", cu_bin(), path, dir);
+	expect_fail("too few examples", "10 examples are too few to hold out 5% for validation", rc);
 }
 
 Test(train, unwritable_out_and_existing_run)

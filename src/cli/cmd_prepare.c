@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -64,10 +65,24 @@ static int push_masked(struct buf *tok, struct buf *mask, const uint32_t *x, siz
 	return ST_OK;
 }
 
+/* Whether s ends with suffix, in either case (.jsonl, .JSONL). */
 static int ends_with(const char *s, const char *suffix)
 {
 	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && !strcmp(s + a - b, suffix);
+	return a >= b && !strcasecmp(s + a - b, suffix);
+}
+
+/* Whether a JSON text holds the escape \u0000: a C string ends there, and
+ * the rest of that value would be lost without a word. */
+static int has_nul_escape(const char *s, size_t n)
+{
+	for (size_t i = 0; i + 1 < n; i++)
+		if (s[i] == '\\') {
+			if (s[i + 1] == 'u' && i + 5 < n && !strncmp(s + i + 2, "0000", 4))
+				return 1;
+			i++; /* the escaped character */
+		}
+	return 0;
 }
 
 /* A JSONL file of examples into the train / val token and mask buffers. */
@@ -77,6 +92,7 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 	uint32_t *ids = NULL;
 	size_t cap = 0;
 	int line = 0, rc = ST_OK;
+	long empty = 0; /* examples with nothing to learn but <eos> */
 	for (size_t pos = 0; pos < len && rc == ST_OK;) {
 		size_t end = pos;
 		while (end < len && text[end] != '\n')
@@ -100,14 +116,26 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 		const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
 		const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "completion");
 		const cJSON *tx = cJSON_GetObjectItemCaseSensitive(o, "text");
-		if (!cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) || cJSON_IsString(tx))) {
-			ST_ERROR("each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or {\"text\": \"...\"}",
-				 "%s:%d: %s", path, line,
-				 o ? "an object without string prompt and completion, or text" : "not valid JSON");
+		const char *bad = !o ? "not valid JSON"
+				  : !cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) ||
+							    cJSON_IsString(tx))
+					  ? "an object without string prompt and completion, or text"
+				  : cJSON_IsString(tx) && (pr || co)
+					  ? "both text and prompt/completion: which is the example?"
+				  : has_nul_escape(text + pos, n)
+					  ? "a \\u0000 (NUL) character, which strata's text cannot hold"
+					  : NULL;
+		if (bad) {
+			ST_ERROR(has_nul_escape(text + pos, n) && o
+					 ? "remove the NUL characters from the example"
+					 : "each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or "
+					   "{\"text\": \"...\"}",
+				 "%s:%d: %s", path, line, bad);
 			cJSON_Delete(o);
 			rc = ST_FAIL;
 			break;
 		}
+		empty += !*(cJSON_IsString(tx) ? tx->valuestring : co->valuestring);
 		const int split = period > 1 && *example % period == period - 1;
 		struct buf *t = tok[split], *m = mask[split];
 		const char *parts[2] = {cJSON_IsString(tx) ? NULL : pr->valuestring,
@@ -142,6 +170,10 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 		pos = end + 1;
 	}
 	free(ids);
+	if (rc == ST_OK && empty)
+		st_log_warn("%s: %ld example%s an empty completion or text: only <eos> is learned "
+			    "from %s",
+			    path, empty, empty == 1 ? " has" : "s have", empty == 1 ? "it" : "them");
 	return rc;
 }
 
@@ -174,8 +206,9 @@ int cmd_prepare(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/train.bin", out);
 	ST_CHECK(force || !fs_exists(path), "pass --force to replace them, or choose another --out",
 		 "%s already holds token shards (train.bin)", out);
-	ST_CHECK(val_frac >= 0 && val_frac < 1, "use a fraction like 0.05",
-		 "--val-fraction must be in [0,1)");
+	/* every k-th chunk or example is held out, k = round(1 / fraction) >= 2 */
+	ST_CHECK(val_frac >= 0 && val_frac <= 0.5, "use a fraction like 0.05",
+		 "--val-fraction must be in [0, 0.5] (got %g)", val_frac);
 	struct st_tokenizer tk;
 	ST_TRY(tokenizer_load(&tk, tok_name));
 
@@ -236,7 +269,13 @@ int cmd_prepare(int argc, char **argv)
 		ST_ERROR("give a non-empty text file", "strata prepare: the input text is empty");
 		rc = ST_FAIL;
 	}
-	if (rc == ST_OK && val_frac > 0 && val.n == 0) {
+	if (rc == ST_OK && val_frac > 0 && val.n == 0 && masked) {
+		ST_ERROR("give more examples, a larger --val-fraction, or --val-fraction 0",
+			 "strata prepare: %ld examples are too few to hold out %.0f%% for validation "
+			 "(one example in %ld is held out)",
+			 example, 100 * val_frac, period);
+		rc = ST_FAIL;
+	} else if (rc == ST_OK && val_frac > 0 && val.n == 0) {
 		ST_ERROR("give more text, a smaller --chunk, or --val-fraction 0",
 			 "strata prepare: the input (%zu bytes) is too short to hold out %.0f%% for validation",
 			 total_bytes, 100 * val_frac);
