@@ -59,6 +59,33 @@ Test(config, hf_variants)
 	cr_expect_eq(config_load(&c, path), ST_FAIL);
 	write_file(path, "{not json");
 	cr_expect_eq(config_load(&c, path), ST_FAIL);
+	/* RoPE: plain ("default", or no scaling) is read; any scaling is refused,
+	 * not ignored */
+	const struct {
+		const char *rope;
+		int ok;
+	} ropes[] = {
+		{"\"rope_scaling\":null", 1},
+		{"\"rope_scaling\":{\"rope_type\":\"default\"}", 1},
+		{"\"rope_scaling\":{\"type\":\"default\"}", 1},
+		{"\"rope_parameters\":{\"rope_theta\":10000}", 1},
+		{"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}", 0},
+		{"\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}", 0},
+		{"\"rope_scaling\":{\"factor\":2.0}", 0},
+		{"\"rope_parameters\":{\"rope_theta\":10000,\"rope_type\":\"yarn\"}", 0},
+		{"\"rope_parameters\":{\"rope_theta\":10000,\"rope_type\":3}", 0},
+	};
+	for (int i = 0; i < (int)(sizeof ropes / sizeof ropes[0]); i++) {
+		char text[512];
+		snprintf(text, sizeof text,
+			 "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+			 "\"num_hidden_layers\":2,\"num_attention_heads\":4,%s}",
+			 ropes[i].rope);
+		write_file(path, text);
+		const int old = st_log_mute(1);
+		cr_expect_eq(config_load(&c, path) == ST_OK, ropes[i].ok, "%s", ropes[i].rope);
+		st_log_mute(old);
+	}
 	/* round trip through config_save */
 	cr_assert_eq(config_preset(&c, "llama-60m"), 0);
 	cr_assert_eq(config_save(&c, path), 0);

@@ -185,16 +185,25 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	/* rope_theta: top level (older files) or inside rope_parameters (newer) */
 	ST_TRY(json_num(root, "rope_theta", &cfg->rope_theta, path));
 	const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-	if (rp && cJSON_IsObject(rp)) {
+	if (rp && cJSON_IsObject(rp))
 		ST_TRY(json_num(rp, "rope_theta", &cfg->rope_theta, path));
-		const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-		ST_CHECK(!rt || !cJSON_IsString(rt) || strcmp(rt->valuestring, "default") == 0,
-			 "only plain RoPE is supported for now", "%s: unsupported rope_type \"%s\"",
-			 path, rt->valuestring);
+	/* plain RoPE only: rope_parameters / rope_scaling absent, null, or of
+	 * rope_type (older files: type) "default", which transformers treats as
+	 * no scaling; llama3, yarn, linear, dynamic... are refused, not ignored */
+	const char *keys[2] = {"rope_parameters", "rope_scaling"};
+	for (int k = 0; k < 2; k++) {
+		const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+		if (!o || cJSON_IsNull(o))
+			continue;
+		const cJSON *rt = cJSON_GetObjectItemCaseSensitive(o, "rope_type");
+		if (!rt)
+			rt = cJSON_GetObjectItemCaseSensitive(o, "type");
+		const int plain = cJSON_IsObject(o) &&
+				  ((!rt && k == 0) || (cJSON_IsString(rt) && !strcmp(rt->valuestring, "default")));
+		ST_CHECK(plain, "only plain RoPE is supported for now (rope_type \"default\")",
+			 "%s: %s with rope_type %s is not supported", path, keys[k],
+			 cJSON_IsString(rt) ? rt->valuestring : rt ? "(not a string)" : "(none)");
 	}
-	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-	ST_CHECK(!rs || cJSON_IsNull(rs), "only plain RoPE is supported for now",
-		 "%s: rope_scaling is not supported", path);
 	double eps = cfg->norm_eps, std = cfg->init_std;
 	ST_TRY(json_num(root, "rms_norm_eps", &eps, path));
 	ST_TRY(json_num(root, "initializer_range", &std, path));
