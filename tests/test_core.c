@@ -93,6 +93,17 @@ Test(config, hf_variants)
 	cr_assert_eq(config_load(&d, path), 0);
 	cr_expect(d.dim == 512 && d.n_layers == 8 && d.n_heads == 8 && d.ffn_dim == 1376 &&
 		  d.vocab_size == c.vocab_size && d.rope_theta == c.rope_theta && d.norm_eps == c.norm_eps);
+	/* the floats as written: the decimals they were given as, not their
+	 * float values widened (9.99999997475243e-07); ids outside a smaller
+	 * vocabulary left out */
+	c.vocab_size = 100;
+	cr_assert_eq(config_save(&c, path), 0);
+	cJSON *root = tu_read_json(path);
+	cr_expect_eq(cJSON_GetObjectItem(root, "rms_norm_eps")->valuedouble, 1e-6);
+	cr_expect_eq(cJSON_GetObjectItem(root, "initializer_range")->valuedouble, 0.02);
+	cr_expect(!cJSON_GetObjectItem(root, "bos_token_id") && !cJSON_GetObjectItem(root, "eos_token_id"),
+		  "token ids 256/257 written for a vocabulary of 100");
+	cJSON_Delete(root);
 }
 
 Test(config, presets_match_the_galore_paper)

@@ -289,6 +289,19 @@ int config_resolve(struct st_config *cfg, const char *preset_or_path)
 	return config_validate(cfg);
 }
 
+/* A float as the shortest decimal that reads back as the same float: 1e-06,
+ * not the double 9.99999997475243e-07 that cJSON would print. */
+static double float_decimal(float f)
+{
+	char buf[32];
+	for (int prec = 1; prec < 9; prec++) {
+		snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+		if ((float)strtod(buf, NULL) == f)
+			return strtod(buf, NULL);
+	}
+	return (double)f;
+}
+
 int config_save(const struct st_config *c, const char *path)
 {
 	cJSON *r = cJSON_CreateObject();
@@ -309,15 +322,17 @@ int config_save(const struct st_config *c, const char *path)
 	cJSON_AddNumberToObject(r, "head_dim", c->head_dim);
 	cJSON_AddNumberToObject(r, "max_position_embeddings", c->max_seq);
 	cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
-	cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
-	cJSON_AddNumberToObject(r, "initializer_range", c->init_std);
+	cJSON_AddNumberToObject(r, "rms_norm_eps", float_decimal(c->norm_eps));
+	cJSON_AddNumberToObject(r, "initializer_range", float_decimal(c->init_std));
 	cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);
 	cJSON_AddStringToObject(r, "hidden_act", "silu");
 	cJSON_AddBoolToObject(r, "attention_bias", 0);
 	cJSON_AddBoolToObject(r, "mlp_bias", 0);
-	if (c->bos_id >= 0)
+	/* ids outside the vocabulary (a preset's byte-tokenizer ids under a
+	 * smaller --vocab) name no token: left out */
+	if (c->bos_id >= 0 && c->bos_id < c->vocab_size)
 		cJSON_AddNumberToObject(r, "bos_token_id", c->bos_id);
-	if (c->eos_id >= 0)
+	if (c->eos_id >= 0 && c->eos_id < c->vocab_size)
 		cJSON_AddNumberToObject(r, "eos_token_id", c->eos_id);
 	cJSON_AddStringToObject(r, "torch_dtype", "float32");
 	if (c->stable_embedding)
