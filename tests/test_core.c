@@ -195,6 +195,17 @@ Test(trainer, options_flags_and_json_agree)
 	train_opts_defaults(&b);
 	cr_assert_eq(train_opts_load_json(&b, path), 0);
 	cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "options changed through JSON");
+	/* offload-dir: a list of directories, as the repeated flag; a list
+	 * holding anything but strings is refused */
+	write_file(path, "{\"offload_dir\": [\"/nvme0/s\", \"/nvme1/s\"]}");
+	cr_assert_eq(train_opts_load_json(&b, path), 0);
+	cr_expect_str_eq(b.offload_dir, "/nvme0/s,/nvme1/s");
+	write_file(path, "{\"offload-dir\": [\"/nvme0/s\", 3]}");
+	const int old = st_log_mute(1);
+	cr_expect_eq(train_opts_load_json(&b, path), ST_FAIL);
+	write_file(path, "{\"lr\": [1]}");
+	cr_expect_eq(train_opts_load_json(&b, path), ST_FAIL);
+	st_log_mute(old);
 	unlink(path);
 }
 

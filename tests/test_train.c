@@ -773,6 +773,12 @@ Test(train, nonfinite_gradient_skips_step)
 		    "STRATA_FAULT_NAN_AT_STEP=4 %s train --resume %s/b/step-000003 --out %s/g --steps 4 --max-skipped-steps 1",
 		    cu_bin(), dir, dir);
 	expect_fail("a second skip over a resume", "2 steps skipped for non-finite or overflowing gradients (limit --max-skipped-steps 1)", rc);
+	/* a limit already passed by the checkpoint's count is said at start */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/b/step-000003 --out %s/h --steps 4 --max-skipped-steps 0",
+		    cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "the run has skipped 1 step already, more than "
+					 "--max-skipped-steps 0: the next skip stops it"),
+		  "%s", out);
 	/* with no skips allowed, the same fault stops the run with an error */
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/c --steps 4 --max-skipped-steps 0",

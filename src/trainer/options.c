@@ -176,8 +176,34 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 		}
 		else if (cJSON_IsNumber(it))
 			snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
-		else {
-			ST_ERROR("options are strings, numbers or booleans",
+		else if (cJSON_IsArray(it) && find(it->string) && !strcmp(find(it->string)->key, "offload-dir")) {
+			/* ["/nvme0/s", "/nvme1/s"]: one directory per SSD, as the
+			 * repeated flag */
+			char *joined = st_calloc(1, sizeof o->offload_dir);
+			if (!joined)
+				return ST_FAIL;
+			const cJSON *d;
+			int ok = 1;
+			cJSON_ArrayForEach(d, it)
+			{
+				const size_t len = strlen(joined);
+				ok = ok && cJSON_IsString(d) &&
+				     len + strlen(d->valuestring) + 2 < sizeof o->offload_dir;
+				if (ok)
+					snprintf(joined + len, sizeof o->offload_dir - len, "%s%s", len ? "," : "",
+						 d->valuestring);
+			}
+			const int rc = ok ? train_opts_set(o, "offload-dir", joined) : ST_FAIL;
+			free(joined);
+			ST_CHECK(ok, "give a list of directory names, or one string \"a,b\"",
+				 "%s: option 'offload-dir' holds a list with something other than short "
+				 "strings",
+				 where);
+			ST_TRY(rc);
+			continue;
+		} else {
+			ST_ERROR("options are strings, numbers or booleans (offload-dir: also a list of "
+				 "strings)",
 				 "%s: option '%s' has an unsupported value", where, it->string);
 			return ST_FAIL;
 		}

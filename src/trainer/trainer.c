@@ -1001,6 +1001,10 @@ int trainer_run(struct st_trainer *tr)
 	if (tr->step)
 		st_log_info("resumed from %s at step %ld; checkpoints go to %s", tr->ckpt_loaded,
 			    tr->step, tr->o.out);
+	if (tr->step && tr->skipped > tr->o.max_skipped_steps && tr->step < tr->total_steps)
+		st_log_warn("the run has skipped %ld step%s already, more than --max-skipped-steps %d: "
+			    "the next skip stops it",
+			    tr->skipped, tr->skipped == 1 ? "" : "s", tr->o.max_skipped_steps);
 	long later_first = 0;
 	const int later = tr->step < tr->total_steps
 				  ? ckpt_count_later(tr->o.out, tr->step, &later_first)
