@@ -641,9 +641,13 @@ Test(faults, paths_and_messages)
 			"--force && test ! -e %s/data/val.bin",
 			cu_bin(), dir, dir, dir);
 	cr_expect_eq(rc, 0, "prepare --force without a split kept the old val.bin: %s", out);
-	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/nv --steps 1 " SMALL,
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/nv --steps 1 "
+			"--quant-block 64 --galore_rank 8 " SMALL,
 		    cu_bin(), dir, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "--quant-block is not used by --optimizer adamw") &&
+			  strstr(out, "--galore-rank is not used by --optimizer adamw"),
+		  "%s", out);
 	cr_expect(strstr(out, "done: step 1, train loss ") && strstr(out, ", no validation data\n"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --tokens 2 --context 100000", cu_bin(),

@@ -31,6 +31,25 @@ static int first_spread(const struct st_train_opts *o)
 							     : o->galore_update_gap;
 }
 
+/* Flags given for another optimizer than the one the run uses (--galore-rank
+ * under adamw, --quant-block under sgd): said, since they change nothing. */
+static void note_unused_flags(const struct cli_args *a, const char *opt)
+{
+	const int galore = !strncmp(opt, "galore", 6), q8 = strstr(opt, "8bit") != NULL,
+		  sgd = !strncmp(opt, "sgd", 3);
+	for (int i = 0; i < a->n; i++) {
+		char k[64];
+		snprintf(k, sizeof k, "%s", a->key[i]);
+		for (char *c = k; *c; c++)
+			*c = *c == '_' ? '-' : *c;
+		const int unused = (!strncmp(k, "galore-", 7) && !galore) ||
+				   (!strncmp(k, "quant-", 6) && !q8) || (!strcmp(k, "momentum") && !sgd) ||
+				   ((!strcmp(k, "beta1") || !strcmp(k, "beta2") || !strcmp(k, "eps")) && sgd);
+		if (unused)
+			st_log_warn("--%s is not used by --optimizer %s", k, opt);
+	}
+}
+
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip)
 {
 	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
@@ -137,6 +156,7 @@ int cmd_train(int argc, char **argv)
 	if (resume)
 		ST_TRY(run_dir_of(o.out, sizeof o.out, dir));
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	note_unused_flags(&a, o.optimizer);
 	if (resume && strcmp(o.model, saved.model) != 0) {
 		if (cli_get(&a, "model", NULL))
 			st_log_warn("--model is not used on --resume: the checkpoint holds the model "
