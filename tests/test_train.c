@@ -351,6 +351,12 @@ Test(train, galore_start_spread_fixed_on_resume)
 			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 "
 			   "--galore-update-gap 2",
 			   cu_bin(), dir, dir));
+	cr_expect(strstr(out, "give --galore-update-gap 4 or more"), "%s", out);
+	/* the rank is the state's shape: named, not a tensor shape mismatch */
+	expect_fail("another rank on resume", "--galore-rank 4 on resume: the run used 8",
+		    cu_run(out, sizeof out,
+			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 --galore-rank 4",
+			   cu_bin(), dir, dir));
 	rc = cu_run(out, sizeof out, /* a larger gap leaves the starts where they were */
 		    "%s train --resume %s/a/step-000002 --out %s/d --steps 3 --galore-update-gap 8",
 		    cu_bin(), dir, dir);

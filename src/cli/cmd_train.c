@@ -175,12 +175,30 @@ int cmd_train(int argc, char **argv)
 			 "where that run started (runs save absolute paths since 2026-11-23)",
 			 i ? "validation" : "data", paths[i]);
 	/* each GaLore matrix's moments count their updates from its start */
-	ST_CHECK(!resume || strncmp(o.optimizer, "galore", 6) || first_spread(&o) == saved_spread,
-		 "leave --galore-start-spread and --galore-update-gap as the run started",
+	const int galore_resume = resume && !strncmp(o.optimizer, "galore", 6) &&
+				  !strncmp(saved.optimizer, "galore", 6);
+	char spread_hint[160];
+	if (o.galore_update_gap < saved_spread)
+		snprintf(spread_hint, sizeof spread_hint,
+			 "this run's first projectors were spread over %d updates: give "
+			 "--galore-update-gap %d or more",
+			 saved_spread, saved_spread);
+	else
+		snprintf(spread_hint, sizeof spread_hint,
+			 "give --galore-start-spread %d with the new gap, or leave both as the run "
+			 "started",
+			 saved_spread);
+	ST_CHECK(!galore_resume || first_spread(&o) == saved_spread, spread_hint,
 		 "--galore-start-spread %d with --galore-update-gap %d on resume spreads the first "
-		 "projectors over %d updates; this run used %d, which fixed when each matrix's "
+		 "projectors over %d update%s; this run used %d, which fixed when each matrix's "
 		 "updates began",
-		 o.galore_start_spread, o.galore_update_gap, first_spread(&o), saved_spread);
+		 o.galore_start_spread, o.galore_update_gap, first_spread(&o),
+		 first_spread(&o) == 1 ? "" : "s", saved_spread);
+	ST_CHECK(!galore_resume || o.galore_rank == saved.galore_rank,
+		 "leave --galore-rank as the run started (start a new run for another rank)",
+		 "--galore-rank %g on resume: the run used %g, and its projectors and moments have "
+		 "that rank",
+		 o.galore_rank, saved.galore_rank);
 	struct st_trainer tr;
 	const int out_existed = fs_exists(o.out);
 	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */
