@@ -734,7 +734,7 @@ Test(offload, plan_without_training, .timeout = 120)
 		cr_assert_eq(rc, 0, "plan failed: %s", out);
 		cr_expect(strstr(out, "weights") && strstr(out, "tier total") && strstr(out, "predicted step"),
 			  "no plan table: %s", out);
-		cr_expect(strstr(out, k ? "bound by compute" : "bound by disk"),
+		cr_expect(strstr(out, k ? "busiest queue compute" : "busiest queue disk"),
 			  "a %s disk does not move the bound: %s", k ? "fast" : "slow", out);
 	}
 	/* nothing was trained or written but the profile */
