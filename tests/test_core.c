@@ -68,6 +68,7 @@ Test(config, hf_variants)
 		{"\"rope_scaling\":null", 1},
 		{"\"rope_scaling\":{\"rope_type\":\"default\"}", 1},
 		{"\"rope_scaling\":{\"type\":\"default\"}", 1},
+		{"\"rope_scaling\":{}", 1},
 		{"\"rope_parameters\":{\"rope_theta\":10000}", 1},
 		{"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}", 0},
 		{"\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}", 0},
@@ -86,6 +87,13 @@ Test(config, hf_variants)
 		cr_expect_eq(config_load(&c, path) == ST_OK, ropes[i].ok, "%s", ropes[i].rope);
 		st_log_mute(old);
 	}
+	/* transformers 5 takes rope_scaling whole over rope_parameters, its
+	 * rope_theta included */
+	write_file(path, "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+			 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"rope_theta\":10000,"
+			 "\"rope_scaling\":{\"rope_type\":\"default\",\"rope_theta\":500000}}");
+	cr_assert_eq(config_load(&c, path), ST_OK);
+	cr_expect_eq(c.rope_theta, 500000.0);
 	/* round trip through config_save */
 	cr_assert_eq(config_preset(&c, "llama-60m"), 0);
 	cr_assert_eq(config_save(&c, path), 0);

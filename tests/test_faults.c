@@ -293,11 +293,11 @@ Test(faults, resume_from_another_directory)
 	/* a resume from an earlier step into its own run says which later
 	 * checkpoints it will replace, and that a --config's "out" is not used */
 	rc = cu_run(out, sizeof out, "cd / && echo '{\"out\": \"%s/elsewhere\"}' > %s/co.json && %s "
-			"train --resume %s/run/step-000002 --steps 3 --config %s/co.json " SMALL,
+			"train --resume %s/run/step-000002 --steps 4 --config %s/co.json " SMALL,
 		    dir, dir, bin, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "/run holds 2 checkpoints past step 2 (the first: step-000004): this run "
-			      "replaces each as it reaches its step"),
+	cr_expect(strstr(out, "/run holds 1 checkpoint of steps 3 to 4 (the first: step-000004): this "
+			      "run replaces each as it reaches its step"),
 		  "%s", out);
 	cr_expect(strstr(out, "co.json's \"out\" is not used on --resume"), "%s", out);
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/elsewhere", dir), 0);

@@ -351,7 +351,17 @@ Test(train, galore_start_spread_fixed_on_resume)
 			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 "
 			   "--galore-update-gap 2",
 			   cu_bin(), dir, dir));
-	cr_expect(strstr(out, "give --galore-update-gap 4 or more"), "%s", out);
+	cr_expect(strstr(out, "with a --galore-update-gap of 4 or more"), "%s", out);
+	/* a gap that keeps the spread, the spread not given: the run's kept */
+	rc = cu_run(out, sizeof out,
+		    "%s train --resume %s/a/step-000002 --out %s/e --steps 3 --galore-update-gap 6",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "a gap of 6 with the run's spread of 4 was refused: %s", out);
+	/* the rank as a fraction of the hidden size (0.125 of 64 = 8) is the same state */
+	rc = cu_run(out, sizeof out,
+		    "%s train --resume %s/a/step-000002 --out %s/f --steps 3 --galore-rank 0.125",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "the same rank as a fraction was refused: %s", out);
 	/* the rank is the state's shape: named, not a tensor shape mismatch */
 	expect_fail("another rank on resume", "--galore-rank 4 on resume: the run used 8",
 		    cu_run(out, sizeof out,
@@ -634,7 +644,7 @@ Test(train, jsonl_prompt_completion_masks)
 	const struct {
 		const char *line, *needle;
 	} odd[] = {
-		{"{\"text\": \"abc\\u0000def\"}", "odd.jsonl:1: a \\u0000 (NUL) character"},
+		{"{\"text\": \"abc\\u0000def\"}", "odd.jsonl:1: a NUL character"},
 		{"{\"prompt\": \"a\", \"completion\": \"b\", \"text\": \"c\"}",
 		 "odd.jsonl:1: both text and prompt/completion"},
 		{"{\"text\": \"a\\\\u0000b\"}", NULL},
@@ -651,6 +661,12 @@ Test(train, jsonl_prompt_completion_masks)
 		else
 			cr_expect_eq(rc, 0, "%s: %s", odd[i].line, out);
 	}
+	f = fopen(path, "w"); /* a raw 0 byte inside a value */
+	fwrite("{\"text\": \"abc\0def\"}\n", 1, 20, f);
+	fclose(f);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/odd3 --val-fraction 0", cu_bin(),
+		    path, dir);
+	expect_fail("a raw NUL in JSONL", "odd.jsonl:1: a NUL character", rc);
 	/* the extension in capitals is still JSONL; an empty completion is
 	 * said; too few examples for the split name the count */
 	snprintf(path, sizeof path, "%s/few.JSONL", dir);

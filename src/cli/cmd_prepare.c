@@ -93,6 +93,8 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 	size_t cap = 0;
 	int line = 0, rc = ST_OK;
 	long empty = 0; /* examples with nothing to learn but <eos> */
+	static const char nul_msg[] = "a NUL character (\\u0000 or a raw 0 byte), which strata's "
+				      "text cannot hold (the example would end there)";
 	for (size_t pos = 0; pos < len && rc == ST_OK;) {
 		size_t end = pos;
 		while (end < len && text[end] != '\n')
@@ -116,20 +118,19 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 		const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
 		const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "completion");
 		const cJSON *tx = cJSON_GetObjectItemCaseSensitive(o, "text");
+		const int nul = has_nul_escape(text + pos, n) || memchr(text + pos, 0, n);
 		const char *bad = !o ? "not valid JSON"
 				  : !cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) ||
 							    cJSON_IsString(tx))
 					  ? "an object without string prompt and completion, or text"
 				  : cJSON_IsString(tx) && (pr || co)
 					  ? "both text and prompt/completion: which is the example?"
-				  : has_nul_escape(text + pos, n)
-					  ? "a \\u0000 (NUL) character, which strata's text cannot hold"
+				  : nul ? nul_msg
 					  : NULL;
 		if (bad) {
-			ST_ERROR(has_nul_escape(text + pos, n) && o
-					 ? "remove the NUL characters from the example"
-					 : "each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or "
-					   "{\"text\": \"...\"}",
+			ST_ERROR(bad == nul_msg ? "remove the NUL characters from the line"
+				     : "each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or "
+				       "{\"text\": \"...\"}",
 				 "%s:%d: %s", path, line, bad);
 			cJSON_Delete(o);
 			rc = ST_FAIL;

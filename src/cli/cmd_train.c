@@ -2,11 +2,13 @@
 #include <stdio.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "model/config.h"
 #include "io/fsutil.h"
 #include "trainer/interrupt.h"
 #include "trainer/trainer.h"
@@ -116,6 +118,97 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 			    next, now, was);
 }
 
+/* A --config whose "out" names another directory than the one a resumed
+ * run goes on in (run_dir): said, since only the --out flag moves it. */
+static void note_config_out(const struct cli_args *a, const char *conf, const char *conf_out,
+			    const char *run_dir)
+{
+	char real[PATH_MAX];
+	if (!conf || cli_get((struct cli_args *)a, "out", NULL) || !*conf_out)
+		return;
+	if (!realpath(conf_out, real))
+		snprintf(real, sizeof real, "%s", conf_out); /* does not exist: surely another */
+	if (strcmp(real, run_dir) != 0)
+		st_log_warn("%s's \"out\" is not used on --resume: the run goes on in %s, the "
+			    "checkpoint's run directory (give --out to write elsewhere)",
+			    conf, run_dir);
+}
+
+/* The rank each GaLore matrix gets from --galore-rank r (galore.c: a whole
+ * rank, or a fraction of the hidden size; at most the matrix's smaller
+ * side), for the three shapes a LLaMA layer has: equal for two values of r
+ * when the state they lay out is the same. */
+static void galore_ranks(double r, const struct st_config *c, int out[3])
+{
+	const int want = r >= 1 ? (int)r : (int)lround(r * c->dim);
+	const int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
+	const int sides[3] = {q < c->dim ? q : c->dim, kv < c->dim ? kv : c->dim,
+			      c->ffn_dim < c->dim ? c->ffn_dim : c->dim};
+	for (int i = 0; i < 3; i++)
+		out[i] = want < sides[i] ? want : sides[i];
+}
+
+/* What a resume may not change, or changes silently, against the
+ * checkpoint's own options (saved; its directory ckpt). */
+static int check_resume(const struct cli_args *a, const struct st_train_opts *saved,
+			struct st_train_opts *o, const char *ckpt)
+{
+	if (strcmp(o->model, saved->model) != 0) {
+		if (cli_get((struct cli_args *)a, "model", NULL))
+			st_log_warn("--model is not used on --resume: the checkpoint holds the model "
+				    "(to start a new run from %s, leave out --resume)",
+				    o->model);
+		memcpy(o->model, saved->model, sizeof o->model); /* trainer.json keeps the run's */
+	}
+	/* checkpoints written before paths were saved absolute hold them as
+	 * typed, relative to where that run started */
+	const char *paths[2] = {o->data, o->val}, *saved_paths[2] = {saved->data, saved->val};
+	for (int i = 0; i < 2; i++)
+		ST_CHECK(!*paths[i] || *paths[i] == '/' || strcmp(paths[i], saved_paths[i]) ||
+				 fs_exists(paths[i]),
+			 "give --data (and --val) again, or resume from the directory the run started in",
+			 "the %s path '%s' came from the checkpoint's saved options and is relative to "
+			 "where that run started (runs save absolute paths since 2026-11-23)",
+			 i ? "validation" : "data", paths[i]);
+	if (strncmp(o->optimizer, "galore", 6) || strncmp(saved->optimizer, "galore", 6))
+		return ST_OK; /* other pairs: the state's own checks (checkpoint.c) */
+	/* each GaLore matrix's moments count their updates from its start: the
+	 * first projectors' spread stays; a spread not given keeps the run's */
+	const int spread = first_spread(saved);
+	if (!cli_get((struct cli_args *)a, "galore-start-spread", NULL) &&
+	    !cli_get((struct cli_args *)a, "galore_start_spread", NULL))
+		o->galore_start_spread = spread;
+	char hint[200];
+	snprintf(hint, sizeof hint,
+		 "this run spread its first projectors over %d update%s: give --galore-start-spread "
+		 "%d with a --galore-update-gap of %d or more",
+		 spread, spread == 1 ? "" : "s", spread, spread);
+	ST_CHECK(first_spread(o) == spread, hint,
+		 "--galore-start-spread %d with --galore-update-gap %d on resume spreads the first "
+		 "projectors over %d update%s; this run used %d, which fixed when each matrix's "
+		 "updates began",
+		 o->galore_start_spread, o->galore_update_gap, first_spread(o),
+		 first_spread(o) == 1 ? "" : "s", spread);
+	/* the rank is the shape of the projectors and moments: the same state,
+	 * whichever way it is written (8 or 0.03125 of 256) */
+	struct st_config cfg;
+	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", ckpt);
+	if (config_load(&cfg, path) != ST_OK) {
+		ckpt_name_earlier(ckpt);
+		return ST_FAIL;
+	}
+	int want[3], had[3];
+	galore_ranks(o->galore_rank, &cfg, want);
+	galore_ranks(saved->galore_rank, &cfg, had);
+	ST_CHECK(!memcmp(want, had, sizeof want),
+		 "leave --galore-rank as the run started (start a new run for another rank)",
+		 "--galore-rank %g on resume: the run used %g, and its projectors and moments have "
+		 "that rank",
+		 o->galore_rank, saved->galore_rank);
+	return ST_OK;
+}
+
 int cmd_train(int argc, char **argv)
 {
 	struct cli_args a;
@@ -128,14 +221,12 @@ int cmd_train(int argc, char **argv)
 	train_opts_defaults(&o);
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	const char *resume = cli_get(&a, "resume", NULL);
-	int saved_spread = 0; /* the checkpoint's first-projector updates */
 	struct st_train_opts saved; /* the checkpoint's options: its schedule, its paths */
 	char dir[4096];
 	if (resume) {
 		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
 		ST_TRY(ckpt_read_options(&o, dir));
 		o.resume[0] = '\0';
-		saved_spread = first_spread(&o);
 		saved = o;
 	}
 	const char *conf = cli_get(&a, "config", NULL);
@@ -145,60 +236,16 @@ int cmd_train(int argc, char **argv)
 	 * an "out" saved in it or in the --config the run started with: those
 	 * name the original run, relative to where it started, and would be
 	 * written into from a copy. Only the --out flag moves it. */
-	char conf_out[sizeof o.out], saved_out[sizeof o.out];
-	snprintf(conf_out, sizeof conf_out, "%s", o.out);
-	snprintf(saved_out, sizeof saved_out, "%s", resume ? saved.out : "");
-	if (resume && conf && !cli_get(&a, "out", NULL) && fs_absolute(conf_out, sizeof conf_out) == ST_OK &&
-	    fs_absolute(saved_out, sizeof saved_out) == ST_OK && strcmp(conf_out, saved_out) != 0)
-		st_log_warn("%s's \"out\" is not used on --resume: the run goes on in the "
-			    "checkpoint's run directory (give --out to write elsewhere)",
-			    conf);
-	if (resume)
+	if (resume) {
+		char conf_out[sizeof o.out];
+		snprintf(conf_out, sizeof conf_out, "%s", o.out);
 		ST_TRY(run_dir_of(o.out, sizeof o.out, dir));
+		note_config_out(&a, conf, conf_out, o.out);
+	}
 	ST_TRY(cli_train_flags(&a, &o, "config"));
 	note_unused_flags(&a, o.optimizer);
-	if (resume && strcmp(o.model, saved.model) != 0) {
-		if (cli_get(&a, "model", NULL))
-			st_log_warn("--model is not used on --resume: the checkpoint holds the model "
-				    "(to start a new run from %s, leave out --resume)",
-				    o.model);
-		memcpy(o.model, saved.model, sizeof o.model); /* trainer.json keeps the run's */
-	}
-	/* checkpoints written before paths were saved absolute hold them as
-	 * typed, relative to where that run started */
-	const char *paths[2] = {o.data, o.val}, *saved_paths[2] = {saved.data, saved.val};
-	for (int i = 0; resume && i < 2; i++)
-		ST_CHECK(!*paths[i] || *paths[i] == '/' || strcmp(paths[i], saved_paths[i]) ||
-				 fs_exists(paths[i]),
-			 "give --data (and --val) again, or resume from the directory the run started in",
-			 "the %s path '%s' came from the checkpoint's saved options and is relative to "
-			 "where that run started (runs save absolute paths since 2026-11-23)",
-			 i ? "validation" : "data", paths[i]);
-	/* each GaLore matrix's moments count their updates from its start */
-	const int galore_resume = resume && !strncmp(o.optimizer, "galore", 6) &&
-				  !strncmp(saved.optimizer, "galore", 6);
-	char spread_hint[160];
-	if (o.galore_update_gap < saved_spread)
-		snprintf(spread_hint, sizeof spread_hint,
-			 "this run's first projectors were spread over %d updates: give "
-			 "--galore-update-gap %d or more",
-			 saved_spread, saved_spread);
-	else
-		snprintf(spread_hint, sizeof spread_hint,
-			 "give --galore-start-spread %d with the new gap, or leave both as the run "
-			 "started",
-			 saved_spread);
-	ST_CHECK(!galore_resume || first_spread(&o) == saved_spread, spread_hint,
-		 "--galore-start-spread %d with --galore-update-gap %d on resume spreads the first "
-		 "projectors over %d update%s; this run used %d, which fixed when each matrix's "
-		 "updates began",
-		 o.galore_start_spread, o.galore_update_gap, first_spread(&o),
-		 first_spread(&o) == 1 ? "" : "s", saved_spread);
-	ST_CHECK(!galore_resume || o.galore_rank == saved.galore_rank,
-		 "leave --galore-rank as the run started (start a new run for another rank)",
-		 "--galore-rank %g on resume: the run used %g, and its projectors and moments have "
-		 "that rank",
-		 o.galore_rank, saved.galore_rank);
+	if (resume)
+		ST_TRY(check_resume(&a, &saved, &o, dir));
 	struct st_trainer tr;
 	const int out_existed = fs_exists(o.out);
 	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */

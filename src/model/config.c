@@ -193,8 +193,8 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	const char *keys[2] = {"rope_parameters", "rope_scaling"};
 	for (int k = 0; k < 2; k++) {
 		const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
-		if (!o || cJSON_IsNull(o))
-			continue;
+		if (!o || cJSON_IsNull(o) || (cJSON_IsObject(o) && !o->child))
+			continue; /* absent, null or {}: transformers reads none of them */
 		const cJSON *rt = cJSON_GetObjectItemCaseSensitive(o, "rope_type");
 		if (!rt)
 			rt = cJSON_GetObjectItemCaseSensitive(o, "type");
@@ -203,6 +203,10 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 		ST_CHECK(plain, "only plain RoPE is supported for now (rope_type \"default\")",
 			 "%s: %s with rope_type %s is not supported", path, keys[k],
 			 cJSON_IsString(rt) ? rt->valuestring : rt ? "(not a string)" : "(none)");
+		/* transformers 5 takes rope_scaling over rope_parameters whole,
+		 * its rope_theta included */
+		if (k == 1)
+			ST_TRY(json_num(o, "rope_theta", &cfg->rope_theta, path));
 	}
 	double eps = cfg->norm_eps, std = cfg->init_std;
 	ST_TRY(json_num(root, "rms_norm_eps", &eps, path));

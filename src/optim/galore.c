@@ -95,7 +95,7 @@ int galore_plan(struct st_optim *o)
 	/* phases spread the refreshes evenly over the gap: at most
 	 * ceil(n_gal / gap) refreshes in any step, plus the first projectors
 	 * of the updates 1..S (plan_starts) */
-	int k = 0, n_full = 0;
+	int k = 0, n_full = 0, full_side = 0; /* the largest smaller side reached */
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		struct st_pstate *ps = &o->ps[i];
@@ -112,13 +112,15 @@ int galore_plan(struct st_optim *o)
 		ps->state_numel = (size_t)ps->rank * (size_t)(ps->right ? ps->rows : ps->cols);
 		o->galore_weights += p->numel;
 		n_full += ps->full;
+		if (ps->full && small > full_side)
+			full_side = small;
 		k++;
 	}
 	if (n_full)
 		st_log_warn("--galore-rank %g reaches the smaller side of %d of the %d projected "
-			    "matrices: those keep full-rank moments and a square projector, more state "
-			    "than AdamW's (a rank below the hidden size %d is what saves memory)",
-			    c->galore_rank, n_full, n_gal, m->cfg.dim);
+			    "matrices (sides up to %d): those keep full-rank moments and a square "
+			    "projector, more state than AdamW's (a rank below %d saves memory on them)",
+			    c->galore_rank, n_full, n_gal, full_side, full_side);
 	plan_starts(o);
 	return ST_OK;
 }

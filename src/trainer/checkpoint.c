@@ -317,7 +317,7 @@ static void recover_aside(const char *out, int held)
 	closedir(d);
 }
 
-int ckpt_count_later(const char *out, long step, long *first)
+int ckpt_count_later(const char *out, long step, long last, long *first)
 {
 	DIR *d = opendir(out);
 	if (!d)
@@ -326,7 +326,7 @@ int ckpt_count_later(const char *out, long step, long *first)
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		long s;
-		if (is_step_dir(e->d_name, &s) && s > step && (!n++ || s < *first))
+		if (is_step_dir(e->d_name, &s) && s > step && s <= last && (!n++ || s < *first))
 			*first = s;
 	}
 	closedir(d);

@@ -1007,13 +1007,13 @@ int trainer_run(struct st_trainer *tr)
 			    tr->skipped, tr->skipped == 1 ? "" : "s", tr->o.max_skipped_steps);
 	long later_first = 0;
 	const int later = tr->step < tr->total_steps
-				  ? ckpt_count_later(tr->o.out, tr->step, &later_first)
+				  ? ckpt_count_later(tr->o.out, tr->step, tr->total_steps, &later_first)
 				  : 0;
 	if (later)
-		st_log_warn("%s holds %d checkpoint%s past step %ld (the first: step-%06ld): this run "
-			    "replaces each as it reaches its step, and --keep-ckpts counts them; give "
-			    "--out DIR to keep them",
-			    tr->o.out, later, later == 1 ? "" : "s", tr->step, later_first);
+		st_log_warn("%s holds %d checkpoint%s of steps %ld to %ld (the first: step-%06ld): "
+			    "this run replaces each as it reaches its step; give --out DIR to keep them",
+			    tr->o.out, later, later == 1 ? "" : "s", tr->step + 1, tr->total_steps,
+			    later_first);
 	if (tr->step && tr->step >= tr->total_steps)
 		st_log_warn("the checkpoint is at step %ld and this run ends at step %ld: nothing to "
 			    "train; give --steps above %ld to go on",

@@ -138,8 +138,8 @@ int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, c
 /* After a failed load of ckpt_dir (RUN/step-N): say which step directory of
  * RUN to resume from instead, the newest before N, or that there is none. */
 void ckpt_name_earlier(const char *ckpt_dir);
-/* How many step directories in run directory out are past step; the first
- * of them into *first. */
-int ckpt_count_later(const char *out, long step, long *first);
+/* How many step directories in run directory out are past step and at most
+ * last; the first of them into *first. */
+int ckpt_count_later(const char *out, long step, long last, long *first);
 
 #endif
