@@ -16,7 +16,8 @@ static void help(void)
 	       "  --data PATH        prepared directory (uses val.bin) or a shard file\n"
 	       "  --seq-len N        tokens per window [256]\n"
 	       "  --micro-batch N    windows per forward pass [8]\n"
-	       "  --max-tokens N     evaluate N tokens, rounded up to whole --seq-len windows (0: all) [0]\n"
+	       "  --max-tokens N     evaluate N tokens, rounded up to whole --seq-len windows\n"
+	       "                     (0: all) [0]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       "  --json             print the result as JSON\n");

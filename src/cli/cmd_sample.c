@@ -16,7 +16,8 @@ static void help(void)
 {
 	printf("usage: strata sample --model DIR [options]\n\n"
 	       "  --model DIR        model directory, checkpoint, or run directory (its latest)\n"
-	       "  --prompt TEXT      text to continue; \"\" starts from the tokenizer's <bos> where it has one [\"\\n\"]\n"
+	       "  --prompt TEXT      text to continue; \"\" starts from the tokenizer's <bos>\n"
+	       "                     where it has one [\"\\n\"]\n"
 	       "  --tokens N         tokens to generate [200]\n"
 	       "  --temperature X    0 is greedy [0.8]\n"
 	       "  --top-p X          nucleus sampling mass [0.95]\n"

@@ -920,10 +920,6 @@ static int settle(struct st_trainer *tr)
 	return store_ok(&tr->s.store);
 }
 
-/* How busy each queue was over the training steps, and which one bounds the
- * step: compute (the main thread, less its waits), the copy and disk
- * transfer queues, and the optimizer thread. Printed, and appended to
- * metrics.jsonl as {"queues": ...} for bench/offload. */
 /* The queue counters. They run over the whole process, and the queues work
  * for evaluations and checkpoints too (an update can finish under the next
  * evaluation), so the report takes them over the training loop, from q_snap
@@ -938,6 +934,10 @@ static void q_snap(const struct st_trainer *tr, double v[5])
 	v[4] = tr->up.wait_s;
 }
 
+/* How busy each queue was over the training loop, and which one bounds the
+ * step: compute (the main thread, less its waits), the copy and disk
+ * transfer queues, and the optimizer thread. Printed, and appended to
+ * metrics.jsonl as {"queues": ...} for bench/offload. */
 static void report_queues(struct st_trainer *tr)
 {
 	const struct st_store *s = &tr->s.store;
@@ -955,9 +955,9 @@ static void report_queues(struct st_trainer *tr)
 	for (int i = 1; i < 4; i++)
 		if (busy[i] > busy[bound])
 			bound = i;
-	st_log_info("queues over %ld steps (%.2f s/step; the loop took %.2f s with evaluations and checkpoints): "
-		    "compute %.0f%%, copy %.0f%%, disk %.0f%%, optimizer %.0f%% busy; the main thread "
-		    "waited %.2f s for transfers and %.2f s for updates; bound by %s",
+	st_log_info("queues over %ld steps (%.2f s/step; the loop took %.2f s with evaluations and "
+		    "checkpoints): compute %.0f%%, copy %.0f%%, disk %.0f%%, optimizer %.0f%% busy; "
+		    "the main thread waited %.2f s for transfers and %.2f s for updates; bound by %s",
 		    tr->timed_steps, tr->train_s / (double)tr->timed_steps, wall, 100 * busy[0] / wall,
 		    100 * busy[1] / wall, 100 * busy[2] / wall, 100 * busy[3] / wall, q[0], q[4],
 		    names[bound]);
