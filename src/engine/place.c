@@ -23,6 +23,17 @@ static size_t max_of(const size_t *v, int n)
 	return io_round(m, ST_IO_ALIGN);
 }
 
+int place_check_disk(const int force[ST_SLAB__COUNT], int n_dirs)
+{
+	static const char *names[ST_SLAB__COUNT] = {[ST_SLAB_W] = "weights", [ST_SLAB_G] = "gradients",
+						    [ST_SLAB_S] = "optimizer"};
+	for (int k = 0; k < ST_SLAB__COUNT; k++)
+		ST_CHECK(force[k] != ST_TIER_DISK || n_dirs > 0, "give --offload-dir DIR (one per SSD)",
+			 "--place %s=disk needs a disk tier, and there is no offload directory",
+			 names[k] ? names[k] : "?");
+	return ST_OK;
+}
+
 int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	       const size_t *g_bytes, const size_t *s_bytes, size_t act_bytes,
 	       const struct st_place_opts *o)
@@ -44,14 +55,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		}
 	const size_t D = o->budget[ST_TIER_DEVICE], H = o->budget[ST_TIER_HOST];
 	char b1[32], b2[32], b3[32], b4[32];
-	static const char *kind_names[ST_SLAB__COUNT] = {[ST_SLAB_W] = "weights",
-							 [ST_SLAB_G] = "gradients",
-							 [ST_SLAB_S] = "optimizer"};
-	for (int k = 0; k < 3; k++)
-		ST_CHECK(o->force[kinds[k]] != ST_TIER_DISK || o->n_dirs > 0,
-			 "give --offload-dir DIR (one per SSD)",
-			 "--place %s=disk needs a disk tier, and there is no offload directory",
-			 kind_names[kinds[k]]);
+	ST_TRY(place_check_disk(o->force, o->n_dirs));
 	ST_CHECK(!D || act_bytes <= D, "raise --device-mem, or lower --micro-batch / --seq-len",
 		 "the device budget %s cannot hold the activations of one micro-batch (%s)",
 		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes));

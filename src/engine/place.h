@@ -54,6 +54,8 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	       const size_t *g_bytes, const size_t *s_bytes, size_t act_bytes,
 	       const struct st_place_opts *o);
 void place_free(struct st_place *p);
+/* A kind forced onto disk (--place KIND=disk) with no offload directory. */
+int place_check_disk(const int force[ST_SLAB__COUNT], int n_dirs);
 static inline enum st_tier place_home(const struct st_place *p, int unit, enum st_slab_kind k)
 {
 	return p->home[(size_t)unit * ST_SLAB__COUNT + k];

@@ -275,6 +275,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	ch->po.place.n_dirs = ch->n_dirs;
 	ST_TRY(check_offload_dirs(ch->dirs, ch->n_dirs));
+	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
 	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
 	if (!ch->po.place.io_block)
 		ch->po.place.io_block = 1u << 20; /* "auto": the store's default */
