@@ -552,6 +552,14 @@ Test(faults, init_config_directory_or_preset)
 		    "grep -qE '\"hidden_size\":[[:space:]]*384' m3/config.json",
 		    dir, cu_bin());
 	cr_expect_eq(rc, 0, "%s", out);
+	/* a rule between values broken: the file is named too */
+	rc = cu_run(out, sizeof out,
+		    "printf '{\"vocab_size\":258,\"hidden_size\":64,\"intermediate_size\":96,"
+		    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":3}' > "
+		    "%s/c.json && %s init --config %s/c.json --out %s/m4",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "must divide") && strstr(out, "in ") && strstr(out, "/c.json"),
+		  "%s", out);
 }
 
 /* config.json values that would size the model wrongly are named before
@@ -780,6 +788,11 @@ Test(faults, other_commands_check_their_numbers)
 		 "--tokens must be in [0, 1073741824] (got 2147483649)"},
 		{"init --vocab 4294967554 --out %s/v", "--vocab must be in [1, 2147483647]"},
 		{"init --vocab 0 --out %s/v", "--vocab must be in [1, 2147483647] (got 0)"},
+		{"init --vocab 0x102 --out %s/v", "--vocab: '0x102' is not an integer"},
+		{"prepare --input %s/text.txt --out %s/h --chunk 0x4000", "--chunk: '0x4000' is not an integer"},
+		{"sample --model %s/init --temperature 0x1p-1", "--temperature: '0x1p-1' is not a number"},
+		{"train --model %s/init --data %s/data --out /nonexistent/x --lr 0x1p-10",
+		 "option 'lr': '0x1p-10' is not a number"},
 		{"init --config /dev/zero --out %s/z",
 		 "stopped reading /dev/zero after 1024 MiB"},
 	};

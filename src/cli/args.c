@@ -113,8 +113,10 @@ int cli_get_long(struct cli_args *a, const char *key, long def, long lo, long hi
 	char *end;
 	errno = 0;
 	double d = strtod(v, &end);
-	ST_CHECK(end != v && !*end && !errno && d == floor(d) && fabs(d) < 9e18, "give a whole number",
-		 "--%s: '%s' is not an integer", key, v);
+	/* decimal only: strtod would also take 0x10 */
+	ST_CHECK(end != v && !*end && !errno && d == floor(d) && fabs(d) < 9e18 &&
+			 v[strspn(v, "+-0123456789.eE")] == '\0',
+		 "give a whole number", "--%s: '%s' is not an integer", key, v);
 	ST_CHECK(d >= (double)lo && d <= (double)hi, NULL, "--%s must be in [%ld, %ld] (got %s)", key,
 		 lo, hi, v);
 	*out = (long)d;
@@ -131,8 +133,8 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
 	char *end;
 	errno = 0;
 	double d = strtod(v, &end);
-	ST_CHECK(end != v && !*end && !errno && isfinite(d), "give a number",
-		 "--%s: '%s' is not a number", key, v);
+	ST_CHECK(end != v && !*end && !errno && isfinite(d) && v[strspn(v, "+-0123456789.eE")] == '\0',
+		 "give a decimal number", "--%s: '%s' is not a number", key, v);
 	*out = d;
 	return ST_OK;
 }

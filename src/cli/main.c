@@ -5,10 +5,12 @@
 #include "cli/cli.h"
 
 #define STRATA_VERSION "0.1.0"
+/* The CUDA optimizer kernels are compiled where nvcc is found; the CUDA
+ * backend that would run a whole step on the GPU is not built yet. */
 #ifdef ST_HAVE_CUDA
-#define ST_CUDA_BUILD "built in: used where a GPU is found"
+#define ST_CUDA_BUILD "optimizer kernels compiled (nvcc found); the CUDA backend is not built yet, so commands run on the CPU"
 #else
-#define ST_CUDA_BUILD "not built: CPU only"
+#define ST_CUDA_BUILD "not compiled (no nvcc): CPU only"
 #endif
 
 static void usage(FILE *f)
@@ -36,7 +38,7 @@ int main(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-		printf("strata %s (CUDA backend %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
+		printf("strata %s (CUDA: %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
 		return 0;
 	}
 	const char *cmd = argv[1];

@@ -254,7 +254,11 @@ int config_load(struct st_config *cfg, const char *path)
 	cJSON_Delete(root);
 	if (rc != ST_OK)
 		return rc;
-	return config_validate(cfg);
+	if (config_validate(cfg) != ST_OK) {
+		ST_ERROR(NULL, "in %s", path); /* the rule broken is said above */
+		return ST_FAIL;
+	}
+	return ST_OK;
 }
 
 int config_resolve(struct st_config *cfg, const char *preset_or_path)

@@ -120,8 +120,9 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 	}
 	case OT_DOUBLE: {
 		double v = strtod(value, &end);
-		ST_CHECK(end != value && *end == '\0', "give a number",
-			 "option '%s': '%s' is not a number", d->key, value);
+		/* decimal only: strtod would also take 0x1p-10 and nan */
+		ST_CHECK(end != value && *end == '\0' && value[strspn(value, "+-0123456789.eE")] == '\0',
+			 "give a decimal number", "option '%s': '%s' is not a number", d->key, value);
 		ST_CHECK(errno == 0 && isfinite(v), "give a number a double can hold (about 1e-308 to 1e308)",
 			 "option '%s': %s is out of range", d->key, value);
 		*(double *)field = v;
