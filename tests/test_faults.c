@@ -656,6 +656,12 @@ Test(faults, paths_and_messages)
 	cr_expect(strstr(out, "--quant-block is not used by --optimizer adamw") &&
 			  strstr(out, "--galore-rank is not used by --optimizer adamw"),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "echo '{\"momentum\": 0.9, \"lr\": 0.001}' > %s/cu.json && %s train "
+			"--model %s/init --data %s/data --out %s/nv2 --steps 1 --config %s/cu.json " SMALL,
+		    dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "cu.json: \"momentum\" is not used by --optimizer adamw") &&
+			  !strstr(out, "\"lr\" is not used"),
+		  "%s", out);
 	cr_expect(strstr(out, "done: step 1, train loss ") && strstr(out, ", no validation data\n"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --tokens 2 --context 100000", cu_bin(),

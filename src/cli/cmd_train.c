@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "cli/cli.h"
 #include "model/config.h"
 #include "io/fsutil.h"
@@ -33,23 +35,41 @@ static int first_spread(const struct st_train_opts *o)
 							     : o->galore_update_gap;
 }
 
-/* Flags given for another optimizer than the one the run uses (--galore-rank
- * under adamw, --quant-block under sgd): said, since they change nothing. */
-static void note_unused_flags(const struct cli_args *a, const char *opt)
+/* An option given for another optimizer than the one the run uses
+ * (--galore-rank under adamw, --quant-block under sgd), as a flag or a key of
+ * the --config file conf: said, since it changes nothing. */
+static void note_unused(const char *key, const char *opt, const char *conf)
 {
 	const int galore = !strncmp(opt, "galore", 6), q8 = strstr(opt, "8bit") != NULL,
 		  sgd = !strncmp(opt, "sgd", 3);
-	for (int i = 0; i < a->n; i++) {
-		char k[64];
-		snprintf(k, sizeof k, "%s", a->key[i]);
-		for (char *c = k; *c; c++)
-			*c = *c == '_' ? '-' : *c;
-		const int unused = (!strncmp(k, "galore-", 7) && !galore) ||
-				   (!strncmp(k, "quant-", 6) && !q8) || (!strcmp(k, "momentum") && !sgd) ||
-				   ((!strcmp(k, "beta1") || !strcmp(k, "beta2") || !strcmp(k, "eps")) && sgd);
-		if (unused)
-			st_log_warn("--%s is not used by --optimizer %s", k, opt);
-	}
+	char k[64];
+	snprintf(k, sizeof k, "%s", key);
+	for (char *c = k; *c; c++)
+		*c = *c == '_' ? '-' : *c;
+	const int unused = (!strncmp(k, "galore-", 7) && !galore) || (!strncmp(k, "quant-", 6) && !q8) ||
+			   (!strcmp(k, "momentum") && !sgd) ||
+			   ((!strcmp(k, "beta1") || !strcmp(k, "beta2") || !strcmp(k, "eps")) && sgd);
+	if (unused && conf)
+		st_log_warn("%s: \"%s\" is not used by --optimizer %s", conf, key, opt);
+	else if (unused)
+		st_log_warn("--%s is not used by --optimizer %s", k, opt);
+}
+
+static void note_unused_options(const struct cli_args *a, const char *conf, const char *opt)
+{
+	for (int i = 0; i < a->n; i++)
+		note_unused(a->key[i], opt, NULL);
+	cJSON *root = NULL;
+	const int old = st_log_mute(1); /* read once already: its errors were said */
+	const int rc = conf ? fs_read_json(conf, &root, NULL) : ST_FAIL;
+	st_log_mute(old);
+	if (rc != ST_OK)
+		return;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, root)
+		if (!cli_get((struct cli_args *)a, it->string, NULL)) /* a flag overrides it */
+			note_unused(it->string, opt, conf);
+	cJSON_Delete(root);
 }
 
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip)
@@ -243,7 +263,7 @@ int cmd_train(int argc, char **argv)
 		note_config_out(&a, conf, conf_out, o.out);
 	}
 	ST_TRY(cli_train_flags(&a, &o, "config"));
-	note_unused_flags(&a, o.optimizer);
+	note_unused_options(&a, conf, o.optimizer);
 	if (resume)
 		ST_TRY(check_resume(&a, &saved, &o, dir));
 	struct st_trainer tr;
