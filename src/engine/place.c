@@ -25,12 +25,10 @@ static size_t max_of(const size_t *v, int n)
 
 int place_check_disk(const int force[ST_SLAB__COUNT], int n_dirs)
 {
-	static const char *names[ST_SLAB__COUNT] = {[ST_SLAB_W] = "weights", [ST_SLAB_G] = "gradients",
-						    [ST_SLAB_S] = "optimizer"};
 	for (int k = 0; k < ST_SLAB__COUNT; k++)
 		ST_CHECK(force[k] != ST_TIER_DISK || n_dirs > 0, "give --offload-dir DIR (one per SSD)",
 			 "--place %s=disk needs a disk tier, and there is no offload directory",
-			 names[k] ? names[k] : "?");
+			 slab_kind_name((enum st_slab_kind)k));
 	return ST_OK;
 }
 
