@@ -745,6 +745,47 @@ static void with_head(const char *dir, const char *name, float first)
 	safetensors_close(&sf);
 }
 
+/* prepare writes train.bin last, having removed an old one first: a prepare
+ * --force that fails part-way (here at val.bin, a directory in the way)
+ * leaves no train.bin beside the new and old files, and says so; train and
+ * eval refuse such a directory; a plain prepare then completes it. */
+Test(faults, unfinished_prepare_leaves_no_train_bin)
+{
+	char dir[256], text[512];
+	cu_tmpdir(dir, sizeof dir, "prep");
+	cu_setup_run(dir, "");
+	snprintf(text, sizeof text, "%s/a.txt", dir);
+	cu_write_text(text, 60000, 1);
+	snprintf(text, sizeof text, "%s/b.txt", dir);
+	cu_write_text(text, 90000, 2);
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s/a.txt --out %s/d && rm %s/d/val.bin && "
+			"mkdir -p %s/d/val.bin/x",
+			cu_bin(), dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/b.txt --out %s/d --force", cu_bin(), dir,
+		    dir);
+	cr_expect_neq(rc, 0, "prepare over a directory named val.bin exited 0: %s", out);
+	cr_expect(strstr(out, "/d holds no train.bin now"), "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/d/train.bin", dir), 0,
+		     "a failed prepare left a train.bin beside the files it did not write");
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/d", cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "did not finish"), "%s", out);
+
+	/* the state a kill between val.bin and train.bin leaves */
+	rc = cu_run(out, sizeof out, "rm -r %s/d/val.bin && %s prepare --input %s/b.txt --out %s/d && "
+			"cp -r %s/d %s/e && rm %s/e/train.bin",
+			dir, cu_bin(), dir, dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "a plain prepare did not complete the directory: %s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/e", cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "eval read the val.bin of an unfinished prepare: %s", out);
+	cr_expect(strstr(out, "/e holds val.bin but no train.bin: a strata prepare into it did not finish"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/d --max-tokens 256", cu_bin(),
+		    dir, dir);
+	cr_expect_eq(rc, 0, "eval of the completed directory: %s", out);
+}
+
 /* A tied model's file that also holds lm_head.weight: the embedding's own
  * copy loads; another one is refused (transformers would not tie them, and
  * strata would have trained the embedding alone). */

@@ -13,6 +13,7 @@
  * train.mask.bin / val.mask.bin beside the shards (1 = a target, 0 = context
  * only), which the trainer and `strata eval` read with them. */
 #include <cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,12 +283,19 @@ int cmd_prepare(int argc, char **argv)
 			 total_bytes, 100 * val_frac);
 		rc = ST_FAIL;
 	}
+	/* train.bin goes last, and an old one is removed first: until the whole
+	 * set is written the directory holds no train.bin, so a prepare that
+	 * fails or is killed part-way cannot leave new training tokens beside an
+	 * old val.bin or loss mask, which train and eval would read as a set. */
 	if (rc == ST_OK)
 		rc = fs_mkdir_p(out);
-	if (rc == ST_OK) {
-		snprintf(path, sizeof path, "%s/train.bin", out);
-		rc = shard_write(path, train.v, train.n, (uint32_t)tk.vocab_size, tk.name);
+	snprintf(path, sizeof path, "%s/train.bin", out);
+	if (rc == ST_OK && unlink(path) != 0 && errno != ENOENT) {
+		ST_ERROR("check the directory's permissions", "cannot replace %s: %s", path,
+			 strerror(errno));
+		rc = ST_FAIL;
 	}
+	const int cleared = rc == ST_OK; /* no train.bin in out until the last write */
 	if (rc == ST_OK) {
 		snprintf(path, sizeof path, "%s/val.bin", out);
 		if (val.n)
@@ -303,6 +311,14 @@ int cmd_prepare(int argc, char **argv)
 		else
 			unlink(path); /* a stale mask must not apply to new shards */
 	}
+	if (rc == ST_OK) {
+		snprintf(path, sizeof path, "%s/train.bin", out);
+		rc = shard_write(path, train.v, train.n, (uint32_t)tk.vocab_size, tk.name);
+	}
+	if (rc != ST_OK && cleared)
+		ST_ERROR("re-run strata prepare once the cause above is fixed",
+			 "strata prepare: %s holds no train.bin now (the old one, if any, was removed "
+			 "before writing)", out);
 	if (rc == ST_OK && masked) {
 		size_t on = 0;
 		for (size_t i = 0; i < train_m.n; i++)

@@ -54,6 +54,13 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 		if (fs_is_dir(data)) {
 			snprintf(train_path, sizeof train_path, "%s/train.bin", data);
 			snprintf(val_path, sizeof val_path, "%s/val.bin", data);
+			/* prepare writes train.bin last: without it, the directory's
+			 * val.bin and masks may be from an unfinished prepare */
+			ST_CHECK(need_train || fs_exists(train_path) || !fs_exists(val_path),
+				 "re-run strata prepare into it",
+				 "%s holds val.bin but no train.bin: a strata prepare into it did not "
+				 "finish, and its val.bin may not match its loss mask",
+				 data);
 		} else {
 			snprintf(train_path, sizeof train_path, "%s", data);
 		}
