@@ -786,6 +786,54 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
 	cr_expect_eq(rc, 0, "eval of the completed directory: %s", out);
 }
 
+/* init --force removes the model it replaces before writing (config.json
+ * first) and writes config.json last: an init that fails part-way (here at
+ * its second shard, a directory in the way) leaves no model, neither the new
+ * config.json over the old weights nor old shards beside new ones, and a
+ * plain init then completes it; a successful one leaves none of the old
+ * layout's shards. A --force import of a file that fails its checks leaves
+ * the model there as it was. */
+Test(faults, replaced_model_whole_or_not_at_all)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "reinit");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "%s init --config %s/cfg.json --out %s/s --shard-size 40K",
+			cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "ls %s/s | grep -c 'model-.*-of-.*safetensors'", dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const int n_shards = atoi(out);
+	cr_assert_geq(n_shards, 3, "%s", out);
+	/* an init --force over a single-file model, failing at shard 2 */
+	rc = cu_run(out, sizeof out, "cp -r %s/init %s/m && mkdir -p %s/m/model-00002-of-%05d.safetensors/x && "
+			"%s init --config %s/cfg.json --out %s/m --shard-size 40K --seed 9 --force",
+			dir, dir, dir, n_shards, cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "init over a directory in the way exited 0: %s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/m/config.json -a ! -e %s/m/model.safetensors", dir, dir),
+		     0, "a failed init --force left a model");
+	rc = cu_run(out, sizeof out, "%s eval --model %s/m --data %s/data", cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "eval loaded the remains of a failed init: %s", out);
+	rc = cu_run(out, sizeof out, "rm -r %s/m/model-00002-of-%05d.safetensors && "
+			"%s init --config %s/cfg.json --out %s/m --shard-size 40K --seed 9 && "
+			"%s eval --model %s/m --data %s/data --max-tokens 256",
+		    dir, n_shards, cu_bin(), dir, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "a plain init did not complete the directory: %s", out);
+	/* sharded replaced by one file: none of the shards stays */
+	rc = cu_run(out, sizeof out, "%s init --config %s/cfg.json --out %s/s --force && ls %s/s", cu_bin(),
+		    dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(!strstr(out, "-of-") && !strstr(out, "index.json") && strstr(out, "model.safetensors"),
+		  "init --force kept the old layout's files: %s", out);
+	/* a --force import that fails its checks keeps the model */
+	rc = cu_run(out, sizeof out, "md5sum %s/s/* > %s/sums && head -c 300 tests/data/gguf/model-F32.gguf > "
+			"%s/cut.gguf && %s import --gguf %s/cut.gguf --out %s/s --force",
+		    dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "a cut GGUF imported: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums", dir), 0,
+		     "a refused import --force changed the model there: %s", out);
+}
+
 /* A tied model's file that also holds lm_head.weight: the embedding's own
  * copy loads; another one is refused (transformers would not tie them, and
  * strata would have trained the embedding alone). */

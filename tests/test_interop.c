@@ -105,6 +105,24 @@ Test(gguf, tokenizer_from_metadata)
 	tokenizer_free(&tk);
 }
 
+/* A tokenizer the import cannot rebuild (not byte-level BPE) writes no
+ * tokenizer.json; one left from an earlier model in the directory is named
+ * in a warning, since prepare and sample would read it. */
+Test(gguf, other_tokenizer_over_an_earlier_one)
+{
+	char dir[300];
+	import_to(dir, sizeof dir, "F32");
+	int rc = cu_run(out, sizeof out, "sed 's/gpt2/spmx/' tests/data/gguf/model-F32.gguf > %s/x.gguf && "
+			"%s import --gguf %s/x.gguf --out %s --force", dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "tokenizer 'spmx' is not byte-level BPE: no tokenizer.json written"), "%s", out);
+	cr_expect(strstr(out, "/m/tokenizer.json was there before this import and is kept"), "%s", out);
+	rc = cu_run(out, sizeof out, "rm %s/tokenizer.json && %s import --gguf %s/x.gguf --out %s --force",
+		    dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(!strstr(out, "was there before"), "%s", out);
+}
+
 /* An imported model, its tokenizer, and the trainer: prepare, fine-tune,
  * evaluate and sample. */
 Test(gguf, imported_model_fine_tunes, .timeout = 300)

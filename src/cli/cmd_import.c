@@ -36,10 +36,8 @@ int cmd_import(int argc, char **argv)
 	ST_TRY(cli_check_unused(&a, "strata import"));
 	ST_CHECK(in, "pass --gguf FILE", "strata import: no input (--gguf)");
 	ST_CHECK(out, "pass --out DIR", "strata import: no output directory (--out)");
-	char path[4200];
-	snprintf(path, sizeof path, "%s/config.json", out);
-	ST_CHECK(force || !fs_exists(path), "pass --force to overwrite it, or choose another --out",
-		 "%s already holds a model", out);
+	ST_CHECK(force || !model_dir_holds_model(out),
+		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
 	struct st_config cfg;
 	ST_TRY(gguf_import(in, out, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg));
 	printf("imported %s into %s: dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d%s, rope "

@@ -7,6 +7,7 @@
 #include "engine/place.h"
 #include "engine/session.h"
 #include "io/fsutil.h"
+#include "model/hf.h"
 #include "store/store.h"
 #include "util/check.h"
 
@@ -59,12 +60,11 @@ int cmd_init(int argc, char **argv)
 		cfg.stable_embedding = 1;
 	ST_TRY(config_validate(&cfg));
 
-	char path[4096], index[4096];
-	snprintf(path, sizeof path, "%s/model.safetensors", out);
-	snprintf(index, sizeof index, "%s/model.safetensors.index.json", out);
-	ST_CHECK(force || (!fs_exists(path) && !fs_exists(index)),
+	ST_CHECK(force || !model_dir_holds_model(out),
 		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
 	ST_TRY(fs_mkdir_p(out));
+	if (force)
+		ST_TRY(model_dir_clear(out));
 	struct st_session s;
 	ST_TRY(session_create(&s, ops_cpu(), &cfg, 0));
 	session_init_random(&s, (unsigned long)seed);

@@ -155,13 +155,14 @@ static void weights_put(void *ctx, int unit)
 
 int session_save_model(struct st_session *s, const char *dir)
 {
-	char path[4096];
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	ST_TRY(config_save(&s->model.cfg, path));
+	/* config.json last (hf.h: model_dir_clear) */
 	ST_TRY(model_save_weights_dir(&s->model, dir, s->shard_bytes ? s->shard_bytes
 								  : ST_DEFAULT_SHARD_BYTES,
 				      weights_get, weights_put, s));
-	return store_ok(&s->store);
+	ST_TRY(store_ok(&s->store));
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	return config_save(&s->model.cfg, path);
 }
 
 void session_close(struct st_session *s)

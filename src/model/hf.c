@@ -2,6 +2,7 @@
  * with HF parameter names and (out,in) layout, straight into / out of the
  * units' W slabs. */
 #include <cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,58 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 	cJSON_Delete(root);
 	free(shard_of);
 	return rc;
+}
+
+int model_dir_holds_model(const char *dir)
+{
+	static const char *marks[] = {"config.json", "model.safetensors", INDEX_NAME};
+	char path[4200];
+	for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, marks[i]);
+		if (fs_exists(path))
+			return 1;
+	}
+	return 0;
+}
+
+static int remove_file(const char *path)
+{
+	ST_CHECK(unlink(path) == 0 || errno == ENOENT, "check the directory's permissions",
+		 "cannot remove %s: %s", path, strerror(errno));
+	return ST_OK;
+}
+
+int model_dir_clear(const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	ST_TRY(remove_file(path)); /* first: from here on dir is not a model */
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	ST_TRY(remove_file(path));
+	char index[4200];
+	snprintf(index, sizeof index, "%s/" INDEX_NAME, dir);
+	if (!fs_exists(index))
+		return ST_OK;
+	/* the shards the index names (files in dir, each named once or more),
+	 * then the index; an index that does not parse is removed alone */
+	char *text;
+	size_t len;
+	ST_TRY(fs_read_file(index, &text, &len));
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	free(text);
+	const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *it;
+	int rc = ST_OK;
+	cJSON_ArrayForEach(it, map)
+	{
+		if (rc != ST_OK)
+			break;
+		if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || !*it->valuestring)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, it->valuestring);
+		rc = remove_file(path);
+	}
+	cJSON_Delete(root);
+	return rc == ST_OK ? remove_file(index) : rc;
 }
 
 static const float *array_get(void *ctx, int unit) { return ((const float *const *)ctx)[unit]; }

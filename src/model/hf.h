@@ -46,6 +46,16 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 			   const float *(*get)(void *ctx, int unit),
 			   void (*put)(void *ctx, int unit), void *ctx);
 
+/* Whether dir holds a model's config.json, model.safetensors or index. */
+int model_dir_holds_model(const char *dir);
+/* Remove the model in dir before another is written there (init and import
+ * with --force): config.json first, so that from then on dir is no model,
+ * then model.safetensors, the shards the index names, and the index. Other
+ * files (a tokenizer.json, a README) stay. Writers put config.json last, so
+ * a write that fails or is killed part-way leaves no model, never new
+ * weights under an old config.json or old shards beside new ones. */
+int model_dir_clear(const char *dir);
+
 /* Import a llama-architecture GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1
  * tensors, dequantized; q/k rows un-permuted) as a Hugging Face directory:
  * config.json, the weights (sharded above shard_bytes), and tokenizer.json
