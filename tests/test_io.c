@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "io/fsutil.h"
+#include "model/config.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
 #include "io/tokenizer.h"
@@ -1183,4 +1184,65 @@ Test(io, load_raw_checks_dtype_and_shape)
 	cr_expect_eq(safetensors_load_raw(&sf, "x.codes", ST_DT_U8, 1, &s24, back, 24), ST_FAIL,
 		     "a (4, 6) tensor loaded as (24)");
 	safetensors_close(&sf);
+}
+
+/* A key twice in one object, at any depth, in any JSON file strata reads:
+ * refused naming the key and the file, since cJSON would read the first and
+ * transformers (Python's json) the last. Objects of more than 32 keys take
+ * the allocated path. */
+Test(io, json_duplicate_keys_refused)
+{
+	char dir[] = "/tmp/strata-dup-XXXXXX", path[64];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	const char *base = "\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+			   "\"num_hidden_layers\":2,\"num_attention_heads\":4";
+	const struct {
+		const char *extra, *dup;
+	} cases[] = {
+		{"\"hidden_size\":128", "hidden_size"},
+		{"\"rope_scaling\":{\"rope_type\":\"default\",\"rope_type\":\"llama3\"}", "rope_type"},
+		{"\"x\":[1,{\"a\":1,\"b\":2,\"a\":3}]", "a"},
+		{"\"rope_scaling\":{\"rope_type\":\"default\"},\"y\":{\"rope_type\":1}", NULL},
+	};
+	struct st_config c;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char text[512], want[128];
+		snprintf(text, sizeof text, "{%s,%s}", base, cases[i].extra);
+		write_bytes(path, text, strlen(text));
+		cJSON *root = cJSON_Parse(text);
+		const char *got = fs_json_duplicate_key(root);
+		cr_expect(cases[i].dup ? got && !strcmp(got, cases[i].dup) : !got, "%s: found %s", text,
+			  got ? got : "none");
+		cJSON_Delete(root);
+		struct capture cap;
+		cap_begin(&cap);
+		const int rc = config_load(&c, path);
+		char *msg = cap_end(&cap);
+		if (!cases[i].dup) {
+			cr_expect_eq(rc, ST_OK, "%s: %s", text, msg);
+			free(msg);
+			continue;
+		}
+		snprintf(want, sizeof want, "config.json: the key \"%s\" appears twice in one object",
+			 cases[i].dup);
+		cr_expect_eq(rc, ST_FAIL, "%s loaded", text);
+		cr_expect(strstr(msg, want), "%s: %s", text, msg);
+		free(msg);
+	}
+	/* 40 keys, the repeated one last and first */
+	char big[2048] = "{";
+	for (int k = 0; k < 40; k++)
+		snprintf(big + strlen(big), sizeof big - strlen(big), "\"k%d\":%d,", k, k);
+	strcat(big, "\"k0\":1}");
+	cJSON *root = cJSON_Parse(big);
+	const char *got = fs_json_duplicate_key(root);
+	cr_expect(got && !strcmp(got, "k0"), "40 keys: found %s", got ? got : "none");
+	cJSON_Delete(root);
+	big[strlen(big) - 9] = '}';
+	big[strlen(big) - 8] = '\0';
+	root = cJSON_Parse(big);
+	cr_assert(root, "%s", big);
+	cr_expect(!fs_json_duplicate_key(root), "%s", big);
+	cJSON_Delete(root);
 }

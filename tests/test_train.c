@@ -648,9 +648,11 @@ Test(train, jsonl_prompt_completion_masks)
 		{"{\"prompt\": \"a\", \"completion\": \"b\", \"text\": \"c\"}",
 		 "odd.jsonl:1: both text and prompt/completion"},
 		{"{\"text\": \"a\\\\u0000b\"}", NULL},
+		{"{\"prompt\": \"a\", \"completion\": \"b\", \"completion\": \"c\"}",
+		 "odd.jsonl:1: the key \"completion\" appears twice"},
 	};
 	snprintf(path, sizeof path, "%s/odd.jsonl", dir);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < (int)(sizeof odd / sizeof odd[0]); i++) {
 		f = fopen(path, "w");
 		fprintf(f, "%s\n", odd[i].line);
 		fclose(f);
@@ -664,7 +666,7 @@ Test(train, jsonl_prompt_completion_masks)
 	f = fopen(path, "w"); /* a raw 0 byte inside a value */
 	fwrite("{\"text\": \"abc\0def\"}\n", 1, 20, f);
 	fclose(f);
-	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/odd3 --val-fraction 0", cu_bin(),
+	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/oddnul --val-fraction 0", cu_bin(),
 		    path, dir);
 	expect_fail("a raw NUL in JSONL", "odd.jsonl:1: a NUL character", rc);
 	/* the extension in capitals is still JSONL; an empty completion is

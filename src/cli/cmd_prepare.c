@@ -120,7 +120,12 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 		const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "completion");
 		const cJSON *tx = cJSON_GetObjectItemCaseSensitive(o, "text");
 		const int nul = has_nul_escape(text + pos, n) || memchr(text + pos, 0, n);
+		const char *dup = fs_json_duplicate_key(o);
+		char dup_msg[160];
+		snprintf(dup_msg, sizeof dup_msg, "the key \"%.64s\" appears twice: which one is the example's?",
+			 dup ? dup : "");
 		const char *bad = !o ? "not valid JSON"
+				  : dup ? dup_msg
 				  : !cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) ||
 							    cJSON_IsString(tx))
 					  ? "an object without string prompt and completion, or text"
@@ -130,6 +135,7 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 					  : NULL;
 		if (bad) {
 			ST_ERROR(bad == nul_msg ? "remove the NUL characters from the line"
+				 : bad == dup_msg ? "keep one of them"
 				     : "each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or "
 				       "{\"text\": \"...\"}",
 				 "%s:%d: %s", path, line, bad);

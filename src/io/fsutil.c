@@ -440,6 +440,50 @@ void fs_unmap_file(void *map, size_t size)
 		munmap(map, size); /* fails only for a bad range, which would be our bug */
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *fs_first_duplicate(const char **names, size_t n)
+{
+	qsort(names, n, sizeof *names, cmp_str);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(names[i - 1], names[i]))
+			return names[i];
+	return NULL;
+}
+
+const char *fs_json_duplicate_key(const cJSON *node)
+{
+	if (!node)
+		return NULL;
+	if (cJSON_IsObject(node)) {
+		size_t n = 0;
+		for (const cJSON *c = node->child; c; c = c->next)
+			n++;
+		if (n > 1) {
+			const char *small[32], **keys = n <= 32 ? small : malloc(n * sizeof *keys);
+			if (keys) { /* out of memory: the check is skipped, not the file */
+				size_t k = 0;
+				for (const cJSON *c = node->child; c; c = c->next)
+					keys[k++] = c->string ? c->string : "";
+				const char *dup = fs_first_duplicate(keys, n);
+				if (keys != small)
+					free(keys);
+				if (dup)
+					return dup;
+			}
+		}
+	}
+	for (const cJSON *c = node->child; c; c = c->next) {
+		const char *dup = fs_json_duplicate_key(c);
+		if (dup)
+			return dup;
+	}
+	return NULL;
+}
+
 int fs_read_json(const char *path, cJSON **root, const char *hint)
 {
 	char *text = NULL;
@@ -452,6 +496,14 @@ int fs_read_json(const char *path, cJSON **root, const char *hint)
 	if (!cJSON_IsObject(r)) {
 		cJSON_Delete(r);
 		ST_ERROR(hint, "%s: not valid JSON%s", path, r ? " (not an object)" : "");
+		return ST_FAIL;
+	}
+	const char *dup = fs_json_duplicate_key(r);
+	if (dup) {
+		ST_ERROR("keep one of them: readers disagree on which counts (strata's JSON parser "
+			 "would take the first, Python's json module and transformers the last)",
+			 "%s: the key \"%s\" appears twice in one object", path, dup);
+		cJSON_Delete(r);
 		return ST_FAIL;
 	}
 	*root = r;

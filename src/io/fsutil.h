@@ -18,6 +18,14 @@ int fs_read_file_max(const char *path, size_t max, char **data, size_t *len);
  * cJSON_Delete), or an error "PATH: not valid JSON" with hint. */
 struct cJSON;
 int fs_read_json(const char *path, struct cJSON **root, const char *hint);
+/* Sort names in place and return one that occurs twice, or NULL. */
+const char *fs_first_duplicate(const char **names, size_t n);
+/* The first key that appears twice in one object of the tree under node, or
+ * NULL. JSON leaves a repeated key's meaning open (RFC 8259, 4): cJSON finds
+ * the first, Python's json module keeps the last, so a file read both by
+ * strata and by transformers is refused rather than read two ways.
+ * fs_read_json refuses such files. */
+const char *fs_json_duplicate_key(const struct cJSON *node);
 /* Recursively remove a directory tree (used for stale temp checkpoints). */
 int fs_rmtree(const char *path);
 int fs_exists(const char *path);

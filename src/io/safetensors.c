@@ -100,21 +100,6 @@ static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape
 	return buf;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Sort names (in place) and return one that occurs twice, or NULL. */
-static const char *find_duplicate(const char **names, size_t n)
-{
-	qsort(names, n, sizeof *names, cmp_str);
-	for (size_t i = 1; i < n; i++)
-		if (!strcmp(names[i - 1], names[i]))
-			return names[i];
-	return NULL;
-}
-
 /* ---- fp16 / bf16 -> fp32 ------------------------------------------------- */
 
 static float f32_from_bits(uint32_t b)
@@ -325,7 +310,7 @@ static int parse_header(struct st_safetensors *sf, const cJSON *root)
 	cJSON_ArrayForEach(it, root) {
 		names[k++] = it->string;
 	}
-	const char *dup = find_duplicate(names, (size_t)k);
+	const char *dup = fs_first_duplicate(names, (size_t)k);
 	if (dup) {
 		ST_ERROR(CORRUPT, "%s: duplicate name '%s' in the header", sf->path, dup);
 		free(names);
@@ -676,11 +661,11 @@ static int check_outputs(const char *path, const struct st_tensor_out *t, int n,
 		return ST_FAIL;
 	for (int i = 0; i < n; i++)
 		names[i] = t[i].name;
-	const char *dup = find_duplicate(names, (size_t)n);
+	const char *dup = fs_first_duplicate(names, (size_t)n);
 	for (int i = 0; !dup && i < n_meta; i++)
 		names[i] = meta[2 * i];
 	if (!dup)
-		dup = find_duplicate(names, (size_t)n_meta);
+		dup = fs_first_duplicate(names, (size_t)n_meta);
 	if (dup)
 		ST_ERROR("this is a bug in the caller", "cannot write %s: duplicate name '%s'", path,
 			 dup);
