@@ -328,8 +328,8 @@ int model_dir_clear(const char *dir)
 	snprintf(index, sizeof index, "%s/" INDEX_NAME, dir);
 	if (!fs_exists(index))
 		return ST_OK;
-	/* the shards the index names (files in dir, each named once or more),
-	 * then the index; an index that does not parse is removed alone */
+	/* the .safetensors files in dir that the index names (each once or
+	 * more), then the index; an index that does not parse is removed alone */
 	char *text;
 	size_t len;
 	ST_TRY(fs_read_file(index, &text, &len));
@@ -341,8 +341,10 @@ int model_dir_clear(const char *dir)
 	{
 		if (rc != ST_OK)
 			break;
-		if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || !*it->valuestring)
-			continue;
+		const size_t n = cJSON_IsString(it) ? strlen(it->valuestring) : 0;
+		if (n <= 12 || strchr(it->valuestring, '/') ||
+		    strcmp(it->valuestring + n - 12, ".safetensors"))
+			continue; /* only weight files are removed */
 		snprintf(path, sizeof path, "%s/%s", dir, it->valuestring);
 		rc = remove_file(path);
 	}
