@@ -866,7 +866,10 @@ Test(faults, tied_model_with_another_head)
 
 /* eval, sample and init check their numbers against the ints they go into
  * (2^31 + 1 tokens once became a negative allocation), and a JSON path that
- * never ends is refused after 1 GiB, not read until memory runs out. */
+ * never ends is refused after 1 GiB, not read until memory runs out. Every
+ * command's on/off flags take true/false (`--force no` once meant yes), and
+ * its text options refuse to go without a value (a bare `--out` once wrote
+ * into ./true); nothing is written by a refused command. */
 Test(faults, other_commands_check_their_numbers)
 {
 	char dir[256];
@@ -890,6 +893,22 @@ Test(faults, other_commands_check_their_numbers)
 		 "option 'lr': '0x1p-10' is not a number"},
 		{"init --config /dev/zero --out %s/z",
 		 "stopped reading /dev/zero after 1024 MiB"},
+		{"init --config %s/cfg.json --out %s/init --force no",
+		 "/init already holds a model"},
+		{"init --config %s/cfg.json --out %s/t --tied maybe",
+		 "--tied: 'maybe' is not true or false"},
+		{"prepare --input %s/text.txt --out %s/data --force false",
+		 "/data already holds token shards"},
+		{"import --gguf tests/data/gguf/model-F32.gguf --out %s/init --force 0%.0s",
+		 "/init already holds a model"},
+		{"eval --model %s/init --data %s/data --json maybe", "--json: 'maybe' is not true or false"},
+		{"sample --model %s/init --tokens 5 --prompt", "--prompt needs a value"},
+		{"sample --model %s/init --prompt --tokens 5", "--prompt needs a value"},
+		{"prepare --input %s/text.txt --out", "--out needs a value"},
+		{"prepare --input --out %s/p", "--input needs a value"},
+		{"init --config tiny --out --force%.0s%.0s", "--out needs a value"},
+		{"eval --model --data %s/data", "--model needs a value"},
+		{"train --resume --steps 5%.0s%.0s", "--resume needs a value"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char cmd[512];
@@ -898,6 +917,10 @@ Test(faults, other_commands_check_their_numbers)
 		cr_expect_neq(rc, 0, "%s accepted: %s", cmd, out);
 		cr_expect(strstr(out, cases[i].needle), "%s: %s", cmd, out);
 	}
+	cr_expect_eq(cu_run(out, sizeof out, "test ! -e true && test ! -e %s/t", dir),
+		     0, "a refused command wrote something: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "%s train -h", cu_bin()), 0, "%s", out);
+	cr_expect(strstr(out, "usage: strata train"), "-h: %s", out);
 }
 
 /* Bad values on the command line are named before anything runs, and an

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "trainer/options.h"
 #include "util/check.h"
 
 const char cli_bare[] = "true";
@@ -13,7 +14,7 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof *a);
 	for (int i = 0; i < argc; i++) {
-		const char *s = argv[i];
+		const char *s = !strcmp(argv[i], "-h") ? "--help" : argv[i];
 		ST_CHECK(s[0] == '-' && s[1] == '-' && s[2], "flags look like --name value",
 			 "unexpected argument '%s'", s);
 		ST_CHECK(a->n < CLI_MAX_ARGS, NULL, "too many arguments");
@@ -64,6 +65,15 @@ int cli_get_str(struct cli_args *a, const char *key, const char *def, const char
 {
 	*out = cli_get(a, key, def);
 	ST_CHECK(*out != cli_bare, "give the value after it", "--%s needs a value", key);
+	return ST_OK;
+}
+
+int cli_get_bool(struct cli_args *a, const char *key, int *out)
+{
+	const char *v = cli_get(a, key, NULL);
+	*out = !v ? 0 : v == cli_bare ? 1 : train_opts_bool(v);
+	ST_CHECK(*out >= 0, "give the flag alone, or true or false after it",
+		 "--%s: '%s' is not true or false", key, v);
 	return ST_OK;
 }
 

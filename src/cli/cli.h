@@ -30,6 +30,10 @@ const char *cli_get(struct cli_args *a, const char *key, const char *def);
 int cli_has(struct cli_args *a, const char *key);
 /* cli_get for a flag that must have a value: an error for a bare "--key". */
 int cli_get_str(struct cli_args *a, const char *key, const char *def, const char **out);
+/* An on/off flag: 0 when absent, 1 when bare, else its value as train's
+ * options spell booleans (true/false, 1/0, yes/no); anything else is an
+ * error, so `--force no` cannot mean yes. */
+int cli_get_bool(struct cli_args *a, const char *key, int *out);
 /* A file for the results named by --key, opened for writing (*out NULL when
  * the flag is absent): opened before any work, so a bad path fails at once.
  * It is PATH.tmp until cli_close_out, which closes it (a full disk fails

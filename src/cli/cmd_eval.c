@@ -43,14 +43,17 @@ int cmd_eval(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *model = cli_get(&a, "model", NULL), *data = cli_get(&a, "data", NULL);
-	const char *device = cli_get(&a, "device", "auto");
+	const char *model, *data, *device;
+	ST_TRY(cli_get_str(&a, "model", NULL, &model));
+	ST_TRY(cli_get_str(&a, "data", NULL, &data));
+	ST_TRY(cli_get_str(&a, "device", "auto", &device));
 	long t, b, max_tokens, threads;
 	ST_TRY(cli_get_long(&a, "seq-len", 256, 2, 1 << 24, &t));
 	ST_TRY(cli_get_long(&a, "micro-batch", 8, 1, 1 << 24, &b));
 	ST_TRY(cli_get_long(&a, "max-tokens", 0, 0, LONG_MAX, &max_tokens));
 	ST_TRY(cli_get_long(&a, "threads", 0, 0, 4096, &threads));
-	int json = cli_has(&a, "json");
+	int json;
+	ST_TRY(cli_get_bool(&a, "json", &json));
 	ST_TRY(cli_check_unused(&a, "strata eval"));
 	ST_CHECK(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
 	ST_CHECK(b * t <= INT_MAX / 2, "lower --micro-batch or --seq-len",

@@ -29,10 +29,14 @@ int cmd_import(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *in = cli_get(&a, "gguf", NULL), *out = cli_get(&a, "out", NULL);
-	const int force = cli_has(&a, "force");
+	const char *in, *out, *shard_size;
+	ST_TRY(cli_get_str(&a, "gguf", NULL, &in));
+	ST_TRY(cli_get_str(&a, "out", NULL, &out));
+	ST_TRY(cli_get_str(&a, "shard-size", "auto", &shard_size));
+	int force;
+	ST_TRY(cli_get_bool(&a, "force", &force));
 	size_t shard = 0;
-	ST_TRY(parse_bytes(cli_get(&a, "shard-size", "auto"), &shard, "--shard-size"));
+	ST_TRY(parse_bytes(shard_size, &shard, "--shard-size"));
 	ST_TRY(cli_check_unused(&a, "strata import"));
 	ST_CHECK(in, "pass --gguf FILE", "strata import: no input (--gguf)");
 	ST_CHECK(out, "pass --out DIR", "strata import: no output directory (--out)");

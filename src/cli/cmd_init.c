@@ -34,17 +34,21 @@ int cmd_init(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *conf = cli_get(&a, "config", "tiny");
-	const char *out = cli_get(&a, "out", NULL);
+	const char *conf, *out, *shard_size;
+	ST_TRY(cli_get_str(&a, "config", "tiny", &conf));
+	ST_TRY(cli_get_str(&a, "out", NULL, &out));
+	ST_TRY(cli_get_str(&a, "shard-size", "auto", &shard_size));
 	long seed, vocab, max_seq;
 	ST_TRY(cli_get_long(&a, "seed", 1, LONG_MIN, LONG_MAX, &seed));
 	/* 0 (absent): the preset's own */
 	ST_TRY(cli_get_long(&a, "vocab", 0, 1, INT_MAX, &vocab));
 	ST_TRY(cli_get_long(&a, "max-seq", 0, 1, INT_MAX, &max_seq));
-	int tied = cli_has(&a, "tied"), force = cli_has(&a, "force");
-	int stable = cli_has(&a, "stable-embedding");
+	int tied, force, stable;
+	ST_TRY(cli_get_bool(&a, "tied", &tied));
+	ST_TRY(cli_get_bool(&a, "force", &force));
+	ST_TRY(cli_get_bool(&a, "stable-embedding", &stable));
 	size_t shard = 0;
-	ST_TRY(parse_bytes(cli_get(&a, "shard-size", "auto"), &shard, "--shard-size"));
+	ST_TRY(parse_bytes(shard_size, &shard, "--shard-size"));
 	ST_TRY(cli_check_unused(&a, "strata init"));
 	ST_CHECK(out, "pass --out DIR", "strata init: no output directory (--out)");
 

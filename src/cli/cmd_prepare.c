@@ -193,17 +193,20 @@ int cmd_prepare(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *out = cli_get(&a, "out", NULL);
-	const char *tok_name = cli_get(&a, "tokenizer", "byte");
+	const char *out, *tok_name;
+	ST_TRY(cli_get_str(&a, "out", NULL, &out));
+	ST_TRY(cli_get_str(&a, "tokenizer", "byte", &tok_name));
 	double val_frac;
 	long chunk;
 	ST_TRY(cli_get_double(&a, "val-fraction", 0.05, &val_frac));
 	ST_TRY(cli_get_long(&a, "chunk", 16384, 1, 1L << 30, &chunk));
-	const int force = cli_has(&a, "force");
+	int force;
+	ST_TRY(cli_get_bool(&a, "force", &force));
 	const char *inputs[CLI_MAX_ARGS];
 	int n_in = 0;
 	for (int i = 0; i < a.n; i++)
 		if (!strcmp(a.key[i], "input")) {
+			ST_CHECK(a.val[i] != cli_bare, "give the file after it", "--input needs a value");
 			inputs[n_in++] = a.val[i];
 			a.used[i] = 1;
 		}

@@ -49,9 +49,11 @@ int cmd_sample(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *model = cli_get(&a, "model", NULL), *prompt = cli_get(&a, "prompt", "\n");
-	const char *device = cli_get(&a, "device", "auto");
-	const char *tok_name = cli_get(&a, "tokenizer", NULL);
+	const char *model, *prompt, *device, *tok_name;
+	ST_TRY(cli_get_str(&a, "model", NULL, &model));
+	ST_TRY(cli_get_str(&a, "prompt", "\n", &prompt));
+	ST_TRY(cli_get_str(&a, "device", "auto", &device));
+	ST_TRY(cli_get_str(&a, "tokenizer", NULL, &tok_name));
 	long n_tok, seed, ctx_len, threads;
 	double temp, top_p;
 	ST_TRY(cli_get_long(&a, "tokens", 200, 0, 1 << 30, &n_tok));

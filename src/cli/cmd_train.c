@@ -240,7 +240,8 @@ int cmd_train(int argc, char **argv)
 	struct st_train_opts o;
 	train_opts_defaults(&o);
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
-	const char *resume = cli_get(&a, "resume", NULL);
+	const char *resume, *conf;
+	ST_TRY(cli_get_str(&a, "resume", NULL, &resume));
 	struct st_train_opts saved; /* the checkpoint's options: its schedule, its paths */
 	char dir[4096];
 	if (resume) {
@@ -249,7 +250,7 @@ int cmd_train(int argc, char **argv)
 		o.resume[0] = '\0';
 		saved = o;
 	}
-	const char *conf = cli_get(&a, "config", NULL);
+	ST_TRY(cli_get_str(&a, "config", NULL, &conf));
 	if (conf)
 		ST_TRY(train_opts_load_json(&o, conf));
 	/* A resumed run writes beside the checkpoint (its run directory), not to

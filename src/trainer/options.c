@@ -11,6 +11,15 @@
 #include "trainer/options.h"
 #include "util/check.h"
 
+int train_opts_bool(const char *v)
+{
+	if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes"))
+		return 1;
+	if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no"))
+		return 0;
+	return -1;
+}
+
 #define F(field) offsetof(struct st_train_opts, field), sizeof(((struct st_train_opts *)0)->field)
 
 const struct st_opt_desc train_opt_table[] = {
@@ -129,11 +138,8 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 		break;
 	}
 	case OT_BOOL:
-		if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes"))
-			*(int *)field = 1;
-		else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no"))
-			*(int *)field = 0;
-		else {
+		*(int *)field = train_opts_bool(value);
+		if (*(int *)field < 0) {
 			ST_ERROR("use true or false", "option '%s': '%s' is not a boolean", d->key,
 				 value);
 			return ST_FAIL;

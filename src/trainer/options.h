@@ -73,6 +73,9 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value);
 /* 1 for a known option that is not a boolean (a bare --flag sets those to
  * true): given bare, it lacks its value. */
 int train_opts_needs_value(const char *key);
+/* A boolean as options and flags spell it: 1 for 1/true/yes, 0 for
+ * 0/false/no, -1 for anything else. */
+int train_opts_bool(const char *v);
 /* Apply a JSON object of options (file contents) — unknown keys are errors. */
 int train_opts_load_json(struct st_train_opts *o, const char *path);
 /* JSON text of every option (for trainer.json); caller frees. */
