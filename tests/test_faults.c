@@ -334,6 +334,48 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 	cr_expect(strstr(out, "/dl/latest points to step-000002, which does not exist"), "%s", out);
 }
 
+/* A token budget on resume: --max-tokens given without --steps sets the
+ * length (the saved --steps once won, and the run trained nothing); a budget
+ * counts the tokens already seen, at the resumed run's tokens per step (a
+ * doubled --grad-accum once made the whole budget buy half the steps); a
+ * budget already spent says so. --steps beside --max-tokens, and a warmup
+ * longer than the run, are warned; --warmup -5 and a bare `strata train` are
+ * refused. SMALL trains 128 tokens per step. */
+Test(faults, token_budget_on_resume)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "budget");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/a --steps 2 "
+			SMALL " && %s train --resume %s/a --max-tokens 512",
+			cu_bin(), dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "done: step 4,"), "--max-tokens 512 after 2 steps: %s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/b --max-tokens 256 "
+			SMALL " && %s train --resume %s/b --max-tokens 512 --grad-accum 2",
+			cu_bin(), dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "done: step 3,"),
+		  "256 tokens left at 256 per step take one step: %s", out);
+	rc = cu_run(out, sizeof out, "grep '\"step\": 3, \"loss' %s/b/metrics.jsonl", dir);
+	cr_expect(strstr(out, "\"step\": 3") && strstr(out, "\"tokens\": 512"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/b --max-tokens 400", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "at step 3, having seen 512 tokens of the 400 that --max-tokens "
+					 "allows: nothing to train"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/c --steps 2 "
+			"--max-tokens 100000 --warmup 4 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--max-tokens 100000 is not used: --steps 2 sets the run's length") &&
+			  strstr(out, "--warmup 4 is longer than the run (2 steps): the learning rate ends "
+				      "at 0.0005"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/d --steps 2 "
+			"--warmup -5 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "--warmup must be >= -1 (got -5)"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s train", cu_bin());
+	cr_expect(rc != 0 && strstr(out, "strata train: give --model DIR --data DIR --out DIR"), "%s", out);
+}
+
 /* metrics.jsonl marks where each run starts: a fresh run's first record is
  * {"event": "start", ...}, a resume's {"event": "resume", "from_step": N,
  * ...}. A resume from an earlier step into the same run writes its steps

@@ -120,7 +120,7 @@ static int run_dir_of(char *out, size_t n, const char *dir)
 static void note_new_schedule(const struct st_train_opts *saved, const struct st_trainer *tr)
 {
 	long total, warmup;
-	train_schedule(saved, &total, &warmup);
+	train_schedule(saved, tr->step, tr->tokens_seen, &total, &warmup);
 	const long next = tr->step + 1;
 	if (next > tr->total_steps)
 		return; /* nothing to train */
@@ -237,6 +237,9 @@ int cmd_train(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
+	ST_CHECK(a.n > 0, "strata train --help lists the options",
+		 "strata train: give --model DIR --data DIR --out DIR and a length (--steps N or "
+		 "--max-tokens N), or --resume RUN");
 	struct st_train_opts o;
 	train_opts_defaults(&o);
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
@@ -264,6 +267,14 @@ int cmd_train(int argc, char **argv)
 		note_config_out(&a, conf, conf_out, o.out);
 	}
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	/* A new token budget on resume, without --steps: the budget sets the
+	 * length, not the steps saved with the run (--steps wins when both are
+	 * given, as in a fresh run). */
+	if (resume && o.max_tokens != saved.max_tokens && o.steps == saved.steps)
+		o.steps = 0;
+	if (o.steps > 0 && o.max_tokens > 0)
+		st_log_warn("--max-tokens %.0f is not used: --steps %ld sets the run's length",
+			    o.max_tokens, o.steps);
 	note_unused_options(&a, conf, o.optimizer);
 	if (resume)
 		ST_TRY(check_resume(&a, &saved, &o, dir));

@@ -303,6 +303,8 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
 		 "--galore-moments must be keep or rotate (got '%s')", o->galore_moments);
 	ST_CHECK(o->steps >= 0, h, "--steps must be >= 0 (got %ld)", o->steps);
+	ST_CHECK(o->warmup >= -1, "give 0 or more steps, or -1 for a tenth of the run",
+		 "--warmup must be >= -1 (got %ld)", o->warmup);
 	ST_CHECK(o->max_tokens >= 0, h, "--max-tokens must be >= 0 (got %g)", o->max_tokens);
 	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
 		 "no training length: --steps and --max-tokens are both 0");

@@ -38,10 +38,18 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void train_schedule(const struct st_train_opts *o, long *total, long *warmup)
+void train_schedule(const struct st_train_opts *o, long done, double tokens_seen, long *total,
+		    long *warmup)
 {
 	const double tokens_per_step = (double)o->micro_batch * o->seq_len * o->grad_accum;
-	*total = o->steps > 0 ? o->steps : (long)ceil(o->max_tokens / tokens_per_step);
+	if (o->steps > 0) {
+		*total = o->steps;
+	} else {
+		/* a token budget: the steps done, then what is left of the budget
+		 * at this run's tokens per step (a resume may change them) */
+		const double left = o->max_tokens - tokens_seen;
+		*total = done + (left > 0 ? (long)ceil(left / tokens_per_step) : 0);
+	}
 	*warmup = o->warmup >= 0 ? o->warmup : *total / 10;
 }
 
@@ -622,9 +630,14 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->state,
 				     tr->o.grad_accum));
 
-	train_schedule(&tr->o, &tr->total_steps, &tr->warmup);
 	if (resuming)
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
+	train_schedule(&tr->o, tr->step, tr->tokens_seen, &tr->total_steps, &tr->warmup);
+	if (tr->warmup > tr->total_steps)
+		st_log_warn("--warmup %ld is longer than the run (%ld steps): the learning rate ends "
+			    "at %.3g, never reaching --lr %g, and never decays",
+			    tr->warmup, tr->total_steps,
+			    lr_at(&tr->o, tr->total_steps, tr->total_steps, tr->warmup), tr->o.lr);
 
 	const size_t n = (size_t)tr->o.grad_accum * tr->o.micro_batch * tr->o.seq_len;
 	tr->tokens = st_malloc(n * sizeof *tr->tokens);
@@ -1015,10 +1028,15 @@ int trainer_run(struct st_trainer *tr)
 			    "this run replaces each as it reaches its step; give --out DIR to keep them",
 			    tr->o.out, later, later == 1 ? "" : "s", tr->step + 1, tr->total_steps,
 			    later_first);
-	if (tr->step && tr->step >= tr->total_steps)
+	if (tr->step && tr->step >= tr->total_steps && tr->o.steps > 0)
 		st_log_warn("the checkpoint is at step %ld and this run ends at step %ld: nothing to "
 			    "train; give --steps above %ld to go on",
 			    tr->step, tr->total_steps, tr->step);
+	else if (tr->step && tr->step >= tr->total_steps)
+		st_log_warn("the checkpoint is at step %ld, having seen %.0f tokens of the %.0f that "
+			    "--max-tokens allows: nothing to train; give a larger --max-tokens (or "
+			    "--steps) to go on",
+			    tr->step, tr->tokens_seen, tr->o.max_tokens);
 	store_report(&tr->s.store);
 	{
 		/* what the state would take as fp32 AdamW, for comparison */

@@ -90,9 +90,12 @@ int trainer_run(struct st_trainer *tr);
 int trainer_plan(const struct st_train_opts *o);
 void trainer_close(struct st_trainer *tr);
 
-/* The run's length in steps (--steps, else --max-tokens rounded up to whole
- * steps) and its warmup (--warmup, else a tenth of the steps). */
-void train_schedule(const struct st_train_opts *o, long *total, long *warmup);
+/* The run's length in steps and its warmup (--warmup, else a tenth of the
+ * steps): --steps, else a --max-tokens budget: the `done` steps that have
+ * seen tokens_seen tokens (0 and 0 for a fresh run), then what is left of
+ * the budget at o's tokens per step, rounded up to whole steps. */
+void train_schedule(const struct st_train_opts *o, long done, double tokens_seen, long *total,
+		    long *warmup);
 /* Learning rate at 1-based step: linear warmup to lr over `warmup` steps,
  * then cosine decay to lr * min_lr_ratio at total_steps. */
 double lr_at(const struct st_train_opts *o, long step, long total, long warmup);
