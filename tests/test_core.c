@@ -16,6 +16,7 @@
 #include "ops/ops.h"
 #include "store/store.h"
 #include "trainer/options.h"
+#include "trainer/progress.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
 #include "util/finite.h"
@@ -177,6 +178,59 @@ Test(trainer, lr_schedule)
 	cr_expect_float_eq(lr_at(&o, 100, 100, 10), 0.1, 1e-12);
 	for (long s = 11; s < 100; s++)
 		cr_expect(lr_at(&o, s + 1, 100, 10) <= lr_at(&o, s, 100, 10), "lr rose at step %ld", s);
+}
+
+/* The ETA the progress line shows, for given step and evaluation times:
+ * the mean step time times the steps left, plus the last evaluation's time
+ * times the evaluations left (at multiples of the interval, and the last
+ * step). It once left the evaluations out. */
+static double eta_shown(long total, long eval_interval, int has_val, double eval_s, long step)
+{
+	char path[] = "/tmp/strata-eta-XXXXXX";
+	const int fd = mkstemp(path), saved = dup(2);
+	cr_assert(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	dup2(fd, 2);
+	struct st_progress p;
+	progress_init(&p, "lines", total, 0, 1, eval_interval, has_val);
+	if (has_val)
+		progress_eval(&p, 0, 5.0, 100, eval_s);
+	for (long s = 1; s <= step; s++)
+		progress_step(&p, s, 5.0, 1e-3, 100, 1e9, 2.0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	static char text[1 << 16];
+	const ssize_t n = pread(fd, text, sizeof text - 1, 0);
+	close(fd);
+	unlink(path);
+	cr_assert(n > 0 && n < (ssize_t)sizeof text - 1);
+	text[n] = '\0';
+	const char *last = text, *e;
+	while ((e = strstr(last + 1, "ETA ")))
+		last = e;
+	int h = 0, m = 0, sec = 0;
+	if (sscanf(last, "ETA %dh%dm", &h, &m) == 2)
+		return 3600.0 * h + 60.0 * m;
+	if (sscanf(last, "ETA %dm%ds", &m, &sec) == 2)
+		return 60.0 * m + sec;
+	cr_assert_eq(sscanf(last, "ETA %ds", &sec), 1, "%s", text);
+	return sec;
+}
+
+Test(trainer, eta_counts_evaluations)
+{
+	/* 100 steps of 2 s: 20 left at step 80 */
+	cr_expect_eq(eta_shown(100, 0, 0, 0, 80), 40.0);
+	/* evaluations at 90 and 100 (every 10), 7 s each */
+	cr_expect_eq(eta_shown(100, 10, 1, 7.0, 80), 40.0 + 14.0);
+	/* every 30: at 90 and the last step */
+	cr_expect_eq(eta_shown(100, 30, 1, 7.0, 80), 40.0 + 14.0);
+	/* every 25: at 100 only; at the end only (0) */
+	cr_expect_eq(eta_shown(100, 25, 1, 7.0, 80), 40.0 + 7.0);
+	cr_expect_eq(eta_shown(100, 0, 1, 7.0, 80), 40.0 + 7.0);
+	/* no validation data: no evaluations */
+	cr_expect_eq(eta_shown(100, 10, 0, 7.0, 80), 40.0);
 }
 
 Test(trainer, options_flags_and_json_agree)

@@ -8,9 +8,11 @@
 #include "trainer/progress.h"
 
 void progress_init(struct st_progress *p, const char *mode, long total, long start_step,
-		   int interval)
+		   int interval, long eval_interval, int evals)
 {
 	memset(p, 0, sizeof *p);
+	p->eval_interval = eval_interval;
+	p->evals = evals;
 	p->total = total;
 	p->start_step = start_step;
 	p->interval = interval > 0 ? interval : 1;
@@ -22,6 +24,16 @@ void progress_init(struct st_progress *p, const char *mode, long total, long sta
 		p->mode = PG_BAR;
 	else
 		p->mode = isatty(2) ? PG_BAR : PG_LINES;
+}
+
+/* Evaluations after step, up to the last: at the multiples of the interval
+ * and at the last step. */
+static long evals_left(const struct st_progress *p, long step)
+{
+	if (!p->evals || step >= p->total)
+		return 0;
+	const long ei = p->eval_interval;
+	return ei > 0 ? p->total / ei - step / ei + (p->total % ei != 0) : 1;
 }
 
 static void fmt_eta(char *buf, size_t n, double s)
@@ -49,7 +61,8 @@ void progress_step(struct st_progress *p, long step, double loss, double lr, dou
 	if (p->mode == PG_LINES && step % p->interval != 0 && !last && step != p->start_step + 1)
 		return;
 	double done = (double)(step - p->start_step);
-	double eta = p->total_time / done * (double)(p->total - step);
+	double eta = p->total_time / done * (double)(p->total - step) +
+		     p->eval_s * (double)evals_left(p, step);
 	char e[32];
 	fmt_eta(e, sizeof e, eta);
 	double tps = p->win_time > 0 ? p->win_tokens / p->win_time : 0;
@@ -71,8 +84,9 @@ void progress_pause(struct st_progress *p)
 	}
 }
 
-void progress_eval(struct st_progress *p, long step, double loss, long n_tokens)
+void progress_eval(struct st_progress *p, long step, double loss, long n_tokens, double seconds)
 {
+	p->eval_s = seconds;
 	progress_pause(p);
 	if (p->mode != PG_NONE)
 		fprintf(stderr, "eval  step %ld | val loss %.4f | val ppl %.3f | %ld tokens\n", step,

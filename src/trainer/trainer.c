@@ -789,10 +789,11 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 		return ST_OK;
 	double loss;
 	long n;
+	const double t0 = now_s();
 	ST_TRY(evaluate(&tr->s, &tr->data, tr->o.micro_batch, tr->o.seq_len, tr->o.eval_tokens,
 			&loss, &n));
 	tr->last_val_loss = loss;
-	progress_eval(pg, tr->step, loss, n);
+	progress_eval(pg, tr->step, loss, n, now_s() - t0);
 	metrics_write(tr, "{\"step\": %ld, \"val_loss\": %.6f, \"val_ppl\": %.4f, \"val_tokens\": %ld}\n",
 		tr->step, loss, exp(loss), n);
 	return ST_OK;
@@ -1079,7 +1080,8 @@ int trainer_run(struct st_trainer *tr)
 	if (tr->step < tr->total_steps)
 		metrics_run_start(tr);
 	struct st_progress pg;
-	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval);
+	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval,
+		      tr->o.eval_interval, tr->data.has_val);
 	tr->loop_t0 = now_s();
 	q_snap(tr, tr->q_start);
 	if (tr->step == 0 && tr->o.eval_interval > 0)
