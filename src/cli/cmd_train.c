@@ -88,7 +88,8 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 			continue;
 		}
 		ST_CHECK(a->val[i] != cli_bare || !train_opts_needs_value(a->key[i]),
-			 "give the value after it, e.g. --lr 3e-4", "--%s needs a value", a->key[i]);
+			 "give the value after it; strata train --help lists each option's values",
+			 "--%s needs a value", a->key[i]);
 		ST_TRY(train_opts_set(o, a->key[i], a->val[i]));
 		a->used[i] = 1;
 	}
