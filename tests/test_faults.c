@@ -400,7 +400,8 @@ Test(faults, metrics_mark_each_start)
 			    dir, dir, dir, dir),
 		     0, "the start records are wrong: %s", out);
 	cu_run(out, sizeof out,
-	       "awk '/\"event\": \"resume\"/ { match($0, /\"from_step\": [0-9]+/); "
+	       "awk '/\"event\": \"start\"/ { n = 0; next } "
+	       "/\"event\": \"resume\"/ { match($0, /\"from_step\": [0-9]+/); "
 	       "f = substr($0, RSTART + 13, RLENGTH - 13) + 0; k = 0; "
 	       "for (i = 1; i <= n; i++) if (st[i] <= f) st[++k] = st[i]; n = k; next } "
 	       "/\"step\": [0-9]+, \"loss\"/ { match($0, /\"step\": [0-9]+/); "
@@ -411,6 +412,63 @@ Test(faults, metrics_mark_each_start)
 	cr_expect_eq(cu_run(NULL, 0, "test $(grep -c '\"step\": 2, \"loss\"' %s/run/metrics.jsonl) = 2",
 			    dir),
 		     0, "the resumed step 2 is not in the file twice");
+}
+
+/* Kills between a checkpoint's steps, as a fault-injecting helper found
+ * them (each state made here directly):
+ * - killed after the first checkpoint went in but before `latest`: --resume
+ *   and eval of the run directory use its newest step directory (they said
+ *   "no checkpoint"), and a fresh run there is refused (it overwrote it);
+ * - a `latest` or write probe of a killed process (.latest.PID,
+ *   .write-test.tmp.PID.0) is removed by the next save;
+ * - a resume from an earlier step, killed in its first save: `latest` names
+ *   the step it resumed from, not the abandoned later steps, so a plain
+ *   --resume goes on from there;
+ * - a fresh run killed before any checkpoint and started again: the start
+ *   marker drops the rows before it under the reading rule. */
+Test(faults, kills_between_checkpoint_steps)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "between");
+	two_steps(dir, "--ckpt-interval 1");
+	int rc = cu_run(out, sizeof out, "cp -a %s/run %s/nl && rm -r %s/nl/latest %s/nl/step-000002 && "
+			"%s train --model %s/init --data %s/data --out %s/nl --steps 2 " SMALL,
+			dir, dir, dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/nl already holds checkpoints"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/nl --data %s/data --max-tokens 64", cu_bin(), dir,
+		    dir);
+	cr_expect(rc == 0 && strstr(out, "/nl has no `latest` (the run stopped before it was written): "
+					 "using its newest checkpoint, step-000001"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "touch %s/nl/.latest.99999 %s/nl/.write-test.tmp.99999.0 && "
+			"%s train --resume %s/nl --steps 2",
+		    dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "done: step 2,"), "%s", out);
+	char a[300], b[300];
+	snprintf(a, sizeof a, "%s/run/step-000002", dir);
+	snprintf(b, sizeof b, "%s/nl/step-000002", dir);
+	cu_expect_same_state(a, b, "a resume without latest");
+	cr_expect_eq(cu_run(out, sizeof out, "ls -A %s/nl", dir), 0);
+	cr_expect(!strstr(out, ".latest.") && !strstr(out, ".write-test"), "stale files stay: %s", out);
+
+	/* a resume from step 1, killed while saving step 2 */
+	rc = cu_run(out, sizeof out, "STRATA_FAULT_KILL_IN_SAVE=1 %s train --resume %s/run/step-000001 "
+			"--lr 3e-3", cu_bin(), dir);
+	cr_expect_neq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "readlink %s/run/latest", dir), 0);
+	cr_expect_str_eq(out, "step-000001\n", "latest stays on the abandoned steps");
+
+	/* a fresh run that saved nothing, started again */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/again --steps 2 "
+			"--eval-interval 1 " SMALL " && rm -r %s/again/latest %s/again/step-* && "
+			"%s train --model %s/init --data %s/data --out %s/again --steps 2 --eval-interval 1 " SMALL,
+		    cu_bin(), dir, dir, dir, dir, dir, cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cu_run(out, sizeof out,
+	       "awk '/\"event\": \"start\"/ { n = 0; next } /\"step\": [0-9]+/ { n++ } "
+	       "END { print n }' %s/again/metrics.jsonl",
+	       dir);
+	cr_expect_str_eq(out, "5\n", "rows after the last start marker (steps 1-2, evaluations 0-2)");
 }
 
 /* How many training rows metrics.jsonl holds (0 before it exists). */

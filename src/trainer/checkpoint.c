@@ -335,7 +335,7 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 
 /* Remove the oldest step directories beyond keep, and stale temp dirs
  * (.tmp-* of a save that did not finish, .old-* of a re-save, .del-* of a
- * removal that did not finish). */
+ * removal that did not finish) and files (.latest.PID, .write-test.tmp.*). */
 static void prune(const char *out, int keep, long current)
 {
 	recover_aside(out, 1);
@@ -354,6 +354,12 @@ static void prune(const char *out, int keep, long current)
 			 !strncmp(e->d_name, ".del-step-", 10)) {
 			snprintf(path, sizeof path, "%s/%s", out, e->d_name);
 			fs_rmtree(path);
+		} else if (!strncmp(e->d_name, ".latest.", 8) ||
+			   !strncmp(e->d_name, ".write-test.tmp.", 16)) {
+			/* a `latest` or write probe of a process killed before its
+			 * rename or unlink (this one's own are gone by now) */
+			snprintf(path, sizeof path, "%s/%s", out, e->d_name);
+			unlink(path);
 		}
 	}
 	closedir(d);
@@ -403,6 +409,55 @@ static int copy_tokenizer_files(const struct st_trainer *tr, const char *dir)
 	return ST_OK;
 }
 
+/* out/latest -> name, replaced by a rename (never missing in between). */
+static int point_latest(const char *out, const char *name)
+{
+	char link_tmp[4096], link[4096];
+	snprintf(link_tmp, sizeof link_tmp, "%s/.latest.%d", out, (int)getpid());
+	snprintf(link, sizeof link, "%s/latest", out);
+	unlink(link_tmp);
+	ST_CHECK(symlink(name, link_tmp) == 0 && rename(link_tmp, link) == 0,
+		 "check the run directory's permissions", "cannot update %s: %s", link,
+		 strerror(errno));
+	return fs_fsync_dir(out);
+}
+
+int ckpt_mark_resumed(const struct st_trainer *tr)
+{
+	char parent[4200], real_parent[PATH_MAX], real_out[PATH_MAX], link[4200], target[PATH_MAX];
+	fs_dirname(parent, sizeof parent, tr->ckpt_loaded);
+	const char *name = strrchr(tr->ckpt_loaded, '/');
+	name = name ? name + 1 : tr->ckpt_loaded;
+	long s;
+	if (!is_step_dir(name, &s) || !realpath(parent, real_parent) ||
+	    !realpath(tr->o.out, real_out) || strcmp(real_parent, real_out) != 0)
+		return ST_OK; /* a checkpoint of another run directory */
+	snprintf(link, sizeof link, "%s/latest", tr->o.out);
+	const ssize_t len = readlink(link, target, sizeof target - 1);
+	if (len > 0 && (size_t)len == strlen(name) && !memcmp(target, name, (size_t)len))
+		return ST_OK;
+	return point_latest(tr->o.out, name);
+}
+
+long ckpt_newest(const char *out, char *name, size_t n)
+{
+	DIR *d = opendir(out);
+	if (!d)
+		return -1;
+	long best = -1, s;
+	struct dirent *e;
+	char p[4200];
+	while ((e = readdir(d))) {
+		snprintf(p, sizeof p, "%s/%s/trainer.json", out, e->d_name);
+		if (is_step_dir(e->d_name, &s) && s > best && fs_exists(p)) {
+			best = s;
+			snprintf(name, n, "%s", e->d_name);
+		}
+	}
+	closedir(d);
+	return best;
+}
+
 /* The capture thread: weights, optimizer state, then the directory is
  * renamed into place and `latest` moved. */
 static int write_checkpoint_dir(struct st_trainer *tr)
@@ -449,14 +504,7 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 	if (*old)
 		fs_rmtree(old);
 
-	char link_tmp[4096], link[4096];
-	snprintf(link_tmp, sizeof link_tmp, "%s/.latest.%d", out, (int)getpid());
-	snprintf(link, sizeof link, "%s/latest", out);
-	unlink(link_tmp);
-	ST_CHECK(symlink(c->name, link_tmp) == 0 && rename(link_tmp, link) == 0,
-		 "check the run directory's permissions", "cannot update %s: %s", link,
-		 strerror(errno));
-	ST_TRY(fs_fsync_dir(out));
+	ST_TRY(point_latest(out, c->name));
 	prune(out, tr->o.keep_ckpts, c->step);
 	return ST_OK;
 }
@@ -595,7 +643,15 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	snprintf(p, sizeof p, "%s/latest", path);
 	char target[PATH_MAX];
 	ssize_t len = readlink(p, target, sizeof target - 1);
-	ST_CHECK(len > 0, "give a checkpoint directory (run/step-NNNNNN) or a run directory",
+	if (len <= 0 && ckpt_newest(path, target, sizeof target) >= 0) {
+		/* a run killed after its first checkpoint went in, before `latest` */
+		st_log_warn("%s has no `latest` (the run stopped before it was written): using its "
+			    "newest checkpoint, %s",
+			    path, target);
+		len = (ssize_t)strlen(target);
+	}
+	ST_CHECK(len > 0, "a run stopped before its first checkpoint: start it again with its "
+		 "original command (or give a checkpoint directory, run/step-NNNNNN)",
 		 "no checkpoint at %s (neither trainer.json nor latest found)", path);
 	target[len] = '\0';
 	snprintf(out, n, "%s/%s", path, target);

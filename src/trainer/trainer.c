@@ -9,6 +9,7 @@
 #define _GNU_SOURCE /* vasprintf */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -533,7 +534,11 @@ static int check_run_dir(struct st_trainer *tr, int resuming)
 	unlink(probe);
 	char latest[4096];
 	snprintf(latest, sizeof latest, "%s/latest", o->out);
-	ST_CHECK(resuming || !fs_exists(latest),
+	struct stat st;
+	long first;
+	/* `latest`, even dangling, or a step directory (a run killed before its
+	 * first `latest`) */
+	ST_CHECK(resuming || (lstat(latest, &st) != 0 && !ckpt_count_later(o->out, -1, LONG_MAX, &first)),
 		 "resume it with --resume DIR, or pick another --out",
 		 "the run directory %s already holds checkpoints; refusing to overwrite them", o->out);
 	return ST_OK;
@@ -1077,6 +1082,8 @@ int trainer_run(struct st_trainer *tr)
 		}
 	}
 
+	if (tr->step < tr->total_steps && *tr->ckpt_loaded)
+		ST_TRY(ckpt_mark_resumed(tr));
 	if (tr->step < tr->total_steps)
 		metrics_run_start(tr);
 	struct st_progress pg;

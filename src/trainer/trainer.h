@@ -123,8 +123,17 @@ int ckpt_poll(struct st_trainer *tr);
 /* The updater's hook: wait until unit's weights and state are captured. */
 void ckpt_wait_unit(void *ckpt_async, int unit);
 /* Resolve a checkpoint path: a step directory, or a run directory (its
- * "latest"). */
+ * "latest"; without one, its newest step directory holding trainer.json,
+ * with a warning: a run killed between its first checkpoint and `latest`). */
 int ckpt_resolve(char *out, size_t n, const char *path);
+/* The newest step directory of run directory out that holds trainer.json:
+ * its step, and its name into name (size n); -1 when there is none. */
+long ckpt_newest(const char *out, char *name, size_t n);
+/* A resume into the run directory of its checkpoint, from another step than
+ * `latest` names (an earlier one): `latest` is pointed at it before training,
+ * so a kill before the first new checkpoint cannot leave `latest` on the
+ * abandoned later steps. */
+int ckpt_mark_resumed(const struct st_trainer *tr);
 /* Read trainer.json's saved options into o (for resume). */
 int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir);
 /* Load optimizer state and progress into an opened trainer; on failure it
