@@ -886,13 +886,15 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
 	cr_expect_eq(rc, 0, "eval of the completed directory: %s", out);
 }
 
-/* init --force removes the model it replaces before writing (config.json
- * first) and writes config.json last: an init that fails part-way (here at
+/* init and import --force write the new model whole into a staging
+ * directory, then remove the old one (config.json first) and move the new
+ * files in, config.json last: an init whose move fails part-way (here at
  * its second shard, a directory in the way) leaves no model, neither the new
  * config.json over the old weights nor old shards beside new ones, and a
  * plain init then completes it; a successful one leaves none of the old
- * layout's shards. A --force import of a file that fails its checks leaves
- * the model there as it was. */
+ * layout's shards. An import of a file that fails its checks (cut, or a NaN
+ * weight found while writing) and an init whose write fails leave the model
+ * there as it was, and no staging directory. */
 Test(faults, replaced_model_whole_or_not_at_all)
 {
 	char dir[256];
@@ -925,13 +927,25 @@ Test(faults, replaced_model_whole_or_not_at_all)
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(!strstr(out, "-of-") && !strstr(out, "index.json") && strstr(out, "model.safetensors"),
 		  "init --force kept the old layout's files: %s", out);
-	/* a --force import that fails its checks keeps the model */
+	/* a --force import that fails its checks keeps the model: a cut file,
+	 * and one whose weights hold a NaN (found only while they are written) */
 	rc = cu_run(out, sizeof out, "md5sum %s/s/* > %s/sums && head -c 300 tests/data/gguf/model-F32.gguf > "
 			"%s/cut.gguf && %s import --gguf %s/cut.gguf --out %s/s --force",
 		    dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect_neq(rc, 0, "a cut GGUF imported: %s", out);
-	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums", dir), 0,
-		     "a refused import --force changed the model there: %s", out);
+	rc = cu_run(out, sizeof out, "cp tests/data/gguf/model-F32.gguf %s/nan.gguf && printf '\\000\\000\\300\\177' | "
+			"dd of=%s/nan.gguf bs=1 seek=418108 conv=notrunc 2>/dev/null && "
+			"%s import --gguf %s/nan.gguf --out %s/s --force",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "holds nan"), "a GGUF with a NaN weight imported: %s", out);
+	/* an init --force whose write fails (a file-size limit) keeps it too */
+	rc = cu_run(out, sizeof out, "(trap '' XFSZ; ulimit -f 64; %s init --config %s/cfg.json --out %s/s "
+			"--seed 5 --force)",
+		    cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "init under a 64 KiB file limit: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ! ls -A %s/s | grep strata-new",
+			    dir, dir),
+		     0, "a refused import or init --force changed the model there: %s", out);
 }
 
 /* A tied model's file that also holds lm_head.weight: the embedding's own

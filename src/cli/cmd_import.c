@@ -42,8 +42,24 @@ int cmd_import(int argc, char **argv)
 	ST_CHECK(out, "pass --out DIR", "strata import: no output directory (--out)");
 	ST_CHECK(force || !model_dir_holds_model(out),
 		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
+	/* written whole beside a model already there, which goes only then */
+	char tmp[4200], path[4300];
+	ST_TRY(model_dir_stage(out, tmp, sizeof tmp));
 	struct st_config cfg;
-	ST_TRY(gguf_import(in, out, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg));
+	int rc = gguf_import(in, tmp, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg);
+	snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
+	const int own_tokenizer = fs_exists(path);
+	if (rc == ST_OK)
+		rc = model_dir_commit(out, tmp);
+	if (rc != ST_OK) {
+		fs_rmtree(tmp);
+		return rc;
+	}
+	snprintf(path, sizeof path, "%s/tokenizer.json", out);
+	if (!own_tokenizer && fs_exists(path))
+		st_log_warn("%s was there before this import and is kept: remove it if it is not this "
+			    "model's tokenizer (prepare and sample would use it)",
+			    path);
 	printf("imported %s into %s: dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d%s, rope "
 	       "theta %g\n",
 	       in, out, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size,

@@ -66,14 +66,20 @@ int cmd_init(int argc, char **argv)
 
 	ST_CHECK(force || !model_dir_holds_model(out),
 		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
-	ST_TRY(fs_mkdir_p(out));
-	if (force)
-		ST_TRY(model_dir_clear(out));
 	struct st_session s;
 	ST_TRY(session_create(&s, ops_cpu(), &cfg, 0));
 	session_init_random(&s, (unsigned long)seed);
 	s.shard_bytes = shard;
-	int rc = session_save_model(&s, out);
+	/* written whole beside a model already there, which goes only then */
+	char tmp[4200];
+	int rc = model_dir_stage(out, tmp, sizeof tmp);
+	const int staged = rc == ST_OK;
+	if (rc == ST_OK)
+		rc = session_save_model(&s, tmp);
+	if (rc == ST_OK)
+		rc = model_dir_commit(out, tmp);
+	if (rc != ST_OK && staged)
+		fs_rmtree(tmp);
 	if (rc == ST_OK) {
 		char b[32];
 		printf("wrote %s: %zu parameters (%s fp32), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d\n",

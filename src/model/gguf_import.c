@@ -223,12 +223,6 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 		st_log_warn("%s: tokenizer '%.*s' is not byte-level BPE: no tokenizer.json written (use "
 			    "the model's own tokenizer.json with --tokenizer)", g->path,
 			    model ? (int)n : 4, model ? model : "none");
-		char path[4200];
-		snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-		if (fs_exists(path))
-			st_log_warn("%s was there before this import and is kept: remove it if it is "
-				    "not this model's tokenizer (prepare and sample would use it)",
-				    path);
 		return ST_OK;
 	}
 	const struct st_gguf_kv *tokens = gguf_kv(g, "tokenizer.ggml.tokens");
@@ -385,11 +379,8 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 		c.tmp = st_malloc(param_max * sizeof(float));
 		rc = c.buf && c.tmp ? fs_mkdir_p(dir) : ST_FAIL;
 	}
-	/* A model already there (import --force) is removed once the file has
-	 * passed its checks, and config.json goes last: a directory an import
-	 * failed in is not a model, and the next try needs no --force. */
-	if (rc == ST_OK)
-		rc = model_dir_clear(dir);
+	/* config.json last: a directory an import failed in is not a model, and
+	 * the next try needs no --force */
 	if (rc == ST_OK)
 		rc = model_save_weights_dir(&m, dir, shard_bytes, unit_get, unit_put, &c);
 	if (rc == ST_OK && c.bad) {

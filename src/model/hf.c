@@ -2,7 +2,9 @@
  * with HF parameter names and (out,in) layout, straight into / out of the
  * units' W slabs. */
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,7 +319,10 @@ static int remove_file(const char *path)
 	return ST_OK;
 }
 
-int model_dir_clear(const char *dir)
+/* Remove the model in dir: config.json first, so that from then on dir is
+ * no model, then model.safetensors, the .safetensors files the index names,
+ * and the index. Other files (a tokenizer.json, a README) stay. */
+static int model_dir_clear(const char *dir)
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/config.json", dir);
@@ -350,6 +355,67 @@ int model_dir_clear(const char *dir)
 	}
 	cJSON_Delete(root);
 	return rc == ST_OK ? remove_file(index) : rc;
+}
+
+int model_dir_stage(const char *dir, char *tmp, size_t n)
+{
+	ST_TRY(fs_mkdir_p(dir));
+	/* staging directories of processes that are gone */
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *e;
+		char path[4200];
+		while ((e = readdir(d))) {
+			long pid;
+			if (sscanf(e->d_name, ".strata-new.%ld", &pid) != 1 || pid <= 0 ||
+			    (kill((pid_t)pid, 0) != 0 && errno != ESRCH))
+				continue;
+			if (kill((pid_t)pid, 0) == 0)
+				continue; /* a live writer's */
+			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+			fs_rmtree(path);
+		}
+		closedir(d);
+	}
+	snprintf(tmp, n, "%s/.strata-new.%ld", dir, (long)getpid());
+	fs_rmtree(tmp);
+	return fs_mkdir_p(tmp);
+}
+
+int model_dir_commit(const char *dir, const char *tmp)
+{
+	ST_TRY(model_dir_clear(dir));
+	/* the shards and other files, then the index, then config.json: a move
+	 * that fails leaves neither of the last two, so dir is no model */
+	int rc = ST_OK;
+	for (int pass = 0; pass < 3 && rc == ST_OK; pass++) {
+		DIR *d = opendir(tmp);
+		ST_CHECK(d, "check the directory's permissions", "cannot read %s: %s", tmp,
+			 strerror(errno));
+		struct dirent *e;
+		char from[4200], to[4200];
+		while (rc == ST_OK && (e = readdir(d))) {
+			const int last = !strcmp(e->d_name, INDEX_NAME) ? 1
+					 : !strcmp(e->d_name, "config.json") ? 2
+									      : 0;
+			if (e->d_name[0] == '.' || last != pass)
+				continue;
+			snprintf(from, sizeof from, "%s/%s", tmp, e->d_name);
+			snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+			if (rename(from, to) != 0) {
+				ST_ERROR("check the directory's permissions, then run it again",
+					 "cannot move %s to %s: %s (%s holds no model now)", from, to,
+					 strerror(errno), dir);
+				rc = ST_FAIL;
+			}
+		}
+		closedir(d);
+	}
+	if (rc == ST_OK)
+		rc = fs_fsync_dir(dir);
+	if (rc == ST_OK)
+		rmdir(tmp);
+	return rc;
 }
 
 static const float *array_get(void *ctx, int unit) { return ((const float *const *)ctx)[unit]; }

@@ -48,13 +48,18 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 
 /* Whether dir holds a model's config.json, model.safetensors or index. */
 int model_dir_holds_model(const char *dir);
-/* Remove the model in dir before another is written there (init and import
- * with --force): config.json first, so that from then on dir is no model,
- * then model.safetensors, the shards the index names, and the index. Other
- * files (a tokenizer.json, a README) stay. Writers put config.json last, so
- * a write that fails or is killed part-way leaves no model, never new
- * weights under an old config.json or old shards beside new ones. */
-int model_dir_clear(const char *dir);
+/* A model replaced in place (init and import with --force) is written whole
+ * first into a staging directory inside dir, *tmp (size n):
+ * DIR/.strata-new.PID, after removing those of processes that are gone.
+ * A write that fails there leaves dir's model as it was (the caller removes
+ * tmp with fs_rmtree). */
+int model_dir_stage(const char *dir, char *tmp, size_t n);
+/* Then the old model goes: config.json first (from then on dir is no model),
+ * model.safetensors, the .safetensors files its index names and the index;
+ * other files (a README) stay. tmp's files are renamed in, config.json last,
+ * so a kill part-way leaves no model, never new weights under the old
+ * config.json or old shards beside new ones; tmp is removed. */
+int model_dir_commit(const char *dir, const char *tmp);
 
 /* Import a llama-architecture GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1
  * tensors, dequantized; q/k rows un-permuted) as a Hugging Face directory:
