@@ -222,13 +222,15 @@ Test(trainer, eta_counts_evaluations)
 {
 	/* 100 steps of 2 s: 20 left at step 80 */
 	cr_expect_eq(eta_shown(100, 0, 0, 0, 80), 40.0);
-	/* evaluations at 90 and 100 (every 10), 7 s each */
-	cr_expect_eq(eta_shown(100, 10, 1, 7.0, 80), 40.0 + 14.0);
+	/* evaluations at 80 (after its line), 90 and 100 (every 10), 7 s each */
+	cr_expect_eq(eta_shown(100, 10, 1, 7.0, 80), 40.0 + 21.0);
 	/* every 30: at 90 and the last step */
 	cr_expect_eq(eta_shown(100, 30, 1, 7.0, 80), 40.0 + 14.0);
 	/* every 25: at 100 only; at the end only (0) */
 	cr_expect_eq(eta_shown(100, 25, 1, 7.0, 80), 40.0 + 7.0);
 	cr_expect_eq(eta_shown(100, 0, 1, 7.0, 80), 40.0 + 7.0);
+	/* the last step's line: its evaluation is still to come */
+	cr_expect_eq(eta_shown(100, 10, 1, 7.0, 100), 7.0);
 	/* no validation data: no evaluations */
 	cr_expect_eq(eta_shown(100, 10, 0, 7.0, 80), 40.0);
 }

@@ -350,6 +350,13 @@ Test(faults, token_budget_on_resume)
 			SMALL " && %s train --resume %s/a --max-tokens 512",
 			cu_bin(), dir, dir, dir, cu_bin(), dir);
 	cr_expect(rc == 0 && strstr(out, "done: step 4,"), "--max-tokens 512 after 2 steps: %s", out);
+	/* --steps given again, equal to the saved one, still wins */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/e --steps 2 "
+			SMALL " && %s train --resume %s/e --steps 2 --max-tokens 1024",
+			cu_bin(), dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "done: step 2,") &&
+			  strstr(out, "--max-tokens 1024 is not used: --steps 2 sets the run's length"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/b --max-tokens 256 "
 			SMALL " && %s train --resume %s/b --max-tokens 512 --grad-accum 2",
 			cu_bin(), dir, dir, dir, cu_bin(), dir);
@@ -452,7 +459,7 @@ Test(faults, kills_between_checkpoint_steps)
 	cr_expect(!strstr(out, ".latest.") && !strstr(out, ".write-test"), "stale files stay: %s", out);
 
 	/* a resume from step 1, killed while saving step 2 */
-	rc = cu_run(out, sizeof out, "STRATA_FAULT_KILL_IN_SAVE=1 %s train --resume %s/run/step-000001 "
+	rc = cu_run(out, sizeof out, "STRATA_FAULT_KILL_IN_SAVE=1 %s train --resume %s/run/step-000001/ "
 			"--lr 3e-3", cu_bin(), dir);
 	cr_expect_neq(rc, 0, "%s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "readlink %s/run/latest", dir), 0);
@@ -1023,6 +1030,8 @@ Test(faults, other_commands_check_their_numbers)
 		{"init --config tiny --out --force%.0s%.0s", "--out needs a value"},
 		{"eval --model --data %s/data", "--model needs a value"},
 		{"train --resume --steps 5%.0s%.0s", "--resume needs a value"},
+		{"train --model %s/init --data %s/data --out /nonexistent/o --offload-dir",
+		 "--offload-dir needs a value"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char cmd[512];

@@ -72,6 +72,26 @@ static void note_unused_options(const struct cli_args *a, const char *conf, cons
 	cJSON_Delete(root);
 }
 
+/* Whether this command gives option `key` (spelled with dashes), as a flag
+ * or a key of the --config file conf, either spelling. */
+static int given(struct cli_args *a, const char *conf, const char *key)
+{
+	char us[64];
+	snprintf(us, sizeof us, "%s", key);
+	for (char *c = us; *c; c++)
+		*c = *c == '-' ? '_' : *c;
+	if (cli_get(a, key, NULL) || cli_get(a, us, NULL))
+		return 1;
+	cJSON *root = NULL;
+	const int old = st_log_mute(1); /* read once already: its errors were said */
+	const int rc = conf ? fs_read_json(conf, &root, NULL) : ST_FAIL;
+	st_log_mute(old);
+	const int in_conf = rc == ST_OK && (cJSON_GetObjectItemCaseSensitive(root, key) ||
+					    cJSON_GetObjectItemCaseSensitive(root, us));
+	cJSON_Delete(root);
+	return in_conf;
+}
+
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip)
 {
 	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
@@ -79,6 +99,9 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 	for (int i = 0; i < a->n; i++) {
 		if (skip && !strcmp(a->key[i], skip))
 			continue;
+		ST_CHECK(a->val[i] != cli_bare || !train_opts_needs_value(a->key[i]),
+			 "give the value after it; strata train --help lists each option's values",
+			 "--%s needs a value", a->key[i]);
 		if (!strcmp(a->key[i], "offload-dir") || !strcmp(a->key[i], "offload_dir")) {
 			size_t len = strlen(dirs);
 			ST_CHECK(len + strlen(a->val[i]) + 2 < sizeof dirs, "use shorter paths",
@@ -87,9 +110,6 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 			a->used[i] = 1;
 			continue;
 		}
-		ST_CHECK(a->val[i] != cli_bare || !train_opts_needs_value(a->key[i]),
-			 "give the value after it; strata train --help lists each option's values",
-			 "--%s needs a value", a->key[i]);
 		ST_TRY(train_opts_set(o, a->key[i], a->val[i]));
 		a->used[i] = 1;
 	}
@@ -271,9 +291,10 @@ int cmd_train(int argc, char **argv)
 	/* A new token budget on resume, without --steps: the budget sets the
 	 * length, not the steps saved with the run (--steps wins when both are
 	 * given, as in a fresh run). */
-	if (resume && o.max_tokens != saved.max_tokens && o.steps == saved.steps)
+	const int steps_given = given(&a, conf, "steps"), tokens_given = given(&a, conf, "max-tokens");
+	if (resume && tokens_given && !steps_given)
 		o.steps = 0;
-	if (o.steps > 0 && o.max_tokens > 0)
+	if (o.steps > 0 && o.max_tokens > 0 && tokens_given)
 		st_log_warn("--max-tokens %.0f is not used: --steps %ld sets the run's length",
 			    o.max_tokens, o.steps);
 	note_unused_options(&a, conf, o.optimizer);

@@ -424,13 +424,15 @@ static int point_latest(const char *out, const char *name)
 
 int ckpt_mark_resumed(const struct st_trainer *tr)
 {
-	char parent[4200], real_parent[PATH_MAX], real_out[PATH_MAX], link[4200], target[PATH_MAX];
-	fs_dirname(parent, sizeof parent, tr->ckpt_loaded);
-	const char *name = strrchr(tr->ckpt_loaded, '/');
-	name = name ? name + 1 : tr->ckpt_loaded;
+	/* resolved, so that step-N/, step-N/. and links name the same place */
+	char real_ckpt[PATH_MAX], real_out[PATH_MAX], link[4200], target[PATH_MAX];
+	if (!realpath(tr->ckpt_loaded, real_ckpt) || !realpath(tr->o.out, real_out))
+		return ST_OK;
+	char *slash = strrchr(real_ckpt, '/');
+	const char *name = slash + 1;
 	long s;
-	if (!is_step_dir(name, &s) || !realpath(parent, real_parent) ||
-	    !realpath(tr->o.out, real_out) || strcmp(real_parent, real_out) != 0)
+	*slash = '\0';
+	if (!is_step_dir(name, &s) || strcmp(*real_ckpt ? real_ckpt : "/", real_out) != 0)
 		return ST_OK; /* a checkpoint of another run directory */
 	snprintf(link, sizeof link, "%s/latest", tr->o.out);
 	const ssize_t len = readlink(link, target, sizeof target - 1);
@@ -643,9 +645,11 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	snprintf(p, sizeof p, "%s/latest", path);
 	char target[PATH_MAX];
 	ssize_t len = readlink(p, target, sizeof target - 1);
+	static int said; /* train resolves the path twice */
 	if (len <= 0 && ckpt_newest(path, target, sizeof target) >= 0) {
 		/* a run killed after its first checkpoint went in, before `latest` */
-		st_log_warn("%s has no `latest` (the run stopped before it was written): using its "
+		if (!said++)
+			st_log_warn("%s has no `latest` (the run stopped before it was written): using its "
 			    "newest checkpoint, %s",
 			    path, target);
 		len = (ssize_t)strlen(target);

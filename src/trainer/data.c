@@ -56,7 +56,7 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 			snprintf(val_path, sizeof val_path, "%s/val.bin", data);
 			/* prepare writes train.bin last: without it, the directory's
 			 * val.bin and masks may be from an unfinished prepare */
-			ST_CHECK(need_train || fs_exists(train_path) || !fs_exists(val_path),
+			ST_CHECK((val && *val) || fs_exists(train_path) || !fs_exists(val_path),
 				 "re-run strata prepare into it",
 				 "%s holds val.bin but no train.bin: a strata prepare into it did not "
 				 "finish, and its val.bin may not match its loss mask",

@@ -26,14 +26,15 @@ void progress_init(struct st_progress *p, const char *mode, long total, long sta
 		p->mode = isatty(2) ? PG_BAR : PG_LINES;
 }
 
-/* Evaluations after step, up to the last: at the multiples of the interval
- * and at the last step. */
+/* Evaluations still to run once step's line is shown, its own included
+ * (it runs after the line): at the multiples of the interval and at the
+ * last step. */
 static long evals_left(const struct st_progress *p, long step)
 {
-	if (!p->evals || step >= p->total)
+	if (!p->evals || step > p->total)
 		return 0;
 	const long ei = p->eval_interval;
-	return ei > 0 ? p->total / ei - step / ei + (p->total % ei != 0) : 1;
+	return ei > 0 ? p->total / ei - (step - 1) / ei + (p->total % ei != 0) : 1;
 }
 
 static void fmt_eta(char *buf, size_t n, double s)
