@@ -8,7 +8,9 @@
 #include "cliutil.h"
 #include "engine/session.h"
 #include "io/safetensors.h"
+#include "io/fsutil.h"
 #include "io/shard.h"
+#include "io/tokenizer.h"
 #include "model/config.h"
 #include "model/llama.h"
 #include "ops/ops.h"
@@ -542,6 +544,63 @@ Test(train, hf_tokenizer_end_to_end)
 		    cu_bin(), dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir);
 	cr_assert_eq(rc, 0, "training or sampling with the tokenizer failed: %s", out);
 	cr_expect(strstr(out, "And the lord"), "sample output lacks the prompt: %s", out);
+}
+
+/* prepare's shards hold the ids of each file encoded whole, cut into chunks
+ * only afterwards: encoding chunk by chunk cut words of lines longer than
+ * --chunk + 64 KiB (and split merges across a cut, and added a prefix space
+ * per chunk, with tokenizers that have them). Here paragraphs, then one
+ * 150 KB line, through the llama3 test tokenizer at --chunk 256: train.bin
+ * is the whole file's encoding and its <eos>; with a split, train and
+ * validation together hold as many ids. */
+Test(train, prepare_encodes_each_file_whole)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "whole");
+	snprintf(path, sizeof path, "%s/text.txt", dir);
+	cu_write_text(path, 20000, 4);
+	FILE *f = fopen(path, "a");
+	cr_assert(f);
+	for (int i = 0; i < 30000; i++)
+		fputs(i % 7 ? "word " : "and 12345 ", f);
+	fclose(f);
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/d --chunk 256 --val-fraction 0 "
+			"--tokenizer tests/data/tokenizers/llama3 && %s prepare --input %s --out %s/s --chunk 256 "
+			"--val-fraction 0.1 --tokenizer tests/data/tokenizers/llama3",
+			cu_bin(), path, dir, cu_bin(), path, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	struct st_tokenizer tk;
+	cr_assert_eq(tokenizer_load(&tk, "tests/data/tokenizers/llama3"), ST_OK);
+	char *text;
+	size_t len;
+	cr_assert_eq(fs_read_file(path, &text, &len), ST_OK);
+	uint32_t *want = malloc(tokenizer_max_ids(len) * sizeof *want);
+	cr_assert(want);
+	const size_t n = tokenizer_encode(&tk, want, text, len);
+	want[n] = (uint32_t)tk.eos_id;
+	struct st_shard sh, tr, va;
+	snprintf(path, sizeof path, "%s/d/train.bin", dir);
+	cr_assert_eq(shard_open(&sh, path), ST_OK);
+	cr_expect_eq(sh.n_tokens, n + 1, "%llu ids in train.bin, the whole file gives %zu + <eos>",
+		     (unsigned long long)sh.n_tokens, n);
+	size_t first_diff = n + 1;
+	for (size_t i = 0; i < n + 1 && i < sh.n_tokens && first_diff > n; i++)
+		if (shard_token(&sh, i) != want[i])
+			first_diff = i;
+	cr_expect_eq(first_diff, n + 1, "train.bin differs from the whole file's encoding at id %zu",
+		     first_diff);
+	snprintf(path, sizeof path, "%s/s/train.bin", dir);
+	cr_assert_eq(shard_open(&tr, path), ST_OK);
+	snprintf(path, sizeof path, "%s/s/val.bin", dir);
+	cr_assert_eq(shard_open(&va, path), ST_OK);
+	cr_expect(va.n_tokens > 0 && tr.n_tokens + va.n_tokens == n + 1, "%llu + %llu ids, want %zu",
+		  (unsigned long long)tr.n_tokens, (unsigned long long)va.n_tokens, n + 1);
+	shard_close(&sh);
+	shard_close(&tr);
+	shard_close(&va);
+	free(want);
+	free(text);
+	tokenizer_free(&tk);
 }
 
 /* Sharded weights (model-0000k-of-0000n.safetensors + index, as Hugging

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -244,34 +245,60 @@ int cmd_prepare(int argc, char **argv)
 	struct buf *toks[2] = {&train, &val}, *masks[2] = {&train_m, &val_m};
 	long chunk_idx = 0, example = 0;
 	int masked = 0;
-	uint32_t *ids = rc == ST_OK ? st_malloc(tokenizer_max_ids((size_t)chunk + 65536 + 4) * sizeof *ids)
-				    : NULL;
-	if (!ids)
-		rc = ST_FAIL;
+	/* Each text file is encoded whole, then its ids are cut into chunks:
+	 * encoding chunk by chunk gave other ids than the tokenizer does where a
+	 * cut fell inside what it would merge ("\n\n" is one Llama 3 token) and
+	 * added a prefix space at every chunk with add_prefix_space. The id
+	 * buffer is reserved, not committed: pages are used as ids are written. */
+	size_t text_max = 0;
+	for (int f = 0; f < n_in; f++)
+		if (!ends_with(inputs[f], ".jsonl") && lens[f] > text_max)
+			text_max = lens[f];
+	const size_t ids_bytes = tokenizer_max_ids(text_max) * sizeof(uint32_t);
+	uint32_t *ids = NULL;
+	if (rc == ST_OK) {
+		void *map = mmap(NULL, ids_bytes, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (map == MAP_FAILED) {
+			ST_ERROR("prepare the corpus in several smaller files",
+				 "cannot reserve %zu bytes of address space for the ids of a %zu-byte file: %s",
+				 ids_bytes, text_max, strerror(errno));
+			rc = ST_FAIL;
+		} else {
+			ids = map;
+		}
+	}
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
 		const char *text = texts[f];
-		size_t len = lens[f], pos = 0;
+		size_t len = lens[f];
 		if (ends_with(inputs[f], ".jsonl")) {
 			rc = prepare_jsonl(&tk, inputs[f], texts[f], len, period, &example, toks, masks);
 			masked = 1;
 			continue;
 		}
-		while (pos < len && rc == ST_OK) {
-			size_t end = pos + (size_t)chunk < len ? pos + (size_t)chunk : len;
-			/* extend to the end of the line (bounded, for files without newlines) */
-			while (end < len && text[end - 1] != '\n' && end - pos < (size_t)chunk + 65536)
-				end++;
-			size_t n = tokenizer_encode(&tk, ids, text + pos, end - pos);
+		/* chunks of about --chunk bytes, each ending after a token that
+		 * ends a line (bounded, for files without newlines) */
+		const size_t n = tokenizer_encode(&tk, ids, text, len);
+		size_t start = 0, bytes = 0;
+		for (size_t i = 0; i < n && rc == ST_OK; i++) {
+			char piece[1024];
+			const size_t b = tokenizer_decode_one(&tk, piece, sizeof piece, ids[i]);
+			bytes += b;
+			const int line_end = b > 0 && piece[b - 1] == '\n';
+			if (i + 1 < n && (bytes < (size_t)chunk || (!line_end && bytes < (size_t)chunk + 65536)))
+				continue;
 			const int split = period > 1 && chunk_idx % period == period - 1;
-			rc = push_masked(toks[split], masks[split], ids, n, 1);
+			rc = push_masked(toks[split], masks[split], ids + start, i + 1 - start, 1);
 			chunk_idx++;
-			pos = end;
+			start = i + 1;
+			bytes = 0;
 		}
 		uint32_t eos = (uint32_t)tk.eos_id;
 		if (rc == ST_OK && len > 0 && tk.eos_id >= 0)
 			rc = push_masked(&train, &train_m, &eos, 1, 1);
 	}
-	free(ids);
+	if (ids)
+		munmap(ids, ids_bytes);
 	for (int f = 0; texts && f < n_in; f++)
 		free(texts[f]);
 	free(texts);
