@@ -524,7 +524,8 @@ Test(train, bad_data)
 
 /* A Hugging Face tokenizer.json through prepare, train and sample: the shards
  * record it (name and vocabulary), a model with a smaller vocabulary is
- * refused, a matching one trains, and sample decodes with it. */
+ * refused, a matching one trains (warned that it has no tokenizer.json), and
+ * sample decodes with it. */
 Test(train, hf_tokenizer_end_to_end)
 {
 	char dir[256];
@@ -538,12 +539,16 @@ Test(train, hf_tokenizer_end_to_end)
 		    cu_run(out, sizeof out, "%s train --model %s/init --data %s/bpe --out %s/small --steps 1 " SMALL,
 			   cu_bin(), dir, dir, dir));
 	rc = cu_run(out, sizeof out,
-		    "%s init --config %s/cfg.json --vocab 3002 --out %s/m3002 && "
+		    "{ %s init --config %s/cfg.json --vocab 3002 --out %s/m3002 && "
 		    "%s train --model %s/m3002 --data %s/bpe --out %s/run --steps 2 --eval-interval 0 " SMALL " && "
-		    "%s sample --model %s/run --tokenizer tests/data/tokenizers/llama3 --prompt 'And the lord' --tokens 5 --seed 3",
+		    "%s sample --model %s/run --tokenizer tests/data/tokenizers/llama3 --prompt 'And the lord' --tokens 5 --seed 3; }",
 		    cu_bin(), dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir);
 	cr_assert_eq(rc, 0, "training or sampling with the tokenizer failed: %s", out);
 	cr_expect(strstr(out, "And the lord"), "sample output lacks the prompt: %s", out);
+	/* the model directory has no tokenizer.json: said, since its checkpoints
+	 * would be sampled with the byte tokenizer */
+	cr_expect(strstr(out, "/m3002 has no tokenizer.json: its checkpoints will not have one either"),
+		  "%s", out);
 }
 
 /* prepare's shards hold the ids of each file encoded whole, cut into chunks

@@ -97,9 +97,18 @@ void data_check_tokenizer(const struct st_data *d, const char *model_dir)
 {
 	char path[4200], name[25];
 	snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+	const struct st_shard *s = d->has_train ? &d->train : d->has_val ? &d->val : NULL;
+	if (s && !fs_exists(path) && strcmp(s->tokenizer, "byte") != 0) {
+		/* checkpoints carry the model's tokenizer files: there are none */
+		st_log_warn("%s was tokenized with '%s', but %s has no tokenizer.json: its "
+			    "checkpoints will not have one either, and sample would read them with "
+			    "the byte tokenizer (copy the tokenizer.json given to strata prepare into %s, "
+			    "or pass --tokenizer to sample)",
+			    s->path, s->tokenizer, model_dir, model_dir);
+		return;
+	}
 	if (!fs_exists(path) || tokenizer_file_name(path, name) != ST_OK)
 		return;
-	const struct st_shard *s = d->has_train ? &d->train : d->has_val ? &d->val : NULL;
 	if (s && strcmp(s->tokenizer, name) != 0)
 		st_log_warn("%s was tokenized with '%s', but the model's tokenizer.json is '%s': the "
 			    "same ids stand for other text (run strata prepare with --tokenizer %s)",
