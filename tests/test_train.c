@@ -551,6 +551,41 @@ Test(train, hf_tokenizer_end_to_end)
 		  "%s", out);
 }
 
+/* prepare's inputs: the same file twice (or through a link) is refused,
+ * since its text would land in both splits; JSONL under a .json name and
+ * text that is not UTF-8 are taken as text, with a warning saying so; the
+ * share held out is said; 200 inputs are taken (more than the 128 options
+ * the parser once held). */
+Test(train, prepare_inputs_checked)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "inputs");
+	char path[512];
+	snprintf(path, sizeof path, "%s/a.txt", dir);
+	cu_write_text(path, 30000, 3);
+	int rc = cu_run(out, sizeof out, "ln -s %s/a.txt %s/link.txt && %s prepare --input %s/a.txt "
+			"--input %s/link.txt --out %s/d",
+			dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/link.txt is the same file as --input"), "%s", out);
+	rc = cu_run(out, sizeof out, "printf '{\"text\": \"a\"}\\n' > %s/ex.json && "
+			"printf 'caf\\351 ok\\n' > %s/latin1.txt && %s prepare --input %s/a.txt --input %s/ex.json "
+			"--input %s/latin1.txt --out %s/d",
+			dir, dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "/ex.json is read as plain text") &&
+			  strstr(out, "/latin1.txt is not UTF-8 text: 1 bytes are NUL or invalid UTF-8, "
+				      "the first at byte 3") &&
+			  !strstr(out, "a.txt is not UTF-8") && strstr(out, "held out ") &&
+			  strstr(out, "% of the tokens: one chunk in 20"),
+		  "%s", out);
+	char cmd[1 << 15], bin[PATH_MAX];
+	int len = snprintf(cmd, sizeof cmd, "cd %s && for i in $(seq 200); do printf 'line %%s\\n' $i > m$i.txt; "
+			   "done && %s prepare --out m --val-fraction 0", dir, realpath(cu_bin(), bin));
+	for (int i = 1; i <= 200; i++) /* short names: cu_run takes 8 KiB of command */
+		len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --input m%d.txt", i);
+	rc = cu_run(out, sizeof out, "%s", cmd);
+	cr_expect(rc == 0 && strstr(out, "wrote "), "200 inputs: %s", out);
+}
+
 /* prepare's shards hold the ids of each file encoded whole, cut into chunks
  * only afterwards: encoding chunk by chunk cut words of lines longer than
  * --chunk + 64 KiB (and split merges across a cut, and added a prefix space

@@ -17,7 +17,8 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 		const char *s = !strcmp(argv[i], "-h") ? "--help" : argv[i];
 		ST_CHECK(s[0] == '-' && s[1] == '-' && s[2], "flags look like --name value",
 			 "unexpected argument '%s'", s);
-		ST_CHECK(a->n < CLI_MAX_ARGS, NULL, "too many arguments");
+		ST_CHECK(a->n < CLI_MAX_ARGS, "concatenate inputs into fewer files",
+			 "too many arguments (more than %d options)", CLI_MAX_ARGS);
 		const char *eq = strchr(s, '=');
 		if (eq) {
 			a->key[a->n] = strndup(s + 2, (size_t)(eq - s - 2));

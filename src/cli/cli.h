@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#define CLI_MAX_ARGS 128
+#define CLI_MAX_ARGS 4096
 
 /* "--key value", "--key=value" and bare "--flag" (value cli_bare, "true":
  * told apart by address from a "true" typed by the user, so a flag that

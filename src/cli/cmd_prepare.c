@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -65,6 +66,29 @@ static int push_masked(struct buf *tok, struct buf *mask, const uint32_t *x, siz
 	for (size_t i = 0; i < n; i++)
 		ST_TRY(push(mask, &m, 1));
 	return ST_OK;
+}
+
+/* The length of the well-formed UTF-8 sequence at s (at most n bytes), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	const unsigned char c = s[0];
+	size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+	if (!k || k > n || (k == 2 && c < 0xc2) || (k == 4 && c > 0xf4))
+		return 0;
+	for (size_t i = 1; i < k; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	if (k == 3) { /* no overlong forms, no surrogates */
+		const unsigned cp = (c & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu);
+		if (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))
+			return 0;
+	}
+	if (k == 4) {
+		const unsigned cp = (c & 0x07u) << 18 | (s[1] & 0x3fu) << 12;
+		if (cp < 0x10000 || cp > 0x10ffff)
+			return 0;
+	}
+	return k;
 }
 
 /* Whether s ends with suffix, in either case (.jsonl, .JSONL). */
@@ -186,6 +210,45 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 	return rc;
 }
 
+/* Input f, read: the same file as an earlier input is refused (its text
+ * would be in both splits, and validation loss would read low); text that
+ * looks like JSONL under another name, and text that is not UTF-8, are
+ * said, since both are taken as plain text. */
+static int check_input(const char *const *inputs, int f, const char *text, size_t len)
+{
+	struct stat st, other;
+	if (stat(inputs[f], &st) == 0 && S_ISREG(st.st_mode))
+		for (int g = 0; g < f; g++)
+			ST_CHECK(stat(inputs[g], &other) != 0 || other.st_dev != st.st_dev ||
+					 other.st_ino != st.st_ino,
+				 "give each file once: text in both splits makes the validation loss read low",
+				 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
+	if (ends_with(inputs[f], ".jsonl"))
+		return ST_OK;
+	size_t i = strspn(text, " \t\r\n\xef\xbb\xbf");
+	if ((ends_with(inputs[f], ".json") || ends_with(inputs[f], ".ndjson")) && i < len &&
+	    text[i] == '{')
+		st_log_warn("%s is read as plain text; if it holds one example per line, name it "
+			    ".jsonl to train on its prompts and completions",
+			    inputs[f]);
+	size_t bad = 0, at = 0;
+	for (size_t p = 0; p < len;) {
+		const size_t n = utf8_len((const unsigned char *)text + p, len - p);
+		if (!n || !text[p]) {
+			if (!bad++)
+				at = p;
+			p++;
+		} else {
+			p += n;
+		}
+	}
+	if (bad)
+		st_log_warn("%s is not UTF-8 text: %zu bytes are NUL or invalid UTF-8, the first at byte "
+			    "%zu (their bytes are kept as they are)",
+			    inputs[f], bad, at);
+	return ST_OK;
+}
+
 int cmd_prepare(int argc, char **argv)
 {
 	struct cli_args a;
@@ -233,6 +296,8 @@ int cmd_prepare(int argc, char **argv)
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
 		rc = fs_read_file(inputs[f], &texts[f], &lens[f]);
 		total_bytes += lens[f];
+		if (rc == ST_OK)
+			rc = check_input(inputs, f, texts[f], lens[f]);
 	}
 	long period = val_frac > 0 ? (long)lround(1.0 / val_frac) : 0;
 	if (period > 1 && (long)(total_bytes / (size_t)chunk) < 20 * period) {
@@ -364,6 +429,10 @@ int cmd_prepare(int argc, char **argv)
 	if (rc == ST_OK)
 		printf("wrote %s: %zu train tokens, %zu val tokens (tokenizer %s, vocab %d) from %zu bytes\n",
 		       out, train.n, val.n, tk.name, tk.vocab_size, total_bytes);
+	if (rc == ST_OK && val.n)
+		printf("held out %.1f%% of the tokens: one %s in %ld\n",
+		       100.0 * (double)val.n / (double)(train.n + val.n), masked ? "example or chunk" : "chunk",
+		       period);
 	free(train.v);
 	free(val.v);
 	free(train_m.v);
