@@ -464,6 +464,9 @@ Test(faults, kills_between_checkpoint_steps)
 	cr_expect_neq(rc, 0, "%s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "readlink %s/run/latest", dir), 0);
 	cr_expect_str_eq(out, "step-000001\n", "latest stays on the abandoned steps");
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 2", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "/run/step-000001 at step 1") && strstr(out, "done: step 2,"),
+		  "a plain --resume did not go on from step 1: %s", out);
 
 	/* a fresh run that saved nothing, started again */
 	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/again --steps 2 "
@@ -895,13 +898,12 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
 
 /* init and import --force write the new model whole into a staging
  * directory, then remove the old one (config.json first) and move the new
- * files in, config.json last: an init whose move fails part-way (here at
- * its second shard, a directory in the way) leaves no model, neither the new
- * config.json over the old weights nor old shards beside new ones, and a
- * plain init then completes it; a successful one leaves none of the old
- * layout's shards. An import of a file that fails its checks (cut, or a NaN
- * weight found while writing) and an init whose write fails leave the model
- * there as it was, and no staging directory. */
+ * files in, config.json last: a directory in the way of a new file (here
+ * the second shard) is refused before the old model goes; a successful one
+ * leaves none of the old layout's shards. An import of a file that fails
+ * its checks (cut, or a NaN weight found while writing) and an init whose
+ * write fails leave the model there as it was, and no staging directory;
+ * a staging directory whose writer is gone is removed by the next init. */
 Test(faults, replaced_model_whole_or_not_at_all)
 {
 	char dir[256];
@@ -914,20 +916,22 @@ Test(faults, replaced_model_whole_or_not_at_all)
 	cr_assert_eq(rc, 0, "%s", out);
 	const int n_shards = atoi(out);
 	cr_assert_geq(n_shards, 3, "%s", out);
-	/* an init --force over a single-file model, failing at shard 2 */
+	/* an init --force over a single-file model, with a directory in the way
+	 * of its second shard: refused before the old model goes */
 	rc = cu_run(out, sizeof out, "cp -r %s/init %s/m && mkdir -p %s/m/model-00002-of-%05d.safetensors/x && "
+			"md5sum %s/m/config.json %s/m/model.safetensors > %s/msums && "
 			"%s init --config %s/cfg.json --out %s/m --shard-size 40K --seed 9 --force",
-			dir, dir, dir, n_shards, cu_bin(), dir, dir);
-	cr_expect_neq(rc, 0, "init over a directory in the way exited 0: %s", out);
-	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/m/config.json -a ! -e %s/m/model.safetensors", dir, dir),
-		     0, "a failed init --force left a model");
-	rc = cu_run(out, sizeof out, "%s eval --model %s/m --data %s/data", cu_bin(), dir, dir);
-	cr_expect_neq(rc, 0, "eval loaded the remains of a failed init: %s", out);
+			dir, dir, dir, n_shards, dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, ".safetensors is a directory, in the way of the model's file"),
+		  "init over a directory in the way: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/msums && ! ls -A %s/m | grep -e strata-new "
+			    "-e '00001-of'", dir, dir),
+		     0, "a refused init --force changed the model: %s", out);
 	rc = cu_run(out, sizeof out, "rm -r %s/m/model-00002-of-%05d.safetensors && "
-			"%s init --config %s/cfg.json --out %s/m --shard-size 40K --seed 9 && "
+			"%s init --config %s/cfg.json --out %s/m --shard-size 40K --seed 9 --force && "
 			"%s eval --model %s/m --data %s/data --max-tokens 256",
 		    dir, n_shards, cu_bin(), dir, dir, cu_bin(), dir, dir);
-	cr_expect_eq(rc, 0, "a plain init did not complete the directory: %s", out);
+	cr_expect_eq(rc, 0, "init --force once the way is clear: %s", out);
 	/* sharded replaced by one file: none of the shards stays */
 	rc = cu_run(out, sizeof out, "%s init --config %s/cfg.json --out %s/s --force && ls %s/s", cu_bin(),
 		    dir, dir, dir);
@@ -953,6 +957,13 @@ Test(faults, replaced_model_whole_or_not_at_all)
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ! ls -A %s/s | grep strata-new",
 			    dir, dir),
 		     0, "a refused import or init --force changed the model there: %s", out);
+	/* a staging directory left by a killed writer (its lock free) */
+	rc = cu_run(out, sizeof out, "{ mkdir -p %s/s/.strata-new.99999 && touch %s/s/.strata-new.99999/.lock "
+			"%s/s/.strata-new.99999/model.safetensors && %s init --config %s/cfg.json --out %s/s "
+			"--force && ! ls -A %s/s | grep strata-new; }",
+		    dir, dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "/.strata-new.99999, left by an init or import that did not finish"),
+		  "%s", out);
 }
 
 /* A tied model's file that also holds lm_head.weight: the embedding's own

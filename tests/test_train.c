@@ -592,7 +592,8 @@ Test(train, prepare_inputs_checked)
  * per chunk, with tokenizers that have them). Here paragraphs, then one
  * 150 KB line, through the llama3 test tokenizer at --chunk 256: train.bin
  * is the whole file's encoding and its <eos>; with a split, train and
- * validation together hold as many ids. */
+ * validation together hold as many ids. An encoder out of memory fails the
+ * command. */
 Test(train, prepare_encodes_each_file_whole)
 {
 	char dir[256], path[512];
@@ -641,6 +642,17 @@ Test(train, prepare_encodes_each_file_whole)
 	free(want);
 	free(text);
 	tokenizer_free(&tk);
+	/* one 30 MB piece (a run of one letter) under a 1 GB address limit: the
+	 * encoder runs out of memory, which is an error, not an empty train.bin
+	 * (its failed allocations once ended the encoding at 0 ids, silently) */
+	rc = cu_run(out, sizeof out, "head -c 30000000 /dev/zero | tr '\\0' a > %s/a.txt && (ulimit -v 1000000; "
+			"%s prepare --input %s/a.txt --out %s/a --val-fraction 0 "
+			"--tokenizer tests/data/tokenizers/llama3)",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "tokenizer: out of memory encoding 30000000 bytes") &&
+			  strstr(out, "/a.txt could not be encoded; nothing was written"),
+		  "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/a/train.bin && rm %s/a.txt", dir, dir), 0);
 }
 
 /* Sharded weights (model-0000k-of-0000n.safetensors + index, as Hugging

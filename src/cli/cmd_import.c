@@ -43,18 +43,18 @@ int cmd_import(int argc, char **argv)
 	ST_CHECK(force || !model_dir_holds_model(out),
 		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
 	/* written whole beside a model already there, which goes only then */
-	char tmp[4200], path[4300];
-	ST_TRY(model_dir_stage(out, tmp, sizeof tmp));
+	struct model_stage st;
+	char path[4300];
+	ST_TRY(model_dir_stage(out, &st));
 	struct st_config cfg;
-	int rc = gguf_import(in, tmp, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg);
-	snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
+	int rc = gguf_import(in, st.tmp, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg);
+	snprintf(path, sizeof path, "%s/tokenizer.json", st.tmp);
 	const int own_tokenizer = fs_exists(path);
-	if (rc == ST_OK)
-		rc = model_dir_commit(out, tmp);
 	if (rc != ST_OK) {
-		fs_rmtree(tmp);
+		model_dir_unstage(&st);
 		return rc;
 	}
+	ST_TRY(model_dir_commit(out, &st));
 	snprintf(path, sizeof path, "%s/tokenizer.json", out);
 	if (!own_tokenizer && fs_exists(path))
 		st_log_warn("%s was there before this import and is kept: remove it if it is not this "

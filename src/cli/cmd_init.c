@@ -71,15 +71,15 @@ int cmd_init(int argc, char **argv)
 	session_init_random(&s, (unsigned long)seed);
 	s.shard_bytes = shard;
 	/* written whole beside a model already there, which goes only then */
-	char tmp[4200];
-	int rc = model_dir_stage(out, tmp, sizeof tmp);
-	const int staged = rc == ST_OK;
-	if (rc == ST_OK)
-		rc = session_save_model(&s, tmp);
-	if (rc == ST_OK)
-		rc = model_dir_commit(out, tmp);
-	if (rc != ST_OK && staged)
-		fs_rmtree(tmp);
+	struct model_stage st;
+	int rc = model_dir_stage(out, &st);
+	if (rc == ST_OK) {
+		rc = session_save_model(&s, st.tmp);
+		if (rc == ST_OK)
+			rc = model_dir_commit(out, &st);
+		else
+			model_dir_unstage(&st);
+	}
 	if (rc == ST_OK) {
 		char b[32];
 		printf("wrote %s: %zu parameters (%s fp32), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d\n",

@@ -192,7 +192,8 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
 				cap = need;
 			}
 			size_t c = tokenizer_encode(tk, ids, parts[k], pl);
-			rc = push_masked(t, m, ids, c, k == 1); /* the prompt is context only */
+			rc = c == ST_ENCODE_FAILED ? ST_FAIL
+						    : push_masked(t, m, ids, c, k == 1); /* the prompt is context only */
 		}
 		if (rc == ST_OK && tk->eos_id >= 0) {
 			uint32_t eos = (uint32_t)tk->eos_id;
@@ -214,15 +215,18 @@ static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *
  * would be in both splits, and validation loss would read low); text that
  * looks like JSONL under another name, and text that is not UTF-8, are
  * said, since both are taken as plain text. */
-static int check_input(const char *const *inputs, int f, const char *text, size_t len)
+static int check_input(const char *const *inputs, int f, struct stat *seen, const char *text,
+		       size_t len)
 {
-	struct stat st, other;
-	if (stat(inputs[f], &st) == 0 && S_ISREG(st.st_mode))
-		for (int g = 0; g < f; g++)
-			ST_CHECK(stat(inputs[g], &other) != 0 || other.st_dev != st.st_dev ||
-					 other.st_ino != st.st_ino,
-				 "give each file once: text in both splits makes the validation loss read low",
-				 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
+	/* seen[g]: the earlier inputs' device and inode (st_ino 0 when not a
+	 * regular file: a FIFO or /dev/stdin is read once anyway) */
+	struct stat *st = &seen[f];
+	if (stat(inputs[f], st) != 0 || !S_ISREG(st->st_mode))
+		st->st_ino = 0;
+	for (int g = 0; g < f && st->st_ino; g++)
+		ST_CHECK(seen[g].st_dev != st->st_dev || seen[g].st_ino != st->st_ino,
+			 "give each file once: text in both splits makes the validation loss read low",
+			 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
 	if (ends_with(inputs[f], ".jsonl"))
 		return ST_OK;
 	size_t i = strspn(text, " \t\r\n\xef\xbb\xbf");
@@ -292,13 +296,15 @@ int cmd_prepare(int argc, char **argv)
 	char **texts = st_calloc((size_t)n_in, sizeof *texts);
 	size_t *lens = st_calloc((size_t)n_in, sizeof *lens);
 	size_t total_bytes = 0;
-	int rc = texts && lens ? ST_OK : ST_FAIL;
+	struct stat *in_stat = st_calloc((size_t)n_in, sizeof *in_stat);
+	int rc = texts && lens && in_stat ? ST_OK : ST_FAIL;
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
 		rc = fs_read_file(inputs[f], &texts[f], &lens[f]);
 		total_bytes += lens[f];
 		if (rc == ST_OK)
-			rc = check_input(inputs, f, texts[f], lens[f]);
+			rc = check_input(inputs, f, in_stat, texts[f], lens[f]);
 	}
+	free(in_stat);
 	long period = val_frac > 0 ? (long)lround(1.0 / val_frac) : 0;
 	if (period > 1 && (long)(total_bytes / (size_t)chunk) < 20 * period) {
 		chunk = (long)(total_bytes / (size_t)(20 * period));
@@ -344,12 +350,19 @@ int cmd_prepare(int argc, char **argv)
 		/* chunks of about --chunk bytes, each ending after a token that
 		 * ends a line (bounded, for files without newlines) */
 		const size_t n = tokenizer_encode(&tk, ids, text, len);
+		if (n == ST_ENCODE_FAILED) {
+			ST_ERROR(NULL, "strata prepare: %s could not be encoded; nothing was written",
+				 inputs[f]);
+			rc = ST_FAIL;
+			break;
+		}
 		size_t start = 0, bytes = 0;
 		for (size_t i = 0; i < n && rc == ST_OK; i++) {
 			char piece[1024];
 			const size_t b = tokenizer_decode_one(&tk, piece, sizeof piece, ids[i]);
 			bytes += b;
-			const int line_end = b > 0 && piece[b - 1] == '\n';
+			/* GPT-2's tokens join a line break to the next line's indent */
+			const int line_end = b > 0 && memchr(piece, '\n', b);
 			if (i + 1 < n && (bytes < (size_t)chunk || (!line_end && bytes < (size_t)chunk + 65536)))
 				continue;
 			const int split = period > 1 && chunk_idx % period == period - 1;
@@ -358,6 +371,8 @@ int cmd_prepare(int argc, char **argv)
 			start = i + 1;
 			bytes = 0;
 		}
+		/* the file's ids are copied out: give their pages back */
+		madvise(ids, tokenizer_max_ids(len) * sizeof *ids, MADV_DONTNEED);
 		uint32_t eos = (uint32_t)tk.eos_id;
 		if (rc == ST_OK && len > 0 && tk.eos_id >= 0)
 			rc = push_masked(&train, &train_m, &eos, 1, 1);
@@ -374,13 +389,13 @@ int cmd_prepare(int argc, char **argv)
 	}
 	if (rc == ST_OK && val_frac > 0 && val.n == 0 && masked) {
 		ST_ERROR("give more examples, a larger --val-fraction, or --val-fraction 0",
-			 "strata prepare: %ld examples are too few to hold out %.0f%% for validation "
+			 "strata prepare: %ld examples are too few to hold out %g%% for validation "
 			 "(one example in %ld is held out)",
 			 example, 100 * val_frac, period);
 		rc = ST_FAIL;
 	} else if (rc == ST_OK && val_frac > 0 && val.n == 0) {
 		ST_ERROR("give more text, a smaller --chunk, or --val-fraction 0",
-			 "strata prepare: the input (%zu bytes) is too short to hold out %.0f%% for validation",
+			 "strata prepare: the input (%zu bytes) is too short to hold out %g%% for validation",
 			 total_bytes, 100 * val_frac);
 		rc = ST_FAIL;
 	}

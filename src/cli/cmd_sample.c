@@ -103,8 +103,10 @@ int cmd_sample(int argc, char **argv)
 	size_t plen = strlen(prompt);
 	uint32_t *ids = st_malloc(tokenizer_max_ids(plen) * sizeof *ids);
 	int32_t *ctx = st_malloc(tokenizer_max_ids(plen) * sizeof *ctx);
-	if (rc == ST_OK && ids && ctx) {
-		size_t n = tokenizer_encode(&tk, ids, prompt, plen);
+	size_t n = rc == ST_OK && ids && ctx ? tokenizer_encode(&tk, ids, prompt, plen) : 0;
+	if (n == ST_ENCODE_FAILED) {
+		rc = ST_FAIL;
+	} else if (rc == ST_OK && ids && ctx) {
 		for (size_t i = 0; i < n; i++)
 			ctx[i] = (int32_t)ids[i];
 		if (n == 0 && tk.bos_id >= 0) /* an empty prompt: from the start of a text */

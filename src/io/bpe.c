@@ -7,6 +7,7 @@
 
 #include "io/bpe.h"
 #include "io/fsutil.h"
+#include "io/tokenizer.h"
 #include "util/check.h"
 
 /* GPT-2's pre-tokenizer regex, as the ByteLevel pre-tokenizer applies it */
@@ -505,14 +506,49 @@ struct merge_cand {
 	uint32_t rank, pos, a, b; /* pair (a, b) starting at symbol pos */
 };
 
+/* Scratch space of one encode call, sized by the longest piece so far (not
+ * by the text: a whole corpus file goes through one call). */
 struct enc {
 	uint32_t *sym;
 	int32_t *nxt, *prv;
 	struct merge_cand *heap;
 	size_t heap_cap;
 	char *mapped;
+	size_t cap;  /* bytes of a piece the arrays hold */
+	int failed;  /* out of memory: the call returns ST_ENCODE_FAILED */
 	pcre2_match_data *md[ST_BPE_STAGES];
 };
+
+/* Room for a piece of n bytes; 0 (and e->failed) when memory runs out. */
+static int enc_reserve(struct enc *e, size_t n)
+{
+	if (n + 2 <= e->cap)
+		return 1;
+	size_t cap = e->cap ? 2 * e->cap : 4096;
+	if (cap < n + 2)
+		cap = n + 2;
+	void *p[5] = {realloc(e->sym, cap * sizeof *e->sym), NULL, NULL, NULL, NULL};
+	if (p[0])
+		e->sym = p[0];
+	p[1] = p[0] ? realloc(e->nxt, cap * sizeof *e->nxt) : NULL;
+	if (p[1])
+		e->nxt = p[1];
+	p[2] = p[1] ? realloc(e->prv, cap * sizeof *e->prv) : NULL;
+	if (p[2])
+		e->prv = p[2];
+	p[3] = p[2] ? realloc(e->heap, 3 * cap * sizeof *e->heap) : NULL;
+	if (p[3])
+		e->heap = p[3];
+	p[4] = p[3] ? realloc(e->mapped, 2 * cap) : NULL;
+	if (!p[4]) {
+		e->failed = 1;
+		return 0;
+	}
+	e->mapped = p[4];
+	e->cap = cap;
+	e->heap_cap = 3 * cap;
+	return 1;
+}
 
 static int cand_less(const struct merge_cand *x, const struct merge_cand *y)
 {
@@ -569,7 +605,7 @@ static void push_pair(const struct st_bpe *b, struct enc *e, size_t *hn, int32_t
 static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned char *p, size_t n,
 			   struct enc *e)
 {
-	if (!n)
+	if (!n || !enc_reserve(e, n))
 		return 0;
 	if (b->ignore_merges) { /* a piece that is a token stays one */
 		size_t k = 0;
@@ -625,21 +661,23 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 	char *prefixed = NULL;
 	if (level == b->bl_stage && b->add_prefix_space && text[0] != ' ') {
 		prefixed = malloc(len + 1);
-		if (prefixed) {
-			prefixed[0] = ' ';
-			memcpy(prefixed + 1, text, len);
-			text = prefixed;
-			len++;
+		if (!prefixed) {
+			e->failed = 1;
+			return 0;
 		}
+		prefixed[0] = ' ';
+		memcpy(prefixed + 1, text, len);
+		text = prefixed;
+		len++;
 	}
 	size_t n = 0;
-	if (level == b->n_re) {
+	if (level >= b->n_re || level >= ST_BPE_STAGES) { /* n_re < ST_BPE_STAGES: for gcc */
 		n = encode_piece(b, out, (const unsigned char *)text, len, e);
 		free(prefixed);
 		return n;
 	}
 	size_t pos = 0, prev = 0;
-	while (pos < len) {
+	while (pos < len && !e->failed) {
 		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, 0, e->md[level], NULL);
 		if (rc < 0) {
 			if (rc != PCRE2_ERROR_NOMATCH) /* a match limit: say so, keep the rest whole */
@@ -671,15 +709,10 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
 {
 	struct enc e = {0};
-	e.sym = st_malloc((len + 2) * sizeof *e.sym);
-	e.nxt = st_malloc((len + 2) * sizeof *e.nxt);
-	e.prv = st_malloc((len + 2) * sizeof *e.prv);
-	e.heap_cap = 3 * (len + 2);
-	e.heap = st_malloc(e.heap_cap * sizeof *e.heap);
-	e.mapped = st_malloc(2 * (len + 2));
-	int ok = e.sym && e.nxt && e.prv && e.heap && e.mapped;
+	int ok = 1;
 	for (int i = 0; i < b->n_re && ok; i++)
 		ok = (e.md[i] = pcre2_match_data_create_from_pattern(b->re[i], NULL)) != NULL;
+	e.failed = !ok;
 	size_t n = 0;
 	if (!ok)
 		goto done;
@@ -704,6 +737,11 @@ size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_
 	}
 	n += split_from(b, out + n, text + start, len - start, 0, &e);
 done:
+	if (e.failed) {
+		ST_ERROR("free some memory, or split the text into smaller files",
+			 "tokenizer: out of memory encoding %zu bytes of text", len);
+		n = ST_ENCODE_FAILED;
+	}
 	free(e.sym);
 	free(e.nxt);
 	free(e.prv);

@@ -27,7 +27,8 @@ int bpe_vocab_size(const struct st_bpe *b);
 /* The id of a token by its content (added tokens included), or -1. */
 int bpe_token_id(const struct st_bpe *b, const char *content);
 /* Encode len bytes; out holds tokenizer_max_ids(len) = 2 len + 1 ids (a
- * prefix space can add one per piece); returns the count. */
+ * prefix space can add one per piece); returns the count, or
+ * ST_ENCODE_FAILED (said) when memory runs out. */
 size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len);
 /* The bytes of one token (its text for added tokens); NULL for an unknown id. */
 const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len);

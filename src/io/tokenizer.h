@@ -29,7 +29,9 @@ void tokenizer_free(struct st_tokenizer *tk);
 int tokenizer_file_name(const char *path, char name[25]);
 /* The most ids len bytes of text can become. */
 static inline size_t tokenizer_max_ids(size_t len) { return 2 * len + 1; }
-/* Encode len bytes of text into out (tokenizer_max_ids(len) ids); returns the count. */
+/* Encode len bytes of text into out (tokenizer_max_ids(len) ids); returns the
+ * count, or ST_ENCODE_FAILED when memory ran out (an error was said). */
+#define ST_ENCODE_FAILED ((size_t)-1)
 size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char *text,
 			size_t len);
 /* The text of one id into buf (at most cap bytes; a longer token is cut);

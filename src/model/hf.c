@@ -4,10 +4,13 @@
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io/fsutil.h"
@@ -357,43 +360,104 @@ static int model_dir_clear(const char *dir)
 	return rc == ST_OK ? remove_file(index) : rc;
 }
 
-int model_dir_stage(const char *dir, char *tmp, size_t n)
+/* A staging directory nobody writes into: its lock is free (or it has none
+ * and is a minute old: a writer killed between its mkdir and its lock). */
+static int stage_abandoned(const char *path)
 {
+	char lock[4300];
+	snprintf(lock, sizeof lock, "%s/.lock", path);
+	const int fd = open(lock, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		struct stat st;
+		return stat(path, &st) == 0 && time(NULL) - st.st_mtime > 60;
+	}
+	const int free_lock = flock(fd, LOCK_EX | LOCK_NB) == 0;
+	close(fd);
+	return free_lock;
+}
+
+int model_dir_stage(const char *dir, struct model_stage *st)
+{
+	st->lock_fd = -1;
 	ST_TRY(fs_mkdir_p(dir));
-	/* staging directories of processes that are gone */
 	DIR *d = opendir(dir);
 	if (d) {
 		struct dirent *e;
 		char path[4200];
 		while ((e = readdir(d))) {
-			long pid;
-			if (sscanf(e->d_name, ".strata-new.%ld", &pid) != 1 || pid <= 0 ||
-			    (kill((pid_t)pid, 0) != 0 && errno != ESRCH))
+			if (strncmp(e->d_name, ".strata-new.", 12) != 0)
 				continue;
-			if (kill((pid_t)pid, 0) == 0)
-				continue; /* a live writer's */
 			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-			fs_rmtree(path);
+			if (stage_abandoned(path)) {
+				st_log_warn("removing %s, left by an init or import that did not finish",
+					    path);
+				fs_rmtree(path);
+			}
 		}
 		closedir(d);
 	}
-	snprintf(tmp, n, "%s/.strata-new.%ld", dir, (long)getpid());
-	fs_rmtree(tmp);
-	return fs_mkdir_p(tmp);
+	snprintf(st->tmp, sizeof st->tmp, "%s/.strata-new.%ld", dir, (long)getpid());
+	fs_rmtree(st->tmp);
+	ST_TRY(fs_mkdir_p(st->tmp));
+	char lock[4300];
+	snprintf(lock, sizeof lock, "%s/.lock", st->tmp);
+	st->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (st->lock_fd < 0 || flock(st->lock_fd, LOCK_EX) != 0) {
+		ST_ERROR("check the directory's permissions", "cannot lock %s: %s", lock,
+			 strerror(errno));
+		model_dir_unstage(st);
+		return ST_FAIL;
+	}
+	return ST_OK;
 }
 
-int model_dir_commit(const char *dir, const char *tmp)
+void model_dir_unstage(struct model_stage *st)
 {
-	ST_TRY(model_dir_clear(dir));
+	fs_rmtree(st->tmp);
+	if (st->lock_fd >= 0)
+		close(st->lock_fd);
+	st->lock_fd = -1;
+}
+
+int model_dir_commit(const char *dir, struct model_stage *st)
+{
+	const char *tmp = st->tmp;
+	/* every file can go in: nothing in its way that a rename cannot replace
+	 * (a directory of the same name); checked before the old model goes */
+	DIR *d = opendir(tmp);
+	int rc = d ? ST_OK : ST_FAIL;
+	if (!d)
+		ST_ERROR("check the directory's permissions", "cannot read %s: %s", tmp, strerror(errno));
+	struct dirent *e;
+	char from[4600], to[4600];
+	while (d && rc == ST_OK && (e = readdir(d))) {
+		struct stat lst;
+		snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+		if (e->d_name[0] != '.' && lstat(to, &lst) == 0 && S_ISDIR(lst.st_mode)) {
+			ST_ERROR("move it away, then run again", "%s is a directory, in the way of the "
+				 "model's file of that name; the model there is unchanged", to);
+			rc = ST_FAIL;
+		}
+	}
+	if (d)
+		closedir(d);
+	if (rc == ST_OK)
+		rc = model_dir_clear(dir);
+	if (rc != ST_OK) {
+		model_dir_unstage(st);
+		return rc;
+	}
 	/* the shards and other files, then the index, then config.json: a move
-	 * that fails leaves neither of the last two, so dir is no model */
-	int rc = ST_OK;
+	 * that fails leaves no config.json, so dir is no model; the files not
+	 * moved stay in tmp, named */
 	for (int pass = 0; pass < 3 && rc == ST_OK; pass++) {
-		DIR *d = opendir(tmp);
-		ST_CHECK(d, "check the directory's permissions", "cannot read %s: %s", tmp,
-			 strerror(errno));
-		struct dirent *e;
-		char from[4200], to[4200];
+		d = opendir(tmp);
+		if (!d) {
+			ST_ERROR("check the directory's permissions", "cannot read %s: %s", tmp,
+				 strerror(errno));
+			rc = ST_FAIL;
+			break;
+		}
 		while (rc == ST_OK && (e = readdir(d))) {
 			const int last = !strcmp(e->d_name, INDEX_NAME) ? 1
 					 : !strcmp(e->d_name, "config.json") ? 2
@@ -403,9 +467,10 @@ int model_dir_commit(const char *dir, const char *tmp)
 			snprintf(from, sizeof from, "%s/%s", tmp, e->d_name);
 			snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
 			if (rename(from, to) != 0) {
-				ST_ERROR("check the directory's permissions, then run it again",
-					 "cannot move %s to %s: %s (%s holds no model now)", from, to,
-					 strerror(errno), dir);
+				ST_ERROR("move the rest of the new model from there by hand, or run again",
+					 "cannot move %s to %s: %s (%s holds no complete model now; the "
+					 "files not moved are in %s)",
+					 from, to, strerror(errno), dir, tmp);
 				rc = ST_FAIL;
 			}
 		}
@@ -413,8 +478,12 @@ int model_dir_commit(const char *dir, const char *tmp)
 	}
 	if (rc == ST_OK)
 		rc = fs_fsync_dir(dir);
-	if (rc == ST_OK)
-		rmdir(tmp);
+	snprintf(from, sizeof from, "%s/.lock", tmp);
+	if (rc == ST_OK && (unlink(from) != 0 || rmdir(tmp) != 0))
+		st_log_warn("%s was not removed (%s): check what it holds", tmp, strerror(errno));
+	if (st->lock_fd >= 0)
+		close(st->lock_fd);
+	st->lock_fd = -1;
 	return rc;
 }
 

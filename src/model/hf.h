@@ -49,17 +49,27 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 /* Whether dir holds a model's config.json, model.safetensors or index. */
 int model_dir_holds_model(const char *dir);
 /* A model replaced in place (init and import with --force) is written whole
- * first into a staging directory inside dir, *tmp (size n):
- * DIR/.strata-new.PID, after removing those of processes that are gone.
- * A write that fails there leaves dir's model as it was (the caller removes
- * tmp with fs_rmtree). */
-int model_dir_stage(const char *dir, char *tmp, size_t n);
-/* Then the old model goes: config.json first (from then on dir is no model),
+ * first into a staging directory inside dir, st->tmp = DIR/.strata-new.PID,
+ * held by a lock (st->lock_fd) so that another process leaves it alone;
+ * staging directories whose lock is free (their writer is gone) are removed
+ * first. A write that fails there leaves dir's model as it was: the caller
+ * drops the staging directory with model_dir_unstage. */
+struct model_stage {
+	char tmp[4200];
+	int lock_fd;
+};
+int model_dir_stage(const char *dir, struct model_stage *st);
+void model_dir_unstage(struct model_stage *st);
+/* Then, once nothing in dir is in the way of a file (a directory of its
+ * name: refused, the old model unchanged, the staging directory dropped),
+ * the old model goes: config.json first (from then on dir is no model),
  * model.safetensors, the .safetensors files its index names and the index;
- * other files (a README) stay. tmp's files are renamed in, config.json last,
- * so a kill part-way leaves no model, never new weights under the old
- * config.json or old shards beside new ones; tmp is removed. */
-int model_dir_commit(const char *dir, const char *tmp);
+ * other files (a README) stay. The new files are renamed in, the index and
+ * config.json last, so a kill part-way leaves no config.json, never new
+ * weights under the old config.json or old shards beside new ones. On a
+ * failed move the files not moved stay in the staging directory, named in
+ * the error. */
+int model_dir_commit(const char *dir, struct model_stage *st);
 
 /* Import a llama-architecture GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1
  * tensors, dequantized; q/k rows un-permuted) as a Hugging Face directory:
