@@ -441,10 +441,16 @@ int model_dir_commit(const char *dir, struct model_stage *st)
 	}
 	if (d)
 		closedir(d);
-	if (rc == ST_OK)
-		rc = model_dir_clear(dir);
 	if (rc != ST_OK) {
 		model_dir_unstage(st);
+		return rc;
+	}
+	rc = model_dir_clear(dir);
+	if (rc != ST_OK) { /* the old model may be half gone: keep the new one */
+		ST_ERROR("fix what stopped the removal, then run again",
+			 "%s: the old model could not be removed; the new one is in %s", dir, tmp);
+		close(st->lock_fd);
+		st->lock_fd = -1;
 		return rc;
 	}
 	/* the shards and other files, then the index, then config.json: a move
