@@ -711,7 +711,8 @@ Test(faults, config_values_checked_before_sizing)
 	 * space is plenty for this model otherwise). */
 	rc = cu_run(out, sizeof out,
 		    "sed -i 's/\"vocab_size\":[^,]*/\"vocab_size\": 6000000/' %s/ok/config.json && "
-		    "(ulimit -v 1000000; %s eval --model %s/ok --data /nonexistent)",
+		    "(ulimit -v 1000000; export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1; "
+		    "%s eval --model %s/ok --data /nonexistent)", /* BLAS reserves per thread */
 		    dir, cu_bin(), dir);
 	cr_expect_neq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "tensor 'model.embed_tokens.weight' has shape [258, 64], expected "
@@ -903,7 +904,8 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
  * leaves none of the old layout's shards. An import of a file that fails
  * its checks (cut, or a NaN weight found while writing) and an init whose
  * write fails leave the model there as it was, and no staging directory;
- * a staging directory whose writer is gone is removed by the next init. */
+ * a staging directory whose writer is gone is removed by the next init, and
+ * a second writer into the directory is refused. */
 Test(faults, replaced_model_whole_or_not_at_all)
 {
 	char dir[256];
@@ -957,13 +959,24 @@ Test(faults, replaced_model_whole_or_not_at_all)
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ! ls -A %s/s | grep strata-new",
 			    dir, dir),
 		     0, "a refused import or init --force changed the model there: %s", out);
-	/* a staging directory left by a killed writer (its lock free) */
+	/* a staging directory left by a killed writer */
 	rc = cu_run(out, sizeof out, "{ mkdir -p %s/s/.strata-new.99999 && touch %s/s/.strata-new.99999/.lock "
 			"%s/s/.strata-new.99999/model.safetensors && %s init --config %s/cfg.json --out %s/s "
 			"--force && ! ls -A %s/s | grep strata-new; }",
 		    dir, dir, dir, cu_bin(), dir, dir, dir);
 	cr_expect(rc == 0 && strstr(out, "/.strata-new.99999, left by an init or import that did not finish"),
 		  "%s", out);
+	/* one writer at a time: with the directory's write lock held (by
+	 * flock(1) here), an init is refused and changes nothing */
+	cr_assert_eq(cu_run(NULL, 0, "md5sum %s/s/config.json %s/s/model.safetensors > %s/sums2", dir, dir,
+			    dir),
+		     0);
+	rc = cu_run(out, sizeof out, "flock %s/s/.strata-write.lock %s init --config %s/cfg.json --out %s/s "
+			"--seed 7 --force",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/s is being written by another strata init or import"), "%s",
+		  out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums2", dir), 0, "%s", out);
 }
 
 /* A tied model's file that also holds lm_head.weight: the embedding's own

@@ -646,6 +646,7 @@ Test(train, prepare_encodes_each_file_whole)
 	 * encoder runs out of memory, which is an error, not an empty train.bin
 	 * (its failed allocations once ended the encoding at 0 ids, silently) */
 	rc = cu_run(out, sizeof out, "head -c 30000000 /dev/zero | tr '\\0' a > %s/a.txt && (ulimit -v 1000000; "
+			"export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1; " /* BLAS reserves per thread */
 			"%s prepare --input %s/a.txt --out %s/a --val-fraction 0 "
 			"--tokenizer tests/data/tokenizers/llama3)",
 		    dir, cu_bin(), dir, dir);

@@ -524,6 +524,10 @@ static int enc_reserve(struct enc *e, size_t n)
 {
 	if (n + 2 <= e->cap)
 		return 1;
+	if (n > INT32_MAX - 2) { /* positions are int32 */
+		e->failed = 1;
+		return 0;
+	}
 	size_t cap = e->cap ? 2 * e->cap : 4096;
 	if (cap < n + 2)
 		cap = n + 2;
@@ -605,7 +609,7 @@ static void push_pair(const struct st_bpe *b, struct enc *e, size_t *hn, int32_t
 static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned char *p, size_t n,
 			   struct enc *e)
 {
-	if (!n || !enc_reserve(e, n))
+	if (!n || e->failed || !enc_reserve(e, n))
 		return 0;
 	if (b->ignore_merges) { /* a piece that is a token stays one */
 		size_t k = 0;
@@ -656,7 +660,7 @@ static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned
 static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
 			 int level, struct enc *e)
 {
-	if (!len)
+	if (!len || e->failed)
 		return 0;
 	char *prefixed = NULL;
 	if (level == b->bl_stage && b->add_prefix_space && text[0] != ' ') {

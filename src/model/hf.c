@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "io/fsutil.h"
@@ -360,51 +359,47 @@ static int model_dir_clear(const char *dir)
 	return rc == ST_OK ? remove_file(index) : rc;
 }
 
-/* A staging directory nobody writes into: its lock is free (or it has none
- * and is a minute old: a writer killed between its mkdir and its lock). */
-static int stage_abandoned(const char *path)
-{
-	char lock[4300];
-	snprintf(lock, sizeof lock, "%s/.lock", path);
-	const int fd = open(lock, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		struct stat st;
-		return stat(path, &st) == 0 && time(NULL) - st.st_mtime > 60;
-	}
-	const int free_lock = flock(fd, LOCK_EX | LOCK_NB) == 0;
-	close(fd);
-	return free_lock;
-}
-
 int model_dir_stage(const char *dir, struct model_stage *st)
 {
 	st->lock_fd = -1;
+	st->tmp[0] = '\0';
 	ST_TRY(fs_mkdir_p(dir));
+	/* one writer per model directory, from staging to the last move */
+	char lock[4300];
+	snprintf(lock, sizeof lock, "%s/.strata-write.lock", dir);
+	st->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	ST_CHECK(st->lock_fd >= 0, "check the directory's permissions", "cannot open %s: %s", lock,
+		 strerror(errno));
+	if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+		const int err = errno;
+		if (err == EWOULDBLOCK) {
+			model_dir_unstage(st);
+			ST_ERROR("wait for it to finish", "%s is being written by another strata init or "
+				 "import", dir);
+			return ST_FAIL;
+		}
+		st_log_warn("%s: cannot lock (%s): a second init or import into it at the same time "
+			    "would not be refused", dir, strerror(err));
+	}
+	/* under the lock, any staging directory is one a writer left */
 	DIR *d = opendir(dir);
 	if (d) {
 		struct dirent *e;
-		char path[4200];
+		char path[4300];
 		while ((e = readdir(d))) {
 			if (strncmp(e->d_name, ".strata-new.", 12) != 0)
 				continue;
 			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-			if (stage_abandoned(path)) {
-				st_log_warn("removing %s, left by an init or import that did not finish",
-					    path);
-				fs_rmtree(path);
-			}
+			st_log_warn("removing %s, left by an init or import that did not finish", path);
+			fs_rmtree(path);
 		}
 		closedir(d);
 	}
-	snprintf(st->tmp, sizeof st->tmp, "%s/.strata-new.%ld", dir, (long)getpid());
-	fs_rmtree(st->tmp);
-	ST_TRY(fs_mkdir_p(st->tmp));
-	char lock[4300];
-	snprintf(lock, sizeof lock, "%s/.lock", st->tmp);
-	st->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (st->lock_fd < 0 || flock(st->lock_fd, LOCK_EX) != 0) {
-		ST_ERROR("check the directory's permissions", "cannot lock %s: %s", lock,
-			 strerror(errno));
+	snprintf(st->tmp, sizeof st->tmp, "%s/.strata-new.XXXXXX", dir);
+	if (!mkdtemp(st->tmp)) {
+		ST_ERROR("check the directory's permissions and free space",
+			 "cannot create a staging directory in %s: %s", dir, strerror(errno));
+		st->tmp[0] = '\0';
 		model_dir_unstage(st);
 		return ST_FAIL;
 	}
@@ -413,7 +408,8 @@ int model_dir_stage(const char *dir, struct model_stage *st)
 
 void model_dir_unstage(struct model_stage *st)
 {
-	fs_rmtree(st->tmp);
+	if (st->tmp[0])
+		fs_rmtree(st->tmp);
 	if (st->lock_fd >= 0)
 		close(st->lock_fd);
 	st->lock_fd = -1;
@@ -447,7 +443,8 @@ int model_dir_commit(const char *dir, struct model_stage *st)
 	}
 	rc = model_dir_clear(dir);
 	if (rc != ST_OK) { /* the old model may be half gone: keep the new one */
-		ST_ERROR("fix what stopped the removal, then run again",
+		ST_ERROR("fix what stopped the removal and move the new model in by hand (the next "
+			 "init or import into the directory removes it)",
 			 "%s: the old model could not be removed; the new one is in %s", dir, tmp);
 		close(st->lock_fd);
 		st->lock_fd = -1;
@@ -473,7 +470,8 @@ int model_dir_commit(const char *dir, struct model_stage *st)
 			snprintf(from, sizeof from, "%s/%s", tmp, e->d_name);
 			snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
 			if (rename(from, to) != 0) {
-				ST_ERROR("move the rest of the new model from there by hand, or run again",
+				ST_ERROR("move the rest of the new model from there by hand, or run again "
+					 "(which removes it)",
 					 "cannot move %s to %s: %s (%s holds no complete model now; the "
 					 "files not moved are in %s)",
 					 from, to, strerror(errno), dir, tmp);
@@ -484,8 +482,7 @@ int model_dir_commit(const char *dir, struct model_stage *st)
 	}
 	if (rc == ST_OK)
 		rc = fs_fsync_dir(dir);
-	snprintf(from, sizeof from, "%s/.lock", tmp);
-	if (rc == ST_OK && (unlink(from) != 0 || rmdir(tmp) != 0))
+	if (rc == ST_OK && rmdir(tmp) != 0)
 		st_log_warn("%s was not removed (%s): check what it holds", tmp, strerror(errno));
 	if (st->lock_fd >= 0)
 		close(st->lock_fd);

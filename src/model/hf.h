@@ -49,11 +49,12 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 /* Whether dir holds a model's config.json, model.safetensors or index. */
 int model_dir_holds_model(const char *dir);
 /* A model replaced in place (init and import with --force) is written whole
- * first into a staging directory inside dir, st->tmp = DIR/.strata-new.PID,
- * held by a lock (st->lock_fd) so that another process leaves it alone;
- * staging directories whose lock is free (their writer is gone) are removed
- * first. A write that fails there leaves dir's model as it was: the caller
- * drops the staging directory with model_dir_unstage. */
+ * first into a staging directory inside dir, st->tmp =
+ * DIR/.strata-new.XXXXXX, while st->lock_fd holds an exclusive flock on
+ * DIR/.strata-write.lock until the commit (a second writer is refused), so
+ * any other staging directory found there is a dead writer's and is removed.
+ * A write that fails there leaves dir's model as it was: the caller drops
+ * the staging directory and the lock with model_dir_unstage. */
 struct model_stage {
 	char tmp[4200];
 	int lock_fd;
