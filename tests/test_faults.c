@@ -23,6 +23,16 @@ static char out[1 << 16];
 
 #define SMALL "--micro-batch 4 --seq-len 32 --eval-tokens 512 --progress lines --threads 2"
 
+/* dir/rel, in one of two rotating buffers (two at a time in one call). */
+static const char *cu_path2(const char *dir, const char *rel)
+{
+	static char buf[2][512];
+	static int k;
+	k ^= 1;
+	snprintf(buf[k], sizeof buf[k], "%s/%s", dir, rel);
+	return buf[k];
+}
+
 /* A run directory with step-000002 of an 8-bit AdamW run in dir/run. */
 static void two_steps(const char *dir, const char *extra)
 {
@@ -296,11 +306,57 @@ Test(faults, resume_from_another_directory)
 			"train --resume %s/run/step-000002 --steps 4 --config %s/co.json " SMALL,
 		    dir, dir, bin, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "/run holds 1 checkpoint of steps 3 to 4 (the first: step-000004): this "
-			      "run replaces each as it reaches its step"),
+	cr_expect(strstr(out, "/run holds 1 checkpoint of steps after 2 (the first: step-000004), from "
+			      "the run resumed here at an earlier step"),
 		  "%s", out);
 	cr_expect(strstr(out, "co.json's \"out\" is not used on --resume"), "%s", out);
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/elsewhere", dir), 0);
+}
+
+/* Resumes that could mix runs (from a review of changed options on resume):
+ * a --config file's "resume" resumes as the flag does (it once loaded the
+ * state but skipped the saved options and every resume check); a resume
+ * into another run's directory is refused (the two runs' checkpoints and
+ * metrics mixed); a resume from an earlier step keeps the abandoned later
+ * checkpoints out of --keep-ckpts (it removed this run's own instead); an
+ * option under both spellings in one --config is refused. */
+Test(faults, resumes_that_could_mix_runs)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "mix");
+	two_steps(dir, "--ckpt-interval 1");
+	int rc = cu_run(out, sizeof out, "echo '{\"resume\": \"%s/run/step-000001\", \"model\": \"%s/elsewhere\"}' > "
+			"%s/r.json && cp -a %s/run %s/c && %s train --config %s/r.json --steps 2",
+			dir, dir, dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "resumed from ") && strstr(out, "/run/step-000001 at step 1") &&
+			  strstr(out, "the --config file's \"model\" is not used on --resume") &&
+			  strstr(out, "done: step 2,"),
+		  "a --config \"resume\": %s", out);
+	cu_expect_same_state(cu_path2(dir, "run/step-000002"), cu_path2(dir, "c/step-000002"),
+			     "a resume through --config");
+	/* into another run's directory */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/other --steps 1 " SMALL
+			" && %s train --resume %s/run/step-000001 --out %s/other --steps 2",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/other holds the checkpoints of another run than"), "%s", out);
+	/* an earlier step of a 4-step run, resumed for 2 steps keeping 1 */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --keep-ckpts 0 && md5sum %s/run/step-000003/* "
+			"%s/run/step-000004/* > %s/later.md5",
+		    cu_bin(), dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 2 --keep-ckpts 1", cu_bin(),
+		    dir);
+	cr_expect(rc == 0 && strstr(out, "which --keep-ckpts neither counts nor removes"), "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/later.md5 && test -d %s/run/step-000002 && "
+			    "test ! -e %s/run/step-000001",
+			    dir, dir, dir),
+		     0, "--keep-ckpts removed the wrong checkpoints: %s", out);
+	/* both spellings of one option */
+	rc = cu_run(out, sizeof out, "echo '{\"seq_len\": 64, \"seq-len\": 32}' > %s/two.json && %s train "
+			"--model %s/init --data %s/data --out %s/two --steps 1 --config %s/two.json",
+		    dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "option 'seq-len' is given twice, as \"seq_len\" and \"seq-len\""),
+		  "%s", out);
 }
 
 /* Resuming a run that has already reached --steps trains nothing, says so,

@@ -191,13 +191,14 @@ static void galore_ranks(double r, const struct st_config *c, int out[3])
 
 /* What a resume may not change, or changes silently, against the
  * checkpoint's own options (saved; its directory ckpt). */
-static int check_resume(const struct cli_args *a, const struct st_train_opts *saved,
+static int check_resume(struct cli_args *a, const char *conf, const struct st_train_opts *saved,
 			struct st_train_opts *o, const char *ckpt)
 {
 	if (strcmp(o->model, saved->model) != 0) {
-		if (cli_get((struct cli_args *)a, "model", NULL))
-			st_log_warn("--model is not used on --resume: the checkpoint holds the model "
+		if (given(a, conf, "model"))
+			st_log_warn("%s is not used on --resume: the checkpoint holds the model "
 				    "(to start a new run from %s, leave out --resume)",
+				    cli_get(a, "model", NULL) ? "--model" : "the --config file's \"model\"",
 				    o->model);
 		memcpy(o->model, saved->model, sizeof o->model); /* trainer.json keeps the run's */
 	}
@@ -266,6 +267,16 @@ int cmd_train(int argc, char **argv)
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	const char *resume, *conf;
 	ST_TRY(cli_get_str(&a, "resume", NULL, &resume));
+	ST_TRY(cli_get_str(&a, "config", NULL, &conf));
+	/* a --config file's "resume" resumes as the flag does */
+	char conf_resume[sizeof o.resume] = "";
+	if (!resume && conf) {
+		struct st_train_opts c;
+		train_opts_defaults(&c);
+		ST_TRY(train_opts_load_json(&c, conf));
+		snprintf(conf_resume, sizeof conf_resume, "%s", c.resume);
+		resume = *conf_resume ? conf_resume : NULL;
+	}
 	struct st_train_opts saved; /* the checkpoint's options: its schedule, its paths */
 	char dir[4096];
 	if (resume) {
@@ -274,7 +285,6 @@ int cmd_train(int argc, char **argv)
 		o.resume[0] = '\0';
 		saved = o;
 	}
-	ST_TRY(cli_get_str(&a, "config", NULL, &conf));
 	if (conf)
 		ST_TRY(train_opts_load_json(&o, conf));
 	/* A resumed run writes beside the checkpoint (its run directory), not to
@@ -299,7 +309,7 @@ int cmd_train(int argc, char **argv)
 			    o.max_tokens, o.steps);
 	note_unused_options(&a, conf, o.optimizer);
 	if (resume)
-		ST_TRY(check_resume(&a, &saved, &o, dir));
+		ST_TRY(check_resume(&a, conf, &saved, &o, dir));
 	struct st_trainer tr;
 	const int out_existed = fs_exists(o.out);
 	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */

@@ -333,7 +333,8 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 	return n;
 }
 
-/* Remove the oldest step directories beyond keep, and stale temp dirs
+/* Remove the oldest step directories beyond keep (of those up to current),
+ * and stale temp dirs
  * (.tmp-* of a save that did not finish, .old-* of a re-save, .del-* of a
  * removal that did not finish) and files (.latest.PID, .write-test.tmp.*). */
 static void prune(const char *out, int keep, long current)
@@ -348,7 +349,9 @@ static void prune(const char *out, int keep, long current)
 	char path[4096];
 	while ((e = readdir(d))) {
 		long s;
-		if (is_step_dir(e->d_name, &s) && n < 4096)
+		/* steps past this one are a run this one resumed from an earlier
+		 * step of: not its history, neither counted nor removed */
+		if (is_step_dir(e->d_name, &s) && s <= current && n < 4096)
 			steps[n++] = s;
 		else if (!strncmp(e->d_name, ".tmp-step-", 10) || !strncmp(e->d_name, ".old-step-", 10) ||
 			 !strncmp(e->d_name, ".del-step-", 10)) {

@@ -167,6 +167,16 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 	ST_CHECK(cJSON_IsObject(obj), "the options must be a JSON object", "%s: not a JSON object",
 		 where);
 	const cJSON *it;
+	/* one option under both spellings ("seq_len" and "seq-len") is a key
+	 * given twice: which one counts would be an accident of order */
+	cJSON_ArrayForEach(it, obj)
+	{
+		const struct st_opt_desc *d = find(it->string);
+		for (const cJSON *o2 = it->next; d && o2; o2 = o2->next)
+			ST_CHECK(find(o2->string) != d, "keep one of them",
+				 "%s: option '%s' is given twice, as \"%s\" and \"%s\"", where, d->key,
+				 it->string, o2->string);
+	}
 	cJSON_ArrayForEach(it, obj)
 	{
 		char buf[64];

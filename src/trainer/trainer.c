@@ -538,9 +538,22 @@ static int check_run_dir(struct st_trainer *tr, int resuming)
 	long first;
 	/* `latest`, even dangling, or a step directory (a run killed before its
 	 * first `latest`) */
-	ST_CHECK(resuming || (lstat(latest, &st) != 0 && !ckpt_count_later(o->out, -1, LONG_MAX, &first)),
-		 "resume it with --resume DIR, or pick another --out",
+	const int holds = lstat(latest, &st) == 0 || ckpt_count_later(o->out, -1, LONG_MAX, &first);
+	ST_CHECK(resuming || !holds, "resume it with --resume DIR, or pick another --out",
 		 "the run directory %s already holds checkpoints; refusing to overwrite them", o->out);
+	if (resuming && holds) {
+		/* a resume writes into the checkpoint's own run directory, or one
+		 * without checkpoints: never among another run's */
+		char ckpt[4096], parent[4096], real_parent[PATH_MAX], real_out[PATH_MAX];
+		ST_TRY(ckpt_resolve(ckpt, sizeof ckpt, o->resume));
+		ST_CHECK(realpath(ckpt, parent), NULL, "cannot resolve %s: %s", ckpt, strerror(errno));
+		fs_dirname(real_parent, sizeof real_parent, parent);
+		ST_CHECK(realpath(o->out, real_out) && !strcmp(real_parent, real_out),
+			 "give --out an empty or new directory, or resume that run itself with --resume DIR",
+			 "%s holds the checkpoints of another run than %s; a resume writes only into its "
+			 "own run directory or a new one",
+			 o->out, ckpt);
+	}
 	return ST_OK;
 }
 
@@ -1027,13 +1040,14 @@ int trainer_run(struct st_trainer *tr)
 			    tr->skipped, tr->skipped == 1 ? "" : "s", tr->o.max_skipped_steps);
 	long later_first = 0;
 	const int later = tr->step < tr->total_steps
-				  ? ckpt_count_later(tr->o.out, tr->step, tr->total_steps, &later_first)
+				  ? ckpt_count_later(tr->o.out, tr->step, LONG_MAX, &later_first)
 				  : 0;
 	if (later)
-		st_log_warn("%s holds %d checkpoint%s of steps %ld to %ld (the first: step-%06ld): "
-			    "this run replaces each as it reaches its step; give --out DIR to keep them",
-			    tr->o.out, later, later == 1 ? "" : "s", tr->step + 1, tr->total_steps,
-			    later_first);
+		st_log_warn("%s holds %d checkpoint%s of steps after %ld (the first: step-%06ld), from "
+			    "the run resumed here at an earlier step: this run replaces those it saves at "
+			    "the same steps and leaves the others, which --keep-ckpts neither counts nor "
+			    "removes; give --out DIR to keep this run apart",
+			    tr->o.out, later, later == 1 ? "" : "s", tr->step, later_first);
 	if (tr->step && tr->step >= tr->total_steps && tr->o.steps > 0)
 		st_log_warn("the checkpoint is at step %ld and this run ends at step %ld: nothing to "
 			    "train; give --steps above %ld to go on",
