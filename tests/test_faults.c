@@ -306,7 +306,7 @@ Test(faults, resume_from_another_directory)
 			"train --resume %s/run/step-000002 --steps 4 --config %s/co.json " SMALL,
 		    dir, dir, bin, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "/run holds 1 checkpoint of steps after 2 (the first: step-000004), from "
+	cr_expect(strstr(out, "/run holds 2 checkpoints of steps after 2 (the first: step-000004), from "
 			      "the run resumed here at an earlier step"),
 		  "%s", out);
 	cr_expect(strstr(out, "co.json's \"out\" is not used on --resume"), "%s", out);

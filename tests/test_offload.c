@@ -816,11 +816,14 @@ Test(offload, directory_faults, .timeout = 300)
 
 	/* a block corrupted on disk mid-run (the hook damages the 2nd block read
 	 * just before reading it): detected, reported, the run stops with the
-	 * earlier checkpoint intact */
+	 * earlier checkpoint intact, and says to resume from it */
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_CORRUPT_OFFLOAD=2 %s train --resume %s/run --steps 6 %s --offload-dir %s",
 		    cu_bin(), dir, all_disk, dir);
 	expect_fail("corrupted block", "checksum mismatch", rc);
+	cr_expect(strstr(out, "the run's last checkpoint is ") && strstr(out, "/run/step-000003: `strata "
+									  "train --resume "),
+		  "a failed run did not say where it can go on from: %s", out);
 	rc = cu_run(out, sizeof out, "cd %s && sha256sum -c sums && readlink run/latest", dir);
 	cr_expect_eq(rc, 0, "the checkpoint changed after the faults: %s", out);
 	cr_expect(strstr(out, "step-000003"), "latest moved: %s", out);

@@ -329,6 +329,20 @@ int cmd_train(int argc, char **argv)
 		       tr.step, tr.skipped, tr.last_loss, val);
 	else if (rc == ST_OK && !interrupted)
 		printf("done: step %ld, train loss %.4f, %s\n", tr.step, tr.last_loss, val);
+	if (opened && rc != ST_OK) {
+		/* a run that stopped on an error: where it can go on from */
+		char link[sizeof o.out + 8], target[256];
+		snprintf(link, sizeof link, "%s/latest", o.out);
+		const ssize_t len = readlink(link, target, sizeof target - 1);
+		if (len > 0) {
+			target[len] = '\0';
+			st_log_info("the run's last checkpoint is %s/%s: `strata train --resume %s` goes on "
+				    "from it once the cause above is fixed",
+				    o.out, target, o.out);
+		} else {
+			st_log_info("the run saved no checkpoint");
+		}
+	}
 	char lock[sizeof o.out + 8];
 	snprintf(lock, sizeof lock, "%s/.lock", o.out);
 	if (!opened && !out_existed && tr.lock_fd >= 0)

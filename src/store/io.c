@@ -83,6 +83,18 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 	 * when it is killed. */
 	unlink(path);
 	int rc = posix_fallocate(d->fd, 0, (off_t)size);
+	if (rc == EOPNOTSUPP || rc == EINVAL) {
+		/* a file system without fallocate (ext2): glibc reserves the space
+		 * by writing into each block, which an O_DIRECT descriptor refuses;
+		 * a second, buffered descriptor of the unlinked file can */
+		char self[64];
+		snprintf(self, sizeof self, "/proc/self/fd/%d", d->fd);
+		const int fd2 = open(self, O_RDWR | O_CLOEXEC);
+		if (fd2 >= 0) {
+			rc = posix_fallocate(fd2, 0, (off_t)size);
+			close(fd2);
+		}
+	}
 	if (rc == ENOSPC) {
 		ST_ERROR("free space there, add more --offload-dir directories, or raise --host-mem",
 			 "offload directory %s: no room for the %s the offloaded state needs", dir,
@@ -92,10 +104,14 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 	ST_CHECK(rc == 0 || rc == EOPNOTSUPP || rc == EINVAL, "choose another --offload-dir",
 		 "offload directory %s: cannot reserve %s: %s", dir,
 		 fmt_bytes(b1, sizeof b1, (double)size), strerror(rc));
-	if (rc != 0)
+	if (rc != 0) {
 		ST_CHECK(ftruncate(d->fd, (off_t)size) == 0, "choose another --offload-dir",
 			 "offload directory %s: cannot size the offload file: %s", dir,
 			 strerror(errno));
+		st_log_warn("offload directory %s: its file system cannot reserve the %s ahead (%s): "
+			    "if it fills up while training, the run stops at that step",
+			    dir, fmt_bytes(b1, sizeof b1, (double)size), strerror(rc));
+	}
 	return ST_OK;
 }
 

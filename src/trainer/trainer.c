@@ -542,13 +542,22 @@ static int check_run_dir(struct st_trainer *tr, int resuming)
 	ST_CHECK(resuming || !holds, "resume it with --resume DIR, or pick another --out",
 		 "the run directory %s already holds checkpoints; refusing to overwrite them", o->out);
 	if (resuming && holds) {
-		/* a resume writes into the checkpoint's own run directory, or one
-		 * without checkpoints: never among another run's */
+		/* a resume writes into the checkpoint's own run directory (where it
+		 * is, or where it was saved: a step directory copied out and
+		 * resumed back), or one without checkpoints: never among another
+		 * run's */
 		char ckpt[4096], parent[4096], real_parent[PATH_MAX], real_out[PATH_MAX];
+		char real_saved[PATH_MAX];
 		ST_TRY(ckpt_resolve(ckpt, sizeof ckpt, o->resume));
 		ST_CHECK(realpath(ckpt, parent), NULL, "cannot resolve %s: %s", ckpt, strerror(errno));
 		fs_dirname(real_parent, sizeof real_parent, parent);
-		ST_CHECK(realpath(o->out, real_out) && !strcmp(real_parent, real_out),
+		struct st_train_opts saved;
+		train_opts_defaults(&saved);
+		const int own = realpath(o->out, real_out) &&
+				(!strcmp(real_parent, real_out) ||
+				 (ckpt_read_options(&saved, ckpt) == ST_OK && realpath(saved.out, real_saved) &&
+				  !strcmp(real_saved, real_out)));
+		ST_CHECK(own,
 			 "give --out an empty or new directory, or resume that run itself with --resume DIR",
 			 "%s holds the checkpoints of another run than %s; a resume writes only into its "
 			 "own run directory or a new one",
