@@ -406,11 +406,8 @@ int cmd_prepare(int argc, char **argv)
 	if (rc == ST_OK)
 		rc = fs_mkdir_p(out);
 	snprintf(path, sizeof path, "%s/train.bin", out);
-	if (rc == ST_OK && unlink(path) != 0 && errno != ENOENT) {
-		ST_ERROR("check the directory's permissions", "cannot replace %s: %s", path,
-			 strerror(errno));
-		rc = ST_FAIL;
-	}
+	if (rc == ST_OK)
+		rc = fs_unlink(path);
 	const int cleared = rc == ST_OK; /* no train.bin in out until the last write */
 	if (rc == ST_OK) {
 		snprintf(path, sizeof path, "%s/val.bin", out);

@@ -328,6 +328,13 @@ int fs_read_file_max(const char *path, size_t max, char **data, size_t *len)
 	return ST_OK;
 }
 
+int fs_unlink(const char *path)
+{
+	ST_CHECK(unlink(path) == 0 || errno == ENOENT, "check the permissions of the directory",
+		 "cannot remove %s: %s", path, strerror(errno));
+	return ST_OK;
+}
+
 /* rm -rf for one path: symlinks are removed, never followed. */
 static int rmtree_rec(const char *path)
 {
@@ -337,11 +344,8 @@ static int rmtree_rec(const char *path)
 			 "cannot remove %s: %s", path, strerror(errno));
 		return ST_OK; /* already gone */
 	}
-	if (!S_ISDIR(st.st_mode)) {
-		ST_CHECK(unlink(path) == 0 || errno == ENOENT, "check the permissions of the directory",
-			 "cannot remove %s: %s", path, strerror(errno));
-		return ST_OK;
-	}
+	if (!S_ISDIR(st.st_mode))
+		return fs_unlink(path);
 	DIR *d = opendir(path);
 	ST_CHECK(d, "check the permissions of the directory", "cannot open directory %s: %s", path,
 		 strerror(errno));

@@ -26,6 +26,8 @@ const char *fs_first_duplicate(const char **names, size_t n);
  * strata and by transformers is refused rather than read two ways.
  * fs_read_json refuses such files. */
 const char *fs_json_duplicate_key(const struct cJSON *node);
+/* Remove a file (or link); one already gone is fine; an error names it. */
+int fs_unlink(const char *path);
 /* Recursively remove a directory tree (used for stale temp checkpoints). */
 int fs_rmtree(const char *path);
 int fs_exists(const char *path);

@@ -314,13 +314,6 @@ int model_dir_holds_model(const char *dir)
 	return 0;
 }
 
-static int remove_file(const char *path)
-{
-	ST_CHECK(unlink(path) == 0 || errno == ENOENT, "check the directory's permissions",
-		 "cannot remove %s: %s", path, strerror(errno));
-	return ST_OK;
-}
-
 /* Remove the model in dir: config.json first, so that from then on dir is
  * no model, then model.safetensors, the .safetensors files the index names,
  * and the index. Other files (a tokenizer.json, a README) stay. */
@@ -328,9 +321,9 @@ static int model_dir_clear(const char *dir)
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/config.json", dir);
-	ST_TRY(remove_file(path)); /* first: from here on dir is not a model */
+	ST_TRY(fs_unlink(path)); /* first: from here on dir is not a model */
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	ST_TRY(remove_file(path));
+	ST_TRY(fs_unlink(path));
 	char index[4200];
 	snprintf(index, sizeof index, "%s/" INDEX_NAME, dir);
 	if (!fs_exists(index))
@@ -353,10 +346,10 @@ static int model_dir_clear(const char *dir)
 		    strcmp(it->valuestring + n - 12, ".safetensors"))
 			continue; /* only weight files are removed */
 		snprintf(path, sizeof path, "%s/%s", dir, it->valuestring);
-		rc = remove_file(path);
+		rc = fs_unlink(path);
 	}
 	cJSON_Delete(root);
-	return rc == ST_OK ? remove_file(index) : rc;
+	return rc == ST_OK ? fs_unlink(index) : rc;
 }
 
 int model_dir_stage(const char *dir, struct model_stage *st)
