@@ -1431,6 +1431,30 @@ Test(train, stable_init_and_state_report)
  * a run directory, never into the original its trainer.json names. Re-saving
  * a step that exists replaces it whole, and a step directory moved aside by
  * a save killed between its renames is put back. */
+/* Bit-identical resume holds for the same thread count: another one is
+ * warned, naming the run's own; the saved count (the default) is not. */
+Test(train, resume_with_other_thread_count_warned)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "resumethreads");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/run --steps 2 --ckpt-interval 1 "
+			"--eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "grep -qE '\"threads\":[[:space:]]*2,' %s/run/step-000002/trainer.json", dir);
+	cr_expect_eq(rc, 0, "trainer.json does not record the thread count");
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 2", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(!strstr(out, "bit for bit"), "same thread count warned: %s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 2 --threads 1",
+		    cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "used 2 threads, this one 1") && strstr(out, "give --threads 2"),
+		  "another thread count not warned: %s", out);
+}
+
 Test(train, resume_writes_beside_the_checkpoint)
 {
 	char dir[256];

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <omp.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -248,6 +249,8 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	cJSON_AddNumberToObject(r, "total_steps", (double)tr->total_steps);
 	cJSON_AddNumberToObject(r, "tokens_seen", tr->tokens_seen);
 	cJSON_AddNumberToObject(r, "last_loss", tr->last_loss);
+	/* bit-identical resume holds for the same thread count (matmul rounding) */
+	cJSON_AddNumberToObject(r, "threads", omp_get_max_threads());
 	if (isfinite(tr->last_val_loss))
 		cJSON_AddNumberToObject(r, "last_val_loss", tr->last_val_loss);
 	cJSON_AddItemToObject(r, "options", opts ? cJSON_Parse(opts) : cJSON_CreateNull());
@@ -932,6 +935,7 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens_seen");
 	const cJSON *last = cJSON_GetObjectItemCaseSensitive(root, "last_loss");
 	const cJSON *val = cJSON_GetObjectItemCaseSensitive(root, "last_val_loss");
+	const cJSON *thr = cJSON_GetObjectItemCaseSensitive(root, "threads");
 	int ok = cJSON_IsNumber(step) && cJSON_IsNumber(toks) && cJSON_IsNumber(upd) &&
 		 cJSON_IsNumber(skip);
 	/* whole numbers a long holds exactly (a double's 2^53), before the casts:
@@ -959,6 +963,10 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 		tr->tokens_seen = toks->valuedouble;
 		tr->last_loss = cJSON_IsNumber(last) ? last->valuedouble : NAN;
 		tr->last_val_loss = cJSON_IsNumber(val) ? val->valuedouble : NAN;
+		tr->ckpt_threads = cJSON_IsNumber(thr) && thr->valuedouble >= 1 &&
+						   thr->valuedouble <= 1 << 20
+					   ? (int)thr->valuedouble
+					   : 0;
 	}
 	cJSON_Delete(root);
 	ST_CHECK(ok, "the checkpoint is damaged; use an earlier one", "%s: missing step counts", path);

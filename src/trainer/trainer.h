@@ -69,6 +69,7 @@ struct st_trainer {
 				 * next step that updates */
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
+	int ckpt_threads; /* the threads the loaded checkpoint's run used (0: not saved) */
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
 	struct st_ckpt_async ck;
 	struct st_trace trace;  /* --trace */
