@@ -577,6 +577,12 @@ Test(train, prepare_inputs_checked)
 			  !strstr(out, "a.txt is not UTF-8") && strstr(out, "held out ") &&
 			  strstr(out, "% of the tokens: one chunk in 20"),
 		  "%s", out);
+	/* a text without newlines is still cut near --chunk: it used to make
+	 * chunks of 64 KiB, too few for a validation share under 1.3 MB */
+	rc = cu_run(out, sizeof out, "tr '\\n' ' ' < %s/a.txt > %s/oneline.txt && "
+			"%s prepare --input %s/oneline.txt --out %s/one",
+			dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "% of the tokens: one chunk in 20"), "one line: %s", out);
 	char cmd[1 << 15], bin[PATH_MAX];
 	int len = snprintf(cmd, sizeof cmd, "cd %s && for i in $(seq 200); do printf 'line %%s\\n' $i > m$i.txt; "
 			   "done && %s prepare --out m --val-fraction 0", dir, realpath(cu_bin(), bin));

@@ -348,7 +348,10 @@ int cmd_prepare(int argc, char **argv)
 			continue;
 		}
 		/* chunks of about --chunk bytes, each ending after a token that
-		 * ends a line (bounded, for files without newlines) */
+		 * ends a line where one comes within another --chunk (at most
+		 * 64 KiB) bytes: a text with long or no lines is still cut near
+		 * --chunk, so that it can hold out its validation share */
+		const size_t reach = (size_t)chunk + ((size_t)chunk < 65536 ? (size_t)chunk : 65536);
 		const size_t n = tokenizer_encode(&tk, ids, text, len);
 		if (n == ST_ENCODE_FAILED) {
 			ST_ERROR(NULL, "strata prepare: %s could not be encoded; nothing was written",
@@ -363,7 +366,7 @@ int cmd_prepare(int argc, char **argv)
 			bytes += b;
 			/* GPT-2's tokens join a line break to the next line's indent */
 			const int line_end = b > 0 && memchr(piece, '\n', b);
-			if (i + 1 < n && (bytes < (size_t)chunk || (!line_end && bytes < (size_t)chunk + 65536)))
+			if (i + 1 < n && (bytes < (size_t)chunk || (!line_end && bytes < reach)))
 				continue;
 			const int split = period > 1 && chunk_idx % period == period - 1;
 			rc = push_masked(toks[split], masks[split], ids + start, i + 1 - start, 1);
