@@ -1461,6 +1461,34 @@ Test(train, resume_with_other_thread_count_warned)
 		  "another thread count not warned: %s", out);
 }
 
+/* Other data on resume is said; a --val saved with the run, which would go
+ * on scoring the old data, is warned, and --val '' takes the new data's. */
+Test(train, resume_with_other_data_said)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "resumedata");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"cp -r %s/data %s/data2 && %s train --model %s/init --data %s/data --val "
+			"%s/data/val.bin --out %s/run --steps 2 --eval-interval 0 " SMALL,
+			dir, dir, cu_bin(), dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000002 --out %s/b --steps 3",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(!strstr(out, "training data:") && !strstr(out, "still reads"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000002 --out %s/c --steps 3 "
+			"--data %s/data2", cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "/data2 (the run trained on ") &&
+			  strstr(out, "the held-out loss still reads ") && strstr(out, "give --val ''"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "{ %s train --resume %s/run/step-000002 --out %s/d --steps 3 "
+			"--data %s/data2 --val '' 2>&1; } && grep -E '\"val\":[[:space:]]*\"\"' %s/d/step-000003/trainer.json",
+			cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "training data:") && !strstr(out, "still reads"), "%s", out);
+}
+
 Test(train, resume_writes_beside_the_checkpoint)
 {
 	char dir[256];

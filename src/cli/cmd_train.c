@@ -175,6 +175,26 @@ static void note_config_out(const struct cli_args *a, const char *conf, const ch
 			    conf, run_dir);
 }
 
+/* Other training data on resume: said, and a validation file saved with
+ * the run (a --val given when it started) that would go on scoring the
+ * old data is warned. */
+static void note_new_data(struct cli_args *a, const char *conf, const struct st_train_opts *saved,
+			  const struct st_train_opts *o)
+{
+	char now[PATH_MAX], was[PATH_MAX];
+	if (!realpath(o->data, now))
+		snprintf(now, sizeof now, "%s", o->data);
+	if (!realpath(saved->data, was))
+		snprintf(was, sizeof was, "%s", saved->data);
+	if (!strcmp(now, was))
+		return;
+	st_log_info("training data: %s (the run trained on %s so far)", now, was);
+	if (*o->val && !strcmp(o->val, saved->val) && !given(a, conf, "val"))
+		st_log_warn("the held-out loss still reads %s, the --val the run started with: give "
+			    "--val '' for the new data's val.bin, or --val FILE",
+			    o->val);
+}
+
 /* The rank each GaLore matrix gets from --galore-rank r (galore.c: a whole
  * rank, or a fraction of the hidden size; at most the matrix's smaller
  * side), for the three shapes a LLaMA layer has: equal for two values of r
@@ -212,6 +232,7 @@ static int check_resume(struct cli_args *a, const char *conf, const struct st_tr
 			 "the %s path '%s' came from the checkpoint's saved options and is relative to "
 			 "where that run started (runs save absolute paths since 2026-11-23)",
 			 i ? "validation" : "data", paths[i]);
+	note_new_data(a, conf, saved, o);
 	if (strncmp(o->optimizer, "galore", 6) || strncmp(saved->optimizer, "galore", 6))
 		return ST_OK; /* other pairs: the state's own checks (checkpoint.c) */
 	/* each GaLore matrix's moments count their updates from its start: the
