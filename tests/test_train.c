@@ -1266,14 +1266,26 @@ Test(train, optimizer_state_converted_on_resume)
 	rc = cu_run(out, sizeof out, "%s train --resume %s --out %s/b3 --steps 3", cu_bin(), b, dir);
 	cr_expect(rc == 0 && !strstr(out, "converted"), "%s", out);
 	/* another family, or GaLore: refused, naming what converts */
-	expect_fail("adamw state as sgd", "holds adamw state, but the run asks for --optimizer sgd",
+	expect_fail("adamw state as sgd",
+		    "the run trained with --optimizer adamw, whose state cannot become --optimizer sgd's",
 		    cu_run(out, sizeof out, "%s train --resume %s --out %s/x1 --steps 3 --optimizer sgd "
 					    "--momentum 0.9",
 			   cu_bin(), a, dir));
 	cr_expect(strstr(out, "adamw and adamw8bit convert into each other"), "%s", out);
-	expect_fail("adamw state as galore", "the run asks for --optimizer galore-adamw",
+	/* said before sgd8bit's own demand for a --momentum it could not use */
+	expect_fail("adamw state as sgd8bit", "cannot become --optimizer sgd8bit's",
+		    cu_run(out, sizeof out, "%s train --resume %s --out %s/x3 --steps 3 --optimizer sgd8bit",
+			   cu_bin(), a, dir));
+	expect_fail("adamw state as galore", "cannot become --optimizer galore-adamw's",
 		    cu_run(out, sizeof out, "%s train --resume %s --out %s/x2 --steps 3 --optimizer galore-adamw",
 			   cu_bin(), a, dir));
+	/* a trainer.json naming another optimizer than its state file holds */
+	expect_fail("state file disagreeing with trainer.json",
+		    "holds adamw state, but the run asks for --optimizer sgd",
+		    cu_run(out, sizeof out, "cp -r %s %s/x4 && sed -i 's/\"optimizer\":[[:space:]]*\"adamw\"/"
+					    "\"optimizer\": \"sgd\"/' %s/x4/trainer.json && "
+					    "%s train --resume %s/x4 --out %s/x5 --steps 3 --momentum 0.9",
+			   a, dir, dir, cu_bin(), dir, dir));
 	/* GaLore's 8-bit state is not re-quantized at another block */
 	expect_fail("galore-adamw8bit at another block",
 		    "was written with quantization block 256 and --quant-min-size 4096, the run asks for 64 and 4096",

@@ -214,6 +214,16 @@ static void galore_ranks(double r, const struct st_config *c, int out[3])
 static int check_resume(struct cli_args *a, const char *conf, const struct st_train_opts *saved,
 			struct st_train_opts *o, const char *ckpt)
 {
+	/* before the new optimizer's own option checks (sgd8bit's --momentum):
+	 * they would ask for what cannot be used */
+	enum st_optim_kind from, to;
+	ST_CHECK(optim_parse_kind(&from, saved->optimizer) != ST_OK ||
+			 optim_parse_kind(&to, o->optimizer) != ST_OK || from == to ||
+			 ckpt_can_convert(from, to),
+		 "resume with the optimizer the run was started with (adamw and adamw8bit convert "
+		 "into each other, as do sgd and sgd8bit)",
+		 "the run trained with --optimizer %s, whose state cannot become --optimizer %s's",
+		 saved->optimizer, o->optimizer);
 	if (strcmp(o->model, saved->model) != 0) {
 		if (given(a, conf, "model"))
 			st_log_warn("%s is not used on --resume: the checkpoint holds the model "
