@@ -1617,4 +1617,37 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3", cu_bin(), dir);
 	cr_expect_str_eq(out, a, "sampling with the same seed differs");
 	cr_expect(strncmp(out, "the lord", 8) == 0, "sample does not start with the prompt: %s", out);
+	/* a directory that is no model, run or checkpoint (here the data) is
+	 * named as such, not as a run without checkpoints */
+	rc = cu_run(out, sizeof out, "%s eval --model %s/data --data %s/data", cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/data holds no model: no config.json, and it is not a run"),
+		  "%s", out);
+}
+
+/* train --model RUN starts a new run from the run's latest weights (said;
+ * with SGD at lr 1e-30 they come out unchanged), and without --seq-len on a model
+ * shorter than the default 256 it trains at the model's length (said). */
+Test(train, new_run_from_a_run_and_default_seq_len)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "fromrun");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/a --steps 2 --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/a --data %s/data --out %s/b --steps 1 --optimizer sgd --lr 1e-30 --eval-interval 0 "
+		    "--micro-batch 2 --progress lines",
+		    cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "starting a new run from the weights of ") &&
+			  strstr(out, "/a/step-000002 (a fresh optimizer") &&
+			  strstr(out, "--seq-len 128: the model's max_position_embeddings") &&
+			  strstr(out, "steps of 256 tokens (2 x 128 x 1)"),
+		  "%s", out);
+	char wa[512], wb[512];
+	snprintf(wa, sizeof wa, "%s/a/step-000002/model.safetensors", dir);
+	snprintf(wb, sizeof wb, "%s/b/step-000001/model.safetensors", dir);
+	cr_expect(cu_files_equal(wa, wb), "lr 1e-30 from the run's weights changed them");
 }

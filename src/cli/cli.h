@@ -49,6 +49,10 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
  * message ("strata eval", "bench/optim"). */
 int cli_check_unused(const struct cli_args *a, const char *prog);
 
+/* A model directory, a checkpoint, or a run directory (its latest
+ * checkpoint): the directory holding the model (cmd_eval.c). */
+int resolve_model_dir(char *out, size_t n, const char *path);
+
 int cmd_init(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_train(int argc, char **argv);

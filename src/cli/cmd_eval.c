@@ -23,15 +23,22 @@ static void help(void)
 	       "  --json             print the result as JSON\n");
 }
 
-/* A model directory, a checkpoint, or a run directory (its latest checkpoint). */
 int resolve_model_dir(char *out, size_t n, const char *path)
 {
 	char p[4200];
 	snprintf(p, sizeof p, "%s/config.json", path);
-	if (fs_exists(p)) {
-		snprintf(out, n, "%s", path);
+	if (fs_exists(p) || !fs_is_dir(path)) {
+		snprintf(out, n, "%s", path); /* a model, or its reader says what is missing */
 		return ST_OK;
 	}
+	long first;
+	char t[4200];
+	snprintf(p, sizeof p, "%s/trainer.json", path);
+	snprintf(t, sizeof t, "%s/latest", path);
+	ST_CHECK(fs_exists(p) || fs_exists(t) || ckpt_count_later(path, 0, LONG_MAX, &first) > 0,
+		 "give a model directory (strata init or import writes one), a run directory or "
+		 "one of its step-NNNNNN checkpoints",
+		 "%s holds no model: no config.json, and it is not a run or a checkpoint", path);
 	return ckpt_resolve(out, n, path);
 }
 

@@ -10,7 +10,6 @@
 #include "io/tokenizer.h"
 #include "util/check.h"
 
-int resolve_model_dir(char *out, size_t n, const char *path); /* cmd_eval.c */
 
 static void help(void)
 {

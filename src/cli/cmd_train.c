@@ -175,6 +175,39 @@ static void note_config_out(const struct cli_args *a, const char *conf, const ch
 			    conf, run_dir);
 }
 
+/* --model naming a run or a checkpoint (not a model directory): a new run
+ * from its weights, said, with a fresh optimizer (--resume continues it). */
+static int start_from_checkpoint(struct st_train_opts *o)
+{
+	char dir[sizeof o->model];
+	if (!*o->model)
+		return ST_OK; /* the trainer asks for one */
+	ST_TRY(resolve_model_dir(dir, sizeof dir, o->model));
+	if (strcmp(dir, o->model) != 0)
+		st_log_info("starting a new run from the weights of %s (a fresh optimizer and "
+			    "schedule; --resume %s continues that run instead)",
+			    dir, o->model);
+	snprintf(o->model, sizeof o->model, "%s", dir);
+	return ST_OK;
+}
+
+/* The default --seq-len on a model with fewer positions: the model's
+ * length, said (a --seq-len given beyond it is refused by the trainer). */
+static void fit_default_seq_len(struct st_train_opts *o)
+{
+	struct st_config cfg;
+	char path[sizeof o->model + 16];
+	snprintf(path, sizeof path, "%s/config.json", o->model);
+	const int old = st_log_mute(1); /* unreadable: the trainer says why */
+	const int rc = fs_exists(path) ? config_load(&cfg, path) : ST_FAIL;
+	st_log_mute(old);
+	if (rc != ST_OK || cfg.max_seq >= o->seq_len || cfg.max_seq < 2)
+		return;
+	st_log_info("--seq-len %d: the model's max_position_embeddings (the default %d is longer)",
+		    cfg.max_seq, o->seq_len);
+	o->seq_len = cfg.max_seq;
+}
+
 /* Other training data on resume: said, and a validation file saved with
  * the run (a --val given when it started) that would go on scoring the
  * old data is warned. */
@@ -341,6 +374,10 @@ int cmd_train(int argc, char **argv)
 	note_unused_options(&a, conf, o.optimizer);
 	if (resume)
 		ST_TRY(check_resume(&a, conf, &saved, &o, dir));
+	else
+		ST_TRY(start_from_checkpoint(&o));
+	if (!resume && !given(&a, conf, "seq-len"))
+		fit_default_seq_len(&o);
 	struct st_trainer tr;
 	const int out_existed = fs_exists(o.out);
 	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */
