@@ -744,6 +744,41 @@ Test(offload, plan_without_training, .timeout = 120)
 	expect_fail("plan over budget", "device budget", rc);
 }
 
+/* Per-layer GaLore's gradients (the layers' shared slab and the embedding's
+ * and head's own) count in the plan: over a range of device budgets, train
+ * runs wherever plan says the run fits, and both refuse the rest up front.
+ * (The plan counted no gradients, and train failed at setup, past the
+ * budget, where plan had said everything fits.) */
+Test(offload, galore_per_layer_gradients_planned, .timeout = 300)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "plgrad");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "%s init --config tiny --out %s/tiny", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const char *flags = "--micro-batch 2 --seq-len 32 --optimizer galore-adamw --galore-rank 16 "
+			    "--host-mem 40M";
+	int fits = 0, refused = 0;
+	for (int mib = 18; mib <= 24; mib++) {
+		rc = cu_run(out, sizeof out, "mkdir -p %s/off && %s plan --model %s/tiny %s "
+				"--offload-dir %s/off --device-mem %dM",
+			    dir, cu_bin(), dir, flags, dir, mib);
+		const int plan_ok = rc == 0;
+		cr_expect(!plan_ok || strstr(out, "gradients         3.5 MiB"),
+			  "%d MiB: the plan counts no gradients: %s", mib, out);
+		rc = cu_run(out, sizeof out, "%s train --model %s/tiny --data %s/data --out %s/r%d %s "
+				"--offload-dir %s/off --device-mem %dM --steps 1 --eval-interval 0",
+			    cu_bin(), dir, dir, dir, mib, flags, dir, mib);
+		cr_expect_eq(rc == 0, plan_ok, "%d MiB: plan %s, train %s: %s", mib,
+			     plan_ok ? "fits" : "refused", rc == 0 ? "ran" : "failed", out);
+		cr_expect(rc == 0 || (strstr(out, "error: ") && !strstr(out, "exceeded allocating")),
+			  "%d MiB: not refused up front: %s", mib, out);
+		fits += plan_ok;
+		refused += !plan_ok;
+	}
+	cr_expect(fits > 0 && refused > 0, "the budgets did not straddle the limit (%d fit)", fits);
+}
+
 static void expect_fail(const char *what, const char *needle, int rc)
 {
 	cr_expect_neq(rc, 0, "%s: exit status 0", what);

@@ -114,6 +114,7 @@ struct tier_choice {
 	struct st_plan_opts po;
 	struct st_plan_model pm;
 	size_t *wb, *numel;
+	size_t *gb;          /* per-layer GaLore's gradient slabs (else the weights' sizes) */
 	double *flops;
 	unsigned char *act;  /* forced activation policy, when po.act */
 	struct st_profile prof;
@@ -126,6 +127,7 @@ struct tier_choice {
 static void tier_choice_free(struct tier_choice *ch)
 {
 	free(ch->wb);
+	free(ch->gb);
 	free(ch->numel);
 	free(ch->flops);
 	free(ch->act);
@@ -250,7 +252,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ch->wb = st_calloc((size_t)n, sizeof *ch->wb);
 	ch->numel = st_calloc((size_t)n, sizeof *ch->numel);
 	ch->flops = st_calloc((size_t)n, sizeof *ch->flops);
-	if (!ch->wb || !ch->numel || !ch->flops)
+	ch->gb = st_calloc((size_t)n, sizeof *ch->gb);
+	if (!ch->wb || !ch->numel || !ch->flops || !ch->gb)
 		return ST_FAIL;
 	size_t need = 0;
 	for (int u = 0; u < n; u++) {
@@ -259,10 +262,23 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->flops[u] = model_unit_fwd_flops(m, u, T) * B * T;
 		need += 2 * ch->wb[u] + tr->opt.unit_bytes[u];
 	}
+	/* Per-layer GaLore: the layers share one gradient slab of the largest
+	 * layer's size, held by the first layer (session_alloc), and the other
+	 * units keep their own; all on the device, where the session puts the
+	 * shared one. (Counting none let a plan that "fits" fail at setup.) */
+	int first_layer = -1;
+	for (int u = 0; u < n; u++) {
+		const int layer = m->units[u].kind == ST_UNIT_LAYER;
+		if (layer && first_layer < 0)
+			first_layer = u;
+		ch->gb[u] = layer && tr->per_layer ? 0 : ch->wb[u];
+		if (layer && tr->per_layer && ch->wb[u] > ch->gb[first_layer])
+			ch->gb[first_layer] = ch->wb[u];
+	}
 	need += acts_total_floats(m, B, T, 0) * sizeof(float);
 	ch->pm = (struct st_plan_model){
 		.n_units = n, .n_layers = m->cfg.n_layers, .w_bytes = ch->wb,
-		.g_bytes = tr->per_layer ? NULL : ch->wb, .s_bytes = tr->opt.unit_bytes,
+		.g_bytes = ch->gb, .s_bytes = tr->opt.unit_bytes,
 		.numel = ch->numel, .fwd_flops = ch->flops,
 		.act_layer = acts_layer_floats(m, B, T) * sizeof(float),
 		.act_input = acts_input_floats(m, B, T) * sizeof(float),
@@ -274,6 +290,16 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ST_TRY(choose_budgets(tr, ch->po.place.budget, need));
 	ST_TRY(forced_choices(tr, ch));
 	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
+	if (tr->per_layer) {
+		const int g = ch->po.place.force[ST_SLAB_G];
+		ST_CHECK(g < 0 || g == ST_TIER_DEVICE,
+			 "give --galore-per-layer false to place gradients elsewhere",
+			 "GaLore's per-layer updates keep their gradients on the device; --place "
+			 "gradients=%s cannot apply",
+			 g == ST_TIER_HOST ? "host" : "disk");
+		ch->po.place.force[ST_SLAB_G] = ST_TIER_DEVICE;
+		ch->po.device_updates = 0; /* its updates run in the backward's hook */
+	}
 	/* the directories, split at commas */
 	snprintf(ch->dirbuf, sizeof ch->dirbuf, "%s", tr->o.offload_dir);
 	for (char *save = NULL, *d = strtok_r(ch->dirbuf, ",", &save); d;
