@@ -954,6 +954,47 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
 	cr_expect_eq(rc, 0, "eval of the completed directory: %s", out);
 }
 
+/* init and import refuse a training run or a checkpoint as --out (with
+ * --force too): the model would shadow the run's checkpoints, or sit beside
+ * a checkpoint's old optimizer state; nothing there changes. An import that
+ * fails on its input leaves no directory it made (parents included), and a
+ * directory given as the GGUF file is named as such. */
+Test(faults, model_not_written_into_a_run)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "intorun");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "{ %s train --model %s/init --data %s/data --out %s/run "
+			"--steps 1 --micro-batch 2 --seq-len 32 --eval-interval 0 2>&1; } && "
+			"find %s/run -type f -exec md5sum {} + > %s/sums",
+			cu_bin(), dir, dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const char *cmds[] = {"import --gguf tests/data/gguf/model-F32.gguf --out %s/run",
+			      "import --gguf tests/data/gguf/model-F32.gguf --out %s/run/step-000001 --force",
+			      "init --config tiny --out %s/run --force"};
+	const char *needles[] = {"/run is a training run or checkpoint (it holds latest)",
+				 "/step-000001 is a training run or checkpoint (it holds trainer.json)",
+				 "/run is a training run or checkpoint (it holds latest)"};
+	for (int i = 0; i < 3; i++) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, cmds[i], dir);
+		rc = cu_run(out, sizeof out, "%s %s", cu_bin(), cmd);
+		cr_expect(rc != 0 && strstr(out, needles[i]), "%s: %s", cmd, out);
+	}
+	rc = cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test -z \"$(find %s/run -newer %s/sums)\" "
+			"&& test ! -e %s/run/config.json", dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "the run changed: %s", out);
+	rc = cu_run(out, sizeof out, "%s import --gguf %s/init/config.json --out %s/new/a/b", cu_bin(),
+		    dir, dir);
+	cr_expect(rc != 0 && strstr(out, "no GGUF magic"), "%s", out);
+	cr_expect_neq(cu_run(NULL, 0, "test -e %s/new", dir), 0, "the failed import left %s/new", dir);
+	rc = cu_run(out, sizeof out, "%s import --gguf %s/init --out %s/new2", cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/init is a directory, not a GGUF file") &&
+			  strstr(out, "needs no import"),
+		  "%s", out);
+	cr_expect_neq(cu_run(NULL, 0, "test -e %s/new2", dir), 0);
+}
+
 /* init and import --force write the new model whole into a staging
  * directory, then remove the old one (config.json first) and move the new
  * files in, config.json last: a directory in the way of a new file (here

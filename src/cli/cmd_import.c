@@ -42,6 +42,12 @@ int cmd_import(int argc, char **argv)
 	ST_CHECK(out, "pass --out DIR", "strata import: no output directory (--out)");
 	ST_CHECK(force || !model_dir_holds_model(out),
 		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
+	/* the input before the output directory is made */
+	ST_CHECK(fs_exists(in), "check the path", "%s does not exist", in);
+	ST_CHECK(!fs_is_dir(in),
+		 "give a .gguf file (a Hugging Face model directory needs no import: give it as "
+		 "--model to train, eval and sample)",
+		 "%s is a directory, not a GGUF file", in);
 	/* written whole beside a model already there, which goes only then */
 	struct model_stage st;
 	char path[4300];

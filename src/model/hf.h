@@ -57,6 +57,8 @@ int model_dir_holds_model(const char *dir);
  * the staging directory and the lock with model_dir_unstage. */
 struct model_stage {
 	char tmp[4200];
+	char dir[4200]; /* dir, when staging created it: removed again on failure, */
+	size_t made;    /* with its parents made for it: dir's first `made` bytes */
 	int lock_fd;
 };
 int model_dir_stage(const char *dir, struct model_stage *st);
