@@ -1125,6 +1125,8 @@ Test(faults, other_commands_check_their_numbers)
 		 "--micro-batch must be in [1, 16777216] (got 2147483648)"},
 		{"eval --model %s/init --data %s/data --micro-batch 65536 --seq-len 65536",
 		 "--micro-batch 65536 x --seq-len 65536 tokens is more than one batch can hold"},
+		{"eval --model %s/init --data %s/data --device bogus", "unknown device 'bogus'"},
+		{"sample --model %s/init --device gpu", "unknown device 'gpu'"},
 		{"sample --model %s/init --tokens 2147483649",
 		 "--tokens must be in [0, 1073741824] (got 2147483649)"},
 		{"init --vocab 4294967554 --out %s/v", "--vocab must be in [1, 2147483647]"},

@@ -11,6 +11,8 @@
 
 int session_backend(const struct st_ops **ops, const char *device, int threads)
 {
+	ST_CHECK(!strcmp(device, "cpu") || !strcmp(device, "cuda") || !strcmp(device, "auto"),
+		 "use --device cpu, cuda or auto", "unknown device '%s'", device);
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	const struct st_ops *cuda = NULL;
