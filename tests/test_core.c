@@ -296,6 +296,42 @@ Test(generate, sampling_rules)
 		cr_expect(fabs(hist[i] / 10000.0 - exp(logits[i]) / z) < 0.002, "token %d frequency", i);
 }
 
+static int gen_count;
+static void gen_emit(int32_t tok, void *arg) { (void)tok, (void)arg, gen_count++; }
+
+/* generate() stops at <eos> without emitting it, and refuses non-finite
+ * scores (a diverged model used to print token 0, NUL bytes). With every
+ * weight zero each score is 0, and greedy picks token 0: as <eos>, nothing
+ * is emitted; as any other id, every token is. */
+Test(generate, eos_not_emitted_nonfinite_refused)
+{
+	struct st_config c;
+	cr_assert_eq(config_preset(&c, "tiny"), 0);
+	c.n_layers = 1;
+	struct st_session s;
+	cr_assert_eq(session_create(&s, ops_cpu(), &c, ST_GRADS_NONE), ST_OK);
+	for (int u = 0; u < s.model.n_units; u++)
+		memset(s.w[u], 0, s.model.units[u].numel * sizeof(float));
+	cr_assert_eq(session_exec(&s, 1, 8), ST_OK);
+	const int32_t prompt[2] = {65, 66};
+	struct st_gen_opts g = {.max_new = 5, .temperature = 0, .top_p = 1, .seed = 1,
+				.stop_at_eos = 1, .eos_id = 0};
+	gen_count = 0;
+	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_OK);
+	cr_expect_eq(gen_count, 0, "<eos> was emitted");
+	g.eos_id = 257;
+	gen_count = 0;
+	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_OK);
+	cr_expect_eq(gen_count, 5);
+	s.w[s.model.n_units - 1][3] = NAN; /* the head (or final norm): every score NaN */
+	gen_count = 0;
+	const int old = st_log_mute(1);
+	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_FAIL);
+	st_log_mute(old);
+	cr_expect_eq(gen_count, 0, "a token was emitted from NaN scores");
+	session_close(&s);
+}
+
 /* The stable embedding (Dettmers et al. 2021, section 2.3): the config key
  * round-trips through config.json, the embedding is initialized
  * Xavier-uniform with a LayerNorm of gain 1 and bias 0 after it, and the

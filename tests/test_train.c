@@ -1617,6 +1617,47 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3", cu_bin(), dir);
 	cr_expect_str_eq(out, a, "sampling with the same seed differs");
 	cr_expect(strncmp(out, "the lord", 8) == 0, "sample does not start with the prompt: %s", out);
+	/* --bos puts <bos> before the prompt: another continuation, same seed */
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3 --bos",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strncmp(out, "the lord", 8) == 0 && strcmp(out, a) != 0, "%s", out);
+	/* a model far beyond the byte tokenizer's 258 ids, without tokenizer.json */
+	rc = cu_run(out, sizeof out, "%s init --config tiny --vocab 2000 --out %s/v2000 >/dev/null && "
+			"%s sample --model %s/v2000 --tokens 2", cu_bin(), dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "/v2000 has no tokenizer.json: sampling with the byte "
+				      "tokenizer, whose 258 ids are not this model's 2000"),
+		  "%s", out);
+	/* finite weights whose outputs overflow (the final norm's gains at 3e38;
+	 * the checksums dropped): eval fails with a loss of null in valid JSON,
+	 * sample fails instead of printing token 0, and training's held-out
+	 * rows in metrics.jsonl stay JSON */
+	rc = cu_run(out, sizeof out, "cp -r %s/init %s/big && python3 -c \"\n"
+			"import json, struct\n"
+			"p = '%s/big/model.safetensors'\n"
+			"b = bytearray(open(p, 'rb').read())\n"
+			"n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop('__metadata__', None)\n"
+			"a, z = h['model.norm.weight']['data_offsets']\n"
+			"b[8 + n + a:8 + n + z] = struct.pack('<f', 3e38) * ((z - a) // 4)\n"
+			"s = json.dumps(h).encode(); b[8:8 + n] = s + b' ' * (n - len(s))\n"
+			"open(p, 'wb').write(b)\"", dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/big --data %s/data --seq-len 32 --json "
+			"--max-tokens 64 2>/dev/null | python3 -c 'import json, sys; "
+			"assert json.load(sys.stdin)[\"loss\"] is None'",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "eval --json of an overflowing model: %s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/big --data %s/data --seq-len 32", cu_bin(),
+		    dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/big is not finite"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/big --tokens 3", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "next-token scores are not finite") && !memchr(out, 0, 3),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "{ %s train --model %s/big --data %s/data --out %s/bigrun --steps 2 "
+			"--max-skipped-steps 5 " SMALL " 2>&1; } ; python3 -c 'import json, sys; "
+			"rows = [json.loads(l) for l in open(sys.argv[1])]; "
+			"assert any(\"val_loss\" in r and r[\"val_loss\"] is None for r in rows)' "
+			"%s/bigrun/metrics.jsonl", cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "held-out loss at step 0 is not finite"), "%s", out);
 	/* a directory that is no model, run or checkpoint (here the data) is
 	 * named as such, not as a run without checkpoints */
 	rc = cu_run(out, sizeof out, "%s eval --model %s/data --data %s/data", cu_bin(), dir, dir);

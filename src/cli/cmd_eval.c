@@ -9,6 +9,7 @@
 #include "io/fsutil.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
+#include "util/finite.h"
 
 static void help(void)
 {
@@ -96,10 +97,19 @@ int cmd_eval(int argc, char **argv)
 	if (rc == ST_OK)
 		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
 	if (rc == ST_OK) {
+		char l[32], p[32];
 		if (json)
-			printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"tokens\": %ld}\n", loss, exp(loss), n);
+			printf("{\"loss\": %s, \"perplexity\": %s, \"tokens\": %ld}\n",
+			       st_json_num(l, sizeof l, "%.6f", loss),
+			       st_json_num(p, sizeof p, "%.4f", exp(loss)), n);
 		else
 			printf("loss %.4f | perplexity %.3f | %ld tokens | %s\n", loss, exp(loss), n, dir);
+	}
+	if (rc == ST_OK && !isfinite(loss)) {
+		ST_ERROR("evaluate an earlier checkpoint: this one's weights make the outputs "
+			 "overflow",
+			 "the loss of %s is not finite", dir);
+		rc = ST_FAIL;
 	}
 	data_close(&d); /* safe after a failed open: data_open zeroes d */
 	session_close(&s);

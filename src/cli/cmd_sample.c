@@ -17,6 +17,8 @@ static void help(void)
 	       "  --model DIR        model directory, checkpoint, or run directory (its latest)\n"
 	       "  --prompt TEXT      text to continue; \"\" starts from the tokenizer's <bos>\n"
 	       "                     where it has one [\"\\n\"]\n"
+	       "  --bos              put the tokenizer's <bos> before the prompt, as JSONL\n"
+	       "                     fine-tuning data has it (<bos> prompt completion <eos>) [false]\n"
 	       "  --tokens N         tokens to generate [200]\n"
 	       "  --temperature X    0 is greedy [0.8]\n"
 	       "  --top-p X          nucleus sampling mass [0.95]\n"
@@ -24,7 +26,8 @@ static void help(void)
 	       "  --context N        tokens of context per step (<= max_position_embeddings) [256]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
-	       "  --tokenizer T      byte, a tokenizer.json or a directory with one [the model's, else byte]\n");
+	       "  --tokenizer T      byte, a tokenizer.json or a directory with one [the model's, else byte]\n"
+	       "Generation stops at the tokenizer's <eos>, which is not printed.\n");
 }
 
 struct out_ctx {
@@ -53,6 +56,8 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(cli_get_str(&a, "prompt", "\n", &prompt));
 	ST_TRY(cli_get_str(&a, "device", "auto", &device));
 	ST_TRY(cli_get_str(&a, "tokenizer", NULL, &tok_name));
+	int bos;
+	ST_TRY(cli_get_bool(&a, "bos", &bos));
 	long n_tok, seed, ctx_len, threads;
 	double temp, top_p;
 	ST_TRY(cli_get_long(&a, "tokens", 200, 0, 1 << 30, &n_tok));
@@ -76,8 +81,9 @@ int cmd_sample(int argc, char **argv)
 	/* the model directory's own tokenizer.json when it has one */
 	char tk_path[4200];
 	snprintf(tk_path, sizeof tk_path, "%s/tokenizer.json", dir);
+	const int fallback = !tok_name && !fs_exists(tk_path);
 	if (!tok_name)
-		tok_name = fs_exists(tk_path) ? tk_path : "byte";
+		tok_name = fallback ? "byte" : tk_path;
 	struct st_tokenizer tk;
 	if (tokenizer_load(&tk, tok_name) != ST_OK) {
 		session_close(&s);
@@ -90,6 +96,15 @@ int cmd_sample(int argc, char **argv)
 			 s.model.cfg.vocab_size, tk.vocab_size);
 		rc = ST_FAIL;
 	}
+	if (rc == ST_OK && fallback && s.model.cfg.vocab_size > tk.vocab_size)
+		st_log_warn("%s has no tokenizer.json: sampling with the byte tokenizer, whose %d ids "
+			    "are not this model's %d (the prompt's ids may mean other tokens to it, and "
+			    "ids past %d print nothing); give --tokenizer",
+			    dir, tk.vocab_size, s.model.cfg.vocab_size, tk.vocab_size - 1);
+	if (rc == ST_OK && bos && tk.bos_id < 0) {
+		ST_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
+		rc = ST_FAIL;
+	}
 	if (ctx_len > s.model.cfg.max_seq) {
 		if (cli_get(&a, "context", NULL))
 			st_log_warn("--context %ld exceeds the model's max_position_embeddings %d: "
@@ -97,19 +112,30 @@ int cmd_sample(int argc, char **argv)
 				    ctx_len, s.model.cfg.max_seq, s.model.cfg.max_seq);
 		ctx_len = s.model.cfg.max_seq;
 	}
-	if (rc == ST_OK)
-		rc = session_exec(&s, 1, (int)ctx_len);
 	size_t plen = strlen(prompt);
 	uint32_t *ids = st_malloc(tokenizer_max_ids(plen) * sizeof *ids);
-	int32_t *ctx = st_malloc(tokenizer_max_ids(plen) * sizeof *ctx);
+	int32_t *ctx = st_malloc((tokenizer_max_ids(plen) + 1) * sizeof *ctx);
 	size_t n = rc == ST_OK && ids && ctx ? tokenizer_encode(&tk, ids, prompt, plen) : 0;
 	if (n == ST_ENCODE_FAILED) {
 		rc = ST_FAIL;
 	} else if (rc == ST_OK && ids && ctx) {
+		size_t c = 0;
+		/* --bos, or an empty prompt: from the start of a text */
+		if ((bos || n == 0) && tk.bos_id >= 0)
+			ctx[c++] = tk.bos_id;
 		for (size_t i = 0; i < n; i++)
-			ctx[i] = (int32_t)ids[i];
-		if (n == 0 && tk.bos_id >= 0) /* an empty prompt: from the start of a text */
-			ctx[n++] = tk.bos_id;
+			ctx[c++] = (int32_t)ids[i];
+		n = c;
+		if (n > (size_t)ctx_len)
+			st_log_info("the prompt's %zu tokens are more than --context %ld: the model sees "
+				    "its last %ld",
+				    n, ctx_len, ctx_len);
+		/* no longer a window than the text will be: padding past it costs
+		 * as much as text */
+		const size_t need = n + (size_t)n_tok;
+		rc = session_exec(&s, 1, need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len);
+	}
+	if (rc == ST_OK && ids && ctx) {
 		fwrite(prompt, 1, plen, stdout);
 		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
 					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,

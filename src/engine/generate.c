@@ -5,6 +5,7 @@
 
 #include "engine/generate.h"
 #include "util/check.h"
+#include "util/finite.h"
 #include "util/rng.h"
 
 struct pidx {
@@ -81,12 +82,20 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 		}
 		long unused;
 		exec_micro_step(ex, tok, tgt, 0.0f, &unused);
-		int32_t next = sample_logits(ex->acts.logits + (size_t)(w - 1) * V, V, g->temperature,
-					     g->top_p, rng_uniform(&r), scratch);
+		const float *logits = ex->acts.logits + (size_t)(w - 1) * V;
+		if (st_first_nonfinite(logits, (size_t)V) >= 0) {
+			ST_ERROR("sample an earlier checkpoint: this one's weights make the outputs "
+				 "overflow",
+				 "the model's next-token scores are not finite (at new token %d)", k + 1);
+			free(hist), free(tok), free(tgt), free(scratch);
+			return ST_FAIL;
+		}
+		int32_t next = sample_logits(logits, V, g->temperature, g->top_p, rng_uniform(&r),
+					     scratch);
+		if (g->stop_at_eos && next == g->eos_id)
+			break; /* the end of the text: not itself printed */
 		hist[n++] = next;
 		emit(next, arg);
-		if (g->stop_at_eos && next == g->eos_id)
-			break;
 	}
 	free(hist), free(tok), free(tgt), free(scratch);
 	return ST_OK;

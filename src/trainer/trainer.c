@@ -31,6 +31,7 @@
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
+#include "util/finite.h"
 
 static double now_s(void)
 {
@@ -847,8 +848,13 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 			&loss, &n));
 	tr->last_val_loss = loss;
 	progress_eval(pg, tr->step, loss, n, now_s() - t0);
-	metrics_write(tr, "{\"step\": %ld, \"val_loss\": %.6f, \"val_ppl\": %.4f, \"val_tokens\": %ld}\n",
-		tr->step, loss, exp(loss), n);
+	if (!isfinite(loss))
+		st_log_warn("the held-out loss at step %ld is not finite: the model's outputs "
+			    "overflow", tr->step);
+	char l[32], p[32];
+	metrics_write(tr, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %ld}\n",
+		      tr->step, st_json_num(l, sizeof l, "%.6f", loss),
+		      st_json_num(p, sizeof p, "%.4f", exp(loss)), n);
 	return ST_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Index of the first inf or NaN among x[0..n), or -1. One vectorized pass
  * per 4096 values; only a chunk that has one is searched again. */
@@ -23,6 +24,17 @@ static inline long st_first_nonfinite(const float *x, size_t n)
 					return (long)i;
 	}
 	return -1;
+}
+
+/* v as a JSON number in printf format fmt, or null where it is inf or NaN
+ * (which JSON has no spelling for: printf's "inf" or "-nan" made
+ * metrics.jsonl and eval --json unreadable). buf of n bytes is returned. */
+static inline const char *st_json_num(char *buf, size_t n, const char *fmt, double v)
+{
+	if (!isfinite(v))
+		return "null";
+	snprintf(buf, n, fmt, v);
+	return buf;
 }
 
 #endif
