@@ -724,6 +724,10 @@ Test(train, jsonl_prompt_completion_masks)
 	snprintf(path, sizeof path, "%s/data", dir);
 	cr_assert_eq(data_open(&d, path, NULL, 258, 1), ST_OK);
 	cr_assert(d.has_train_mask && d.has_val_mask, "no loss masks opened");
+	/* a mask given as the data is named as such, not scored as tokens */
+	rc = cu_run(out, sizeof out, "%s init --config tiny --out %s/m >/dev/null && %s eval --model %s/m "
+			"--data %s/val.mask.bin", cu_bin(), dir, cu_bin(), dir, path);
+	cr_expect(rc != 0 && strstr(out, "/val.mask.bin is a loss mask"), "%s", out);
 	/* the first example: <bos> Q 0 : ' ' A 0 <eos> */
 	const char *ex = "Q0: A0";
 	cr_assert_eq(shard_token(&d.train, 0), 256u);
@@ -1617,6 +1621,11 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3", cu_bin(), dir);
 	cr_expect_str_eq(out, a, "sampling with the same seed differs");
 	cr_expect(strncmp(out, "the lord", 8) == 0, "sample does not start with the prompt: %s", out);
+	/* --micro-batch beyond the windows scored: no rows past them (16M rows
+	 * of 32 tokens used to be allocated for these two) */
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --seq-len 32 --max-tokens 64 "
+			"--micro-batch 16777216 --json", cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "\"tokens\": 64"), "%s", out);
 	/* --bos puts <bos> before the prompt: another continuation, same seed */
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3 --bos",
 		    cu_bin(), dir);

@@ -19,7 +19,8 @@ static void help(void)
 	       "  --seq-len N        tokens per window [256]\n"
 	       "  --micro-batch N    windows per forward pass [8]\n"
 	       "  --max-tokens N     evaluate N tokens, rounded up to whole --seq-len windows\n"
-	       "                     (0: all) [0]\n"
+	       "                     (0: all) [0]; train's held-out loss scores its --eval-tokens\n"
+	       "                     (131072 by default) at its --seq-len: give the same to compare\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       "  --json             print the result as JSON\n");
@@ -87,15 +88,24 @@ int cmd_eval(int argc, char **argv)
 	const char *val = fs_is_dir(data) ? NULL : data;
 	int rc = data_open(&d, fs_is_dir(data) ? data : NULL, val, s.model.cfg.vocab_size, 0);
 	if (rc == ST_OK && !d.has_val) {
-		ST_ERROR("run strata prepare, or pass a shard file", "no val.bin in %s", data);
+		ST_ERROR("prepare it with a --val-fraction above 0, or give a shard file (such as "
+			 "its train.bin)",
+			 "no val.bin in %s", data);
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK)
 		data_check_tokenizer(&d, dir);
 	double loss = 0;
 	long n = 0;
-	if (rc == ST_OK)
+	if (rc == ST_OK) {
+		/* no more rows per batch than there are windows to score */
+		long windows = data_val_windows(&d, (int)t);
+		if (max_tokens > 0 && windows > (max_tokens + t - 1) / t)
+			windows = (max_tokens + t - 1) / t;
+		if (windows > 0 && b > windows)
+			b = windows;
 		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
+	}
 	if (rc == ST_OK) {
 		char l[32], p[32];
 		if (json)

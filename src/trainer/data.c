@@ -27,6 +27,17 @@ int data_check_shard(const struct st_shard *s, int vocab_size, int min_tokens)
 	return ST_OK;
 }
 
+/* A token shard (train or validation): a loss mask is not one. */
+static int check_tokens(const struct st_shard *s, int vocab_size)
+{
+	ST_CHECK(strcmp(s->tokenizer, "mask") != 0,
+		 "give the token shard beside it (X.bin for X.mask.bin), or its directory",
+		 "%s is a loss mask (prepare writes one beside each shard of JSONL examples), "
+		 "not tokens",
+		 s->path);
+	return data_check_shard(s, vocab_size, 2);
+}
+
 /* X.mask.bin beside X.bin, when there is one: it must match the shard. */
 static int open_mask(struct st_shard *mask, int *has, const struct st_shard *s)
 {
@@ -72,7 +83,7 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 			 "no training data given");
 		ST_TRY(shard_open(&d->train, train_path));
 		d->has_train = 1;
-		if (data_check_shard(&d->train, vocab_size, 2) != ST_OK ||
+		if (check_tokens(&d->train, vocab_size) != ST_OK ||
 		    open_mask(&d->train_mask, &d->has_train_mask, &d->train) != ST_OK) {
 			data_close(d);
 			return ST_FAIL;
@@ -84,7 +95,7 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 			return ST_FAIL;
 		}
 		d->has_val = 1;
-		if (data_check_shard(&d->val, vocab_size, 2) != ST_OK ||
+		if (check_tokens(&d->val, vocab_size) != ST_OK ||
 		    open_mask(&d->val_mask, &d->has_val_mask, &d->val) != ST_OK) {
 			data_close(d);
 			return ST_FAIL;
