@@ -855,9 +855,23 @@ Test(faults, paths_and_messages)
 	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g --steps 1 "
 			"--optimizer galore-adamw --galore-rank 300 " SMALL,
 		    cu_bin(), dir, dir, dir);
-	cr_expect(rc == 0 && strstr(out, "--galore-rank 300 reaches the smaller side of 14 of the 14 "
-					 "projected matrices"),
+	cr_expect(rc == 0 && strstr(out, "--galore-rank 300 keeps more state than AdamW's 8 B per "
+					 "weight on 14 of the 14 projected matrices"),
 		  "%s", out);
+	/* the break-even rank, 8·s·L / (4·s + 8·L) for an s x L matrix: 25.6
+	 * for the 32 x 64 k and v projections (4 of the 14), above 42 for the
+	 * rest. The warning used to start only at full rank (here 32). */
+	for (int r = 25; r <= 26; r++) {
+		rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g%d --steps 1 "
+				"--optimizer galore-adamw --galore-rank %d --eval-interval 0 " SMALL,
+			    cu_bin(), dir, dir, dir, r, r);
+		cr_expect(rc == 0 && (r == 25 ? !strstr(out, "keeps more state")
+					      : !!strstr(out, "--galore-rank 26 keeps more state than AdamW's "
+							    "8 B per weight on 4 of the 14 projected "
+							    "matrices (a projector and moments of that "
+							    "rank); rank 25 or less saves memory")),
+			  "rank %d: %s", r, out);
+	}
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --tokens 4 --prompt ''", cu_bin(), dir);
 	cr_expect_eq(rc, 0, "an empty prompt: %s", out);
 	const struct {

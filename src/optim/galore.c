@@ -2,6 +2,7 @@
  *
  * All products go through the kernel table (ops->matmul), so the update runs
  * on either backend; only the projector's SVD (galore_proj.c) is host code. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +96,11 @@ int galore_plan(struct st_optim *o)
 	/* phases spread the refreshes evenly over the gap: at most
 	 * ceil(n_gal / gap) refreshes in any step, plus the first projectors
 	 * of the updates 1..S (plan_starts) */
-	int k = 0, n_full = 0, full_side = 0; /* the largest smaller side reached */
+	/* state per matrix against AdamW's 8 B per weight: the projector (fp32,
+	 * rank x smaller side) and two moments of rank x larger side (fp32, or
+	 * a byte each plus their blocks' absmax) */
+	const double mom = c->kind == ST_OPT_GALORE_ADAMW8 ? 2.0 + 8.0 / c->quant_block : 8.0;
+	int k = 0, n_over = 0, below = INT_MAX; /* the rank that saves memory on all of them */
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		struct st_pstate *ps = &o->ps[i];
@@ -111,16 +116,20 @@ int galore_plan(struct st_optim *o)
 		ps->phase = (int)((long)k * c->galore_gap / n_gal);
 		ps->state_numel = (size_t)ps->rank * (size_t)(ps->right ? ps->rows : ps->cols);
 		o->galore_weights += p->numel;
-		n_full += ps->full;
-		if (ps->full && small > full_side)
-			full_side = small;
+		const double large = ps->rows + ps->cols - small;
+		const double even = 8.0 * small * large / (4.0 * small + mom * large);
+		if (ps->rank >= even) {
+			n_over++;
+			const int r = (int)ceil(even) - 1 > 0 ? (int)ceil(even) - 1 : 1;
+			below = r < below ? r : below;
+		}
 		k++;
 	}
-	if (n_full)
-		st_log_warn("--galore-rank %g reaches the smaller side of %d of the %d projected "
-			    "matrices (sides up to %d): those keep full-rank moments and a square "
-			    "projector, more state than AdamW's (a rank below %d saves memory on them)",
-			    c->galore_rank, n_full, n_gal, full_side, full_side);
+	if (n_over)
+		st_log_warn("--galore-rank %g keeps more state than AdamW's 8 B per weight on %d of "
+			    "the %d projected matrices (a projector and moments of that rank); rank %d "
+			    "or less saves memory on all of them",
+			    c->galore_rank, n_over, n_gal, below);
 	plan_starts(o);
 	return ST_OK;
 }
