@@ -871,7 +871,16 @@ Test(faults, paths_and_messages)
 							    "matrices (a projector and moments of that "
 							    "rank); rank 25 or less saves memory")),
 			  "rank %d: %s", r, out);
+		/* a run shorter than the first projectors' spread (8 updates) */
+		cr_expect(strstr(out, "of the 14 GaLore matrices get their first projector after the "
+				      "run's last update (1): they will not train; give "
+				      "--galore-start-spread 1 or less"),
+			  "rank %d: %s", r, out);
 	}
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g1 --steps 1 "
+			"--optimizer galore-adamw --galore-rank 8 --galore-start-spread 1 --eval-interval 0 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && !strstr(out, "first projector after"), "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --tokens 4 --prompt ''", cu_bin(), dir);
 	cr_expect_eq(rc, 0, "an empty prompt: %s", out);
 	const struct {

@@ -1131,6 +1131,26 @@ int trainer_run(struct st_trainer *tr)
 				    fmt_bytes(b2, sizeof b2, (double)gbytes),
 				    (double)gbytes / (double)tr->opt.galore_weights,
 				    fmt_bytes(b3, sizeof b3, 8.0 * (double)tr->opt.galore_weights));
+			/* a matrix trains from its first projector on: one that gets it
+			 * after the run's last update never trains */
+			const long max_updates = tr->updates + (tr->total_steps - tr->step);
+			int late = 0, n_gal = 0;
+			for (int i = 0; i < m->n_params; i++) {
+				n_gal += tr->opt.ps[i].galore;
+				late += tr->opt.ps[i].galore && tr->opt.ps[i].start > max_updates;
+			}
+			char fix[160];
+			if (tr->step)
+				snprintf(fix, sizeof fix, "give a longer --steps (the resumed run's "
+					 "spread is fixed)");
+			else
+				snprintf(fix, sizeof fix, "give --galore-start-spread %ld or less (1: all "
+					 "at the first update), or a longer --steps",
+					 max_updates > 1 ? max_updates : 1);
+			if (late)
+				st_log_warn("%d of the %d GaLore matrices get their first projector after "
+					    "the run's last update (%ld): they will not train; %s",
+					    late, n_gal, max_updates, fix);
 			double gb = tr->per_layer ? (double)tr->pl.acc_bytes : 0;
 			for (int u = 0; u < m->n_units; u++) {
 				const struct st_slab *sl = store_slab(&tr->s.store, u, ST_SLAB_G);
