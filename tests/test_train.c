@@ -132,6 +132,17 @@ Test(train, galore_per_layer_nonfinite_skip_restores_projectors)
 	snprintf(ca, sizeof ca, "%s/a/step-000002", dir);
 	snprintf(cb, sizeof cb, "%s/b/step-000003", dir);
 	cu_expect_same_state(ca, cb, "a skipped per-layer GaLore step");
+	/* weights that overflow after one update (--galore-scale 1e30): the
+	 * next steps are skipped and said so, without errors or fallback
+	 * warnings about the projectors their refreshes (update 2 onwards, the
+	 * spread) compute from inf and discard anyway */
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/init --data %s/data --out %s/c --steps 3 --eval-interval 0 "
+		    "--optimizer galore-adamw --galore-rank 8 --galore-scale 1e30 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "update skipped (2 so far") && !strstr(out, "error:") &&
+			  !strstr(out, "not computed at update"),
+		  "%s", out);
 }
 
 Test(train, resume_bit_identical_sgd_momentum)

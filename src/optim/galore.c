@@ -11,6 +11,7 @@
 #include "optim/galore_proj.h"
 #include "optim/quantmap.h"
 #include "util/check.h"
+#include "util/finite.h"
 #include "util/rng.h"
 
 static int is_galore_kind(enum st_optim_kind k)
@@ -244,14 +245,20 @@ void galore_refresh(const struct st_ops *ops, const struct st_optim *o, int i, c
 	const size_t pn = galore_proj_numel(ps);
 	const int have_old = pold != NULL;
 	const uint64_t seed = rng_hash3(o->cfg.seed, (uint64_t)i, (uint64_t)t);
-	if (galore_projector(p, g, ps->rows, ps->cols, ps->rank,
-			     (enum galore_proj_method)o->cfg.galore_proj, pold, seed,
-			     o->g_work) != ST_OK) {
+	/* a gradient with inf or NaN: the step is skipped (its norm is not
+	 * finite) and the projectors it refreshed are restored, so a stand-in
+	 * is enough, and nothing needs saying beyond the skip itself */
+	const int finite = st_first_nonfinite(g, (size_t)ps->rows * ps->cols) < 0;
+	if (!finite || galore_projector(p, g, ps->rows, ps->cols, ps->rank,
+					(enum galore_proj_method)o->cfg.galore_proj, pold, seed,
+					o->g_work) != ST_OK) {
 		/* LAPACK did not converge (rare): keep the old subspace; at the
 		 * first update there is none, so take the first r coordinates */
-		st_log_warn("GaLore: projector of %s not computed at update %ld; %s",
-			    o->m->params[i].name, t,
-			    have_old ? "keeping the previous one" : "using the first r coordinates");
+		if (finite)
+			st_log_warn("GaLore: projector of %s not computed at update %ld; %s",
+				    o->m->params[i].name, t,
+				    have_old ? "keeping the previous one"
+					     : "using the first r coordinates");
 		if (have_old)
 			memcpy(p, pold, pn * sizeof *p);
 		else {
