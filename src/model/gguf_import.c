@@ -103,8 +103,20 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	ST_TRY(meta_size(g, "llama.context_length", 2048, &cfg->max_seq));
 	double f;
 	ST_TRY(meta_real(g, "llama.rope.freq_base", 10000.0, &cfg->rope_theta));
+	if (gguf_get_f64(g, "llama.attention.layer_norm_rms_epsilon", &f) != ST_OK)
+		st_log_warn("%s has no llama.attention.layer_norm_rms_epsilon: using 1e-5 (llama.cpp "
+			    "refuses such a file; check the model's own value)",
+			    g->path);
 	ST_TRY(meta_real(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &f));
 	cfg->norm_eps = (float)f;
+	/* RoPE over every dimension of a head: another count is partial rotary
+	 * embedding, another model than the one strata would train */
+	if (gguf_get_u64(g, "llama.rope.dimension_count", &v) == ST_OK)
+		ST_CHECK(v == (uint64_t)cfg->head_dim,
+			 "strata implements RoPE over whole heads; this model is not supported",
+			 "%s: llama.rope.dimension_count is %llu, not the head size %d (partial rotary "
+			 "embedding)",
+			 g->path, (unsigned long long)v, cfg->head_dim);
 	cfg->init_std = 0.02f;
 	const struct st_gguf_tensor *emb = gguf_tensor(g, "token_embd.weight");
 	ST_CHECK(emb && emb->n_dims == 2, "the file is not a complete llama model",
@@ -346,7 +358,10 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 	if (rc == ST_OK && bpe_load(&b, path) != ST_OK) {
 		ST_ERROR("the file's tokenizer is damaged; use --tokenizer with a tokenizer.json of "
 			 "this model when preparing data",
-			 "%s: the tokenizer built from tokenizer.ggml.* does not load (above)", g->path);
+			 "%s: the tokenizer built from its %llu tokenizer.ggml.tokens and %llu merges "
+			 "does not load (the error above; the file it names was the import's own copy, "
+			 "removed)",
+			 g->path, (unsigned long long)tokens->arr_n, (unsigned long long)merges->arr_n);
 		unlink(path);
 		rc = ST_FAIL;
 	}
