@@ -900,6 +900,14 @@ Test(faults, paths_and_messages)
 	cr_expect(rc != 0 && strstr(out, "--place names weights twice"), "%s", out);
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
+	/* extra words after --version or --help, and a bare `strata` (its usage
+	 * on stderr, nothing on stdout): exit 2 */
+	rc = cu_run(out, sizeof out, "%s --version extra", cu_bin());
+	cr_expect(rc == 2 && strstr(out, "unexpected argument 'extra' after --version"), "%s", out);
+	rc = cu_run(out, sizeof out, "{ %s 2>/dev/null; }", cu_bin());
+	cr_expect(rc == 2 && !*out, "bare strata: %s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt --dash", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "as --name=VALUE"), "%s", out);
 }
 
 /* Writes dir/NAME: dir/init's model.safetensors plus lm_head.weight, the

@@ -65,7 +65,9 @@ int cli_has(struct cli_args *a, const char *key)
 int cli_get_str(struct cli_args *a, const char *key, const char *def, const char **out)
 {
 	*out = cli_get(a, key, def);
-	ST_CHECK(*out != cli_bare, "give the value after it", "--%s needs a value", key);
+	ST_CHECK(*out != cli_bare,
+		 "give the value after it (a value that starts with -- as --name=VALUE)",
+		 "--%s needs a value", key);
 	return ST_OK;
 }
 

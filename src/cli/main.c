@@ -32,12 +32,24 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-	    !strcmp(argv[1], "help")) {
-		usage(stdout);
-		return argc < 2 ? 2 : 0;
+	if (argc < 2) { /* a mistake, said where errors go */
+		usage(stderr);
+		return 2;
 	}
-	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+	const int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+			 !strcmp(argv[1], "help");
+	const int version = !strcmp(argv[1], "--version") || !strcmp(argv[1], "version");
+	if ((help || version) && argc > 2) {
+		fprintf(stderr, "strata: error: unexpected argument '%s' after %s\n  hint: `strata "
+				"COMMAND --help` lists a command's options\n",
+			argv[2], argv[1]);
+		return 2;
+	}
+	if (help) {
+		usage(stdout);
+		return 0;
+	}
+	if (version) {
 		printf("strata %s (CUDA: %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
 		return 0;
 	}

@@ -111,11 +111,11 @@ void data_check_tokenizer(const struct st_data *d, const char *model_dir)
 	const struct st_shard *s = d->has_train ? &d->train : d->has_val ? &d->val : NULL;
 	if (s && !fs_exists(path) && strcmp(s->tokenizer, "byte") != 0) {
 		/* checkpoints carry the model's tokenizer files: there are none */
-		st_log_warn("%s was tokenized with '%s', but %s has no tokenizer.json: its "
-			    "checkpoints will not have one either, and sample would read them with "
-			    "the byte tokenizer (copy the tokenizer.json given to strata prepare into %s, "
-			    "or pass --tokenizer to sample)",
-			    s->path, s->tokenizer, model_dir, model_dir);
+		st_log_warn("%s was tokenized with '%s', but %s has no tokenizer.json: sample "
+			    "would read the model%s with the byte tokenizer (copy the tokenizer.json "
+			    "given to strata prepare into %s, or pass --tokenizer to sample)",
+			    s->path, s->tokenizer, model_dir,
+			    d->has_train ? " and its checkpoints" : "", model_dir);
 		return;
 	}
 	if (!fs_exists(path) || tokenizer_file_name(path, name) != ST_OK)
