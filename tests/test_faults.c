@@ -877,6 +877,14 @@ Test(faults, paths_and_messages)
 				      "--galore-start-spread 1 or less"),
 			  "rank %d: %s", r, out);
 	}
+	/* galore-adamw8bit keeps fp32 moments under --quant-min-size (the k and
+	 * v moments here: 26 x 64 < 4096), whose break-even is fp32's */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g8 --steps 1 "
+			"--optimizer galore-adamw8bit --galore-rank 26 --eval-interval 0 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--galore-rank 26 keeps more state than AdamW's 8 B per "
+					 "weight on 4 of the 14"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g1 --steps 1 "
 			"--optimizer galore-adamw --galore-rank 8 --galore-start-spread 1 --eval-interval 0 " SMALL,
 		    cu_bin(), dir, dir, dir);
@@ -1015,10 +1023,26 @@ Test(faults, model_not_written_into_a_run)
 	rc = cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test -z \"$(find %s/run -newer %s/sums)\" "
 			"&& test ! -e %s/run/config.json", dir, dir, dir, dir);
 	cr_expect_eq(rc, 0, "the run changed: %s", out);
+	/* the path as made, not as typed: x/../run is the run (and x goes) */
+	rc = cu_run(out, sizeof out, "%s init --config tiny --out %s/x/../run", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "is a training run or checkpoint (it holds latest)"), "%s", out);
+	cr_expect(cu_run(NULL, 0, "test ! -e %s/x && test ! -e %s/run/config.json", dir, dir) == 0,
+		  "x/../run: x left, or a model written into the run");
 	rc = cu_run(out, sizeof out, "%s import --gguf %s/init/config.json --out %s/new/a/b", cu_bin(),
 		    dir, dir);
 	cr_expect(rc != 0 && strstr(out, "no GGUF magic"), "%s", out);
 	cr_expect_neq(cu_run(NULL, 0, "test -e %s/new", dir), 0, "the failed import left %s/new", dir);
+	/* only what the command made goes: a trailing slash or a "." changes
+	 * nothing, and a directory that was there stays (x/../kept) */
+	const char *outs[] = {"n2/n3/", "n7/./n8", "x/../kept"};
+	for (int i = 0; i < 3; i++) {
+		rc = cu_run(out, sizeof out, "mkdir -p %s/kept && %s import --gguf %s/init/config.json "
+				"--out %s/%s", dir, cu_bin(), dir, dir, outs[i]);
+		cr_expect(rc != 0, "%s: %s", outs[i], out);
+		cr_expect(cu_run(out, sizeof out, "test ! -e %s/n2 && test ! -e %s/n7 && test ! -e %s/x && "
+				 "test -d %s/kept && test -z \"$(ls -A %s/kept)\"", dir, dir, dir, dir, dir) == 0,
+			  "%s: %s", outs[i], out);
+	}
 	rc = cu_run(out, sizeof out, "%s import --gguf %s/init --out %s/new2", cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "/init is a directory, not a GGUF file") &&
 			  strstr(out, "needs no import"),

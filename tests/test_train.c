@@ -1473,18 +1473,18 @@ Test(train, resume_with_other_thread_count_warned)
 	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out,
 			"%s train --model %s/init --data %s/data --out %s/run --steps 2 --ckpt-interval 1 "
-			"--eval-interval 0 " SMALL,
+			"--eval-interval 0 " SMALL " --threads 1",
 			cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	rc = cu_run(out, sizeof out, "grep -qE '\"threads\":[[:space:]]*2,' %s/run/step-000002/trainer.json", dir);
+	rc = cu_run(out, sizeof out, "grep -qE '\"threads\":[[:space:]]*1,' %s/run/step-000002/trainer.json", dir);
 	cr_expect_eq(rc, 0, "trainer.json does not record the thread count");
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 2", cu_bin(), dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(!strstr(out, "bit for bit"), "same thread count warned: %s", out);
-	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 2 --threads 1",
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 2 --threads 2",
 		    cu_bin(), dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "used 2 threads, this one 1") && strstr(out, "give --threads 2"),
+	cr_expect(strstr(out, "used 1 threads, this one 2") && strstr(out, "give --threads 1"),
 		  "another thread count not warned: %s", out);
 }
 
@@ -1711,4 +1711,37 @@ Test(train, new_run_from_a_run_and_default_seq_len)
 	snprintf(wa, sizeof wa, "%s/a/step-000002/model.safetensors", dir);
 	snprintf(wb, sizeof wb, "%s/b/step-000001/model.safetensors", dir);
 	cr_expect(cu_files_equal(wa, wb), "lr 1e-30 from the run's weights changed them");
+	/* plan reads --model RUN and fits --seq-len as train does */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/a --micro-batch 2", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "starting a new run from the weights of") &&
+			  strstr(out, "x 128 tokens"),
+		  "%s", out);
+	/* a run killed before its first checkpoint is named as one; a file is
+	 * named as a file */
+	rc = cu_run(out, sizeof out, "mkdir -p %s/killed && touch %s/killed/metrics.jsonl && "
+			"%s eval --model %s/killed --data %s/data", dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "stopped before its first checkpoint"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s --data %s/data", cu_bin(), wa, dir);
+	cr_expect(rc != 0 && strstr(out, "model.safetensors is a file, not a model directory"), "%s",
+		  out);
+}
+
+/* A checkpoint carries the tokenizer files the run started with, also after
+ * the checkpoint they were read from is gone: a resume from step 1 with
+ * --keep-ckpts 1 removes step 1 once step 2 is saved, and steps 3 and 4
+ * used to be written without tokenizer.json. */
+Test(train, tokenizer_files_outlive_their_source)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "tokfiles");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"printf '{\"bos_token\": \"<s>\"}' > %s/init/tokenizer_config.json && "
+			"%s train --model %s/init --data %s/data --out %s/a --steps 1 --eval-interval 0 " SMALL
+			" && %s train --resume %s/a/step-000001 --steps 4 --ckpt-interval 1 --keep-ckpts 1",
+			dir, cu_bin(), dir, dir, dir, cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "test ! -e %s/a/step-000001 && cmp %s/init/tokenizer_config.json "
+			"%s/a/step-000004/tokenizer_config.json", dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
 }

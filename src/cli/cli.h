@@ -64,5 +64,9 @@ int cmd_plan(int argc, char **argv);
  * values are joined with commas). */
 struct st_train_opts;
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip);
+/* A new run's --model: a run or checkpoint names its weights (said); the
+ * default --seq-len (not given as a flag or in conf) fits a shorter model.
+ * For train and plan alike. */
+int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *o);
 
 #endif

@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "io/fsutil.h"
@@ -30,17 +29,16 @@ int resolve_model_dir(char *out, size_t n, const char *path)
 {
 	char p[4200];
 	snprintf(p, sizeof p, "%s/config.json", path);
-	if (fs_exists(p) || (fs_exists(path) && !fs_is_dir(path))) {
-		snprintf(out, n, "%s", path); /* a model, or its reader says what is wrong */
+	if (fs_exists(p)) {
+		snprintf(out, n, "%s", path);
 		return ST_OK;
 	}
-	long first;
-	struct stat st;
-	char t[4200];
-	snprintf(p, sizeof p, "%s/trainer.json", path);
-	snprintf(t, sizeof t, "%s/latest", path); /* a dangling one: ckpt_resolve names it */
-	ST_CHECK(!fs_exists(path) || fs_exists(p) || lstat(t, &st) == 0 ||
-			 ckpt_count_later(path, 0, LONG_MAX, &first) > 0,
+	ST_CHECK(!fs_exists(path) || fs_is_dir(path),
+		 "give a model directory (strata init or import writes one), a run directory or "
+		 "one of its step-NNNNNN checkpoints",
+		 "%s is a file, not a model directory", path);
+	/* a run killed before its first checkpoint is one: ckpt_resolve says so */
+	ST_CHECK(!fs_exists(path) || fs_run_marker(path),
 		 "give a model directory (strata init or import writes one), a run directory or "
 		 "one of its step-NNNNNN checkpoints",
 		 "%s holds no model: no config.json, and it is not a run or a checkpoint", path);

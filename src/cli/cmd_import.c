@@ -51,7 +51,7 @@ int cmd_import(int argc, char **argv)
 	/* written whole beside a model already there, which goes only then */
 	struct model_stage st;
 	char path[4300];
-	ST_TRY(model_dir_stage(out, &st));
+	ST_TRY(model_dir_stage(out, force, &st));
 	struct st_config cfg;
 	int rc = gguf_import(in, st.tmp, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg);
 	snprintf(path, sizeof path, "%s/tokenizer.json", st.tmp);

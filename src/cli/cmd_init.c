@@ -72,7 +72,7 @@ int cmd_init(int argc, char **argv)
 	s.shard_bytes = shard;
 	/* written whole beside a model already there, which goes only then */
 	struct model_stage st;
-	int rc = model_dir_stage(out, &st);
+	int rc = model_dir_stage(out, force, &st);
 	if (rc == ST_OK) {
 		rc = session_save_model(&s, st.tmp);
 		if (rc == ST_OK)

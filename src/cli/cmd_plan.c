@@ -35,5 +35,8 @@ int cmd_plan(int argc, char **argv)
 	struct st_train_opts o;
 	train_opts_defaults(&o);
 	ST_TRY(cli_train_flags(&a, &o, NULL));
+	const char *conf = cli_get(&a, "config", NULL);
+	if (!*o.resume)
+		ST_TRY(cli_train_model(&a, conf && *conf ? conf : NULL, &o));
 	return trainer_plan(&o);
 }

@@ -183,7 +183,9 @@ static int start_from_checkpoint(struct st_train_opts *o)
 	if (!*o->model)
 		return ST_OK; /* the trainer asks for one */
 	ST_TRY(resolve_model_dir(dir, sizeof dir, o->model));
-	if (strcmp(dir, o->model) != 0)
+	char p[sizeof o->model + 16];
+	snprintf(p, sizeof p, "%s/trainer.json", dir);
+	if (fs_exists(p)) /* a checkpoint: a run's, given or found */
 		st_log_info("starting a new run from the weights of %s (a fresh optimizer and "
 			    "schedule; --resume %s continues that run instead)",
 			    dir, o->model);
@@ -206,6 +208,14 @@ static void fit_default_seq_len(struct st_train_opts *o)
 	st_log_info("--seq-len %d: the model's max_position_embeddings (the default %d is longer)",
 		    cfg.max_seq, o->seq_len);
 	o->seq_len = cfg.max_seq;
+}
+
+int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *o)
+{
+	ST_TRY(start_from_checkpoint(o));
+	if (!given(a, conf, "seq-len"))
+		fit_default_seq_len(o);
+	return ST_OK;
 }
 
 /* Other training data on resume: said, and a validation file saved with
@@ -375,9 +385,7 @@ int cmd_train(int argc, char **argv)
 	if (resume)
 		ST_TRY(check_resume(&a, conf, &saved, &o, dir));
 	else
-		ST_TRY(start_from_checkpoint(&o));
-	if (!resume && !given(&a, conf, "seq-len"))
-		fit_default_seq_len(&o);
+		ST_TRY(cli_train_model(&a, conf, &o));
 	struct st_trainer tr;
 	const int out_existed = fs_exists(o.out);
 	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */

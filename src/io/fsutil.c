@@ -86,16 +86,20 @@ int fs_is_dir(const char *path)
 }
 
 /* Create one directory; an existing directory is fine. */
-static int mkdir_one(const char *dir, const char *full)
+/* *did: whether this call's mkdir made it. */
+static int mkdir_one(const char *dir, const char *full, int *did)
 {
 	struct stat st;
+	*did = 0;
 	if (stat(dir, &st) == 0) {
 		ST_CHECK(S_ISDIR(st.st_mode), "remove or rename it, or choose another path",
 			 "cannot create directory %s: %s exists and is not a directory", full, dir);
 		return ST_OK;
 	}
-	if (mkdir(dir, 0777) == 0)
+	if (mkdir(dir, 0777) == 0) {
+		*did = 1;
 		return ST_OK;
+	}
 	int err = errno;
 	/* Lost a race with another creator: fine if what now exists is a directory. */
 	if (err == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
@@ -105,7 +109,7 @@ static int mkdir_one(const char *dir, const char *full)
 	return ST_FAIL;
 }
 
-int fs_mkdir_p(const char *path)
+int fs_mkdir_p_made(const char *path, size_t *made, int cap, int *n_made)
 {
 	ST_CHECK(path && *path, "pass a directory path", "cannot create a directory with an empty name");
 	size_t len = strlen(path);
@@ -113,18 +117,64 @@ int fs_mkdir_p(const char *path)
 	if (!buf)
 		return ST_FAIL;
 	memcpy(buf, path, len + 1);
-	int rc = ST_OK;
-	for (size_t i = 1; i < len && rc == ST_OK; i++) {
-		if (buf[i] != '/' || buf[i - 1] == '/')
+	int rc = ST_OK, n = 0, did;
+	for (size_t i = 1; i <= len && rc == ST_OK; i++) {
+		if (i < len && (buf[i] != '/' || buf[i - 1] == '/'))
 			continue;
-		buf[i] = '\0';
-		rc = mkdir_one(buf, path);
-		buf[i] = '/';
+		if (i < len)
+			buf[i] = '\0';
+		rc = mkdir_one(buf, path, &did);
+		if (rc == ST_OK && did && n < cap)
+			made[n++] = i;
+		if (i < len)
+			buf[i] = '/';
 	}
-	if (rc == ST_OK)
-		rc = mkdir_one(buf, path);
 	free(buf);
+	if (n_made)
+		*n_made = n;
 	return rc;
+}
+
+int fs_mkdir_p(const char *path) { return fs_mkdir_p_made(path, NULL, 0, NULL); }
+
+void fs_rmdir_made(const char *path, const size_t *made, int n_made)
+{
+	char buf[4200];
+	for (int k = n_made - 1; k >= 0; k--) {
+		snprintf(buf, sizeof buf, "%.*s", (int)made[k], path);
+		if (rmdir(buf) != 0)
+			return; /* not empty (something came in): it and its parents stay */
+	}
+}
+
+int fs_step_name(const char *name, long *step)
+{
+	char *end;
+	if (strncmp(name, "step-", 5) != 0)
+		return 0;
+	*step = strtol(name + 5, &end, 10);
+	return *end == '\0' && end != name + 5;
+}
+
+const char *fs_run_marker(const char *dir)
+{
+	static const char *files[] = {"trainer.json", "latest", "metrics.jsonl", ".lock"};
+	char path[4300];
+	struct stat st;
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		if (lstat(path, &st) == 0) /* a dangling latest too */
+			return files[i];
+	}
+	DIR *d = opendir(dir);
+	const char *found = NULL;
+	long step;
+	for (struct dirent *e; d && !found && (e = readdir(d));)
+		if (fs_step_name(e->d_name, &step))
+			found = "step-N checkpoints";
+	if (d)
+		closedir(d);
+	return found;
 }
 
 int fs_fsync_dir(const char *path)

@@ -6,6 +6,20 @@
 
 /* mkdir -p; error names the path. */
 int fs_mkdir_p(const char *path);
+/* The same, recording the directories its own mkdir made (not those that
+ * were there, or that another process made first): their lengths as
+ * prefixes of path, in the order made, at most cap of them in made[],
+ * their count in *n_made. */
+int fs_mkdir_p_made(const char *path, size_t *made, int cap, int *n_made);
+/* Remove again (rmdir: only while empty) the directories fs_mkdir_p_made
+ * recorded for path, the last made first. */
+void fs_rmdir_made(const char *path, const size_t *made, int n_made);
+/* Whether name is a checkpoint directory's, "step-N": N into *step. */
+int fs_step_name(const char *name, long *step);
+/* What makes dir a training run's directory or a checkpoint: the name of
+ * the first of trainer.json, latest, metrics.jsonl, .lock or a step-N
+ * directory found in it, or NULL for none. */
+const char *fs_run_marker(const char *dir);
 /* fsync a directory so renames and creations inside it are durable. */
 int fs_fsync_dir(const char *path);
 /* Write a whole file: temp name in the same directory, fsync, rename. */

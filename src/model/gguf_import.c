@@ -103,7 +103,7 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	ST_TRY(meta_size(g, "llama.context_length", 2048, &cfg->max_seq));
 	double f;
 	ST_TRY(meta_real(g, "llama.rope.freq_base", 10000.0, &cfg->rope_theta));
-	if (gguf_get_f64(g, "llama.attention.layer_norm_rms_epsilon", &f) != ST_OK)
+	if (!gguf_kv(g, "llama.attention.layer_norm_rms_epsilon"))
 		st_log_warn("%s has no llama.attention.layer_norm_rms_epsilon: using 1e-5 (llama.cpp "
 			    "refuses such a file; check the model's own value)",
 			    g->path);

@@ -352,62 +352,45 @@ static int model_dir_clear(const char *dir)
 	return rc == ST_OK ? fs_unlink(index) : rc;
 }
 
-/* What makes dir a training run or a checkpoint (NULL: neither). */
-static const char *run_marker(const char *dir)
-{
-	static const char *files[] = {"trainer.json", "latest", "metrics.jsonl"};
-	char path[4300];
-	struct stat st;
-	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-		if (lstat(path, &st) == 0)
-			return files[i];
-	}
-	DIR *d = opendir(dir);
-	const char *found = NULL;
-	for (struct dirent *e; d && !found && (e = readdir(d));) {
-		char *end;
-		if (!strncmp(e->d_name, "step-", 5) && strtol(e->d_name + 5, &end, 10) >= 0 &&
-		    end != e->d_name + 5 && !*end)
-			found = "step-N checkpoints";
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
-int model_dir_stage(const char *dir, struct model_stage *st)
+int model_dir_stage(const char *dir, int force, struct model_stage *st)
 {
 	st->lock_fd = -1;
-	st->tmp[0] = st->dir[0] = '\0';
+	st->locked = st->n_made = 0;
+	st->tmp[0] = '\0';
+	snprintf(st->dir, sizeof st->dir, "%s", dir);
+	ST_TRY(fs_mkdir_p_made(dir, st->made, 64, &st->n_made));
 	/* a model written into a run would shadow its checkpoints for eval and
 	 * sample, and a resume refuses the directory; into a checkpoint, it
-	 * would leave the old optimizer state beside new weights */
-	const char *marker = run_marker(dir);
-	ST_CHECK(!marker,
-		 "choose another --out (a run or checkpoint is itself a --model for train, eval "
-		 "and sample)",
-		 "%s is a training run or checkpoint (it holds %s): a model is not written into one",
-		 dir, marker);
-	if (!fs_exists(dir)) {
-		snprintf(st->dir, sizeof st->dir, "%s", dir);
-		st->made = strlen(st->dir);
-		for (char *slash; (slash = strrchr(st->dir, '/')) && slash > st->dir;) {
-			*slash = '\0';
-			if (fs_exists(st->dir))
-				break;
-			st->made = strlen(st->dir);
-		}
-		snprintf(st->dir, sizeof st->dir, "%s", dir);
+	 * would leave the old optimizer state beside new weights (checked on
+	 * the directory as made: "x/../run" is the run) */
+	const char *marker = fs_run_marker(dir);
+	if (marker) {
+		ST_ERROR("choose another --out (a run or checkpoint is itself a --model for train, "
+			 "eval and sample)",
+			 "%s is a training run or checkpoint (it holds %s): a model is not written "
+			 "into one",
+			 dir, marker);
+		model_dir_unstage(st);
+		return ST_FAIL;
 	}
-	ST_TRY(fs_mkdir_p(dir));
+	if (!force && model_dir_holds_model(dir)) { /* the callers' early check, on the real path */
+		ST_ERROR("pass --force to overwrite it, or choose another --out",
+			 "%s already holds a model", dir);
+		model_dir_unstage(st);
+		return ST_FAIL;
+	}
 	/* one writer per model directory, from staging to the last move */
 	char lock[4300];
 	snprintf(lock, sizeof lock, "%s/.strata-write.lock", dir);
 	st->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	ST_CHECK(st->lock_fd >= 0, "check the directory's permissions", "cannot open %s: %s", lock,
-		 strerror(errno));
-	if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+	if (st->lock_fd < 0) {
+		ST_ERROR("check the directory's permissions", "cannot open %s: %s", lock,
+			 strerror(errno));
+		model_dir_unstage(st);
+		return ST_FAIL;
+	}
+	st->locked = flock(st->lock_fd, LOCK_EX | LOCK_NB) == 0;
+	if (!st->locked) {
 		const int err = errno;
 		if (err == EWOULDBLOCK) {
 			model_dir_unstage(st);
@@ -447,18 +430,20 @@ void model_dir_unstage(struct model_stage *st)
 {
 	if (st->tmp[0])
 		fs_rmtree(st->tmp);
+	st->tmp[0] = '\0';
+	char lock[4300];
+	snprintf(lock, sizeof lock, "%s/.strata-write.lock", st->dir);
+	/* a directory made for this model goes again, and with it the lock
+	 * file, removed while still held (so no writer locks a file that
+	 * then vanishes), and only by its holder */
+	if (st->n_made && st->locked)
+		unlink(lock);
 	if (st->lock_fd >= 0)
 		close(st->lock_fd);
 	st->lock_fd = -1;
-	if (st->dir[0]) { /* made for this model: gone again, if nothing else came in */
-		char lock[4300];
-		snprintf(lock, sizeof lock, "%s/.strata-write.lock", st->dir);
-		unlink(lock);
-		for (char *slash; rmdir(st->dir) == 0 && (slash = strrchr(st->dir, '/')) &&
-				  (size_t)(slash - st->dir) >= st->made;)
-			*slash = '\0';
-		st->dir[0] = '\0';
-	}
+	st->locked = 0;
+	fs_rmdir_made(st->dir, st->made, st->n_made);
+	st->n_made = 0;
 }
 
 int model_dir_commit(const char *dir, struct model_stage *st)

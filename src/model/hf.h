@@ -54,14 +54,19 @@ int model_dir_holds_model(const char *dir);
  * DIR/.strata-write.lock until the commit (a second writer is refused), so
  * any other staging directory found there is a dead writer's and is removed.
  * A write that fails there leaves dir's model as it was: the caller drops
- * the staging directory and the lock with model_dir_unstage. */
+ * the staging directory and the lock with model_dir_unstage, which also
+ * removes the directories staging made for dir. Refused before anything is
+ * staged: a dir that is a training run or checkpoint (fs_run_marker), and
+ * one already holding a model without force (both on the path as made:
+ * "x/../run" is the run). */
 struct model_stage {
 	char tmp[4200];
-	char dir[4200]; /* dir, when staging created it: removed again on failure, */
-	size_t made;    /* with its parents made for it: dir's first `made` bytes */
-	int lock_fd;
+	char dir[4200];  /* the model directory */
+	size_t made[64]; /* the directories staging made for it (fs_mkdir_p_made), */
+	int n_made;      /* removed again when it fails */
+	int lock_fd, locked;
 };
-int model_dir_stage(const char *dir, struct model_stage *st);
+int model_dir_stage(const char *dir, int force, struct model_stage *st);
 void model_dir_unstage(struct model_stage *st);
 /* Then, once nothing in dir is in the way of a file (a directory of its
  * name: refused, the old model unchanged, the staging directory dropped),

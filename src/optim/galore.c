@@ -100,7 +100,6 @@ int galore_plan(struct st_optim *o)
 	/* state per matrix against AdamW's 8 B per weight: the projector (fp32,
 	 * rank x smaller side) and two moments of rank x larger side (fp32, or
 	 * a byte each plus their blocks' absmax) */
-	const double mom = c->kind == ST_OPT_GALORE_ADAMW8 ? 2.0 + 8.0 / c->quant_block : 8.0;
 	int k = 0, n_over = 0, below = INT_MAX; /* the rank that saves memory on all of them */
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
@@ -118,6 +117,11 @@ int galore_plan(struct st_optim *o)
 		ps->state_numel = (size_t)ps->rank * (size_t)(ps->right ? ps->rows : ps->cols);
 		o->galore_weights += p->numel;
 		const double large = ps->rows + ps->cols - small;
+		/* 8-bit moments where the matrix's moments are quantized at all
+		 * (optim.c: at least --quant-min-size elements) */
+		const int q8 = c->kind == ST_OPT_GALORE_ADAMW8 &&
+			       (long)ps->state_numel >= c->quant_min_numel;
+		const double mom = q8 ? 2.0 + 8.0 / c->quant_block : 8.0;
 		const double even = 8.0 * small * large / (4.0 * small + mom * large);
 		if (ps->rank >= even) {
 			n_over++;

@@ -266,14 +266,6 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	return rc;
 }
 
-static int is_step_dir(const char *name, long *step)
-{
-	char *end;
-	if (strncmp(name, "step-", 5) != 0)
-		return 0;
-	*step = strtol(name + 5, &end, 10);
-	return *end == '\0' && end != name + 5;
-}
 
 static int cmp_long(const void *a, const void *b)
 {
@@ -329,7 +321,7 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		long s;
-		if (is_step_dir(e->d_name, &s) && s > step && s <= last && (!n++ || s < *first))
+		if (fs_step_name(e->d_name, &s) && s > step && s <= last && (!n++ || s < *first))
 			*first = s;
 	}
 	closedir(d);
@@ -354,7 +346,7 @@ static void prune(const char *out, int keep, long current)
 		long s;
 		/* steps past this one are a run this one resumed from an earlier
 		 * step of: not its history, neither counted nor removed */
-		if (is_step_dir(e->d_name, &s) && s <= current && n < 4096)
+		if (fs_step_name(e->d_name, &s) && s <= current && n < 4096)
 			steps[n++] = s;
 		else if (!strncmp(e->d_name, ".tmp-step-", 10) || !strncmp(e->d_name, ".old-step-", 10) ||
 			 !strncmp(e->d_name, ".del-step-", 10)) {
@@ -394,23 +386,31 @@ static void prune(const char *out, int keep, long current)
 
 /* The tokenizer files of the model the run started from travel into every
  * checkpoint, so a checkpoint is a complete Hugging Face model directory
- * (sample, eval and transformers find its tokenizer there). */
+ * (sample, eval and transformers find its tokenizer there). They are read
+ * once, at the start: the directory they came from may be a checkpoint
+ * that --keep-ckpts (of this run, or of the run it came from) removes. */
+static const char *const tok_files[4] = {"tokenizer.json", "tokenizer_config.json",
+					 "special_tokens_map.json", "generation_config.json"};
+
+int ckpt_read_tokenizer_files(struct st_trainer *tr)
+{
+	for (int i = 0; i < 4; i++) {
+		char src[4200];
+		snprintf(src, sizeof src, "%s/%s", tr->model_dir, tok_files[i]);
+		if (fs_exists(src))
+			ST_TRY(fs_read_file(src, &tr->tok_text[i], &tr->tok_len[i]));
+	}
+	return ST_OK;
+}
+
 static int copy_tokenizer_files(const struct st_trainer *tr, const char *dir)
 {
-	static const char *files[] = {"tokenizer.json", "tokenizer_config.json",
-				      "special_tokens_map.json", "generation_config.json", NULL};
-	for (int i = 0; files[i]; i++) {
-		char src[4200], dst[4200];
-		snprintf(src, sizeof src, "%s/%s", tr->model_dir, files[i]);
-		if (!fs_exists(src))
+	for (int i = 0; i < 4; i++) {
+		if (!tr->tok_text[i])
 			continue;
-		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-		char *text = NULL;
-		size_t len = 0;
-		ST_TRY(fs_read_file(src, &text, &len));
-		int rc = fs_write_file_atomic(dst, text, len);
-		free(text);
-		ST_TRY(rc);
+		char dst[4200];
+		snprintf(dst, sizeof dst, "%s/%s", dir, tok_files[i]);
+		ST_TRY(fs_write_file_atomic(dst, tr->tok_text[i], tr->tok_len[i]));
 	}
 	return ST_OK;
 }
@@ -438,7 +438,7 @@ int ckpt_mark_resumed(const struct st_trainer *tr)
 	const char *name = slash + 1;
 	long s;
 	*slash = '\0';
-	if (!is_step_dir(name, &s) || strcmp(*real_ckpt ? real_ckpt : "/", real_out) != 0)
+	if (!fs_step_name(name, &s) || strcmp(*real_ckpt ? real_ckpt : "/", real_out) != 0)
 		return ST_OK; /* a checkpoint of another run directory */
 	snprintf(link, sizeof link, "%s/latest", tr->o.out);
 	const ssize_t len = readlink(link, target, sizeof target - 1);
@@ -457,7 +457,7 @@ long ckpt_newest(const char *out, char *name, size_t n)
 	char p[4200];
 	while ((e = readdir(d))) {
 		snprintf(p, sizeof p, "%s/%s/trainer.json", out, e->d_name);
-		if (is_step_dir(e->d_name, &s) && s > best && fs_exists(p)) {
+		if (fs_step_name(e->d_name, &s) && s > best && fs_exists(p)) {
 			best = s;
 			snprintf(name, n, "%s", e->d_name);
 		}
@@ -686,14 +686,14 @@ void ckpt_name_earlier(const char *ckpt_dir)
 	fs_dirname(run, sizeof run, dir);
 	const char *base = strrchr(dir, '/');
 	long current, best = -1, s;
-	if (!is_step_dir(base ? base + 1 : dir, &current))
+	if (!fs_step_name(base ? base + 1 : dir, &current))
 		return;
 	DIR *d = opendir(run);
 	if (!d)
 		return;
 	struct dirent *e;
 	while ((e = readdir(d)))
-		if (is_step_dir(e->d_name, &s) && s < current && s > best) {
+		if (fs_step_name(e->d_name, &s) && s < current && s > best) {
 			best = s;
 			snprintf(best_name, sizeof best_name, "%s", e->d_name);
 		}

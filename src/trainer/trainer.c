@@ -622,6 +622,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		snprintf(model_dir, sizeof model_dir, "%s", tr->o.model);
 	}
 	snprintf(tr->model_dir, sizeof tr->model_dir, "%s", model_dir);
+	ST_TRY(ckpt_read_tokenizer_files(tr));
 	struct st_config cfg;
 	snprintf(path, sizeof path, "%s/config.json", model_dir);
 	if (config_load(&cfg, path) != ST_OK) {
@@ -798,6 +799,8 @@ void trainer_close(struct st_trainer *tr)
 	free(tr->targets);
 	if (tr->lock_fd >= 0)
 		close(tr->lock_fd); /* the run directory is free */
+	for (int i = 0; i < 4; i++)
+		free(tr->tok_text[i]);
 	memset(tr, 0, sizeof *tr);
 	tr->lock_fd = -1;
 }
@@ -1077,7 +1080,8 @@ int trainer_run(struct st_trainer *tr)
 			    tr->step, tr->o.out);
 	/* oneDNN's sgemm rounds differently for another thread count: the run
 	 * goes on correctly, but not bit for bit as it would have */
-	if (tr->step && tr->ckpt_threads && tr->ckpt_threads != omp_get_max_threads())
+	if (tr->step && tr->ckpt_threads && tr->ckpt_threads != omp_get_max_threads() &&
+	    !strcmp(tr->s.ops->name, "cpu"))
 		st_log_warn("the checkpoint's run used %d threads, this one %d: the matmuls round "
 			    "differently, so the run will not match an uninterrupted one bit for bit "
 			    "(give --threads %d for that)",

@@ -71,6 +71,8 @@ struct st_trainer {
 	char ckpt_loaded[4096];
 	int ckpt_threads; /* the threads the loaded checkpoint's run used (0: not saved) */
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
+	char *tok_text[4];      /* those files as they were at the start (NULL: absent), */
+	size_t tok_len[4];      /* for every checkpoint: the source may be pruned meanwhile */
 	struct st_ckpt_async ck;
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
@@ -154,5 +156,8 @@ void ckpt_name_earlier(const char *ckpt_dir);
 /* How many step directories in run directory out are past step and at most
  * last; the first of them into *first. */
 int ckpt_count_later(const char *out, long step, long last, long *first);
+/* Read the tokenizer files of tr->model_dir (tokenizer.json and its
+ * companions) into tr, for every checkpoint to carry. */
+int ckpt_read_tokenizer_files(struct st_trainer *tr);
 
 #endif
