@@ -1211,6 +1211,9 @@ Test(faults, other_commands_check_their_numbers)
 		{"train --resume --steps 5%.0s%.0s", "--resume needs a value"},
 		{"train --model %s/init --data %s/data --out /nonexistent/o --offload-dir",
 		 "--offload-dir needs a value"},
+		/* libgomp's per-thread stack data overflowed at 100000 (a crash) */
+		{"train --model %s/init --data %s/data --out /nonexistent/o --steps 1 --threads 100000",
+		 "--threads must be in [0, 4096] (got 100000)"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char cmd[512];
@@ -1223,6 +1226,16 @@ Test(faults, other_commands_check_their_numbers)
 		     0, "a refused command wrote something: %s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "%s train -h", cu_bin()), 0, "%s", out);
 	cr_expect(strstr(out, "usage: strata train"), "-h: %s", out);
+	/* a FIFO as the data: refused, not a wait for a writer that never comes */
+	int rc = cu_run(out, sizeof out, "mkfifo %s/fifo.bin && timeout 60 %s train --model %s/init "
+			"--data %s/fifo.bin --out %s/f --steps 1", dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 1 && strstr(out, "fifo.bin: it is not a regular file"), "rc %d: %s", rc, out);
+	/* JSON with more after its object (cJSON alone stops at the object) */
+	rc = cu_run(out, sizeof out, "cp -r %s/init %s/trail && printf '{\"vocab_size\": 999} more' >> "
+			"%s/trail/config.json && %s eval --model %s/trail --data %s/data", dir, dir, dir,
+		    cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/trail/config.json: not valid JSON (more after the object"),
+		  "%s", out);
 }
 
 /* Bad values on the command line are named before anything runs, and an

@@ -540,6 +540,17 @@ Test(io, reject_entry_not_object)
 	expect_header_fail("{\"a\": [1]}", "entry 'a' is not an object");
 }
 
+/* A field given twice, and a name cut short by an escaped NUL, would each
+ * read as something else: the first "dtype" of two, "a\u0000x" as "a". */
+Test(io, reject_repeated_field_and_nul_in_names)
+{
+	expect_header_fail("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4], "
+			   "\"dtype\": \"BF16\"}}",
+			   "duplicate name 'dtype' in the header");
+	expect_header_fail("{\"a\\u0000x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+			   "header holds a NUL character");
+}
+
 Test(io, reject_missing_fields)
 {
 	expect_header_fail("{\"a\": {\"shape\": [1], \"data_offsets\": [0, 4]}}",

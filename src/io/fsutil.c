@@ -448,7 +448,9 @@ int fs_map_file(const char *path, const char *what, void **map, size_t *size)
 {
 	*map = NULL;
 	*size = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO's open would wait for a writer forever; it is
+	 * refused below as not a regular file */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	ST_CHECK(fd >= 0, "check the path and its permissions", "cannot open %s %s: %s", what, path,
 		 strerror(errno));
 	struct stat st;
@@ -545,8 +547,20 @@ int fs_read_json(const char *path, cJSON **root, const char *hint)
 	*root = NULL;
 	/* the largest JSON strata reads is a tokenizer.json, tens of MiB */
 	ST_TRY(fs_read_file_max(path, (size_t)1 << 30, &text, &len));
-	cJSON *r = cJSON_ParseWithLength(text, len);
+	const char *end = NULL;
+	cJSON *r = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+	/* only white space may follow the value: another value or text after
+	 * it is damage that cJSON alone would let through */
+	size_t after = r && end ? (size_t)(end - text) : len;
+	while (after < len && (text[after] == ' ' || text[after] == '\t' || text[after] == '\n' ||
+			       text[after] == '\r'))
+		after++;
 	free(text);
+	if (r && after < len) {
+		cJSON_Delete(r);
+		ST_ERROR(hint, "%s: not valid JSON (more after the object, at byte %zu)", path, after);
+		return ST_FAIL;
+	}
 	if (!cJSON_IsObject(r)) {
 		cJSON_Delete(r);
 		ST_ERROR(hint, "%s: not valid JSON%s", path, r ? " (not an object)" : "");

@@ -299,25 +299,9 @@ static int cmp_out_name(const void *a, const void *b)
 static int parse_header(struct st_safetensors *sf, const cJSON *root)
 {
 	ST_CHECK(cJSON_IsObject(root), CORRUPT, "%s: the header is not a JSON object", sf->path);
-	/* cJSON keeps repeated keys as separate items; a repeated tensor name
-	 * would make lookups ambiguous, so it is an error. */
-	int n_items = cJSON_GetArraySize(root);
-	const char **names = st_malloc((size_t)n_items * sizeof *names);
-	if (!names)
-		return ST_FAIL;
-	int k = 0;
+	/* repeated names (and fields) are refused before, where it is parsed */
+	const int n_items = cJSON_GetArraySize(root);
 	const cJSON *it;
-	cJSON_ArrayForEach(it, root) {
-		names[k++] = it->string;
-	}
-	const char *dup = fs_first_duplicate(names, (size_t)k);
-	if (dup) {
-		ST_ERROR(CORRUPT, "%s: duplicate name '%s' in the header", sf->path, dup);
-		free(names);
-		return ST_FAIL;
-	}
-	free(names);
-
 	const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
 	if (meta)
 		ST_TRY(parse_metadata(sf, meta));
@@ -411,6 +395,17 @@ static int open_mapped(struct st_safetensors *sf)
 					 path, (unsigned char)*q, (size_t)(q - text));
 				rc = ST_FAIL;
 			}
+	}
+	/* a name or field given twice, or cut short by a NUL, would read as
+	 * another (the first of two "dtype"s; "w\u0000x" as "w") */
+	const char *dup = rc == ST_OK ? fs_json_duplicate_key(root) : NULL;
+	if (dup) {
+		ST_ERROR(CORRUPT, "%s: duplicate name '%s' in the header", path, dup);
+		rc = ST_FAIL;
+	}
+	if (rc == ST_OK && (memchr(text, 0, (size_t)hlen) || strstr(text, "\\u0000"))) {
+		ST_ERROR(CORRUPT, "%s: header holds a NUL character", path);
+		rc = ST_FAIL;
 	}
 	if (rc == ST_OK)
 		rc = parse_header(sf, root);
