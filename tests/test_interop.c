@@ -333,8 +333,9 @@ static void gguf_add_u32(const char *src, const char *dst, const char *key, uint
 /* llama.rope.dimension_count: the head size imports; another (partial
  * rotary embedding, which strata's RoPE over whole heads is not) is refused
  * naming both. A file without the norm's epsilon imports with 1e-5, warned
- * (llama.cpp refuses it). The test file's heads are 16 wide. */
-Test(gguf, rope_dimensions_and_missing_epsilon)
+ * (llama.cpp refuses it). A key given twice and a tensor name holding a NUL
+ * are refused. The test file's heads are 16 wide. */
+Test(gguf, rope_dimensions_repeats_nul_and_missing_epsilon)
 {
 	char dir[256], path[512];
 	cu_tmpdir(dir, sizeof dir, "ggufrope");
@@ -353,6 +354,35 @@ Test(gguf, rope_dimensions_and_missing_epsilon)
 	rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/partial", cu_bin(), path, dir);
 	cr_expect(rc != 0 && strstr(out, "llama.rope.dimension_count is 8, not the head size 16"),
 		  "%s", out);
+	/* a key given twice (llama.cpp refuses it; the first would count) */
+	gguf_add_u32("tests/data/gguf/model-F32.gguf", path, "llama.block_count", 1);
+	rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/twice", cu_bin(), path, dir);
+	cr_expect(rc != 0 && strstr(out, "metadata key 'llama.block_count' is given twice"), "%s", out);
+	/* a tensor name cut by a NUL ("output_norm\0weight") */
+	rc = cu_run(out, sizeof out, "sed 's/output_norm.weight/output_norm\\x00weight/' "
+			"tests/data/gguf/model-F32.gguf > %s/nul.gguf && %s import --gguf %s/nul.gguf "
+			"--out %s/nul", dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "tensor name 'output_norm...' holds a NUL"), "%s", out);
+	/* the tokenizer against the embedding: more tokens than its 320 rows,
+	 * or an empty token (tests/gguf_edit.py rewrites the file) */
+	rc = cu_run(out, sizeof out, "python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf "
+			"%s/same.gguf extend-tokens 0 && %s import --gguf %s/same.gguf --out %s/same",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0, "a rewritten but unchanged file: %s", out);
+	rc = cu_run(out, sizeof out, "python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf "
+			"%s/more.gguf extend-tokens 100 && %s import --gguf %s/more.gguf --out %s/more",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "420 tokens in tokenizer.ggml.tokens, more than the 320 rows"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf "
+			"%s/empty.gguf empty-token && %s import --gguf %s/empty.gguf --out %s/empty",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "token 319 is empty"), "%s", out);
+	/* an epsilon the model could not be loaded with (2.0) */
+	gguf_patch("tests/data/gguf/model-F32.gguf", path, "llama.attention.layer_norm_rms_epsilon", 6,
+		   0x40000000);
+	rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/eps2", cu_bin(), path, dir);
+	cr_expect(rc != 0 && strstr(out, "rms_norm_eps must be in (0, 1)"), "%s", out);
 	/* the epsilon's key renamed (same length: the file's layout stays) */
 	rc = cu_run(out, sizeof out, "sed 's/layer_norm_rms_epsilon/layer_norm_rms_epsilox/' "
 			"tests/data/gguf/model-F32.gguf > %s/noeps.gguf && { %s import --gguf %s/noeps.gguf "

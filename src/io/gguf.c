@@ -175,6 +175,8 @@ static int parse(struct st_gguf *g)
 			break;
 		t->name = strndup(name, n);
 		ST_CHECK(t->name, NULL, "out of memory");
+		ST_CHECK(!memchr(name, 0, n), "the file is damaged",
+			 "%s: tensor name '%s...' holds a NUL", g->path, t->name);
 		ST_CHECK(t->n_dims >= 1 && t->n_dims <= 4, "the file is damaged",
 			 "%s: tensor '%s' has %d dimensions", g->path, t->name, t->n_dims);
 		t->numel = 1;
@@ -229,6 +231,48 @@ static int parse(struct st_gguf *g)
 	return rc;
 }
 
+/* Each key and tensor name once, and none holding a NUL: a repeat, or a
+ * name cut short at a NUL, would be read as another (the first of two
+ * "general.architecture"s, "output_norm.weight\0x" as the norm). */
+static int check_names(const struct st_gguf *g)
+{
+	const int n = g->n_kv > g->n_tensors ? g->n_kv : g->n_tensors;
+	const char **names = st_calloc((size_t)n + 1, sizeof *names);
+	char **keys = st_calloc((size_t)g->n_kv + 1, sizeof *keys);
+	int rc = names && keys ? ST_OK : ST_FAIL;
+	for (int i = 0; rc == ST_OK && i < g->n_kv; i++) {
+		const struct st_gguf_kv *kv = &g->kv[i];
+		keys[i] = strndup(kv->key, kv->key_len);
+		if (!keys[i]) {
+			rc = ST_FAIL;
+		} else if (memchr(kv->key, 0, kv->key_len)) {
+			ST_ERROR("the file is damaged", "%s: metadata key '%s...' holds a NUL", g->path,
+				 keys[i]);
+			rc = ST_FAIL;
+		}
+		names[i] = keys[i];
+	}
+	const char *dup = rc == ST_OK ? fs_first_duplicate(names, (size_t)g->n_kv) : NULL;
+	if (dup) {
+		ST_ERROR("the file is damaged (llama.cpp refuses it too)",
+			 "%s: metadata key '%s' is given twice", g->path, dup);
+		rc = ST_FAIL;
+	}
+	for (int i = 0; rc == ST_OK && i < g->n_tensors; i++)
+		names[i] = g->t[i].name;
+	dup = rc == ST_OK ? fs_first_duplicate(names, (size_t)g->n_tensors) : NULL;
+	if (dup) {
+		ST_ERROR("the file is damaged (llama.cpp refuses it too)",
+			 "%s: tensor '%s' is given twice", g->path, dup);
+		rc = ST_FAIL;
+	}
+	for (int i = 0; keys && i < g->n_kv; i++)
+		free(keys[i]);
+	free(keys);
+	free(names);
+	return rc;
+}
+
 int gguf_open(struct st_gguf *g, const char *path)
 {
 	memset(g, 0, sizeof *g);
@@ -236,7 +280,7 @@ int gguf_open(struct st_gguf *g, const char *path)
 	ST_TRY(fs_map_file(path, "GGUF file", &map, &g->size));
 	g->map = map;
 	g->path = strdup(path);
-	if (!g->path || parse(g) != ST_OK) {
+	if (!g->path || parse(g) != ST_OK || check_names(g) != ST_OK) {
 		gguf_close(g);
 		return ST_FAIL;
 	}

@@ -84,8 +84,12 @@ int config_validate(const struct st_config *c)
 		 c->max_seq);
 	ST_CHECK(c->rope_theta > 0 && isfinite(c->rope_theta), hint,
 		 "rope_theta must be positive and finite (got %g)", c->rope_theta);
-	ST_CHECK(c->norm_eps > 0 && isfinite(c->norm_eps), hint,
-		 "rms_norm_eps must be positive and finite (got %g)", c->norm_eps);
+	/* what config.json's reader takes (config_parse), so that no model is
+	 * written (by import) that strata cannot then load */
+	ST_CHECK(c->norm_eps >= FLT_MIN && c->norm_eps < 1, hint,
+		 "rms_norm_eps must be in (0, 1) and no smaller than %g, the smallest normal float "
+		 "(got %g)",
+		 (double)FLT_MIN, c->norm_eps);
 	/* before anything is sized by it: bookkeeping is allocated per layer */
 	ST_CHECK(c->n_layers <= ST_MAX_LAYERS, hint,
 		 "num_hidden_layers is %d; strata takes at most %d", c->n_layers, ST_MAX_LAYERS);

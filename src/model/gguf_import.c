@@ -227,7 +227,7 @@ static int check_extra(const struct st_model *m, const struct st_gguf *g)
 }
 
 /* tokenizer.ggml.* (model gpt2: byte-level BPE) -> tokenizer.json */
-static int write_tokenizer(const struct st_gguf *g, const char *dir)
+static int write_tokenizer(const struct st_gguf *g, const char *dir, int vocab_size)
 {
 	size_t n;
 	const char *model = gguf_get_str(g, "tokenizer.ggml.model", &n);
@@ -242,6 +242,11 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 	const struct st_gguf_kv *types = gguf_kv(g, "tokenizer.ggml.token_type");
 	ST_CHECK(tokens && tokens->strs && merges && merges->strs, "the file's tokenizer is incomplete",
 		 "%s: tokenizer.ggml.tokens or .merges missing", g->path);
+	/* ids past the embedding would be tokens the model has no row for
+	 * (fewer tokens than rows is padding, and fine) */
+	ST_CHECK(tokens->arr_n <= (uint64_t)vocab_size, "the file is damaged",
+		 "%s: %llu tokens in tokenizer.ggml.tokens, more than the %d rows of token_embd.weight",
+		 g->path, (unsigned long long)tokens->arr_n, vocab_size);
 	size_t pn = 0;
 	const char *pre = gguf_get_str(g, "tokenizer.ggml.pre", &pn);
 	char pre_name[64] = "default";
@@ -307,8 +312,9 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir)
 	for (uint64_t i = 0; i < tokens->arr_n && rc == ST_OK; i++) {
 		size_t len;
 		const char *s = gguf_arr_str(tokens, i, &len);
-		if (!s || len >= 65536) {
-			ST_ERROR(NULL, "%s: token %llu is unreadable", g->path, (unsigned long long)i);
+		if (!s || len >= 65536 || len == 0) {
+			ST_ERROR("the file's tokenizer is damaged", "%s: token %llu is %s", g->path,
+				 (unsigned long long)i, s && len == 0 ? "empty" : "unreadable");
 			rc = ST_FAIL;
 			break;
 		}
@@ -406,7 +412,7 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK)
-		rc = write_tokenizer(&g, dir);
+		rc = write_tokenizer(&g, dir, cfg.vocab_size);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	if (rc == ST_OK)

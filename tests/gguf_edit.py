@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Edit the tokenizer of a GGUF file for strata's import tests (standard
+library only): the file is read whole, its metadata changed, and written
+back with the tensor data after a freshly aligned header (tensor offsets are
+relative to the data, so they stay).
+
+usage: gguf_edit.py SRC DST extend-tokens N   # N more tokens than there are
+       gguf_edit.py SRC DST empty-token       # the last token made ""
+"""
+import struct
+import sys
+
+STR, ARR = 8, 9
+SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B",
+          10: "<Q", 11: "<q", 12: "<d"}
+
+
+class Reader:
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt):
+        value = struct.unpack_from(fmt, self.data, self.pos)[0]
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def string(self):
+        n = self.take("<Q")
+        self.pos += n
+        return self.data[self.pos - n:self.pos]
+
+    def value(self, kind):
+        if kind == STR:
+            return self.string()
+        if kind == ARR:
+            elem, n = self.take("<I"), self.take("<Q")
+            return elem, [self.value(elem) for _ in range(n)]
+        return self.take(SCALAR[kind])
+
+
+def put_value(out, kind, value):
+    if kind == STR:
+        out += struct.pack("<Q", len(value)) + value
+    elif kind == ARR:
+        elem, items = value
+        out += struct.pack("<IQ", elem, len(items))
+        for item in items:
+            put_value(out, elem, item)
+    else:
+        out += struct.pack(SCALAR[kind], value)
+
+
+def main():
+    src, dst, edit = sys.argv[1], sys.argv[2], sys.argv[3]
+    r = Reader(open(src, "rb").read())
+    assert r.data[:4] == b"GGUF"
+    r.pos = 4
+    version, n_tensors, n_kv = r.take("<I"), r.take("<Q"), r.take("<Q")
+    kvs = []
+    for _ in range(n_kv):
+        key = r.string()
+        kind = r.take("<I")
+        kvs.append([key, kind, r.value(kind)])
+    infos_start = r.pos
+    for _ in range(n_tensors):
+        r.string()
+        dims = r.take("<I")
+        r.pos += 8 * dims + 4 + 8
+    infos = r.data[infos_start:r.pos]
+    align = next((v for k, _, v in kvs if k == b"general.alignment"), 32)
+    data = r.data[(r.pos + align - 1) // align * align:]
+
+    tokens = next(kv for kv in kvs if kv[0] == b"tokenizer.ggml.tokens")[2][1]
+    types = next((kv for kv in kvs if kv[0] == b"tokenizer.ggml.token_type"), None)
+    if edit == "extend-tokens":
+        for i in range(int(sys.argv[4])):
+            tokens.append(b"<extra_%d>" % i)
+            if types:
+                types[2][1].append(1)
+    elif edit == "empty-token":
+        tokens[-1] = b""
+    else:
+        sys.exit("unknown edit " + edit)
+
+    out = bytearray(b"GGUF") + struct.pack("<IQQ", version, n_tensors, len(kvs))
+    for key, kind, value in kvs:
+        out += struct.pack("<Q", len(key)) + key + struct.pack("<I", kind)
+        put_value(out, kind, value)
+    out += infos
+    out += b"\0" * ((-len(out)) % align)
+    open(dst, "wb").write(bytes(out) + data)
+
+
+if __name__ == "__main__":
+    main()
