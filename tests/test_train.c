@@ -493,6 +493,17 @@ Test(train, bad_data)
 	expect_fail("too-short data", "fewer than one window",
 		    cu_run(out, sizeof out, "%s train --model %s/init --data %s/s --out %s/r1 --steps 1 " SMALL,
 			   cu_bin(), dir, dir, dir));
+	/* the header's vocabulary (outside the checksum) against its tokens:
+	 * 0, and 10 under byte tokens up to 257 (it used to train) */
+	const char *vocab_bytes[] = {"\\000\\000\\000\\000", "\\012\\000\\000\\000"};
+	const char *vocab_msg[] = {"the header's vocabulary size is 0",
+				   "is past the vocabulary of 10 its header gives"};
+	for (int i = 0; i < 2; i++)
+		expect_fail("header vocabulary", vocab_msg[i],
+			    cu_run(out, sizeof out, "cp %s/data/train.bin %s/hv.bin && printf '%s' | dd "
+					    "of=%s/hv.bin bs=1 seek=16 conv=notrunc 2>/dev/null && %s train "
+					    "--model %s/init --data %s/hv.bin --out %s/hv%d --steps 1 " SMALL,
+				   dir, dir, vocab_bytes[i], dir, cu_bin(), dir, dir, dir, i));
 	/* model vocabulary smaller than the shard's tokenizer */
 	cu_run(NULL, 0, "%s init --config %s/cfg.json --vocab 200 --out %s/v200", cu_bin(), dir, dir);
 	expect_fail("vocab mismatch", "vocabulary",
@@ -815,6 +826,11 @@ Test(train, jsonl_prompt_completion_masks)
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/few2", cu_bin(), path, dir);
 	expect_fail("too few examples", "10 examples are too few to hold out 5% for validation", rc);
+	/* blank lines only: no example, refused (it wrote an empty train.bin) */
+	rc = cu_run(out, sizeof out, "printf '\\n\\n   \\n' > %s/blank.jsonl && %s prepare --input "
+			"%s/blank.jsonl --out %s/blank --val-fraction 0", dir, cu_bin(), dir, dir);
+	expect_fail("no examples", "holds no example and no text", rc);
+	cr_expect_neq(cu_run(NULL, 0, "test -e %s/blank/train.bin", dir), 0);
 }
 
 Test(train, unwritable_out_and_existing_run)

@@ -389,6 +389,10 @@ int cmd_prepare(int argc, char **argv)
 	if (rc == ST_OK && total_bytes == 0) {
 		ST_ERROR("give a non-empty text file", "strata prepare: the input text is empty");
 		rc = ST_FAIL;
+	} else if (rc == ST_OK && train.n == 0 && val.n == 0) { /* JSONL of blank lines */
+		ST_ERROR("give examples, one JSON object per line", "strata prepare: the input "
+			 "(%zu bytes) holds no example and no text", total_bytes);
+		rc = ST_FAIL;
 	}
 	if (rc == ST_OK && val_frac > 0 && val.n == 0 && masked) {
 		ST_ERROR("give more examples, a larger --val-fraction, or --val-fraction 0",

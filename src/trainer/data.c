@@ -18,11 +18,18 @@ int data_check_shard(const struct st_shard *s, int vocab_size, int min_tokens)
 		 "use more text, or a shorter --seq-len",
 		 "%s holds %llu tokens, too few for one window of %d", s->path,
 		 (unsigned long long)s->n_tokens, min_tokens);
+	/* the header's vocabulary is outside the shard's checksum: a token at
+	 * or past it says header and tokens disagree */
+	ST_CHECK(s->vocab_size >= 1, "re-run strata prepare: the shard is damaged",
+		 "%s: the header's vocabulary size is 0", s->path);
 	for (uint64_t i = 0; i < s->n_tokens; i++) {
 		uint32_t tok = shard_token(s, i);
 		ST_CHECK(tok < (uint32_t)vocab_size, "re-run strata prepare with the model's tokenizer",
 			 "%s: token %u at position %llu is >= the model's vocabulary size %d", s->path,
 			 tok, (unsigned long long)i, vocab_size);
+		ST_CHECK(tok < s->vocab_size, "re-run strata prepare: the shard is damaged",
+			 "%s: token %u at position %llu is past the vocabulary of %u its header gives",
+			 s->path, tok, (unsigned long long)i, s->vocab_size);
 	}
 	return ST_OK;
 }
