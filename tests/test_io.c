@@ -1036,6 +1036,57 @@ Test(io, tokenizer_name_is_the_file_hash)
 }
 
 /* Files that are not byte-level BPE tokenizers: each a clear error. */
+/* Two tokenizers strata refused though they are valid (found by fuzzing):
+ * a Split by a plain String pattern (PCRE2_UCP beside PCRE2_LITERAL is an
+ * error) and a merge of two tokens of 1024 bytes or more (a fixed buffer).
+ * Both made from the GPT-2 test tokenizer; the ids are the tokenizers
+ * library's (0.22) for the same files. */
+Test(io, bpe_string_split_and_long_merge)
+{
+	char dir[] = "/tmp/strata-bpe2-XXXXXX", path[256];
+	cr_assert(mkdtemp(dir));
+	for (int k = 0; k < 2; k++) {
+		cJSON *t = tu_read_json("tests/data/tokenizers/gpt2/tokenizer.json");
+		if (k == 0) {
+			cJSON *pre = cJSON_Parse(
+				"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+				"\"pattern\": {\"String\": \" \"}, \"behavior\": \"Isolated\", \"invert\": false}, "
+				"{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+				"\"use_regex\": true}]}");
+			cJSON_ReplaceItemInObject(t, "pre_tokenizer", pre);
+		} else {
+			cJSON *model = cJSON_GetObjectItem(t, "model");
+			cJSON *vocab = cJSON_GetObjectItem(model, "vocab");
+			const int n = cJSON_GetArraySize(vocab) + 1000;
+			char a[601], aa[1201];
+			memset(a, 'a', 600), a[600] = '\0';
+			memset(aa, 'a', 1200), aa[1200] = '\0';
+			cJSON_AddNumberToObject(vocab, a, n);
+			cJSON_AddNumberToObject(vocab, aa, n + 1);
+			cJSON *pair = cJSON_CreateArray();
+			cJSON_AddItemToArray(pair, cJSON_CreateString(a));
+			cJSON_AddItemToArray(pair, cJSON_CreateString(a));
+			cJSON_AddItemToArray(cJSON_GetObjectItem(model, "merges"), pair);
+		}
+		snprintf(path, sizeof path, "%s/t%d.json", dir, k);
+		char *text = cJSON_PrintUnformatted(t);
+		cr_assert_eq(fs_write_file_atomic(path, text, strlen(text)), ST_OK);
+		free(text);
+		cJSON_Delete(t);
+		struct st_tokenizer tk;
+		cr_assert_eq(tokenizer_load(&tk, path), ST_OK, "case %d refused", k);
+		const uint32_t want[2][8] = {{73, 575, 80, 222, 88, 282, 324, 200},
+					     {73, 575, 80, 1176, 200}};
+		const size_t n_want = k ? 5 : 8;
+		uint32_t ids[64];
+		const size_t n = tokenizer_encode(&tk, ids, "hello world\n", 12);
+		cr_expect(n == n_want && !memcmp(ids, want[k], n * sizeof *ids), "case %d: %zu ids", k, n);
+		tokenizer_free(&tk);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 Test(io, bpe_bad_files)
 {
 	char dir[] = "/tmp/strata-bpe-XXXXXX";

@@ -181,8 +181,9 @@ static int compile_re(struct st_bpe *b, const char *pattern, int literal, const 
 	int err;
 	PCRE2_SIZE off;
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-				       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
-					       (literal ? PCRE2_LITERAL : 0),
+				       /* PCRE2_LITERAL takes no PCRE2_UCP (an error) and needs none */
+				       PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
+					       (literal ? PCRE2_LITERAL : PCRE2_UCP),
 				       &err, &off, NULL);
 	if (!re) {
 		PCRE2_UCHAR msg[256];
@@ -389,7 +390,7 @@ int bpe_load(struct st_bpe **out, const char *path)
 	cJSON_ArrayForEach(it, merges)
 	{
 		/* "a b" (older files) or ["a", "b"] */
-		char buf[1024];
+		char small[1024], *buf = small;
 		const char *l, *r;
 		size_t ln, rn;
 		if (cJSON_IsString(it)) {
@@ -415,11 +416,15 @@ int bpe_load(struct st_bpe **out, const char *path)
 			goto fail;
 		}
 		int a = smap_get(&b->vocab, l, ln), c = smap_get(&b->vocab, r, rn), m = -1;
-		if (ln + rn < sizeof buf) {
+		if (ln + rn >= sizeof small) /* a long merge (rare): its own buffer */
+			buf = st_malloc(ln + rn);
+		if (buf) {
 			memcpy(buf, l, ln);
 			memcpy(buf + ln, r, rn);
 			m = smap_get(&b->vocab, buf, ln + rn);
 		}
+		if (buf != small)
+			free(buf);
 		if (a < 0 || c < 0 || m < 0) {
 			ST_ERROR(hint, "%s: merge %d (%.*s + %.*s) names tokens not in the vocabulary",
 				 path, rank, (int)ln, l, (int)rn, r);
