@@ -722,6 +722,13 @@ Test(train, sharded_weights)
 		    "%s/broken2/model.safetensors.index.json && %s eval --model %s/broken2 --data %s/data",
 		    dir, dir, dir, cu_bin(), dir, dir);
 	expect_fail("index entry outside the directory", "bad entry", rc);
+	/* a tensor in two shard files (a copy of shard 2 that the index names
+	 * for one of its tensors): refused, not the first file's copy taken */
+	rc = cu_run(out, sizeof out, "cp -r %s/sharded %s/twice && cd %s/twice && for f in model-00002-of-*; "
+		    "do cp $f extra-${f#model-}; done && sed -i '0,/model-00002-of/s//extra-00002-of/' "
+		    "model.safetensors.index.json && %s eval --model %s/twice --data %s/data",
+		    dir, dir, dir, cu_bin(), dir, dir);
+	expect_fail("a tensor in two files", "is in two weight files", rc);
 }
 
 /* JSONL fine-tuning data: loss only on completions. The byte tokenizer makes

@@ -105,6 +105,11 @@ static int file_of(const struct st_weight_files *wf, const struct st_param *p, i
 		(*f)++;
 	ST_CHECK(*f < wf->n, "check that config.json belongs to these weights",
 		 "%s: tensor '%s' is missing from the model's weight files", wf->dir, p->name);
+	/* in one file only: which copy counts would be a guess */
+	for (int g = *f + 1; g < wf->n; g++)
+		ST_CHECK(!safetensors_find(&wf->sf[g], p->name), "remove the extra copy (re-export the model)",
+			 "%s: tensor '%s' is in two weight files, %s and %s", wf->dir, p->name,
+			 wf->sf[*f].path, wf->sf[g].path);
 	return ST_OK;
 }
 
