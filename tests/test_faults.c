@@ -749,6 +749,9 @@ Test(faults, config_values_checked_before_sizing)
 		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"attention_bias\":true", "\"attention_bias\" is true"},
 		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_act\":3", "\"hidden_act\" must be a string"},
 		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"eos_token_id\":[]", "\"eos_token_id\" is an empty list"},
+		/* an integer, too large: said as such (it was "must be an integer") */
+		{"\"num_hidden_layers\":3000000000,\"num_attention_heads\":4",
+		 "\"num_hidden_layers\" is 3000000000, more than strata's sizes hold"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out,

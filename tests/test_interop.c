@@ -410,6 +410,9 @@ Test(gguf, bad_metadata)
 		{"llama.attention.layer_norm_rms_epsilon", F32, 0x7f800000,
 		 "layer_norm_rms_epsilon is not a positive finite"},
 		{"llama.attention.head_count_kv", U32, 0, "head_count_kv is not a size"},
+		/* the default head size (64 / 128) rounds to 0: said as such */
+		{"llama.attention.head_count", U32, 128,
+		 "head_count 128 does not divide llama.embedding_length 64"},
 		/* 16M layers: refused before the model's bookkeeping is sized by it */
 		{"llama.block_count", U32, 16777215, "num_hidden_layers is 16777215; strata takes at most"},
 		{"llama.context_length", U32, 1u << 24, "llama.context_length is not a size"},

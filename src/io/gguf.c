@@ -317,7 +317,9 @@ const struct st_gguf_tensor *gguf_tensor(const struct st_gguf *g, const char *na
 	return NULL;
 }
 
-static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u)
+/* kv's number as *f and, where it is a count, *u; u_needed: a value that is
+ * no count (negative, fractional beyond 2^64, NaN) fails. */
+static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u, int u_needed)
 {
 	if (!kv)
 		return ST_FAIL;
@@ -346,7 +348,7 @@ static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u)
 	default: return ST_FAIL;
 	}
 	if (!(*f >= 0 && *f < 1.8e19)) /* NaN, negative or too large: no count */
-		return ST_FAIL;
+		return u_needed ? ST_FAIL : ST_OK;
 	*u = (uint64_t)*f;
 	return ST_OK;
 }
@@ -354,13 +356,13 @@ static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u)
 int gguf_get_u64(const struct st_gguf *g, const char *key, uint64_t *out)
 {
 	double f;
-	return scalar(gguf_kv(g, key), &f, out);
+	return scalar(gguf_kv(g, key), &f, out, 1);
 }
 
 int gguf_get_f64(const struct st_gguf *g, const char *key, double *out)
 {
-	uint64_t u;
-	return scalar(gguf_kv(g, key), out, &u);
+	uint64_t u = 0;
+	return scalar(gguf_kv(g, key), out, &u, 0);
 }
 
 const char *gguf_get_str(const struct st_gguf *g, const char *key, size_t *len)

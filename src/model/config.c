@@ -106,9 +106,11 @@ int config_validate(const struct st_config *c)
 
 static int json_int_value(const cJSON *it, const char *key, int *out, const char *path)
 {
-	ST_CHECK(cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble) &&
-			 fabs(it->valuedouble) < 2147483647.0,
+	ST_CHECK(cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble),
 		 "fix the value in config.json", "%s: \"%s\" must be an integer", path, key);
+	ST_CHECK(fabs(it->valuedouble) < 2147483647.0, "fix the value in config.json",
+		 "%s: \"%s\" is %.0f, more than strata's sizes hold (below 2^31)", path, key,
+		 it->valuedouble);
 	*out = (int)it->valuedouble;
 	return ST_OK;
 }

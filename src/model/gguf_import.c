@@ -63,8 +63,8 @@ static int meta_size(const struct st_gguf *g, const char *key, int dflt, int *ou
 	}
 	uint64_t v;
 	double f;
-	ST_CHECK(gguf_get_u64(g, key, &v) == ST_OK && gguf_get_f64(g, key, &f) == ST_OK &&
-			 f == (double)v && v >= 1 && v < (1u << 24),
+	ST_CHECK(kv->type != GGUF_BOOL && gguf_get_u64(g, key, &v) == ST_OK &&
+			 gguf_get_f64(g, key, &f) == ST_OK && f == (double)v && v >= 1 && v < (1u << 24),
 		 "the file's metadata is damaged", "%s: %s is not a size from 1 to 2^24", g->path, key);
 	*out = (int)v;
 	return ST_OK;
@@ -90,8 +90,9 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	const char *arch = gguf_get_str(g, "general.architecture", &n);
 	ST_CHECK(arch && n == 5 && !memcmp(arch, "llama", 5),
 		 "strata reads llama-architecture GGUF files (LLaMA, Mistral-style, SmolLM, ...)",
-		 "%s: unsupported architecture '%.*s'", g->path, arch ? (int)n : 7,
-		 arch ? arch : "missing");
+		 "%s: unsupported architecture '%.*s'", g->path,
+		 arch ? (int)n : gguf_kv(g, "general.architecture") ? 12 : 7,
+		 arch ? arch : gguf_kv(g, "general.architecture") ? "not a string" : "missing");
 	memset(cfg, 0, sizeof *cfg);
 	uint64_t v;
 	ST_TRY(meta_size(g, "llama.embedding_length", 0, &cfg->dim));
@@ -99,6 +100,11 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	ST_TRY(meta_size(g, "llama.feed_forward_length", 0, &cfg->ffn_dim));
 	ST_TRY(meta_size(g, "llama.attention.head_count", 0, &cfg->n_heads));
 	ST_TRY(meta_size(g, "llama.attention.head_count_kv", cfg->n_heads, &cfg->n_kv_heads));
+	ST_CHECK(gguf_kv(g, "llama.attention.key_length") || cfg->dim % cfg->n_heads == 0,
+		 "the file's metadata is damaged",
+		 "%s: llama.attention.head_count %d does not divide llama.embedding_length %d, and no "
+		 "llama.attention.key_length gives the head size",
+		 g->path, cfg->n_heads, cfg->dim);
 	ST_TRY(meta_size(g, "llama.attention.key_length", cfg->dim / cfg->n_heads, &cfg->head_dim));
 	ST_TRY(meta_size(g, "llama.context_length", 2048, &cfg->max_seq));
 	double f;
