@@ -388,6 +388,11 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 			dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect_neq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "/dl/latest points to step-000002, which does not exist"), "%s", out);
+	/* a latest made by hand with an absolute target is followed as given */
+	rc = cu_run(out, sizeof out, "cp -a %s/run %s/abs && ln -sfn %s/abs/step-000002 %s/abs/latest && "
+			"%s eval --model %s/abs --data %s/data --seq-len 32 --max-tokens 64",
+		    dir, dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "/abs/step-000002\n"), "%s", out);
 }
 
 /* A token budget on resume: --max-tokens given without --steps sets the

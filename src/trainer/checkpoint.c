@@ -664,7 +664,10 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		 "original command (or give a checkpoint directory, run/step-NNNNNN)",
 		 "no checkpoint at %s (neither trainer.json nor latest found)", path);
 	target[len] = '\0';
-	snprintf(out, n, "%s/%s", path, target);
+	if (target[0] == '/') /* a link made by hand: absolute (strata writes the step's name) */
+		snprintf(out, n, "%s", target);
+	else
+		snprintf(out, n, "%s/%s", path, target);
 	ST_CHECK(fs_exists(out), "give one of the run's step-NNNNNN directories",
 		 "%s/latest points to %s, which does not exist", path, target);
 	snprintf(p, sizeof p, "%s/trainer.json", out);
