@@ -549,6 +549,18 @@ Test(io, reject_repeated_field_and_nul_in_names)
 			   "duplicate name 'dtype' in the header");
 	expect_header_fail("{\"a\\u0000x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
 			   "header holds a NUL character");
+	expect_header_fail("{\"a\\\\\\u0000x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+			   "header holds a NUL character"); /* a backslash, then the escape */
+	/* an escaped backslash before the text "u0000" is no NUL */
+	char p[256];
+	static const unsigned char zeros[16];
+	write_st_raw(tpath(p, "ok.safetensors"),
+		     "{\"__metadata__\": {\"note\": \"C:\\\\u0000dir\"}, \"a\": {\"dtype\": \"F32\", "
+		     "\"shape\": [1], \"data_offsets\": [0, 4]}}",
+		     zeros, 4);
+	struct st_safetensors sf;
+	cr_expect_eq(safetensors_open(&sf, p), ST_OK, "an escaped backslash before u0000 refused");
+	safetensors_close(&sf);
 }
 
 Test(io, reject_missing_fields)
@@ -1084,6 +1096,37 @@ Test(io, bpe_string_split_and_long_merge)
 		tokenizer_free(&tk);
 		unlink(path);
 	}
+	rmdir(dir);
+}
+
+/* A model directory's config.json, read for its end token, is read as every
+ * JSON file is: a key given twice refused (transformers would take the
+ * last id, strata's parser the first). */
+Test(io, tokenizer_dir_config_read_strictly)
+{
+	char dir[] = "/tmp/strata-tokcfg-XXXXXX", path[256];
+	cr_assert(mkdtemp(dir));
+	char *text = NULL;
+	size_t n = 0;
+	cr_assert_eq(fs_read_file("tests/data/tokenizers/gpt2/tokenizer.json", &text, &n), ST_OK);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	cr_assert_eq(fs_write_file_atomic(path, text, n), ST_OK);
+	free(text);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	const char *twice = "{\"eos_token_id\": 5, \"eos_token_id\": 7}";
+	cr_assert_eq(fs_write_file_atomic(path, twice, strlen(twice)), ST_OK);
+	struct st_tokenizer tk;
+	const int old = st_log_mute(1);
+	cr_expect_eq(tokenizer_load(&tk, dir), ST_FAIL, "a key given twice was read");
+	st_log_mute(old);
+	const char *once = "{\"eos_token_id\": 7}";
+	cr_assert_eq(fs_write_file_atomic(path, once, strlen(once)), ST_OK);
+	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
+	cr_expect_eq(tk.eos_id, 7);
+	tokenizer_free(&tk);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	unlink(path);
 	rmdir(dir);
 }
 

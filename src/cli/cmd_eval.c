@@ -61,7 +61,7 @@ int cmd_eval(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "seq-len", 256, 2, 1 << 24, &t));
 	ST_TRY(cli_get_long(&a, "micro-batch", 8, 1, 1 << 24, &b));
 	ST_TRY(cli_get_long(&a, "max-tokens", 0, 0, LONG_MAX, &max_tokens));
-	ST_TRY(cli_get_long(&a, "threads", 0, 0, 4096, &threads));
+	ST_TRY(cli_get_long(&a, "threads", 0, 0, ST_MAX_THREADS, &threads));
 	int json;
 	ST_TRY(cli_get_bool(&a, "json", &json));
 	ST_TRY(cli_check_unused(&a, "strata eval"));

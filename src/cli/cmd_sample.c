@@ -63,7 +63,7 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "tokens", 200, 0, 1 << 30, &n_tok));
 	ST_TRY(cli_get_long(&a, "seed", 1, LONG_MIN, LONG_MAX, &seed));
 	ST_TRY(cli_get_long(&a, "context", 256, 2, 1 << 24, &ctx_len));
-	ST_TRY(cli_get_long(&a, "threads", 0, 0, 4096, &threads));
+	ST_TRY(cli_get_long(&a, "threads", 0, 0, ST_MAX_THREADS, &threads));
 	ST_TRY(cli_get_double(&a, "temperature", 0.8, &temp));
 	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
 	ST_TRY(cli_check_unused(&a, "strata sample"));

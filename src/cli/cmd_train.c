@@ -407,14 +407,14 @@ int cmd_train(int argc, char **argv)
 		printf("done: step %ld, train loss %.4f, %s\n", tr.step, tr.last_loss, val);
 	if (opened && rc != ST_OK) {
 		/* a run that stopped on an error: where it can go on from */
-		char link[sizeof o.out + 8], target[256];
-		snprintf(link, sizeof link, "%s/latest", o.out);
-		const ssize_t len = readlink(link, target, sizeof target - 1);
-		if (len > 0) {
-			target[len] = '\0';
-			st_log_info("the run's last checkpoint is %s/%s: `strata train --resume %s` goes on "
+		char last[sizeof o.out + 300];
+		const int old = st_log_mute(1);
+		const int found = ckpt_resolve(last, sizeof last, o.out) == ST_OK;
+		st_log_mute(old);
+		if (found) {
+			st_log_info("the run's last checkpoint is %s: `strata train --resume %s` goes on "
 				    "from it once the cause above is fixed",
-				    o.out, target, o.out);
+				    last, o.out);
 		} else {
 			st_log_info("the run saved no checkpoint");
 		}

@@ -22,6 +22,9 @@ struct st_session {
 
 /* Choose the backend ("cpu", "cuda", "auto") and set the thread count
  * (0: all cores). */
+/* The most --threads any command takes: libgomp sizes per-thread data on
+ * the stack, and 100000 threads overflowed it. */
+#define ST_MAX_THREADS 4096
 int session_backend(const struct st_ops **ops, const char *device, int threads);
 /* Build the model from cfg and allocate its weight slabs (zeroed);
  * with_grads: 0 no gradient slabs, ST_GRADS_ALL one per unit,

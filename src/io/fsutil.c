@@ -150,8 +150,8 @@ void fs_rmdir_made(const char *path, const size_t *made, int n_made)
 int fs_step_name(const char *name, long *step)
 {
 	char *end;
-	if (strncmp(name, "step-", 5) != 0)
-		return 0;
+	if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9')
+		return 0; /* digits only: not "step--1", "step-+1" or "step- 1" */
 	*step = strtol(name + 5, &end, 10);
 	return *end == '\0' && end != name + 5;
 }

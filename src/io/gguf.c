@@ -1,4 +1,5 @@
 /* GGUF reader; see gguf.h. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,7 +290,9 @@ int gguf_open(struct st_gguf *g, const char *path)
 
 void gguf_close(struct st_gguf *g)
 {
-	for (int i = 0; g->t && i < g->n_tensors; i++)
+	/* every name set, also that of a tensor whose checks failed (g->t is
+	 * calloc'd one past the file's count, so the names end at a NULL) */
+	for (int i = 0; g->t && g->t[i].name; i++)
 		free(g->t[i].name);
 	for (int i = 0; g->kv && i < g->n_kv; i++)
 		free(g->kv[i].strs);
@@ -318,7 +321,7 @@ const struct st_gguf_tensor *gguf_tensor(const struct st_gguf *g, const char *na
 }
 
 /* kv's number as *f and, where it is a count, *u; u_needed: a value that is
- * no count (negative, fractional beyond 2^64, NaN) fails. */
+ * no count (negative, fractional, past 2^64, NaN) fails. */
 static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u, int u_needed)
 {
 	if (!kv)
@@ -347,7 +350,8 @@ static int scalar(const struct st_gguf_kv *kv, double *f, uint64_t *u, int u_nee
 	}
 	default: return ST_FAIL;
 	}
-	if (!(*f >= 0 && *f < 1.8e19)) /* NaN, negative or too large: no count */
+	if (!(*f >= 0 && *f < 1.8e19 && *f == floor(*f))) /* NaN, negative, fractional or
+							      too large: no count */
 		return u_needed ? ST_FAIL : ST_OK;
 	*u = (uint64_t)*f;
 	return ST_OK;

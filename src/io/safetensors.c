@@ -22,6 +22,7 @@
  * checkpoint is an error, not a silently different run. Files without the
  * key (Hugging Face, older strata) load as before. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -332,7 +333,7 @@ static int parse_sums(struct st_safetensors *sf)
 	ST_CHECK(strlen(hex) == (size_t)sf->n * SUM_HEX, CORRUPT,
 		 "%s: \"" SUM_KEY "\" holds %zu digits for %d tensors (16 each)", sf->path,
 		 strlen(hex), sf->n);
-	/* name order (names are unique: parse_header refuses repeats) */
+	/* name order (names are unique: open_mapped refuses repeats) */
 	const struct st_tensor_info **by = st_malloc((size_t)(sf->n ? sf->n : 1) * sizeof *by);
 	sf->sums = st_malloc((size_t)(sf->n ? sf->n : 1) * sizeof *sf->sums);
 	if (!by || !sf->sums) {
@@ -355,6 +356,21 @@ static int parse_sums(struct st_safetensors *sf)
 	}
 	free(by);
 	return rc;
+}
+
+/* Whether JSON text holds the escape \u0000 (a backslash run of odd length
+ * before "u0000": "\\u0000" is a backslash and the text "u0000"). cJSON
+ * cuts a string there, so a name or value holding it would be read short. */
+static int has_nul_escape(const char *text)
+{
+	for (const char *q = strstr(text, "u0000"); q; q = strstr(q + 1, "u0000")) {
+		size_t run = 0;
+		while (q - run > text && q[-1 - (ptrdiff_t)run] == '\\')
+			run++;
+		if (run % 2)
+			return 1;
+	}
+	return 0;
 }
 
 /* Everything after the map: header length, JSON, entries. */
@@ -403,8 +419,8 @@ static int open_mapped(struct st_safetensors *sf)
 		ST_ERROR(CORRUPT, "%s: duplicate name '%s' in the header", path, dup);
 		rc = ST_FAIL;
 	}
-	if (rc == ST_OK && (memchr(text, 0, (size_t)hlen) || strstr(text, "\\u0000"))) {
-		ST_ERROR(CORRUPT, "%s: header holds a NUL character", path);
+	if (rc == ST_OK && (memchr(text, 0, (size_t)hlen) || has_nul_escape(text))) {
+		ST_ERROR(CORRUPT, "%s: header holds a NUL character (\\u0000), which would cut a name or value short", path);
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK)

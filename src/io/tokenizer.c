@@ -58,10 +58,15 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 	if (fs_is_dir(name_or_path)) {
 		char cpath[4200];
 		snprintf(cpath, sizeof cpath, "%s/config.json", name_or_path);
-		char *cfg = NULL;
-		size_t n = 0;
-		if (fs_exists(cpath) && fs_read_file(cpath, &cfg, &n) == ST_OK) {
-			cJSON *root = cJSON_ParseWithLength(cfg, n);
+		/* read as every JSON file is (a key twice, or more after the object,
+		 * refused: the model's readers would take another id) */
+		cJSON *root = NULL;
+		if (fs_exists(cpath) && fs_read_json(cpath, &root, "fix the model's config.json") != ST_OK) {
+			bpe_free(tk->bpe);
+			tk->bpe = NULL;
+			return ST_FAIL;
+		}
+		if (root) {
 			const char *keys[2] = {"bos_token_id", "eos_token_id"};
 			int *ids[2] = {&tk->bos_id, &tk->eos_id};
 			for (int k = 0; k < 2; k++) {
@@ -73,7 +78,6 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 			}
 			cJSON_Delete(root);
 		}
-		free(cfg);
 	}
 	/* the name shards record: which tokenizer.json exactly (path is still
 	 * its path, whether given as a file or as a model directory) */

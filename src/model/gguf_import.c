@@ -74,11 +74,13 @@ static int meta_size(const struct st_gguf *g, const char *key, int dflt, int *ou
  * and NaN, infinite, zero or negative, an error naming the key. */
 static int meta_real(const struct st_gguf *g, const char *key, double dflt, double *out)
 {
-	if (!gguf_kv(g, key)) {
+	const struct st_gguf_kv *kv = gguf_kv(g, key);
+	if (!kv) {
 		*out = dflt;
 		return ST_OK;
 	}
-	ST_CHECK(gguf_get_f64(g, key, out) == ST_OK && isfinite(*out) && *out > 0,
+	ST_CHECK(kv->type != GGUF_BOOL && gguf_get_f64(g, key, out) == ST_OK && isfinite(*out) &&
+			 *out > 0,
 		 "the file's metadata is damaged", "%s: %s is not a positive finite number", g->path,
 		 key);
 	return ST_OK;
@@ -129,8 +131,19 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 		 "%s: no 2-D token_embd.weight tensor", g->path);
 	cfg->vocab_size = (int)emb->ne[1];
 	cfg->tied = gguf_tensor(g, "output.weight") == NULL;
-	cfg->bos_id = gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) == ST_OK ? (int)v : -1;
-	cfg->eos_id = gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v) == ST_OK ? (int)v : -1;
+	/* an id outside the vocabulary (or no count) names no token: dropped, said */
+	const char *id_keys[2] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"};
+	int *ids[2] = {&cfg->bos_id, &cfg->eos_id};
+	for (int k = 0; k < 2; k++) {
+		*ids[k] = -1;
+		if (!gguf_kv(g, id_keys[k]))
+			continue;
+		if (gguf_get_u64(g, id_keys[k], &v) == ST_OK && v < (uint64_t)cfg->vocab_size)
+			*ids[k] = (int)v;
+		else
+			st_log_warn("%s: %s is not an id below the vocabulary size %d: left out", g->path,
+				    id_keys[k], cfg->vocab_size);
+	}
 	const char *scaling = gguf_get_str(g, "llama.rope.scaling.type", &n);
 	ST_CHECK(!(scaling && !(n == 4 && !memcmp(scaling, "none", 4))) &&
 			 !gguf_tensor(g, "rope_freqs.weight"),
@@ -138,15 +151,14 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 		 "supported",
 		 "%s: the model uses RoPE scaling (%s), which strata does not implement", g->path,
 		 scaling ? "llama.rope.scaling.type" : "rope_freqs.weight");
-	ST_CHECK(gguf_get_u64(g, "llama.expert_count", &v) != ST_OK || v == 0,
+	double experts = 0;
+	ST_CHECK(!gguf_kv(g, "llama.expert_count") ||
+			 (gguf_get_f64(g, "llama.expert_count", &experts) == ST_OK && experts == 0),
 		 "strata trains dense LLaMA models, not mixtures of experts",
-		 "%s: a mixture-of-experts model (llama.expert_count %llu)", g->path, (unsigned long long)v);
+		 "%s: llama.expert_count is %g: a mixture of experts, or damaged metadata", g->path,
+		 experts);
 	ST_CHECK(emb->ne[1] < (1u << 24), "the file's metadata is damaged",
 		 "%s: a vocabulary of %llu tokens", g->path, (unsigned long long)emb->ne[1]);
-	if (cfg->bos_id >= cfg->vocab_size)
-		cfg->bos_id = -1;
-	if (cfg->eos_id >= cfg->vocab_size)
-		cfg->eos_id = -1;
 	return config_validate(cfg);
 }
 

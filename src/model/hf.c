@@ -360,10 +360,13 @@ static int model_dir_clear(const char *dir)
 int model_dir_stage(const char *dir, int force, struct model_stage *st)
 {
 	st->lock_fd = -1;
-	st->locked = st->n_made = 0;
+	st->locked = st->busy = st->n_made = 0;
 	st->tmp[0] = '\0';
 	snprintf(st->dir, sizeof st->dir, "%s", dir);
-	ST_TRY(fs_mkdir_p_made(dir, st->made, 64, &st->n_made));
+	if (fs_mkdir_p_made(dir, st->made, ST_MADE_MAX, &st->n_made) != ST_OK) {
+		fs_rmdir_made(dir, st->made, st->n_made); /* the levels made before it failed */
+		return ST_FAIL;
+	}
 	/* a model written into a run would shadow its checkpoints for eval and
 	 * sample, and a resume refuses the directory; into a checkpoint, it
 	 * would leave the old optimizer state beside new weights (checked on
@@ -397,6 +400,7 @@ int model_dir_stage(const char *dir, int force, struct model_stage *st)
 	st->locked = flock(st->lock_fd, LOCK_EX | LOCK_NB) == 0;
 	if (!st->locked) {
 		const int err = errno;
+		st->busy = err == EWOULDBLOCK;
 		if (err == EWOULDBLOCK) {
 			model_dir_unstage(st);
 			ST_ERROR("wait for it to finish", "%s is being written by another strata init or "
@@ -438,10 +442,17 @@ void model_dir_unstage(struct model_stage *st)
 	st->tmp[0] = '\0';
 	char lock[4300];
 	snprintf(lock, sizeof lock, "%s/.strata-write.lock", st->dir);
-	/* a directory made for this model goes again, and with it the lock
-	 * file, removed while still held (so no writer locks a file that
-	 * then vanishes), and only by its holder */
-	if (st->n_made && st->locked)
+	/* A model directory this command made goes again, and with it the lock
+	 * file, unlinked before it is closed: unless another writer holds it
+	 * (busy), or the directory was there before (its lock file stays, as
+	 * after any write). A writer that opened the file just before the
+	 * unlink locks a file no longer in the directory; its staging
+	 * directory then keeps the directory from being removed here. */
+	size_t plen = strlen(st->dir);
+	while (plen > 1 && st->dir[plen - 1] == '/')
+		plen--;
+	const int made_dir = st->n_made && st->made[st->n_made - 1] >= plen;
+	if (made_dir && !st->busy)
 		unlink(lock);
 	if (st->lock_fd >= 0)
 		close(st->lock_fd);

@@ -59,12 +59,13 @@ int model_dir_holds_model(const char *dir);
  * staged: a dir that is a training run or checkpoint (fs_run_marker), and
  * one already holding a model without force (both on the path as made:
  * "x/../run" is the run). */
+#define ST_MADE_MAX 64
 struct model_stage {
 	char tmp[4200];
-	char dir[4200];  /* the model directory */
-	size_t made[64]; /* the directories staging made for it (fs_mkdir_p_made), */
-	int n_made;      /* removed again when it fails */
-	int lock_fd, locked;
+	char dir[4200];           /* the model directory */
+	size_t made[ST_MADE_MAX]; /* the directories staging made for it (fs_mkdir_p_made), */
+	int n_made;               /* removed again when it fails (the first ST_MADE_MAX) */
+	int lock_fd, locked, busy; /* busy: another writer holds the lock */
 };
 int model_dir_stage(const char *dir, int force, struct model_stage *st);
 void model_dir_unstage(struct model_stage *st);

@@ -389,12 +389,12 @@ static void prune(const char *out, int keep, long current)
  * (sample, eval and transformers find its tokenizer there). They are read
  * once, at the start: the directory they came from may be a checkpoint
  * that --keep-ckpts (of this run, or of the run it came from) removes. */
-static const char *const tok_files[4] = {"tokenizer.json", "tokenizer_config.json",
+static const char *const tok_files[ST_TOK_FILES] = {"tokenizer.json", "tokenizer_config.json",
 					 "special_tokens_map.json", "generation_config.json"};
 
 int ckpt_read_tokenizer_files(struct st_trainer *tr)
 {
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < ST_TOK_FILES; i++) {
 		char src[4200];
 		snprintf(src, sizeof src, "%s/%s", tr->model_dir, tok_files[i]);
 		if (fs_exists(src))
@@ -405,7 +405,7 @@ int ckpt_read_tokenizer_files(struct st_trainer *tr)
 
 static int copy_tokenizer_files(const struct st_trainer *tr, const char *dir)
 {
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < ST_TOK_FILES; i++) {
 		if (!tr->tok_text[i])
 			continue;
 		char dst[4200];

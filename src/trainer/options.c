@@ -8,6 +8,7 @@
 
 #include "io/fsutil.h"
 #include "optim/optim.h"
+#include "engine/session.h"
 #include "trainer/options.h"
 #include "util/check.h"
 
@@ -321,10 +322,8 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->eval_interval >= 0 && o->ckpt_interval >= 0 && o->eval_tokens >= 0, h,
 		 "intervals and --eval-tokens must be >= 0");
 	ST_CHECK(o->keep_ckpts >= 0, h, "--keep-ckpts must be >= 0");
-	/* as eval and sample: libgomp sizes per-thread data on the stack, and
-	 * 100000 threads overflowed it */
-	ST_CHECK(o->threads >= 0 && o->threads <= 4096, h, "--threads must be in [0, 4096] (got %d)",
-		 o->threads);
+	ST_CHECK(o->threads >= 0 && o->threads <= ST_MAX_THREADS, h,
+		 "--threads must be in [0, %d] (got %d)", ST_MAX_THREADS, o->threads);
 	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive");
 	ST_CHECK(o->prefetch >= 0 && o->prefetch <= 64, h, "--prefetch must be between 0 (auto) and 64");
 	ST_CHECK(o->trace_steps >= 0, h, "--trace-steps must be >= 0");

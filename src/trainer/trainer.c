@@ -799,7 +799,7 @@ void trainer_close(struct st_trainer *tr)
 	free(tr->targets);
 	if (tr->lock_fd >= 0)
 		close(tr->lock_fd); /* the run directory is free */
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < ST_TOK_FILES; i++)
 		free(tr->tok_text[i]);
 	memset(tr, 0, sizeof *tr);
 	tr->lock_fd = -1;

@@ -39,6 +39,9 @@ struct st_ckpt_async {
 	float bad_val;
 };
 
+/* The tokenizer files a checkpoint carries (checkpoint.c tok_files). */
+#define ST_TOK_FILES 4
+
 struct st_trainer {
 	struct st_train_opts o;
 	struct st_session s;
@@ -71,8 +74,8 @@ struct st_trainer {
 	char ckpt_loaded[4096];
 	int ckpt_threads; /* the threads the loaded checkpoint's run used (0: not saved) */
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
-	char *tok_text[4];      /* those files as they were at the start (NULL: absent), */
-	size_t tok_len[4];      /* for every checkpoint: the source may be pruned meanwhile */
+	char *tok_text[ST_TOK_FILES]; /* those files as they were at the start (NULL: */
+	size_t tok_len[ST_TOK_FILES]; /* absent), for every checkpoint: the source may go */
 	struct st_ckpt_async ck;
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
