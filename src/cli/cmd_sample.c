@@ -27,7 +27,7 @@ static void help(void)
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       "  --tokenizer T      byte, a tokenizer.json or a directory with one [the model's, else byte]\n"
-	       "Generation stops at the tokenizer's <eos>, which is not printed.\n");
+	       "\nGeneration stops at the tokenizer's <eos>, which is not printed.\n");
 }
 
 struct out_ctx {
