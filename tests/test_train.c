@@ -1655,6 +1655,18 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3", cu_bin(), dir);
 	cr_expect_str_eq(out, a, "sampling with the same seed differs");
 	cr_expect(strncmp(out, "the lord", 8) == 0, "sample does not start with the prompt: %s", out);
+	/* every target of the validation shard is scored, the last window
+	 * short: 100 tokens are 99 targets in windows of 32 (96 until the
+	 * short tail was dropped) */
+	char shard[512];
+	snprintf(shard, sizeof shard, "%s/v100.bin", dir);
+	uint32_t toks[100];
+	for (int i = 0; i < 100; i++)
+		toks[i] = (uint32_t)('a' + i % 26);
+	cr_assert_eq(shard_write(shard, toks, 100, 258, "byte"), 0);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s --seq-len 32 --json", cu_bin(),
+		    dir, shard);
+	cr_expect(rc == 0 && strstr(out, "\"tokens\": 99}"), "%s", out);
 	/* --micro-batch beyond the windows scored: no rows past them (16M rows
 	 * of 32 tokens used to be allocated for these two) */
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --seq-len 32 --max-tokens 64 "

@@ -173,9 +173,9 @@ long data_val_windows(const struct st_data *d, int t)
 {
 	if (!d->has_val || d->val.n_tokens < 2)
 		return 0;
-	if (d->val.n_tokens <= (uint64_t)t)
-		return 1; /* one short window, padded */
-	return (long)((d->val.n_tokens - 1) / (uint64_t)t);
+	/* every next-token target once: the last window may be short, padded
+	 * with ignored targets (it used to be dropped, up to t - 1 targets) */
+	return (long)((d->val.n_tokens - 1 + (uint64_t)t - 1) / (uint64_t)t);
 }
 
 void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,

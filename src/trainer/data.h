@@ -34,7 +34,9 @@ void data_check_tokenizer(const struct st_data *d, const char *model_dir);
 /* Fill tokens/targets (b,t) of micro-batch `micro` of step `step`. */
 void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
 		      uint64_t seed, long step, int micro);
-/* Number of consecutive validation windows of t+1 tokens (stride t). */
+/* Number of consecutive validation windows of t+1 tokens (stride t), the
+ * last one short where the shard's n - 1 targets are not a multiple of t:
+ * together they score every target once. */
 long data_val_windows(const struct st_data *d, int t);
 /* Fill (b,t) with windows first .. first+b-1; rows past the last window get
  * targets -1 (ignored). */
