@@ -97,9 +97,7 @@ int cmd_eval(int argc, char **argv)
 	long n = 0;
 	if (rc == ST_OK) {
 		/* no more rows per batch than there are windows to score */
-		long windows = data_val_windows(&d, (int)t);
-		if (max_tokens > 0 && windows > (max_tokens + t - 1) / t)
-			windows = (max_tokens + t - 1) / t;
+		const long windows = data_eval_windows(&d, (int)t, max_tokens);
 		if (windows > 0 && b > windows)
 			b = windows;
 		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);

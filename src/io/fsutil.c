@@ -540,6 +540,14 @@ const char *fs_json_duplicate_key(const cJSON *node)
 	return NULL;
 }
 
+size_t fs_json_rest(const char *text, size_t from, size_t len)
+{
+	while (from < len && (text[from] == ' ' || text[from] == '\t' || text[from] == '\n' ||
+			      text[from] == '\r'))
+		from++;
+	return from;
+}
+
 int fs_read_json(const char *path, cJSON **root, const char *hint)
 {
 	char *text = NULL;
@@ -551,10 +559,7 @@ int fs_read_json(const char *path, cJSON **root, const char *hint)
 	cJSON *r = cJSON_ParseWithLengthOpts(text, len, &end, 0);
 	/* only white space may follow the value: another value or text after
 	 * it is damage that cJSON alone would let through */
-	size_t after = r && end ? (size_t)(end - text) : len;
-	while (after < len && (text[after] == ' ' || text[after] == '\t' || text[after] == '\n' ||
-			       text[after] == '\r'))
-		after++;
+	const size_t after = r && end ? fs_json_rest(text, (size_t)(end - text), len) : len;
 	free(text);
 	if (r && after < len) {
 		cJSON_Delete(r);

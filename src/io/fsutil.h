@@ -40,6 +40,9 @@ const char *fs_first_duplicate(const char **names, size_t n);
  * strata and by transformers is refused rather than read two ways.
  * fs_read_json refuses such files. */
 const char *fs_json_duplicate_key(const struct cJSON *node);
+/* The first byte of text[from, len) that is not JSON white space (len when
+ * none): what follows a parsed value must be only that. */
+size_t fs_json_rest(const char *text, size_t from, size_t len);
 /* Remove a file (or link); one already gone is fine; an error names it. */
 int fs_unlink(const char *path);
 /* Recursively remove a directory tree (used for stale temp checkpoints). */

@@ -405,12 +405,12 @@ static int open_mapped(struct st_safetensors *sf)
 		rc = ST_FAIL;
 	} else {
 		/* Only the space padding may follow the JSON value. */
-		for (const char *q = end; rc == ST_OK && q < text + hlen; q++)
-			if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-				ST_ERROR(CORRUPT, "%s: header is not valid JSON (unexpected byte 0x%02x after the JSON object, at byte %zu)",
-					 path, (unsigned char)*q, (size_t)(q - text));
-				rc = ST_FAIL;
-			}
+		const size_t q = fs_json_rest(text, (size_t)(end - text), (size_t)hlen);
+		if (q < (size_t)hlen) {
+			ST_ERROR(CORRUPT, "%s: header is not valid JSON (unexpected byte 0x%02x after the JSON object, at byte %zu)",
+				 path, (unsigned char)text[q], q);
+			rc = ST_FAIL;
+		}
 	}
 	/* a name or field given twice, or cut short by a NUL, would read as
 	 * another (the first of two "dtype"s; "w\u0000x" as "w") */

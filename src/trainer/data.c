@@ -178,6 +178,13 @@ long data_val_windows(const struct st_data *d, int t)
 	return (long)((d->val.n_tokens - 1 + (uint64_t)t - 1) / (uint64_t)t);
 }
 
+long data_eval_windows(const struct st_data *d, int t, long max_tokens)
+{
+	const long windows = data_val_windows(d, t);
+	return max_tokens > 0 && windows > (max_tokens + t - 1) / t ? (max_tokens + t - 1) / t
+								     : windows;
+}
+
 void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
 		    long first)
 {

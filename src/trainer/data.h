@@ -38,6 +38,9 @@ void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets
  * last one short where the shard's n - 1 targets are not a multiple of t:
  * together they score every target once. */
 long data_val_windows(const struct st_data *d, int t);
+/* The windows an evaluation of max_tokens (0: all) scores: whole windows,
+ * rounded up, at most data_val_windows. */
+long data_eval_windows(const struct st_data *d, int t, long max_tokens);
 /* Fill (b,t) with windows first .. first+b-1; rows past the last window get
  * targets -1 (ignored). */
 void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,

@@ -810,9 +810,7 @@ int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long m
 {
 	ST_CHECK(d->has_val, "give a validation shard", "no validation data");
 	ST_TRY(session_exec(s, b, t));
-	long windows = data_val_windows(d, t);
-	if (max_tokens > 0 && windows > (max_tokens + t - 1) / t)
-		windows = (max_tokens + t - 1) / t;
+	const long windows = data_eval_windows(d, t, max_tokens);
 	int32_t *tok = st_malloc((size_t)b * t * sizeof *tok);
 	int32_t *tgt = st_malloc((size_t)b * t * sizeof *tgt);
 	if (!tok || !tgt) {
