@@ -176,6 +176,18 @@ Test(faults, inconsistent_trainer_json_refused)
 		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/o%d", dir, i), 0,
 			     "edit %d: a refused resume left a run directory", i);
 	}
+	/* a step copied under another step's name; under a name of its own
+	 * (and with a trailing slash) it resumes */
+	int rc = cu_run(out, sizeof out,
+			"mkdir %s/r && cp -r %s/run/step-000002 %s/r/step-000001 && "
+			"%s train --resume %s/r/step-000001/ --out %s/o --steps 4",
+			dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "step 2 resumed as step-000001: %s", out);
+	cr_expect(strstr(out, "step-000001/ holds step 2, not the step its name says"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "cp -r %s/run/step-000002 %s/r/best && %s train --resume %s/r/best/ --out %s/o --steps 3",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
 }
 
 /* One run per run directory: while another process holds OUT/.lock, a

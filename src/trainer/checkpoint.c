@@ -680,17 +680,24 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	return ST_OK;
 }
 
+/* Whether the directory is named step-N (RUN/step-N/ as well), and N; dir
+ * gets the path without its trailing slashes. */
+static int dir_step(char dir[4200], const char *ckpt_dir, long *step)
+{
+	snprintf(dir, 4200, "%s", ckpt_dir);
+	for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/';)
+		dir[--n] = '\0';
+	const char *base = strrchr(dir, '/');
+	return fs_step_name(base ? base + 1 : dir, step);
+}
+
 void ckpt_name_earlier(const char *ckpt_dir)
 {
 	char dir[4200], run[4200], best_name[256] = "";
-	snprintf(dir, sizeof dir, "%s", ckpt_dir);
-	for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/';) /* RUN/step-N/ */
-		dir[--n] = '\0';
-	fs_dirname(run, sizeof run, dir);
-	const char *base = strrchr(dir, '/');
 	long current, best = -1, s;
-	if (!fs_step_name(base ? base + 1 : dir, &current))
+	if (!dir_step(dir, ckpt_dir, &current))
 		return;
+	fs_dirname(run, sizeof run, dir);
 	DIR *d = opendir(run);
 	if (!d)
 		return;
@@ -980,6 +987,13 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 		 "%s: inconsistent counts: step %ld, updates %ld, skipped %ld (step must equal "
 		 "updates + skipped, none negative)",
 		 path, tr->step, tr->updates, tr->skipped);
+	/* a step-N directory holds step N: one copied or renamed over another
+	 * step's name would be resumed, pruned and named earlier as that step */
+	char dir[4200];
+	long named;
+	ST_CHECK(!dir_step(dir, ckpt_dir, &named) || named == tr->step,
+		 "rename the directory to the step it holds, or copy it under another name",
+		 "%s holds step %ld, not the step its name says", ckpt_dir, tr->step);
 
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;
