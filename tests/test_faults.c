@@ -1330,3 +1330,45 @@ Test(faults, sgd_momentum_switched_on_resume_named)
 		    cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "another non-zero momentum refused: %s", out);
 }
+
+/* JSON that type-checks loosely: a model_type that is not a string (read as
+ * "llama"), a pre_tokenizer Sequence whose "pretokenizers" is an object (its
+ * members were read as the stages), and an added token listed twice (which
+ * id the tokenizers library keeps is not strata's to guess). Each refused,
+ * naming the field; the files are otherwise the test tokenizer and config. */
+Test(faults, loosely_typed_json_refused)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "loose");
+	cu_run(NULL, 0, "printf 'some text\\n' > %s/t.txt", dir);
+	const char *tok = "tests/data/tokenizers/gpt2/tokenizer.json";
+	const struct {
+		const char *edit, *needle;
+	} cases[] = {
+		{"t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': {'a': t['pre_tokenizer']}}",
+		 "a pre_tokenizer Sequence whose \"pretokenizers\" is not a list"},
+		{"t['added_tokens'].append(dict(t['added_tokens'][0], id=300))",
+		 "added tokens '<|endoftext|>' (id 0) and '<|endoftext|>' (id 300) share their text"},
+		{"t['added_tokens'].append(dict(t['added_tokens'][0], content='<x>'))",
+		 "added tokens '<|endoftext|>' (id 0) and '<x>' (id 0) share an id"},
+		{"pass", NULL}, /* the file as it is loads */
+	};
+	for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+		int rc = cu_run(out, sizeof out,
+				"mkdir -p %s/k%d && python3 -c \"import json; t = json.load(open('%s')); %s; "
+				"json.dump(t, open('%s/k%d/tokenizer.json', 'w'))\" && "
+				"%s prepare --input %s/t.txt --tokenizer %s/k%d --out %s/d%d --val-fraction 0",
+				dir, i, tok, cases[i].edit, dir, i, cu_bin(), dir, dir, i, dir, i);
+		if (!cases[i].needle) {
+			cr_expect_eq(rc, 0, "the unedited tokenizer was refused: %s", out);
+			continue;
+		}
+		cr_expect(rc != 0 && strstr(out, cases[i].needle), "case %d: %s", i, out);
+	}
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"sed -Ei 's/(\"model_type\":[[:space:]]*)\"llama\"/\\15/' %s/init/config.json && "
+			"%s eval --model %s/init --data %s/data --max-tokens 64",
+			dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "config.json: model_type is not a string"), "%s", out);
+}

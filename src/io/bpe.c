@@ -245,6 +245,8 @@ static int load_pre_tokenizer(struct st_bpe *b, const cJSON *pt, const char *pat
 	if (strcmp(type_of(pt), "Sequence"))
 		return load_stage(b, pt, 1, path);
 	const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers"), *it;
+	ST_CHECK(cJSON_IsArray(seq), "strata reads byte-level BPE tokenizers",
+		 "%s: a pre_tokenizer Sequence whose \"pretokenizers\" is not a list", path);
 	const int n = cJSON_GetArraySize(seq);
 	ST_CHECK(n > 0, "strata reads byte-level BPE tokenizers", "%s: an empty pre_tokenizer sequence",
 		 path);
@@ -444,6 +446,16 @@ int bpe_load(struct st_bpe **out, const char *path)
 	{
 		const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
 		const int id = (int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
+		/* one id per text and one text per id: of two, the tokenizers
+		 * library keeps one (which, depends on its version and the vocab) */
+		for (int j = 0; j < k; j++)
+			if ((int)b->added[j].id == id || !strcmp(b->added[j].content, content)) {
+				ST_ERROR("remove one of the two entries from added_tokens",
+					 "%s: added tokens '%s' (id %d) and '%s' (id %d) share %s", path,
+					 b->added[j].content, (int)b->added[j].id, content, id,
+					 (int)b->added[j].id == id ? "an id" : "their text");
+				goto fail;
+			}
 		b->added[k++] = (struct added){content, strlen(content), (uint32_t)id};
 		free(b->raw[id]);
 		b->raw[id] = strdup(content);

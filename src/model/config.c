@@ -155,6 +155,9 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
 	const int marked_stable = mt && cJSON_IsString(mt) &&
 				  strcmp(mt->valuestring, ST_MODEL_TYPE_STABLE) == 0;
+	ST_CHECK(!mt || cJSON_IsNull(mt) || cJSON_IsString(mt),
+		 "write the architecture as a string: \"model_type\": \"llama\"",
+		 "%s: model_type is not a string", path);
 	if (mt && cJSON_IsString(mt))
 		ST_CHECK(marked_stable || strcmp(mt->valuestring, "llama") == 0,
 			 "strata trains LLaMA-architecture models (model_type \"llama\", or "
