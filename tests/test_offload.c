@@ -643,6 +643,13 @@ Test(offload, resume_bit_identical, .timeout = 300)
 	snprintf(b, sizeof b, "%s/to-disk/step-000006", dir);
 	cu_expect_same_state(a, b, "in-memory checkpoint resumed offloaded");
 	resume_in_memory(dir, "disk", "offloaded checkpoint resumed in memory");
+	/* --offload-dir '' clears the saved directories: the resumed run
+	 * records none (it kept them) */
+	rc = cu_run(out, sizeof out,
+		    "%s train --resume %s/disk/step-000003 --out %s/cleared --place auto --offload-dir '' "
+		    "--steps 4 && grep -E '\"offload-dir\":[[:space:]]*\"\",' %s/cleared/step-000004/trainer.json",
+		    cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "--offload-dir '' did not clear the saved directory: %s", out);
 }
 
 /* Lazy asynchronous checkpoints: with the capture slowed down (a slow disk),

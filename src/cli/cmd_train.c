@@ -96,6 +96,7 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 {
 	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
 	char dirs[sizeof o->offload_dir] = "";
+	int dirs_given = 0;
 	for (int i = 0; i < a->n; i++) {
 		if (skip && !strcmp(a->key[i], skip))
 			continue;
@@ -106,14 +107,16 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 			size_t len = strlen(dirs);
 			ST_CHECK(len + strlen(a->val[i]) + 2 < sizeof dirs, "use shorter paths",
 				 "--offload-dir: too many or too long directories");
-			snprintf(dirs + len, sizeof dirs - len, "%s%s", len ? "," : "", a->val[i]);
+			if (*a->val[i])
+				snprintf(dirs + len, sizeof dirs - len, "%s%s", len ? "," : "", a->val[i]);
+			dirs_given = 1;
 			a->used[i] = 1;
 			continue;
 		}
 		ST_TRY(train_opts_set(o, a->key[i], a->val[i]));
 		a->used[i] = 1;
 	}
-	if (*dirs)
+	if (dirs_given) /* --offload-dir '' alone: none (a resume's saved ones cleared) */
 		ST_TRY(train_opts_set(o, "offload-dir", dirs));
 	return ST_OK;
 }
