@@ -966,6 +966,17 @@ Test(train, nonfinite_gradient_skips_step)
 	expect_fail("too many skipped steps", "1 step skipped for non-finite or overflowing gradients (limit --max-skipped-steps 0)", rc);
 	cr_expect(strstr(out, "step 3: non-finite") != NULL, "the run did not get to step 3: %s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/c/step-000003", dir), 0, "a failed step was saved");
+	/* the checkpoint of step 3 still being written (slowly) when step 4
+	 * fails: it is finished, and named as the one to go on from (step 2
+	 * was named before the save in flight was waited for) */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_FAULT_SLOW_CKPT=500 STRATA_FAULT_NAN_AT_STEP=4 %s train --resume %s/a/step-000002 "
+		    "--out %s/i --steps 5 --ckpt-interval 1 --max-skipped-steps 0",
+		    cu_bin(), dir, dir);
+	expect_fail("a failure during a checkpoint", "(limit --max-skipped-steps 0)", rc);
+	cr_expect(strstr(out, "the run's last checkpoint is ") && strstr(out, "/i/step-000003: `strata train"),
+		  "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test -d %s/i/step-000003", dir), 0, "step 3 was not saved");
 }
 
 /* A finite gradient of 1e20 with --grad-clip 0: its square is inf in fp32,

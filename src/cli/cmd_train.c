@@ -408,8 +408,14 @@ int cmd_train(int argc, char **argv)
 		       tr.step, tr.skipped, tr.last_loss, val);
 	else if (rc == ST_OK && !interrupted)
 		printf("done: step %ld, train loss %.4f, %s\n", tr.step, tr.last_loss, val);
+	char lock[sizeof o.out + 8];
+	snprintf(lock, sizeof lock, "%s/.lock", o.out);
+	if (!opened && !out_existed && tr.lock_fd >= 0)
+		unlink(lock); /* ours, made with the directory; removed while still held */
+	trainer_close(&tr);
 	if (opened && rc != ST_OK) {
-		/* a run that stopped on an error: where it can go on from */
+		/* a run that stopped on an error: where it can go on from, once
+		 * trainer_close has finished a checkpoint still being written */
 		char last[sizeof o.out + 300];
 		const int old = st_log_mute(1);
 		const int found = ckpt_resolve(last, sizeof last, o.out) == ST_OK;
@@ -422,11 +428,6 @@ int cmd_train(int argc, char **argv)
 			st_log_info("the run saved no checkpoint");
 		}
 	}
-	char lock[sizeof o.out + 8];
-	snprintf(lock, sizeof lock, "%s/.lock", o.out);
-	if (!opened && !out_existed && tr.lock_fd >= 0)
-		unlink(lock); /* ours, made with the directory; removed while still held */
-	trainer_close(&tr);
 	if (!opened && !out_existed)
 		rmdir(o.out); /* a run that could not start leaves no empty directory (rmdir
 			       * removes only an empty one) */
