@@ -942,6 +942,14 @@ Test(train, nonfinite_gradient_skips_step)
 			    "grep -q '\"step\": 4, \"skipped\": true' %s/e/metrics.jsonl",
 			    dir, dir),
 		     0, "the skipped step's metrics rows are wrong");
+	/* every row is JSON (no nan), the skipped one with numbers or null */
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "python3 -c \"import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; "
+			    "s = [r for r in rows if r.get('skipped')]; assert len(s) == 1, s; "
+			    "assert s[0]['grad_norm'] is None and isinstance(s[0]['loss'], float), s\" "
+			    "%s/e/metrics.jsonl",
+			    dir),
+		     0, "metrics.jsonl: %s", out);
 	/* --max-skipped-steps N tolerates N: 1 allows one skip ... */
 	rc = cu_run(out, sizeof out,
 		    "STRATA_FAULT_NAN_AT_STEP=3 %s train --resume %s/a/step-000002 --out %s/f --steps 4 --max-skipped-steps 1",

@@ -954,8 +954,10 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 			    : !isfinite(gnorm) ? "non-finite gradient"
 					       : "gradient too large for fp32 (its square overflows)",
 			    loss, gnorm, tr->skipped, tr->o.max_skipped_steps);
-		metrics_write(tr, "{\"step\": %ld, \"skipped\": true, \"loss\": \"%g\", \"grad_norm\": \"%g\"}\n",
-			step, loss, gnorm);
+		char ls[32], gs[32]; /* numbers, null where not finite (JSON has no nan) */
+		metrics_write(tr, "{\"step\": %ld, \"skipped\": true, \"loss\": %s, \"grad_norm\": %s}\n",
+			      step, st_json_num(ls, sizeof ls, "%g", loss),
+			      st_json_num(gs, sizeof gs, "%g", gnorm));
 		ST_CHECK(tr->skipped <= tr->o.max_skipped_steps,
 			 "lower --lr, or resume from the last checkpoint with different settings",
 			 "%ld step%s skipped for non-finite or overflowing gradients (limit "
