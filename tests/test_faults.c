@@ -894,7 +894,7 @@ Test(faults, paths_and_messages)
 		/* a run shorter than the first projectors' spread (8 updates) */
 		cr_expect(strstr(out, "of the 14 GaLore matrices get their first projector after the "
 				      "run's last update (1): they will not train; give "
-				      "--galore-start-spread 1 or less"),
+				      "--galore-start-spread 1 (all at the first update)"),
 			  "rank %d: %s", r, out);
 	}
 	/* galore-adamw8bit keeps fp32 moments under --quant-min-size (the k and

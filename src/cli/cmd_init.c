@@ -13,7 +13,7 @@
 
 static void help(void)
 {
-	printf("usage: strata init --config FILE|PRESET --out DIR [options]\n\n"
+	printf("usage: strata init [--config FILE|PRESET] --out DIR [options]\n\n"
 	       "  --config S     a config.json (HF LLaMA) or a preset: %s [tiny]\n"
 	       "  --out DIR      model directory to write (config.json, model.safetensors)\n"
 	       "  --seed N       initialization seed [1]\n"

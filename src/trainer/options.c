@@ -37,7 +37,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"min-lr-ratio", OT_DOUBLE, F(min_lr_ratio), "0.1", "cosine decay floor, as a fraction of lr"},
 	{"warmup", OT_LONG, F(warmup), "-1", "linear warmup steps (-1: 10% of the steps)"},
 	{"weight-decay", OT_DOUBLE, F(weight_decay), "0.1", "weight decay on matrices (decoupled for AdamW, L2 for SGD)"},
-	{"decay-norms", OT_BOOL, F(decay_norms), "0", "also decay RMSNorm gains"},
+	{"decay-norms", OT_BOOL, F(decay_norms), "0", "also decay the norms' gains (and the stable embedding's LayerNorm bias)"},
 	{"decay-embeddings", OT_BOOL, F(decay_embed), "0", "also decay the token embedding"},
 	{"grad-clip", OT_DOUBLE, F(grad_clip), "1.0", "global gradient-norm clip (0: off)"},
 	{"beta1", OT_DOUBLE, F(beta1), "0.9", "AdamW beta1"},

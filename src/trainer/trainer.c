@@ -1147,10 +1147,13 @@ int trainer_run(struct st_trainer *tr)
 			if (tr->step)
 				snprintf(fix, sizeof fix, "give a longer --steps (the resumed run's "
 					 "spread is fixed)");
-			else
+			else if (max_updates > 1)
 				snprintf(fix, sizeof fix, "give --galore-start-spread %ld or less (1: all "
 					 "at the first update), or a longer --steps",
-					 max_updates > 1 ? max_updates : 1);
+					 max_updates);
+			else
+				snprintf(fix, sizeof fix, "give --galore-start-spread 1 (all at the first "
+					 "update), or a longer --steps");
 			if (late)
 				st_log_warn("%d of the %d GaLore matrices get their first projector after "
 					    "the run's last update (%ld): they will not train; %s",
