@@ -472,6 +472,34 @@ Test(offload, plan_disk_total_is_the_files, .timeout = 120)
 	}
 }
 
+/* plan takes train's option sources: --resume plans the run with its saved
+ * options (it planned the defaults: micro-batch 8 x 256, adamw, no
+ * budgets), and --config is read (it was an unknown option). */
+Test(offload, plan_reads_resume_and_config, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "planres");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/r --steps 1 --micro-batch 2 "
+			"--seq-len 32 --optimizer adamw8bit --quant-min-size 512 --device-mem 2M "
+			"--host-mem 8M --offload-dir %s --progress none",
+			cu_bin(), dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/r", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "micro-batch 2 x 32 tokens x 1; adamw8bit") &&
+			  strstr(out, "budget            2.0 MiB      8.0 MiB"),
+		  "%s", out);
+	/* a flag still wins over the saved options */
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/r --micro-batch 3", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "micro-batch 3 x 32 tokens x 1; adamw8bit"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "echo '{\"micro_batch\": 3, \"seq_len\": 16, \"optimizer\": \"sgd8bit\", "
+		    "\"momentum\": 0.9}' > %s/c.json && %s plan --model %s/init --config %s/c.json",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "micro-batch 3 x 16 tokens x 1; sgd8bit"), "%s", out);
+}
+
 /* The end-of-run queue report takes the queues' busy times over the
  * training loop and divides by the loop's wall time (wall_s), not by the
  * steps' time alone (steps_s): evaluations stream weights too, and an update

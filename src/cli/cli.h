@@ -68,5 +68,9 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
  * default --seq-len (not given as a flag or in conf) fits a shorter model.
  * For train and plan alike. */
 int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *o);
+/* --resume and --config (NULL when not given); a --config file's "resume"
+ * (copied into buf) stands for the flag. For train and plan alike. */
+int cli_train_sources(struct cli_args *a, const char **resume, const char **conf, char *buf,
+		      size_t n);
 
 #endif

@@ -10,7 +10,8 @@
 
 static void help(void)
 {
-	printf("usage: strata plan --model DIR [train options]\n\n"
+	printf("usage: strata plan --model DIR [train options]\n"
+	       "       strata plan --resume RUN [train options]   (the run's saved options)\n\n"
 	       "Prints the plan `strata train` would use with these options, without training:\n"
 	       "every slab kind's bytes per tier, each layer's activations (keep, recompute,\n"
 	       "swap to host or disk), the units updated on the device, tier totals against the\n"
@@ -20,7 +21,8 @@ static void help(void)
 	       "optimizers, the first --offload-dir) and written there. Edit it to plan for\n"
 	       "another machine. The options are train's (--micro-batch, --seq-len,\n"
 	       "--grad-accum, --optimizer, --device-mem, --host-mem, --offload-dir, --place,\n"
-	       "--prefetch, --activations, --recompute, --device-updates, ...); see\n"
+	       "--prefetch, --activations, --recompute, --device-updates, ...), read as\n"
+	       "train reads them: a --resume run's saved options < --config FILE < flags; see\n"
 	       "`strata train --help`.\n");
 }
 
@@ -34,9 +36,20 @@ int cmd_plan(int argc, char **argv)
 	}
 	struct st_train_opts o;
 	train_opts_defaults(&o);
-	ST_TRY(cli_train_flags(&a, &o, NULL));
-	const char *conf = cli_get(&a, "config", NULL);
-	if (!*o.resume)
-		ST_TRY(cli_train_model(&a, conf && *conf ? conf : NULL, &o));
+	/* train's order: defaults < the checkpoint's options < --config < flags */
+	const char *resume, *conf;
+	char conf_resume[sizeof o.resume], dir[sizeof o.resume];
+	ST_TRY(cli_train_sources(&a, &resume, &conf, conf_resume, sizeof conf_resume));
+	if (resume) {
+		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
+		ST_TRY(ckpt_read_options(&o, dir));
+	}
+	if (conf)
+		ST_TRY(train_opts_load_json(&o, conf));
+	ST_TRY(cli_train_flags(&a, &o, "config"));
+	if (resume)
+		snprintf(o.resume, sizeof o.resume, "%s", dir);
+	else
+		ST_TRY(cli_train_model(&a, conf, &o));
 	return trainer_plan(&o);
 }

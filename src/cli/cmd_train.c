@@ -213,6 +213,22 @@ static void fit_default_seq_len(struct st_train_opts *o)
 	o->seq_len = cfg.max_seq;
 }
 
+int cli_train_sources(struct cli_args *a, const char **resume, const char **conf, char *buf,
+		      size_t n)
+{
+	ST_TRY(cli_get_str(a, "resume", NULL, resume));
+	ST_TRY(cli_get_str(a, "config", NULL, conf));
+	if (*resume || !*conf)
+		return ST_OK;
+	/* a --config file's "resume" resumes as the flag does */
+	struct st_train_opts c;
+	train_opts_defaults(&c);
+	ST_TRY(train_opts_load_json(&c, *conf));
+	snprintf(buf, n, "%s", c.resume);
+	*resume = *buf ? buf : NULL;
+	return ST_OK;
+}
+
 int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *o)
 {
 	ST_TRY(start_from_checkpoint(o));
@@ -343,17 +359,8 @@ int cmd_train(int argc, char **argv)
 	train_opts_defaults(&o);
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	const char *resume, *conf;
-	ST_TRY(cli_get_str(&a, "resume", NULL, &resume));
-	ST_TRY(cli_get_str(&a, "config", NULL, &conf));
-	/* a --config file's "resume" resumes as the flag does */
-	char conf_resume[sizeof o.resume] = "";
-	if (!resume && conf) {
-		struct st_train_opts c;
-		train_opts_defaults(&c);
-		ST_TRY(train_opts_load_json(&c, conf));
-		snprintf(conf_resume, sizeof conf_resume, "%s", c.resume);
-		resume = *conf_resume ? conf_resume : NULL;
-	}
+	char conf_resume[sizeof o.resume];
+	ST_TRY(cli_train_sources(&a, &resume, &conf, conf_resume, sizeof conf_resume));
 	struct st_train_opts saved; /* the checkpoint's options: its schedule, its paths */
 	char dir[4096];
 	if (resume) {
