@@ -500,6 +500,46 @@ Test(offload, plan_reads_resume_and_config, .timeout = 120)
 	cr_expect(rc == 0 && strstr(out, "micro-batch 3 x 16 tokens x 1; sgd8bit"), "%s", out);
 }
 
+/* A 7B model's 101 GiB of state (a config.json alone: plan allocates
+ * nothing) on a machine with less memory: with one budget given, the other
+ * tier gets its share of the automatic split, not all the rest (it was
+ * unlimited, and train would have been killed for memory); budgets above
+ * the available memory are warned. */
+Test(offload, one_budget_sizes_the_other, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "onebudget");
+	int rc = cu_run(out, sizeof out, "awk '/^MemAvailable:/ {print $2}' /proc/meminfo");
+	const double avail_gib = atof(out) / (1 << 20);
+	cr_assert(rc == 0 && avail_gib > 0, "cannot read MemAvailable: %s", out);
+	rc = cu_run(out, sizeof out,
+		    "mkdir -p %s/m7 && printf '{\"vocab_size\":32000,\"hidden_size\":4096,"
+		    "\"intermediate_size\":11008,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+		    "\"max_position_embeddings\":2048}' > %s/m7/config.json && "
+		    "%s plan --model %s/m7 --micro-batch 1 --seq-len 64 --offload-dir %s --host-mem 4G",
+		    dir, dir, cu_bin(), dir, dir);
+	if (0.9 * avail_gib > 101) {
+		cr_log_warn("%.0f GiB available: a 7B model's state fits, skipping", avail_gib);
+		return;
+	}
+	cr_expect_eq(rc, 0, "%s", out);
+	const char *b = strstr(out, "\nbudget ");
+	cr_assert(b, "%s", out);
+	double dev;
+	char unit[8];
+	cr_assert_eq(sscanf(b, "\nbudget %lf %7s", &dev, unit), 2, "%s", out);
+	const double dev_gib = dev * (!strcmp(unit, "GiB") ? 1 : !strcmp(unit, "MiB") ? 1.0 / 1024 : 1e9);
+	cr_expect(dev_gib > 0.25 * avail_gib && dev_gib < 0.35 * avail_gib,
+		  "with --host-mem alone the device budget is %.2f GiB, not 30%% of %.2f GiB: %s", dev_gib,
+		  avail_gib, out);
+	cr_expect(strstr(out, "host 4.0 GiB (given)"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s plan --model %s/m7 --micro-batch 1 --seq-len 64 --device-mem 1T --host-mem 1T",
+		    cu_bin(), dir);
+	cr_expect(strstr(out, "more than the ") && strstr(out, "of memory available: it may be killed"),
+		  "%s", out);
+}
+
 /* The end-of-run queue report takes the queues' busy times over the
  * training loop and divides by the loop's wall time (wall_s), not by the
  * steps' time alone (steps_s): evaluations stream weights too, and an update

@@ -87,24 +87,41 @@ static int alloc_state(struct st_trainer *tr)
 /* Budgets: the flags, or from the machine. On the CPU backend the device
  * tier is RAM too, so "auto" leaves both unlimited while the whole training
  * state fits in 90% of the available memory, and otherwise gives the device
- * 30% and the host 60% of it (offload then needs --offload-dir). */
+ * 30% and the host 60% of it (offload then needs --offload-dir). With one
+ * budget given, the other tier gets its share of that rule (unlimited, it
+ * would take the rest of the state, more than memory holds). Budgets above
+ * the available memory are warned. */
 static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT], size_t need)
 {
 	ST_TRY(parse_bytes(tr->o.device_mem, &budgets[ST_TIER_DEVICE], "--device-mem"));
 	ST_TRY(parse_bytes(tr->o.host_mem, &budgets[ST_TIER_HOST], "--host-mem"));
 	budgets[ST_TIER_DISK] = 0;
 	const size_t avail = mem_available();
-	if (!budgets[ST_TIER_DEVICE] && !budgets[ST_TIER_HOST] && avail &&
-	    (double)need > 0.9 * (double)avail) {
-		budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
-		budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
-		char b1[32], b2[32], b3[32], b4[32];
+	const int dev_given = budgets[ST_TIER_DEVICE] != 0, host_given = budgets[ST_TIER_HOST] != 0;
+	char b1[32], b2[32], b3[32], b4[32];
+	if (avail && (double)need > 0.9 * (double)avail && (!dev_given || !host_given)) {
+		if (!dev_given)
+			budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
+		if (!host_given)
+			budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
 		st_log_info("training state %s exceeds 90%% of the available memory (%s): budgets "
-			    "device %s, host %s (set --device-mem / --host-mem to choose)",
+			    "device %s%s, host %s%s (set --device-mem / --host-mem to choose)",
 			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
 			    fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
-			    fmt_bytes(b4, sizeof b4, (double)budgets[ST_TIER_HOST]));
+			    dev_given ? " (given)" : "",
+			    fmt_bytes(b4, sizeof b4, (double)budgets[ST_TIER_HOST]),
+			    host_given ? " (given)" : "");
 	}
+	/* what the budgets can take of RAM: both tiers on the CPU backend, and
+	 * no more than the state itself */
+	const double dev = dev_given ? (double)budgets[ST_TIER_DEVICE] : 0,
+		     host = host_given ? (double)budgets[ST_TIER_HOST] : 0;
+	const double held = fmin(dev + host, (double)need);
+	if (avail && (dev_given || host_given) && held > (double)avail)
+		st_log_warn("--device-mem and --host-mem let the run hold %s, more than the %s of "
+			    "memory available: it may be killed for memory (lower them, or leave "
+			    "them out to size them from the machine)",
+			    fmt_bytes(b1, sizeof b1, held), fmt_bytes(b2, sizeof b2, (double)avail));
 	return ST_OK;
 }
 
