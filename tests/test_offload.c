@@ -916,6 +916,19 @@ Test(offload, directory_faults, .timeout = 300)
 				    "measuring the disk for the planner needs 32 MiB in", rc);
 		umount(mnt);
 	}
+	/* the offload file has no name (O_TMPFILE): one a killed run left under
+	 * the pid this run gets (1, in a PID namespace) is no obstacle (it was
+	 * "not writable: File exists" for every later run with that pid) */
+	if (cu_run(NULL, 0, "unshare -fp --mount-proc true") == 0) {
+		rc = cu_run(out, sizeof out,
+			    "mkdir -p %s/pid && touch %s/pid/.strata-offload-1.bin && "
+			    "unshare -fp --mount-proc %s train --resume %s/run --out %s/pidrun --steps 4 %s "
+			    "--offload-dir %s/pid",
+			    dir, dir, cu_bin(), dir, dir, all_disk, dir);
+		cr_expect_eq(rc, 0, "a stale offload file's name blocked the run: %s", out);
+	} else {
+		cr_log_warn("unshare -p is not allowed here: the pid-collision case is not run");
+	}
 	if (mount_small(mnt, sizeof mnt, "size=256m") &&
 	    mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) == 0) {
 		rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 %s --offload-dir %s",

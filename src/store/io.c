@@ -36,6 +36,36 @@ static int probe_direct(int fd)
 	return w == ST_IO_ALIGN;
 }
 
+/* A file in dir with no name, so that its space returns when the process
+ * ends, even when it is killed: O_TMPFILE, or where the file system lacks it
+ * a name of this process's own (pid and a random part: a name left by a run
+ * killed before its unlink, or a run of another PID namespace sharing the
+ * directory, is passed over), removed at once. -1 with errno on failure. */
+static int create_unnamed(const char *dir, int flags)
+{
+	int fd = open(dir, O_RDWR | O_TMPFILE | O_CLOEXEC | flags, 0600);
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+		return fd;
+	static unsigned seed;
+	if (!seed)
+		seed = (unsigned)getpid() ^ (unsigned)(io_now() * 1e9);
+	for (int tries = 0; tries < 64; tries++) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s/.strata-offload-%d-%08x.bin", dir, (int)getpid(),
+			 rand_r(&seed));
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | flags, 0600);
+		if (fd < 0 && errno == EINVAL)
+			unlink(path); /* some filesystems create the file, then refuse O_DIRECT */
+		if (fd >= 0) {
+			unlink(path);
+			return fd;
+		}
+		if (errno != EEXIST)
+			return -1;
+	}
+	return -1;
+}
+
 static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 {
 	char b1[32], b2[32], b3[32];
@@ -59,29 +89,21 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 			 fmt_bytes(b1, sizeof b1, avail), fmt_bytes(b2, sizeof b2, (double)size),
 			 fmt_bytes(b3, sizeof b3, (double)size - avail));
 	}
-	char path[4200];
-	snprintf(path, sizeof path, "%s/.strata-offload-%d.bin", dir, (int)getpid());
-	d->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
-	if (d->fd < 0 && errno == EINVAL)
-		unlink(path); /* some filesystems create the file, then refuse O_DIRECT */
+	d->fd = create_unnamed(dir, O_DIRECT);
 	if (d->fd >= 0) {
 		d->direct = probe_direct(d->fd);
 		if (!d->direct) {
 			close(d->fd);
-			unlink(path);
 			d->fd = -1;
 		}
 	}
 	if (d->fd < 0) {
-		d->fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+		d->fd = create_unnamed(dir, 0);
 		ST_CHECK(d->fd >= 0, "choose a writable --offload-dir",
 			 "offload directory %s is not writable: %s", dir, strerror(errno));
 		st_log_warn("offload directory %s refuses O_DIRECT (ramfs, some FUSE or older tmpfs): using buffered I/O, "
 			    "so the page cache may hold RAM beyond --host-mem", dir);
 	}
-	/* The name goes at once: the space returns when the process ends, even
-	 * when it is killed. */
-	unlink(path);
 	int rc = posix_fallocate(d->fd, 0, (off_t)size);
 	if (rc == EOPNOTSUPP || rc == EINVAL) {
 		/* a file system without fallocate (ext2): glibc reserves the space
