@@ -66,22 +66,18 @@ static int create_unnamed(const char *dir, int flags)
 	return -1;
 }
 
-static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
+int io_check_dir(const char *dir, size_t size)
 {
 	char b1[32], b2[32], b3[32];
 	struct stat st;
 	ST_CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode),
 		 "create it first, or point --offload-dir at an existing directory (a resumed run "
-		 "uses the directories it was started with, unless --offload-dir is given)",
+		 "uses the directories it was started with, unless --offload-dir is given; "
+		 "--offload-dir '' drops them)",
 		 "offload directory %s does not exist or is not a directory", dir);
-	d->path = strdup(dir);
-	d->fd = -1;
-	d->size = size;
-	if (!d->path)
-		return ST_FAIL;
 	struct statvfs vs;
 	/* a filesystem that reports no size at all (ramfs) is left to fallocate */
-	if (statvfs(dir, &vs) == 0 && vs.f_blocks > 0) {
+	if (size && statvfs(dir, &vs) == 0 && vs.f_blocks > 0) {
 		double avail = (double)vs.f_bavail * (double)vs.f_frsize;
 		ST_CHECK(avail >= (double)size,
 			 "free space there, add more --offload-dir directories, or raise --host-mem",
@@ -89,6 +85,18 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 			 fmt_bytes(b1, sizeof b1, avail), fmt_bytes(b2, sizeof b2, (double)size),
 			 fmt_bytes(b3, sizeof b3, (double)size - avail));
 	}
+	return ST_OK;
+}
+
+static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
+{
+	char b1[32];
+	ST_TRY(io_check_dir(dir, size));
+	d->path = strdup(dir);
+	d->fd = -1;
+	d->size = size;
+	if (!d->path)
+		return ST_FAIL;
 	d->fd = create_unnamed(dir, O_DIRECT);
 	if (d->fd >= 0) {
 		d->direct = probe_direct(d->fd);

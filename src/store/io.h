@@ -55,6 +55,10 @@ struct st_io {
 /* Reserve capacity bytes (rounded up to whole stripes) across dirs; every
  * directory must exist and be writable and have room, else a clear error
  * before any training starts. block: bytes (multiple of 4096); depth >= 1. */
+/* The checks io_open makes of an offload directory before it writes there:
+ * it exists and is a directory, and (size > 0) its file system has size
+ * bytes free. For the planner, which writes nothing. */
+int io_check_dir(const char *dir, size_t size);
 int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block, int depth,
 	    size_t capacity);
 void io_close(struct st_io *io);

@@ -26,6 +26,7 @@
 #include "io/fsutil.h"
 #include "engine/plan.h"
 #include "engine/profile.h"
+#include "store/io.h"
 #include "trainer/interrupt.h"
 #include "trainer/planview.h"
 #include "trainer/progress.h"
@@ -327,6 +328,12 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->dirs[ch->n_dirs++] = d;
 	}
 	ch->po.place.n_dirs = ch->n_dirs;
+	/* each directory exists, needed or not: a mistyped one would show only
+	 * on a later resume with smaller budgets (plan checks as train does) */
+	for (int i = 0; i < ch->n_dirs; i++)
+		ST_TRY(io_check_dir(ch->dirs[i], 0));
+	ST_CHECK(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
+		 "--io-depth %d must be between 1 and 4096 (0: 16)", tr->o.io_depth);
 	ST_TRY(check_offload_dirs(ch->dirs, ch->n_dirs));
 	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
 	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
@@ -363,8 +370,14 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
 		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
 	const struct st_plan *p = &tr->plan;
-	if (tr->plan_only)
+	if (tr->plan_only) {
+		/* the room the disk tier will reserve: whole stripes (io_open) */
+		const size_t disk = p->place.bytes[ST_TIER_DISK], blk = ch->po.place.io_block;
+		const size_t stripe = blk * (size_t)(ch->n_dirs ? ch->n_dirs : 1);
+		for (int i = 0; disk && i < ch->n_dirs; i++)
+			ST_TRY(io_check_dir(ch->dirs[i], (disk + stripe - 1) / stripe * blk));
 		return ST_OK;
+	}
 	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
 		char b1[32], b2[32];
 		st_log_info("activations: %d layers kept, %d recomputed in backward, %d swapped to the "
