@@ -269,6 +269,9 @@ Test(trainer, options_flags_and_json_agree)
 	cr_expect_eq(train_opts_load_json(&b, path), ST_FAIL);
 	write_file(path, "{\"lr\": [1]}");
 	cr_expect_eq(train_opts_load_json(&b, path), ST_FAIL);
+	/* a comma inside one name would split it in two */
+	write_file(path, "{\"offload_dir\": [\"/nvme0/s\", \"/nvme1/a,b\"]}");
+	cr_expect_eq(train_opts_load_json(&b, path), ST_FAIL);
 	st_log_mute(old);
 	unlink(path);
 }

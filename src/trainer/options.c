@@ -211,12 +211,22 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 					snprintf(joined + len, sizeof o->offload_dir - len, "%s%s", len ? "," : "",
 						 d->valuestring);
 			}
-			const int rc = ok ? train_opts_set(o, "offload-dir", joined) : ST_FAIL;
+			/* the directories travel joined by commas: a comma in one
+			 * would split it */
+			const cJSON *comma = NULL;
+			cJSON_ArrayForEach(d, it)
+				if (!comma && cJSON_IsString(d) && strchr(d->valuestring, ','))
+					comma = d;
+			const int rc = ok && !comma ? train_opts_set(o, "offload-dir", joined) : ST_FAIL;
 			free(joined);
 			ST_CHECK(ok, "give a list of directory names, or one string \"a,b\"",
 				 "%s: option 'offload-dir' holds a list with something other than short "
 				 "strings",
 				 where);
+			ST_CHECK(!comma, "rename the directory, or give it through a link without a comma",
+				 "%s: offload directory '%s' has a comma in its name, which strata reads as "
+				 "two directories",
+				 where, comma->valuestring);
 			ST_TRY(rc);
 			continue;
 		} else {
