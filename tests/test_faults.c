@@ -1276,8 +1276,11 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},
 		{"--optimizer sgd --lr 40", "--lr 40 x --weight-decay 0.1 = 4"},
 		{"--device-mem 0x20M --seq-len 32", "--device-mem: '0x20M' is not a size"},
-		{"--host-mem 0.5 --seq-len 32", "--host-mem: '0.5' is less than one byte (0 would mean auto)"},
+		{"--host-mem 0.5 --seq-len 32", "--host-mem: '0.5' is less than one byte"},
+		{"--host-mem 1.5 --seq-len 32", "--host-mem: '1.5' is not a whole number of bytes"},
+		{"--device-mem 0 --seq-len 32", "--device-mem: '0' is no budget"},
 		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
+		{"--place ,, --seq-len 32", "--place ',,' names nothing"},
 		{"--optimizer galore-adamw --galore-rank 1.5 --seq-len 32",
 		 "--galore-rank 1.5 is neither a whole rank nor a fraction below 1"},
 	};

@@ -1,5 +1,6 @@
 /* Placement rules; see place.h. */
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,11 +232,16 @@ int parse_bytes(const char *s, size_t *out, const char *what)
 	/* decimal only: strtod would also take 0x20 and inf */
 	const size_t digits = strspn(s, "0123456789.eE+-");
 	ST_CHECK(end != s && *end == '\0' && digits > 0 && strchr("KMGTkmgtBb ", s[digits]) &&
-			 v > 0 && v * mul < 1.8e19,
+			 v >= 0 && v * mul < 1.8e19,
 		 "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto",
 		 "%s: '%s' is not a size", what, s);
+	ST_CHECK(v > 0, "give auto for no fixed budget, or a size such as 512M",
+		 "%s: '%s' is no budget", what, s);
 	ST_CHECK(v * mul >= 1, "give at least one byte, or auto",
-		 "%s: '%s' is less than one byte (0 would mean auto)", what, s);
+		 "%s: '%s' is less than one byte", what, s);
+	/* a bare number counts bytes: 1.5 is surely 1.5G missing its unit */
+	ST_CHECK(mul > 1 || v == floor(v), "give a unit (1.5G) or a whole number of bytes",
+		 "%s: '%s' is not a whole number of bytes", what, s);
 	*out = (size_t)(v * mul);
 	return ST_OK;
 }
@@ -250,6 +256,8 @@ int parse_place(const char *s, int force[ST_SLAB__COUNT])
 			   "(tiers: device, host, disk)";
 	char buf[256];
 	ST_CHECK(strlen(s) < sizeof buf, hint, "--place '%s' is too long", s);
+	ST_CHECK(strspn(s, ",") < strlen(s), hint, "--place '%s' names nothing (auto: leave it out)",
+		 s); /* strtok would find no item and read it as auto */
 	strcpy(buf, s);
 	for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
 	     item = strtok_r(NULL, ",", &save)) {
