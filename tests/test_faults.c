@@ -1375,3 +1375,24 @@ Test(faults, loosely_typed_json_refused)
 			dir, cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "config.json: model_type is not a string"), "%s", out);
 }
+
+/* What a command prints must reach stdout: on a full disk (/dev/full) eval
+ * --json, sample and --version exit non-zero saying so (they exited 0 with
+ * the output lost). */
+Test(faults, full_stdout_is_an_error)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "fullout");
+	cu_setup_run(dir, "");
+	const char *cmds[] = {"%s eval --model %s/init --data %s/data --max-tokens 64 --json",
+			      "%s sample --model %s/init --tokens 3%.0s", "%s --version%.0s%.0s"};
+	for (int i = 0; i < 3; i++) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, cmds[i], cu_bin(), dir, dir);
+		int rc = cu_run(out, sizeof out, "{ %s > /dev/full; }", cmd);
+		cr_expect(rc != 0 && strstr(out, "cannot write to standard output: No space left on device"),
+			  "%s: %d %s", cmd, rc, out);
+		rc = cu_run(out, sizeof out, "%s > /dev/null", cmd);
+		cr_expect_eq(rc, 0, "%s: %s", cmd, out);
+	}
+}

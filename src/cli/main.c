@@ -1,4 +1,5 @@
 /* strata: train and fine-tune LLaMA-family models on one machine. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +31,22 @@ static void usage(FILE *f)
 		"`strata COMMAND --help` lists a command's options; `strata --version` the build.\n");
 }
 
+/* The exit status, once what was printed has reached stdout: a full disk or
+ * a closed file under it (> /dev/full) is an error, not exit 0 with the
+ * output lost (eval --json, sample). */
+static int finish(int status)
+{
+	errno = 0;
+	const int flushed = fflush(stdout) == 0;
+	if (flushed && !ferror(stdout))
+		return status;
+	fprintf(stderr,
+		"strata: error: cannot write to standard output%s%s: what the command printed is "
+		"incomplete\n  hint: free space where the output goes, or send it elsewhere\n",
+		!flushed && errno ? ": " : "", !flushed && errno ? strerror(errno) : "");
+	return status ? status : 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) { /* a mistake, said where errors go */
@@ -47,11 +64,11 @@ int main(int argc, char **argv)
 	}
 	if (help) {
 		usage(stdout);
-		return 0;
+		return finish(0);
 	}
 	if (version) {
 		printf("strata %s (CUDA: %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
-		return 0;
+		return finish(0);
 	}
 	const char *cmd = argv[1];
 	struct {
@@ -61,7 +78,7 @@ int main(int argc, char **argv)
 		    {"eval", cmd_eval},   {"sample", cmd_sample}, {"import", cmd_import}, {"plan", cmd_plan}};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))
-			return cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : 1;
+			return finish(cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : 1);
 	fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;
