@@ -492,6 +492,22 @@ Test(faults, metrics_mark_each_start)
 	cr_expect_eq(cu_run(NULL, 0, "test $(grep -c '\"step\": 2, \"loss\"' %s/run/metrics.jsonl) = 2",
 			    dir),
 		     0, "the resumed step 2 is not in the file twice");
+	/* a last line cut short (a run killed mid-write) is cut back, warned,
+	 * before the resume's marker (which was glued onto it) */
+	rc = cu_run(out, sizeof out,
+		    "cp %s/run/metrics.jsonl %s/whole && printf '{\"step\": 4, \"loss\": 4.1' >> "
+		    "%s/run/metrics.jsonl && %s train --resume %s/run --steps 4",
+		    dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "metrics.jsonl ended in a partial line (a run killed while "
+					 "writing it): cut back to its last complete line (23 bytes dropped)"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "head -c $(stat -c %%s %s/whole) %s/run/metrics.jsonl | cmp - %s/whole && "
+		    "python3 -c \"import json, sys; [json.loads(l) for l in open(sys.argv[1])]\" "
+		    "%s/run/metrics.jsonl && grep -q '^{\"event\": \"resume\", \"from_step\": 3' "
+		    "%s/run/metrics.jsonl",
+		    dir, dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "metrics.jsonl after the cut: %s", out);
 }
 
 /* Kills between a checkpoint's steps, as a fault-injecting helper found

@@ -623,6 +623,41 @@ static int check_run_dir(struct st_trainer *tr, int resuming)
 	return ST_OK;
 }
 
+/* A metrics.jsonl whose last line is cut short (a run killed in a write, a
+ * power loss, or a full disk where the cut back failed) is cut back to its
+ * last complete line, warned: the next record, a resume marker, would
+ * otherwise be glued onto it and both lost to a JSON reader. */
+static void metrics_trim_partial(int fd, const char *path)
+{
+	const off_t size = lseek(fd, 0, SEEK_END);
+	char buf[4096];
+	off_t keep = size;
+	while (keep > 0) {
+		const off_t at = keep > (off_t)sizeof buf ? keep - (off_t)sizeof buf : 0;
+		const ssize_t r = pread(fd, buf, (size_t)(keep - at), at);
+		if (r != keep - at)
+			return; /* unreadable: left as it is */
+		ssize_t k = r;
+		while (k > 0 && buf[k - 1] != '\n')
+			k--;
+		if (k > 0) {
+			keep = at + k;
+			break;
+		}
+		keep = at;
+	}
+	if (keep == size)
+		return;
+	if (ftruncate(fd, keep) == 0)
+		st_log_warn("%s ended in a partial line (a run killed while writing it): cut back to "
+			    "its last complete line (%lld bytes dropped)",
+			    path, (long long)(size - keep));
+	else
+		st_log_warn("%s ends in a partial line and cannot be cut back (%s): the next record "
+			    "follows it on the same line",
+			    path, strerror(errno));
+}
+
 int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 {
 	memset(tr, 0, sizeof *tr);
@@ -735,9 +770,10 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		tr->trace_until = tr->step + tr->o.trace_steps;
 	}
 	snprintf(path, sizeof path, "%s/metrics.jsonl", tr->o.out);
-	tr->metrics = fopen(path, "a");
+	tr->metrics = fopen(path, "a+"); /* read too: metrics_trim_partial */
 	ST_CHECK(tr->metrics, "choose a writable --out directory", "cannot open %s: %s", path,
 		 strerror(errno));
+	metrics_trim_partial(fileno(tr->metrics), path);
 	return ST_OK;
 }
 
