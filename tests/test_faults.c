@@ -188,6 +188,15 @@ Test(faults, inconsistent_trainer_json_refused)
 		    "cp -r %s/run/step-000002 %s/r/best && %s train --resume %s/r/best/ --out %s/o --steps 3",
 		    dir, dir, cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
+	/* the weights of step 3 beside step 2's trainer.json and optimizer
+	 * state (they resumed silently) */
+	rc = cu_run(out, sizeof out,
+		    "cp -r %s/run/step-000002 %s/mix && cp %s/o/step-000003/model.safetensors %s/mix/ && "
+		    "%s train --resume %s/mix --out %s/o2 --steps 4",
+		    dir, dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/mix/model.safetensors holds the weights of step 3, but "
+					 "trainer.json is at step 2"),
+		  "%s", out);
 }
 
 /* One run per run directory: while another process holds OUT/.lock, a

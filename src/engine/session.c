@@ -160,7 +160,7 @@ int session_save_model(struct st_session *s, const char *dir)
 	/* config.json last (hf.h: model_dir_clear) */
 	ST_TRY(model_save_weights_dir(&s->model, dir, s->shard_bytes ? s->shard_bytes
 								  : ST_DEFAULT_SHARD_BYTES,
-				      weights_get, weights_put, s));
+				      weights_get, weights_put, s, NULL));
 	ST_TRY(store_ok(&s->store));
 	char path[4096];
 	snprintf(path, sizeof path, "%s/config.json", dir);

@@ -421,7 +421,7 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 	/* config.json last: a directory an import failed in is not a model, and
 	 * the next try needs no --force */
 	if (rc == ST_OK)
-		rc = model_save_weights_dir(&m, dir, shard_bytes, unit_get, unit_put, &c);
+		rc = model_save_weights_dir(&m, dir, shard_bytes, unit_get, unit_put, &c, NULL);
 	if (rc == ST_OK && c.bad) {
 		/* strata refuses to load such weights: refuse to write them */
 		ST_ERROR("the file is damaged; convert the model again",

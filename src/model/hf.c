@@ -228,7 +228,7 @@ static void param_put(void *ctx, int i)
 
 static int save_file(const struct st_model *m, const char *path, int first, int n,
 		     const float *(*get)(void *ctx, int unit), void (*put)(void *ctx, int unit),
-		     void *ctx)
+		     void *ctx, const char *step)
 {
 	struct st_tensor_out *t = st_calloc((size_t)(n > 0 ? n : 1), sizeof *t);
 	if (!t)
@@ -241,15 +241,15 @@ static int save_file(const struct st_model *m, const char *path, int first, int 
 	}
 	struct unit_source us = {m, first, get, put, ctx};
 	struct st_tensor_source src = {param_get, param_put, &us};
-	const char *meta[] = {"format", "pt"};
-	int rc = safetensors_write_from(path, t, n, meta, 1, &src);
+	const char *meta[] = {"format", "pt", ST_STEP_META, step};
+	int rc = safetensors_write_from(path, t, n, meta, step ? 2 : 1, &src);
 	free(t);
 	return rc;
 }
 
 int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max_shard,
 			   const float *(*get)(void *ctx, int unit),
-			   void (*put)(void *ctx, int unit), void *ctx)
+			   void (*put)(void *ctx, int unit), void *ctx, const char *step)
 {
 	char path[2200], index[2200];
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -272,7 +272,7 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 	}
 	int rc = ST_OK;
 	if (n_shards == 1) {
-		rc = save_file(m, path, 0, m->n_params, get, put, ctx);
+		rc = save_file(m, path, 0, m->n_params, get, put, ctx, step);
 		if (rc == ST_OK)
 			unlink(index); /* a stale sharded layout must not shadow it */
 		free(shard_of);
@@ -288,7 +288,7 @@ int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max
 		char name[64];
 		snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
 		snprintf(path, sizeof path, "%s/%s", dir, name);
-		rc = save_file(m, path, first, i - first, get, put, ctx);
+		rc = save_file(m, path, first, i - first, get, put, ctx, step);
 		for (int k = first; k < i; k++)
 			cJSON_AddStringToObject(map, m->params[k].name, name);
 	}
@@ -542,5 +542,5 @@ static void array_put(void *ctx, int unit) { (void)ctx, (void)unit; }
 
 int model_save_weights(const struct st_model *m, const float *const *unit_w, const char *path)
 {
-	return save_file(m, path, 0, m->n_params, array_get, array_put, (void *)unit_w);
+	return save_file(m, path, 0, m->n_params, array_get, array_put, (void *)unit_w, NULL);
 }

@@ -40,11 +40,14 @@ int model_check_files(const struct st_model *m, const struct st_weight_files *wf
  * most max_shard bytes each (a larger tensor alone) and
  * model.safetensors.index.json, as Hugging Face's save_pretrained does; the
  * other layout's files are removed. get(ctx, unit) gives a unit's weights,
- * readable until put(ctx, unit). */
+ * readable until put(ctx, unit). step (NULL: none): a checkpoint's step,
+ * written into every file's metadata as ST_STEP_META, so that a file from
+ * another step is found out on resume. */
 #define ST_DEFAULT_SHARD_BYTES 5000000000ull /* Hugging Face's "5GB" */
+#define ST_STEP_META "strata_step"
 int model_save_weights_dir(const struct st_model *m, const char *dir, size_t max_shard,
 			   const float *(*get)(void *ctx, int unit),
-			   void (*put)(void *ctx, int unit), void *ctx);
+			   void (*put)(void *ctx, int unit), void *ctx, const char *step);
 
 /* Whether dir holds a model's config.json, model.safetensors or index. */
 int model_dir_holds_model(const char *dir);

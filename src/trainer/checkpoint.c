@@ -218,8 +218,10 @@ static int save_model(struct st_trainer *tr, const char *dir)
 	size_t shard;
 	ST_TRY(parse_bytes(tr->o.shard_size, &shard, "--shard-size"));
 	tr->ck.bad_unit = tr->ck.scanned_unit = -1;
+	char step[32];
+	snprintf(step, sizeof step, "%ld", tr->ck.step);
 	ST_TRY(model_save_weights_dir(&tr->s.model, dir, shard ? shard : ST_DEFAULT_SHARD_BYTES,
-				      weights_get, weights_put, tr));
+				      weights_get, weights_put, tr, step));
 	mark_captured(&tr->ck, &tr->ck.w_done, tr->s.model.n_units);
 	ST_TRY(store_ok(&tr->s.store)); /* a failed read is named as such, not as inf */
 	const struct st_model *m = &tr->s.model;
@@ -930,6 +932,31 @@ static int load_optimizer(struct st_trainer *tr, const struct st_safetensors *sf
 	return rc;
 }
 
+/* The weights hold the step trainer.json counts: every file carries its
+ * step (ST_STEP_META; files written before it, or by other tools, carry none
+ * and pass). A model.safetensors copied in from another step resumed with
+ * the weights of one step and the optimizer state of another. */
+static int check_weights_step(const char *ckpt_dir, long step)
+{
+	struct st_weight_files wf;
+	ST_TRY(weights_open(&wf, ckpt_dir));
+	int rc = ST_OK;
+	for (int i = 0; rc == ST_OK && i < wf.n; i++) {
+		const char *v = safetensors_meta(&wf.sf[i], ST_STEP_META);
+		char *end;
+		const long s = v ? strtol(v, &end, 10) : step;
+		if (s != step || (v && (end == v || *end))) {
+			ST_ERROR("the checkpoint is damaged: its files come from different steps; use an "
+				 "earlier one",
+				 "%s holds the weights of step %s, but trainer.json is at step %ld",
+				 wf.sf[i].path, v, step);
+			rc = ST_FAIL;
+		}
+	}
+	weights_close(&wf);
+	return rc;
+}
+
 /* *damaged: whether a failure is the checkpoint's (not a setting that
  * disagrees with it), for ckpt_load_state to name an earlier one. */
 static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
@@ -994,6 +1021,8 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	ST_CHECK(!dir_step(dir, ckpt_dir, &named) || named == tr->step,
 		 "rename the directory to the step it holds, or copy it under another name",
 		 "%s holds step %ld, not the step its name says", ckpt_dir, tr->step);
+
+	ST_TRY(check_weights_step(ckpt_dir, tr->step));
 
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;
