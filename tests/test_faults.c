@@ -71,6 +71,35 @@ Test(faults, full_disk_refused_up_front)
 	umount(mnt);
 }
 
+/* The checkpoint renamed into place, then `latest` not moved (a file system
+ * out of inodes: 9 hold the mount, the run directory, .lock, metrics.jsonl,
+ * the step directory and its four files, so the link's is the tenth): the
+ * error says the checkpoint is saved and how to go on from it (it said "not
+ * written; the run has no earlier checkpoint"), and it resumes. */
+Test(faults, latest_not_moved_said_as_such)
+{
+	char dir[256], mnt[512];
+	cu_tmpdir(dir, sizeof dir, "inodes");
+	cu_setup_run(dir, "");
+	snprintf(mnt, sizeof mnt, "%s/small", dir);
+	cr_assert_eq(cu_run(NULL, 0, "mkdir %s", mnt), 0);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=64m,nr_inodes=9") != 0) {
+		cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+		return;
+	}
+	int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r --steps 2 " SMALL,
+			cu_bin(), dir, dir, mnt);
+	cr_expect(rc != 0 && strstr(out, "/r/latest: No space left on device") &&
+			  strstr(out, "hint: free space (or inodes)") &&
+			  strstr(out, "/r/step-000002 is saved, but `latest` was not moved to it") &&
+			  !strstr(out, "not written"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "cp -a %s/r %s/r && %s train --resume %s/r --steps 3", mnt, dir,
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "resumed from"), "%s", out);
+	umount(mnt);
+}
+
 /* Writes that start failing in the middle of a run (here a file-size limit,
  * `ulimit -f`, with SIGXFSZ ignored: the same failed write(2) as a disk
  * filling up, but at a byte count the test controls). metrics.jsonl keeps

@@ -424,9 +424,12 @@ static int point_latest(const char *out, const char *name)
 	snprintf(link_tmp, sizeof link_tmp, "%s/.latest.%d", out, (int)getpid());
 	snprintf(link, sizeof link, "%s/latest", out);
 	unlink(link_tmp);
-	ST_CHECK(symlink(name, link_tmp) == 0 && rename(link_tmp, link) == 0,
-		 "check the run directory's permissions", "cannot update %s: %s", link,
-		 strerror(errno));
+	const int ok = symlink(name, link_tmp) == 0 && rename(link_tmp, link) == 0;
+	const int err = errno;
+	ST_CHECK(ok,
+		 err == ENOSPC || err == EDQUOT ? "free space (or inodes) on the run directory's file system"
+						: "check the run directory's permissions",
+		 "cannot update %s: %s", link, strerror(err));
 	return fs_fsync_dir(out);
 }
 
@@ -510,6 +513,7 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 			 "cannot rename %s to %s: %s", c->tmp, final, strerror(err));
 		return ST_FAIL;
 	}
+	c->in_place = 1;
 	ST_TRY(fs_fsync_dir(out));
 	if (*old)
 		fs_rmtree(old);
@@ -524,6 +528,13 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 static int save_failed(struct st_trainer *tr)
 {
 	struct st_ckpt_async *c = &tr->ck;
+	if (c->in_place) { /* whole and in place: only what follows the rename failed */
+		ST_ERROR("free space or fix the permissions there; the checkpoint itself is whole",
+			 "checkpoint %s/%s is saved, but `latest` was not moved to it: `strata train "
+			 "--resume %s/%s` goes on from it",
+			 tr->o.out, c->name, tr->o.out, c->name);
+		return ST_FAIL;
+	}
 	if (fs_exists(c->tmp)) /* not renamed into place */
 		fs_rmtree(c->tmp);
 	char link[4200], kept[256];
@@ -545,7 +556,7 @@ static int save_failed(struct st_trainer *tr)
 
 static int write_checkpoint(struct st_trainer *tr)
 {
-	tr->ck.nonfinite = 0;
+	tr->ck.nonfinite = tr->ck.in_place = 0;
 	return write_checkpoint_dir(tr) == ST_OK ? ST_OK : save_failed(tr);
 }
 
@@ -610,7 +621,7 @@ int ckpt_begin(struct st_trainer *tr)
 	snprintf(c->name, sizeof c->name, "step-%06ld", tr->step);
 	snprintf(c->tmp, sizeof c->tmp, "%s/.tmp-%s.%d", tr->o.out, c->name, (int)getpid());
 	c->step = tr->step;
-	c->nonfinite = 0;
+	c->nonfinite = c->in_place = 0;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", c->tmp);
 	if ((fs_exists(c->tmp) && fs_rmtree(c->tmp) != ST_OK) || fs_mkdir_p(c->tmp) != ST_OK ||

@@ -33,6 +33,7 @@ struct st_ckpt_async {
 	char name[64], tmp[4096];
 	double t0, pause_s, wait_s; /* when it began; the pause; updates' waits */
 	int nonfinite;        /* the save was refused for inf or NaN weights or state */
+	int in_place;         /* the directory was renamed into place (latest may lag) */
 	int bad_unit;         /* the first unit whose weights hold one, or -1 */
 	int scanned_unit;     /* the unit checked last (asked for once per parameter) */
 	long bad_at;          /* its element in the unit's slab */
