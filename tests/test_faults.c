@@ -1026,8 +1026,48 @@ static void with_head(const char *dir, const char *name, float first)
 	safetensors_close(&sf);
 }
 
-/* prepare writes train.bin last, having removed an old one first: a prepare
- * --force that fails part-way (here at val.bin, a directory in the way)
+/* prepare writes the new set into a staging directory first: on a disk too
+ * full for it, a prepare --force leaves the old shards as they were (it
+ * removed them, then failed), leaves no staging directory, and a failed
+ * prepare into new directories removes those it made (they stayed). */
+Test(faults, prepare_on_a_full_disk_keeps_the_old_shards)
+{
+	char dir[256], mnt[512];
+	cu_tmpdir(dir, sizeof dir, "prepfull");
+	snprintf(mnt, sizeof mnt, "%s/small", dir);
+	cr_assert_eq(cu_run(NULL, 0, "mkdir %s", mnt), 0);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=700k") != 0) {
+		cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+		return;
+	}
+	char text[512];
+	const struct {
+		const char *name;
+		size_t bytes;
+	} texts[] = {{"a.txt", 150000}, {"b.txt", 300000}, {"c.txt", 400000}};
+	for (int i = 0; i < 3; i++) {
+		snprintf(text, sizeof text, "%s/%s", dir, texts[i].name);
+		cu_write_text(text, texts[i].bytes, 1 + (unsigned)i);
+	}
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s/a.txt --out %s/d && md5sum %s/d/* > %s/sums",
+			cu_bin(), dir, mnt, mnt, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/b.txt --out %s/d --force", cu_bin(), dir, mnt);
+	cr_expect(rc != 0 && strstr(out, "No space left on device") &&
+			  strstr(out, "/d keeps its earlier shards: nothing there was changed"),
+		  "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ls -A %s/d", dir, mnt), 0,
+		     "the old shards changed: %s", out);
+	cr_expect(!strstr(out, ".strata-prep"), "a staging directory was left: %s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/c.txt --out %s/x/y/d", cu_bin(), dir, mnt);
+	cr_expect(rc != 0 && strstr(out, "No space left on device"), "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/x", mnt), 0,
+		     "a failed prepare left the directories it made");
+	umount(mnt);
+}
+
+/* prepare swaps train.bin in last, having removed an old one first: a prepare
+ * --force that fails part-way through the swap (here at val.bin, a directory in the way)
  * leaves no train.bin beside the new and old files, and says so; train and
  * eval refuse such a directory; a plain prepare then completes it. */
 Test(faults, unfinished_prepare_leaves_no_train_bin)

@@ -13,7 +13,9 @@
  * train.mask.bin / val.mask.bin beside the shards (1 = a target, 0 = context
  * only), which the trainer and `strata eval` read with them. */
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +255,30 @@ static int check_input(const char *const *inputs, int f, struct stat *seen, cons
 	return ST_OK;
 }
 
+/* Staging directories of prepares that were killed (.strata-prep.PID, the
+ * PID gone): removed. One of a live prepare into the same --out is left. */
+static void clear_stale_stages(const char *out)
+{
+	DIR *d = opendir(out);
+	if (!d)
+		return;
+	struct dirent *e;
+	char p[4400];
+	while ((e = readdir(d))) {
+		char *end;
+		if (strncmp(e->d_name, ".strata-prep.", 13) != 0)
+			continue;
+		const long pid = strtol(e->d_name + 13, &end, 10);
+		if (*end || pid <= 0 || pid == getpid())
+			continue; /* not a stage's name, or this run's own */
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue; /* its prepare is alive */
+		snprintf(p, sizeof p, "%s/%s", out, e->d_name);
+		fs_rmtree(p);
+	}
+	closedir(d);
+}
+
 int cmd_prepare(int argc, char **argv)
 {
 	struct cli_args a;
@@ -406,39 +432,63 @@ int cmd_prepare(int argc, char **argv)
 			 total_bytes, 100 * val_frac);
 		rc = ST_FAIL;
 	}
-	/* train.bin goes last, and an old one is removed first: until the whole
-	 * set is written the directory holds no train.bin, so a prepare that
-	 * fails or is killed part-way cannot leave new training tokens beside an
-	 * old val.bin or loss mask, which train and eval would read as a set. */
+	/* The new set is written whole into a staging directory inside out,
+	 * then renamed into place, so a write that fails (a full disk) leaves
+	 * the old set as it was. At the swap train.bin goes last and the old one
+	 * first: until the whole set is in, out holds no train.bin, so a kill
+	 * part-way cannot leave new training tokens beside an old val.bin or
+	 * loss mask, which train and eval would read as a set. */
+	size_t made[ST_MADE_MAX];
+	int n_made = 0;
+	char stage[4200], from[4400];
+	snprintf(stage, sizeof stage, "%s/.strata-prep.%d", out, (int)getpid());
 	if (rc == ST_OK)
-		rc = fs_mkdir_p(out);
-	snprintf(path, sizeof path, "%s/train.bin", out);
+		rc = fs_mkdir_p_made(out, made, ST_MADE_MAX, &n_made);
 	if (rc == ST_OK)
-		rc = fs_unlink(path);
-	const int cleared = rc == ST_OK; /* no train.bin in out until the last write */
-	if (rc == ST_OK) {
-		snprintf(path, sizeof path, "%s/val.bin", out);
-		if (val.n)
-			rc = shard_write(path, val.v, val.n, (uint32_t)tk.vocab_size, tk.name);
-		else
-			unlink(path); /* an old split must not pass for this data's */
+		clear_stale_stages(out);
+	if (rc == ST_OK && fs_exists(stage)) /* a killed run's, with this run's pid */
+		rc = fs_rmtree(stage);
+	if (rc == ST_OK)
+		rc = fs_mkdir_p(stage);
+	const char *names[4] = {"val.bin", "train.mask.bin", "val.mask.bin", "train.bin"};
+	const struct buf *data[4] = {&val, &train_m, &val_m, &train};
+	const int has[4] = {val.n > 0, masked && train.n > 0, masked && val.n > 0, 1};
+	for (int k = 0; k < 4 && rc == ST_OK; k++) {
+		snprintf(from, sizeof from, "%s/%s", stage, names[k]);
+		if (has[k])
+			rc = shard_write(from, data[k]->v, data[k]->n, k == 1 || k == 2 ? 2 : (uint32_t)tk.vocab_size,
+					 k == 1 || k == 2 ? "mask" : tk.name);
 	}
-	/* loss masks beside the shards (only when some input had examples) */
-	for (int k = 0; k < 2 && rc == ST_OK; k++) {
-		snprintf(path, sizeof path, "%s/%s.mask.bin", out, k ? "val" : "train");
-		if (masked && toks[k]->n)
-			rc = shard_write(path, masks[k]->v, masks[k]->n, 2, "mask");
-		else
-			unlink(path); /* a stale mask must not apply to new shards */
-	}
+	int swapping = 0;
 	if (rc == ST_OK) {
+		swapping = 1;
 		snprintf(path, sizeof path, "%s/train.bin", out);
-		rc = shard_write(path, train.v, train.n, (uint32_t)tk.vocab_size, tk.name);
+		rc = fs_unlink(path);
 	}
-	if (rc != ST_OK && cleared)
+	for (int k = 0; k < 4 && rc == ST_OK; k++) {
+		snprintf(from, sizeof from, "%s/%s", stage, names[k]);
+		snprintf(path, sizeof path, "%s/%s", out, names[k]);
+		if (!has[k])
+			unlink(path); /* an old split or mask must not pass for this data's */
+		else if (rename(from, path) != 0) {
+			ST_ERROR("check the permissions of --out", "cannot move %s into place: %s", path,
+				 strerror(errno));
+			rc = ST_FAIL;
+		}
+	}
+	if (rc == ST_OK)
+		rc = fs_fsync_dir(out);
+	if (fs_exists(stage))
+		fs_rmtree(stage);
+	if (rc != ST_OK && swapping)
 		ST_ERROR("re-run strata prepare once the cause above is fixed",
-			 "strata prepare: %s holds no train.bin now (the old one, if any, was removed "
-			 "before writing)", out);
+			 "strata prepare: %s holds no train.bin now (the old one was removed first)",
+			 out);
+	snprintf(path, sizeof path, "%s/train.bin", out);
+	if (rc != ST_OK && !swapping && n_made)
+		fs_rmdir_made(out, made, n_made); /* the directories this run made */
+	else if (rc != ST_OK && !swapping && fs_exists(path))
+		st_log_info("%s keeps its earlier shards: nothing there was changed", out);
 	if (rc == ST_OK && masked) {
 		size_t on = 0;
 		for (size_t i = 0; i < train_m.n; i++)

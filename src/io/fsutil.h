@@ -11,6 +11,7 @@ int fs_mkdir_p(const char *path);
  * prefixes of path, in the order made, at most cap of them in made[],
  * their count in *n_made. */
 int fs_mkdir_p_made(const char *path, size_t *made, int cap, int *n_made);
+#define ST_MADE_MAX 64 /* levels recorded (and removed again) by the callers */
 /* Remove again (rmdir: only while empty) the directories fs_mkdir_p_made
  * recorded for path, the last made first. */
 void fs_rmdir_made(const char *path, const size_t *made, int n_made);

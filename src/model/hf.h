@@ -2,6 +2,7 @@
 #ifndef ST_HF_H
 #define ST_HF_H
 
+#include "io/fsutil.h" /* ST_MADE_MAX */
 #include "model/llama.h"
 
 /* Load every parameter by HF name into unit_w[unit] + offset; F32/F16/BF16
@@ -62,7 +63,6 @@ int model_dir_holds_model(const char *dir);
  * staged: a dir that is a training run or checkpoint (fs_run_marker), and
  * one already holding a model without force (both on the path as made:
  * "x/../run" is the run). */
-#define ST_MADE_MAX 64
 struct model_stage {
 	char tmp[4200];
 	char dir[4200];           /* the model directory */
