@@ -438,6 +438,22 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 			dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect_neq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "/dl/latest points to step-000002, which does not exist"), "%s", out);
+	cr_expect(strstr(out, "/dl holds no checkpoint"), "%s", out);
+	/* with a step left, it is named; a `latest` that is a plain file is
+	 * said as such, and the newest step used */
+	rc = cu_run(out, sizeof out, "cp -a %s/run/step-000002 %s/dl/step-000001 && "
+			"sed -Ei 's/(\"(step|updates)\":[[:space:]]*)2/\\11/' %s/dl/step-000001/trainer.json && "
+			"%s eval --model %s/dl --data %s/data --seq-len 32",
+			dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "the run's newest checkpoint: --resume ") &&
+			  strstr(out, "/dl/step-000001"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "rm %s/dl/latest && touch %s/dl/latest && "
+			"%s eval --model %s/dl --data %s/data --seq-len 32 --max-tokens 64",
+			dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "/dl has a `latest` that is not a link: using its newest "
+					 "checkpoint, step-000001"),
+		  "%s", out);
 	/* a latest made by hand with an absolute target is followed as given */
 	rc = cu_run(out, sizeof out, "cp -a %s/run %s/abs && ln -sfn %s/abs/step-000002 %s/abs/latest && "
 			"%s eval --model %s/abs --data %s/data --seq-len 32 --max-tokens 64",

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -665,12 +666,15 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	char target[PATH_MAX];
 	ssize_t len = readlink(p, target, sizeof target - 1);
 	static int said; /* train resolves the path twice */
+	struct stat ls;
+	const int other = len <= 0 && lstat(p, &ls) == 0; /* a `latest` that is no link */
 	if (len <= 0 && ckpt_newest(path, target, sizeof target) >= 0) {
 		/* a run killed after its first checkpoint went in, before `latest` */
 		if (!said++)
-			st_log_warn("%s has no `latest` (the run stopped before it was written): using its "
-			    "newest checkpoint, %s",
-			    path, target);
+			st_log_warn("%s %s: using its newest checkpoint, %s", path,
+				    other ? "has a `latest` that is not a link"
+					  : "has no `latest` (the run stopped before it was written)",
+				    target);
 		len = (ssize_t)strlen(target);
 	}
 	ST_CHECK(len > 0, "a run stopped before its first checkpoint: start it again with its "
@@ -681,8 +685,16 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		snprintf(out, n, "%s", target);
 	else
 		snprintf(out, n, "%s/%s", path, target);
-	ST_CHECK(fs_exists(out), "give one of the run's step-NNNNNN directories",
-		 "%s/latest points to %s, which does not exist", path, target);
+	if (!fs_exists(out)) {
+		ST_ERROR("give one of the run's step-NNNNNN directories",
+			 "%s/latest points to %s, which does not exist", path, target);
+		char newest[256];
+		if (ckpt_newest(path, newest, sizeof newest) >= 0)
+			st_log_info("the run's newest checkpoint: --resume %s/%s", path, newest);
+		else
+			st_log_info("%s holds no checkpoint", path);
+		return ST_FAIL;
+	}
 	snprintf(p, sizeof p, "%s/trainer.json", out);
 	if (!fs_exists(p)) {
 		ST_ERROR("the checkpoint is incomplete; pick an earlier step directory",
