@@ -584,7 +584,8 @@ static int check_run_dir(struct st_trainer *tr, int resuming)
 	char probe[4096];
 	snprintf(probe, sizeof probe, "%s/.write-test", o->out);
 	if (fs_write_file_atomic(probe, "ok", 2) != ST_OK) {
-		ST_ERROR("choose a writable --out directory", "the run directory %s is not writable",
+		/* the write's own error (no space, no permission) came first, with its hint */
+		ST_ERROR(NULL, "the run cannot start: nothing can be written in its directory %s",
 			 o->out);
 		return ST_FAIL;
 	}
