@@ -353,10 +353,12 @@ Test(faults, resume_from_another_directory)
 			"--steps 3 " SMALL, bin, dir, dir, dir);
 	cr_expect_eq(rc, 0, "--data did not override the saved path: %s", out);
 	/* a resume from an earlier step into its own run says which later
-	 * checkpoints it will replace, and that a --config's "out" is not used */
-	rc = cu_run(out, sizeof out, "cd / && echo '{\"out\": \"%s/elsewhere\"}' > %s/co.json && %s "
+	 * checkpoints it will replace (a stray file of a step's name is none),
+	 * and that a --config's "out" is not used */
+	rc = cu_run(out, sizeof out, "cd / && touch %s/run/step-000003 && "
+			"echo '{\"out\": \"%s/elsewhere\"}' > %s/co.json && %s "
 			"train --resume %s/run/step-000002 --steps 4 --config %s/co.json " SMALL,
-		    dir, dir, bin, dir, dir);
+		    dir, dir, dir, bin, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "/run holds 2 checkpoints of steps after 2 (the first: step-000004), from "
 			      "the run resumed here at an earlier step"),

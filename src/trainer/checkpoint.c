@@ -322,9 +322,14 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 		return 0;
 	int n = 0;
 	struct dirent *e;
+	char p[4200];
 	while ((e = readdir(d))) {
 		long s;
-		if (fs_step_name(e->d_name, &s) && s > step && s <= last && (!n++ || s < *first))
+		if (!fs_step_name(e->d_name, &s) || s <= step || s > last)
+			continue;
+		/* checkpoints only: a stray file or empty directory of that name is none */
+		snprintf(p, sizeof p, "%s/%s/trainer.json", out, e->d_name);
+		if (fs_exists(p) && (!n++ || s < *first))
 			*first = s;
 	}
 	closedir(d);
