@@ -75,9 +75,11 @@ Test(faults, full_disk_refused_up_front)
 
 /* The checkpoint renamed into place, then `latest` not moved (a file system
  * out of inodes: 9 hold the mount, the run directory, .lock, metrics.jsonl,
- * the step directory and its four files, so the link's is the tenth): the
+ * the step directory and its four files, so the link's is the tenth; with
+ * 15, the second checkpoint's directory goes in and its link fails): the
  * error says the checkpoint is saved and how to go on from it (it said "not
- * written; the run has no earlier checkpoint"), and it resumes. */
+ * written; the run has no earlier checkpoint"), the closing line names it,
+ * not the earlier step `latest` still names, and it resumes. */
 Test(faults, latest_not_moved_said_as_such)
 {
 	char dir[256], mnt[512];
@@ -85,21 +87,32 @@ Test(faults, latest_not_moved_said_as_such)
 	cu_setup_run(dir, "");
 	snprintf(mnt, sizeof mnt, "%s/small", dir);
 	cr_assert_eq(cu_run(NULL, 0, "mkdir %s", mnt), 0);
-	if (mount("tmpfs", mnt, "tmpfs", 0, "size=64m,nr_inodes=9") != 0) {
-		cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
-		return;
+	const struct {
+		const char *opts, *step;
+		int inodes;
+	} cases[] = {{"--steps 2", "step-000002", 9}, {"--steps 4 --ckpt-interval 2", "step-000004", 15}};
+	for (int i = 0; i < 2; i++) {
+		char o[64], saved[256], last[1024];
+		snprintf(o, sizeof o, "size=64m,nr_inodes=%d", cases[i].inodes);
+		if (mount("tmpfs", mnt, "tmpfs", 0, o) != 0) {
+			cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+			return;
+		}
+		int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r %s " SMALL,
+				cu_bin(), dir, dir, mnt, cases[i].opts);
+		snprintf(saved, sizeof saved, "/r/%s is saved, but `latest` was not moved to it", cases[i].step);
+		snprintf(last, sizeof last, "the run's last checkpoint is %s/r/%s (`latest` still names an "
+			 "earlier one)", mnt, cases[i].step);
+		cr_expect(rc != 0 && strstr(out, "/r/latest: No space left on device") &&
+				  strstr(out, "hint: free space (or inodes)") && strstr(out, saved) &&
+				  strstr(out, last) && !strstr(out, "not written") && !strstr(out, "warning"),
+			  "%d inodes: %s", cases[i].inodes, out);
+		rc = cu_run(out, sizeof out, "rm -rf %s/r%d && cp -a %s/r %s/r%d && %s train --resume %s/r%d/%s "
+				"--steps 5",
+			    dir, i, mnt, dir, i, cu_bin(), dir, i, cases[i].step);
+		cr_expect(rc == 0 && strstr(out, "resumed from"), "%s", out);
+		umount(mnt);
 	}
-	int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r --steps 2 " SMALL,
-			cu_bin(), dir, dir, mnt);
-	cr_expect(rc != 0 && strstr(out, "/r/latest: No space left on device") &&
-			  strstr(out, "hint: free space (or inodes)") &&
-			  strstr(out, "/r/step-000002 is saved, but `latest` was not moved to it") &&
-			  !strstr(out, "not written"),
-		  "%s", out);
-	rc = cu_run(out, sizeof out, "cp -a %s/r %s/r && %s train --resume %s/r --steps 3", mnt, dir,
-		    cu_bin(), dir);
-	cr_expect(rc == 0 && strstr(out, "resumed from"), "%s", out);
-	umount(mnt);
 }
 
 /* Writes that start failing in the middle of a run (here a file-size limit,
@@ -1392,7 +1405,7 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--device-mem 0x20M --seq-len 32", "--device-mem: '0x20M' is not a size"},
 		{"--host-mem 0.5 --seq-len 32", "--host-mem: '0.5' is less than one byte"},
 		{"--host-mem 1.5 --seq-len 32", "--host-mem: '1.5' is not a whole number of bytes"},
-		{"--device-mem 0 --seq-len 32", "--device-mem: '0' is no budget"},
+		{"--device-mem 0 --seq-len 32", "--device-mem: '0' is not a size"},
 		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
 		{"--place ,, --seq-len 32", "--place ',,' names nothing"},
 		{"--optimizer galore-adamw --galore-rank 1.5 --seq-len 32",

@@ -539,6 +539,12 @@ Test(offload, one_budget_sizes_the_other, .timeout = 120)
 		    cu_bin(), dir);
 	cr_expect(strstr(out, "more than the ") && strstr(out, "of memory available: it may be killed"),
 		  "%s", out);
+	/* a host budget of 90% of memory beside the device's 30% share: more
+	 * than memory, warned (the share sized here was left out of the sum) */
+	rc = cu_run(out, sizeof out,
+		    "%s plan --model %s/m7 --micro-batch 1 --seq-len 64 --offload-dir %s --host-mem %.0fM",
+		    cu_bin(), dir, dir, 0.9 * avail_gib * 1024);
+	cr_expect(strstr(out, "of memory available: it may be killed"), "%s", out);
 }
 
 /* The end-of-run queue report takes the queues' busy times over the
@@ -911,6 +917,21 @@ Test(offload, directory_faults, .timeout = 300)
 		rc = cu_run(out, sizeof out, "%s plan --resume %s/run %s --offload-dir %s", cu_bin(), dir,
 			    all_disk, mnt);
 		expect_fail("plan: tiny filesystem", "free but needs", rc);
+		umount(mnt);
+	}
+	/* two directories on one 9 MiB file system, 6 MiB each: each alone fits,
+	 * together they do not, and plan adds them up as train's reservations
+	 * do (it checked each against the same free space) */
+	if (mount_small(mnt, sizeof mnt, "size=9m")) {
+		rc = cu_run(out, sizeof out,
+			    "mkdir %s/a %s/b && %s plan --resume %s/run %s --offload-dir %s/a --offload-dir %s/b",
+			    mnt, mnt, cu_bin(), dir, all_disk, mnt, mnt);
+		expect_fail("plan: two directories sharing a small filesystem", "/a has 9.0 MiB free but needs "
+			    "12.0 MiB", rc);
+		rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 %s --offload-dir %s/a "
+				"--offload-dir %s/b",
+			    cu_bin(), dir, all_disk, mnt, mnt);
+		expect_fail("train: two directories sharing a small filesystem", "free but needs", rc);
 		umount(mnt);
 	}
 	/* no cached profile: the planner measures the disk in the first

@@ -419,10 +419,21 @@ int cmd_train(int argc, char **argv)
 	snprintf(lock, sizeof lock, "%s/.lock", o.out);
 	if (!opened && !out_existed && tr.lock_fd >= 0)
 		unlink(lock); /* ours, made with the directory; removed while still held */
+	/* a checkpoint still being written is finished first; one that went
+	 * into place without `latest` moved to it (said by the save) is the
+	 * run's last, not the step `latest` still names */
+	char lagging[sizeof o.out + 300] = "";
+	if (opened)
+		ckpt_finish(&tr); /* its failure was said; joined, it is in ck.rc */
+	if (opened && tr.ck.rc != ST_OK && tr.ck.in_place)
+		snprintf(lagging, sizeof lagging, "%s/%s", o.out, tr.ck.name);
 	trainer_close(&tr);
-	if (opened && rc != ST_OK) {
-		/* a run that stopped on an error: where it can go on from, once
-		 * trainer_close has finished a checkpoint still being written */
+	if (opened && rc != ST_OK && *lagging) {
+		st_log_info("the run's last checkpoint is %s (`latest` still names an earlier one): "
+			    "`strata train --resume %s` goes on from it once the cause above is fixed",
+			    lagging, lagging);
+	} else if (opened && rc != ST_OK) {
+		/* a run that stopped on an error: where it can go on from */
 		char last[sizeof o.out + 300];
 		const int old = st_log_mute(1);
 		const int found = ckpt_resolve(last, sizeof last, o.out) == ST_OK;

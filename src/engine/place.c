@@ -235,8 +235,8 @@ int parse_bytes(const char *s, size_t *out, const char *what)
 			 v >= 0 && v * mul < 1.8e19,
 		 "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto",
 		 "%s: '%s' is not a size", what, s);
-	ST_CHECK(v > 0, "give auto for no fixed budget, or a size such as 512M",
-		 "%s: '%s' is no budget", what, s);
+	ST_CHECK(v > 0, "give a size such as 512M, or auto (the default)", "%s: '%s' is not a size",
+		 what, s);
 	ST_CHECK(v * mul >= 1, "give at least one byte, or auto",
 		 "%s: '%s' is less than one byte", what, s);
 	/* a bare number counts bytes: 1.5 is surely 1.5G missing its unit */

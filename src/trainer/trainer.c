@@ -113,11 +113,13 @@ static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT],
 			    fmt_bytes(b4, sizeof b4, (double)budgets[ST_TIER_HOST]),
 			    host_given ? " (given)" : "");
 	}
-	/* what the budgets can take of RAM: both tiers on the CPU backend, and
-	 * no more than the state itself */
-	const double dev = dev_given ? (double)budgets[ST_TIER_DEVICE] : 0,
-		     host = host_given ? (double)budgets[ST_TIER_HOST] : 0;
-	const double held = fmin(dev + host, (double)need);
+	/* what the budgets can take of RAM: both tiers on the CPU backend (a
+	 * given one and a share sized here alike; an unlimited one holds what
+	 * the other leaves), and no more than the state itself */
+	const double held = budgets[ST_TIER_DEVICE] && budgets[ST_TIER_HOST]
+				    ? fmin((double)budgets[ST_TIER_DEVICE] + (double)budgets[ST_TIER_HOST],
+					   (double)need)
+				    : (double)need;
 	if (avail && (dev_given || host_given) && held > (double)avail)
 		st_log_warn("--device-mem and --host-mem let the run hold %s, more than the %s of "
 			    "memory available: it may be killed for memory (lower them, or leave "
@@ -371,11 +373,22 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
 	const struct st_plan *p = &tr->plan;
 	if (tr->plan_only) {
-		/* the room the disk tier will reserve: whole stripes (io_open) */
+		/* the room the disk tier will reserve: whole stripes (io_open), each
+		 * file system's free space shared by its directories */
 		const size_t disk = p->place.bytes[ST_TIER_DISK], blk = ch->po.place.io_block;
 		const size_t stripe = blk * (size_t)(ch->n_dirs ? ch->n_dirs : 1);
-		for (int i = 0; disk && i < ch->n_dirs; i++)
-			ST_TRY(io_check_dir(ch->dirs[i], (disk + stripe - 1) / stripe * blk));
+		const size_t per_dir = (disk + stripe - 1) / stripe * blk;
+		for (int i = 0; disk && i < ch->n_dirs; i++) {
+			struct stat a, b;
+			int sharing = 1, first = 1;
+			for (int j = 0; stat(ch->dirs[i], &a) == 0 && j < ch->n_dirs; j++)
+				if (j != i && stat(ch->dirs[j], &b) == 0 && a.st_dev == b.st_dev) {
+					sharing++;
+					first &= j > i;
+				}
+			if (first)
+				ST_TRY(io_check_dir(ch->dirs[i], per_dir * (size_t)sharing));
+		}
 		return ST_OK;
 	}
 	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
