@@ -1408,6 +1408,10 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--device-mem 0 --seq-len 32", "--device-mem: '0' is not a size"},
 		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
 		{"--place ,, --seq-len 32", "--place ',,' names nothing"},
+		/* a budget past a long's steps trained nothing and exited 0 */
+		{"--steps 0 --max-tokens 1e30 --seq-len 32", "--max-tokens must be in [0, 2^53] (got 1e+30)"},
+		/* every micro-batch's tokens are held at once: 6 GB before a step */
+		{"--seq-len 8 --micro-batch 1 --grad-accum 100000000", "a step of 800000000 tokens"},
 		{"--optimizer galore-adamw --galore-rank 1.5 --seq-len 32",
 		 "--galore-rank 1.5 is neither a whole rank nor a fraction below 1"},
 	};

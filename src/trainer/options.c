@@ -287,6 +287,13 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->micro_batch > 0, h, "--micro-batch must be positive (got %d)", o->micro_batch);
 	ST_CHECK(o->seq_len > 1, h, "--seq-len must be at least 2 (got %d)", o->seq_len);
 	ST_CHECK(o->grad_accum > 0, h, "--grad-accum must be positive (got %d)", o->grad_accum);
+	/* a step's tokens and targets are held at once (8 bytes a token): 2^28
+	 * tokens (2 GiB) is far beyond any step that trains well */
+	const double step_tokens = (double)o->micro_batch * o->seq_len * o->grad_accum;
+	ST_CHECK(step_tokens <= (double)(1 << 28), "lower --grad-accum, --micro-batch or --seq-len",
+		 "a step of %.0f tokens (--micro-batch %d x --seq-len %d x --grad-accum %d) is more "
+		 "than the 268435456 strata holds at once",
+		 step_tokens, o->micro_batch, o->seq_len, o->grad_accum);
 	ST_CHECK(o->lr > 0, h, "--lr must be positive (got %g)", o->lr);
 	ST_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
 	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
@@ -326,7 +333,9 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->steps >= 0, h, "--steps must be >= 0 (got %ld)", o->steps);
 	ST_CHECK(o->warmup >= -1, "give 0 or more steps, or -1 for a tenth of the run",
 		 "--warmup must be >= -1 (got %ld)", o->warmup);
-	ST_CHECK(o->max_tokens >= 0, h, "--max-tokens must be >= 0 (got %g)", o->max_tokens);
+	ST_CHECK(o->max_tokens >= 0 && o->max_tokens <= 9007199254740992.0,
+		 "give a token count up to 2^53 (9e15)", "--max-tokens must be in [0, 2^53] (got %g)",
+		 o->max_tokens);
 	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
 		 "no training length: --steps and --max-tokens are both 0");
 	ST_CHECK(o->eval_interval >= 0 && o->ckpt_interval >= 0 && o->eval_tokens >= 0, h,
