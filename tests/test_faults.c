@@ -1527,3 +1527,35 @@ Test(faults, full_stdout_is_an_error)
 		cr_expect_eq(rc, 0, "%s: %s", cmd, out);
 	}
 }
+
+/* Fine-tuning examples whose prompts fill every window (2000-byte prompts,
+ * 16-token windows): no training step and no evaluation has a loss target.
+ * The run trains, warns once for each, writes null losses (it reported loss
+ * 0, read as perfect, and the evaluation's error stopped the run before its
+ * checkpoint, losing it), and saves; eval of such windows is an error. */
+Test(faults, windows_without_targets)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "notargets");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"python3 -c \"import json; print('\\n'.join(json.dumps({'prompt': 'x' * 2000, "
+			"'completion': 'y'}) for _ in range(40)))\" > %s/lp.jsonl && "
+			"%s prepare --input %s/lp.jsonl --out %s/lp --val-fraction 0.5 && "
+			"%s train --model %s/init --data %s/lp --out %s/r --steps 3 --seq-len 16 --micro-batch 1 "
+			"--eval-interval 2 --eval-tokens 64",
+			dir, cu_bin(), dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "the first 64 held-out tokens hold no loss targets") &&
+			  strstr(out, "step 1: its windows hold no loss target") &&
+			  strstr(out, "done: step 3, train loss none, no held-out loss"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "test -d %s/r/step-000003 && grep -c '\"loss\": null' %s/r/metrics.jsonl && "
+		    "grep -c '\"val_loss\": null' %s/r/metrics.jsonl && ! grep -q '\"loss\": 0.000000' "
+		    "%s/r/metrics.jsonl",
+		    dir, dir, dir, dir);
+	cr_expect(rc == 0 && !strncmp(out, "3\n3\n", 4), "%s", out);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/r --data %s/lp --seq-len 16 --max-tokens 64",
+		    cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "the tokens scored hold no loss targets"), "%s", out);
+}

@@ -102,6 +102,11 @@ int cmd_eval(int argc, char **argv)
 			b = windows;
 		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
 	}
+	if (rc == ST_OK && !n) {
+		ST_ERROR("give a larger --max-tokens (0: the whole shard)",
+			 "the tokens scored hold no loss targets (prompts only, under the loss mask)");
+		rc = ST_FAIL;
+	}
 	if (rc == ST_OK) {
 		char l[32], p[32];
 		if (json)

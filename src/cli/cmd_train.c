@@ -406,15 +406,18 @@ int cmd_train(int argc, char **argv)
 	if (rc == ST_OK)
 		rc = trainer_run(&tr);
 	const int interrupted = rc == ST_OK ? tr.interrupted : 0; /* it said so itself */
-	char val[64] = "no validation data";
+	char val[64] = "no validation data", train[32] = "none";
 	if (rc == ST_OK && tr.data.has_val)
-		snprintf(val, sizeof val, "val loss %.4f", tr.last_val_loss);
+		snprintf(val, sizeof val, isnan(tr.last_val_loss) ? "no held-out loss" : "val loss %.4f",
+			 tr.last_val_loss);
+	if (rc == ST_OK && !isnan(tr.last_loss)) /* NaN: no step had a loss target */
+		snprintf(train, sizeof train, "%.4f", tr.last_loss);
 	if (rc == ST_OK && !interrupted && tr.skipped)
 		printf("done: step %ld (%ld skipped for a non-finite loss or gradient, or one too "
-		       "large), last finite train loss %.4f, %s\n",
-		       tr.step, tr.skipped, tr.last_loss, val);
+		       "large), last finite train loss %s, %s\n",
+		       tr.step, tr.skipped, train, val);
 	else if (rc == ST_OK && !interrupted)
-		printf("done: step %ld, train loss %.4f, %s\n", tr.step, tr.last_loss, val);
+		printf("done: step %ld, train loss %s, %s\n", tr.step, train, val);
 	char lock[sizeof o.out + 8];
 	snprintf(lock, sizeof lock, "%s/.lock", o.out);
 	if (!opened && !out_existed && tr.lock_fd >= 0)

@@ -69,9 +69,11 @@ void progress_step(struct st_progress *p, long step, double loss, double lr, dou
 	double tps = p->win_time > 0 ? p->win_tokens / p->win_time : 0;
 	double gf = p->win_time > 0 ? p->win_flops / p->win_time / 1e9 : 0;
 	int pct = (int)(100.0 * (double)step / (double)p->total);
-	fprintf(stderr, "%sstep %*ld/%ld %3d%% | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f GFLOP/s | ETA %s%s",
+	char l[32]; /* NaN: a step with no loss target */
+	snprintf(l, sizeof l, isnan(loss) ? "   -  " : "%.4f", loss);
+	fprintf(stderr, "%sstep %*ld/%ld %3d%% | loss %s | lr %.2e | %7.0f tok/s | %6.1f GFLOP/s | ETA %s%s",
 		p->mode == PG_BAR ? "\r\033[K" : "", (int)snprintf(NULL, 0, "%ld", p->total), step,
-		p->total, pct, loss, lr, tps, gf, e, p->mode == PG_BAR ? "" : "\n");
+		p->total, pct, l, lr, tps, gf, e, p->mode == PG_BAR ? "" : "\n");
 	fflush(stderr);
 	p->bar_open = p->mode == PG_BAR;
 	p->win_tokens = p->win_flops = p->win_time = 0;

@@ -677,7 +677,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	memset(tr, 0, sizeof *tr);
 	tr->lock_fd = -1;
 	tr->o = *o;
-	tr->last_val_loss = NAN;
+	tr->last_loss = tr->last_val_loss = NAN; /* none yet */
 	pthread_mutex_init(&tr->ck.mu, NULL);
 	pthread_cond_init(&tr->ck.cv, NULL);
 	ST_TRY(train_opts_validate(&tr->o));
@@ -912,8 +912,7 @@ int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long m
 	}
 	free(tok);
 	free(tgt);
-	ST_CHECK(count > 0, "use a longer validation shard", "no validation tokens were evaluated");
-	*loss = sum / (double)count;
+	*loss = count ? sum / (double)count : NAN; /* none: every target masked (prompts) */
 	*n_tokens = count;
 	return ST_OK;
 }
@@ -927,6 +926,19 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 	const double t0 = now_s();
 	ST_TRY(evaluate(&tr->s, &tr->data, tr->o.micro_batch, tr->o.seq_len, tr->o.eval_tokens,
 			&loss, &n));
+	if (!n) {
+		/* the windows scored hold only masked targets: no loss, said once,
+		 * and training goes on (its checkpoints are not lost to it) */
+		if (!tr->no_val_targets_said++)
+			st_log_warn("the first %ld held-out tokens hold no loss targets (prompts only, "
+				    "under the loss mask): no held-out loss; give a larger --eval-tokens "
+				    "(0: the whole val.bin)",
+				    tr->o.eval_tokens);
+		metrics_write(tr, "{\"step\": %ld, \"val_loss\": null, \"val_ppl\": null, "
+				  "\"val_tokens\": 0}\n",
+			      tr->step);
+		return ST_OK;
+	}
 	tr->last_val_loss = loss;
 	progress_eval(pg, tr->step, loss, n, now_s() - t0);
 	if (!isfinite(loss))
@@ -1064,6 +1076,17 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 	tr->step = step;
 	tr->tokens_seen += (double)per * A;
 	*lr_out = lr;
+	if (!n_targets) {
+		/* no loss to report (0 would read as a perfect one); the update ran
+		 * on momentum and weight decay alone, as any optimizer's does with
+		 * a zero gradient */
+		*loss_out = NAN;
+		if (!tr->no_targets_said++)
+			st_log_warn("step %ld: its windows hold no loss target (prompts only, under the "
+				    "loss mask): no loss, and the update moves the weights by momentum "
+				    "and weight decay alone; a longer --seq-len fits more completions",
+				    step);
+	}
 	return ST_OK;
 }
 
@@ -1279,13 +1302,15 @@ int trainer_run(struct st_trainer *tr)
 			pthread_mutex_unlock(&tr->trace.mu);
 		}
 		if (tr->skipped == skipped_before) { /* a skipped step was logged already */
-			tr->last_loss = loss;
+			if (!isnan(loss)) /* NaN: no loss target in the step */
+				tr->last_loss = loss;
+			char ls[32];
 			metrics_write(tr,
-				"{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+				"{\"step\": %ld, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %.6g, "
 				"\"tokens\": %.0f, \"step_s\": %.4f, \"predicted_s\": %.4f, \"tok_per_s\": %.1f, "
 				"\"gflops\": %.2f}\n",
-				tr->step, loss, lr, gnorm, tr->tokens_seen, dt, tr->plan.t.step_s, tok_step / dt,
-				flops_tok * tok_step / dt / 1e9);
+				tr->step, st_json_num(ls, sizeof ls, "%.6f", loss), lr, gnorm, tr->tokens_seen,
+				dt, tr->plan.t.step_s, tok_step / dt, flops_tok * tok_step / dt / 1e9);
 			progress_step(&pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
 		}
 		const int last = tr->step == tr->total_steps;

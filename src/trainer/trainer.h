@@ -68,6 +68,8 @@ struct st_trainer {
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
 	FILE *metrics;          /* metrics.jsonl, written through its fd (metrics_write) */
 	int metrics_lost;       /* a write failed: no more records */
+	int no_val_targets_said; /* an evaluation found no target: warned once */
+	int no_targets_said;     /* a training step had no target: warned once */
 	int interrupted;        /* the signal that stopped the run before its end, or 0 */
 	int ckpt_deferred;      /* a checkpoint fell due at a skipped step: written at the
 				 * next step that updates */
@@ -107,7 +109,8 @@ void train_schedule(const struct st_train_opts *o, long done, double tokens_seen
  * then cosine decay to lr * min_lr_ratio at total_steps. */
 double lr_at(const struct st_train_opts *o, long step, long total, long warmup);
 
-/* Mean loss over the validation windows (up to max_tokens; 0: all). */
+/* Mean loss over the validation windows (up to max_tokens; 0: all); NaN
+ * with *n_tokens 0 where they hold no loss target (all masked). */
 int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long max_tokens,
 	     double *loss, long *n_tokens);
 
