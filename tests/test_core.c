@@ -174,10 +174,19 @@ Test(trainer, lr_schedule)
 	o.min_lr_ratio = 0.1;
 	cr_expect_float_eq(lr_at(&o, 1, 100, 10), 0.1, 1e-12);
 	cr_expect_float_eq(lr_at(&o, 10, 100, 10), 1.0, 1e-12);
-	cr_expect_float_eq(lr_at(&o, 55, 100, 10), 0.55, 1e-12); /* cosine midpoint */
-	cr_expect_float_eq(lr_at(&o, 100, 100, 10), 0.1, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 11, 100, 10), 1.0, 1e-12); /* the decay starts at the peak */
+	cr_expect_float_eq(lr_at(&o, 56, 100, 10), 0.55, 1e-12); /* cosine midpoint */
+	/* the last step just above the floor: 0.1 + 0.45 (1 + cos(pi 89/90)) */
+	cr_expect_float_eq(lr_at(&o, 100, 100, 10), 0.1 + 0.45 * (1 + cos(M_PI * 89 / 90)), 1e-12);
+	cr_expect(lr_at(&o, 100, 100, 10) > 0.1);
 	for (long s = 11; s < 100; s++)
-		cr_expect(lr_at(&o, s + 1, 100, 10) <= lr_at(&o, s, 100, 10), "lr rose at step %ld", s);
+		cr_expect(lr_at(&o, s + 1, 100, 10) < lr_at(&o, s, 100, 10), "lr did not fall at step %ld", s);
+	/* no warmup: step 1 takes the full rate (it took the floor in a
+	 * one-step run); a floor of 0 is never reached, so no step is wasted */
+	cr_expect_float_eq(lr_at(&o, 1, 1, 0), 1.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 1, 100, 0), 1.0, 1e-12);
+	o.min_lr_ratio = 0;
+	cr_expect(lr_at(&o, 100, 100, 0) > 0, "the last step's rate is 0");
 }
 
 /* The ETA the progress line shows, for given step and evaluation times:

@@ -519,6 +519,12 @@ Test(faults, token_budget_on_resume)
 			  strstr(out, "--warmup 4 is longer than the run (2 steps): the learning rate ends "
 				      "at 0.0005"),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/w --steps 2 "
+			"--warmup 2 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--warmup 2 spans the whole run: the learning rate reaches "
+					 "--lr 0.001 at the last step and never decays"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/d --steps 2 "
 			"--warmup -5 " SMALL,
 		    cu_bin(), dir, dir, dir);

@@ -60,8 +60,12 @@ double lr_at(const struct st_train_opts *o, long step, long total, long warmup)
 {
 	if (warmup > 0 && step <= warmup)
 		return o->lr * (double)step / (double)warmup;
+	/* llm.c's cosine: the first step after warmup takes the full rate and
+	 * the decay runs toward the floor over the rest, the last step just
+	 * above it (a step at the floor itself would, at --min-lr-ratio 0, do
+	 * nothing; a one-step run took the floor) */
 	double span = (double)(total - warmup);
-	double frac = span > 0 ? (double)(step - warmup) / span : 1.0;
+	double frac = span > 0 ? (double)(step - 1 - warmup) / span : 1.0;
 	if (frac > 1)
 		frac = 1;
 	double lo = o->lr * o->min_lr_ratio;
@@ -772,6 +776,10 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 			    "at %.3g, never reaching --lr %g, and never decays",
 			    tr->warmup, tr->total_steps,
 			    lr_at(&tr->o, tr->total_steps, tr->total_steps, tr->warmup), tr->o.lr);
+	else if (tr->warmup == tr->total_steps && tr->warmup > 1)
+		st_log_warn("--warmup %ld spans the whole run: the learning rate reaches --lr %g at "
+			    "the last step and never decays",
+			    tr->warmup, tr->o.lr);
 
 	const size_t n = (size_t)tr->o.grad_accum * tr->o.micro_batch * tr->o.seq_len;
 	tr->tokens = st_malloc(n * sizeof *tr->tokens);

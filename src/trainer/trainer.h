@@ -106,7 +106,8 @@ void trainer_close(struct st_trainer *tr);
 void train_schedule(const struct st_train_opts *o, long done, double tokens_seen, long *total,
 		    long *warmup);
 /* Learning rate at 1-based step: linear warmup to lr over `warmup` steps,
- * then cosine decay to lr * min_lr_ratio at total_steps. */
+ * then cosine decay from lr (at step warmup + 1) toward lr * min_lr_ratio,
+ * which step total_steps + 1 would reach (llm.c's schedule). */
 double lr_at(const struct st_train_opts *o, long step, long total, long warmup);
 
 /* Mean loss over the validation windows (up to max_tokens; 0: all); NaN
