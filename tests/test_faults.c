@@ -1565,3 +1565,42 @@ Test(faults, windows_without_targets)
 		    cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "the tokens scored hold no loss targets"), "%s", out);
 }
+
+/* The held-out shard against the training data: one of another tokenizer
+ * refused (it scored as noise), the training shard itself warned (it scores
+ * text the model trains on), and a prepared directory's train.bin given as
+ * --data finds the val.bin beside it (evaluation was skipped). Text given to
+ * prepare beside examples, too short to give a chunk to validation, is
+ * warned (the held-out loss scored the examples alone). */
+Test(faults, validation_shard_checked_against_training_data)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "valcheck");
+	cu_setup_run(dir, "--vocab 50304");
+	int rc = cu_run(out, sizeof out,
+			"%s prepare --input %s/text.txt --tokenizer tests/data/tokenizers/gpt2/tokenizer.json "
+			"--out %s/g && %s train --model %s/init --data %s/data --val %s/g/val.bin --out %s/a "
+			"--steps 1 " SMALL,
+			cu_bin(), dir, dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/g/val.bin was tokenized with 'bpe-") &&
+			  strstr(out, "but the training data ") && strstr(out, "with 'byte'"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --val %s/data/train.bin "
+			"--out %s/b --steps 1 " SMALL,
+		    cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "/data/train.bin is the training shard: the held-out loss scores "
+					 "text the model trains on"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data/train.bin --out %s/c --steps 1 "
+			SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "val loss") && !strstr(out, "no validation"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "python3 -c \"import json; print('\\n'.join(json.dumps({'prompt': 'q%%d' %% i, "
+		    "'completion': ' a'}) for i in range(60)))\" > %s/ft.jsonl && printf 'a short text\\n' > "
+		    "%s/s.txt && %s prepare --input %s/ft.jsonl --input %s/s.txt --out %s/mix",
+		    dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "the text inputs (1 chunk) gave no chunk to validation (one in 20 "
+					 "is held out)"),
+		  "%s", out);
+}

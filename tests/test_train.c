@@ -1759,7 +1759,7 @@ Test(train, new_run_from_a_run_and_default_seq_len)
 	cr_expect(strstr(out, "starting a new run from the weights of ") &&
 			  strstr(out, "/a/step-000002 (a fresh optimizer") &&
 			  strstr(out, "--seq-len 128: the model's max_position_embeddings") &&
-			  strstr(out, "steps of 256 tokens (2 x 128 x 1)"),
+			  strstr(out, "1 step of 256 tokens (2 x 128 x 1)"),
 		  "%s", out);
 	char wa[512], wb[512];
 	snprintf(wa, sizeof wa, "%s/a/step-000002/model.safetensors", dir);

@@ -340,7 +340,7 @@ int cmd_prepare(int argc, char **argv)
 
 	struct buf train = {0}, val = {0}, train_m = {0}, val_m = {0};
 	struct buf *toks[2] = {&train, &val}, *masks[2] = {&train_m, &val_m};
-	long chunk_idx = 0, example = 0;
+	long chunk_idx = 0, example = 0, text_val = 0;
 	int masked = 0;
 	/* Each text file is encoded whole, then its ids are cut into chunks:
 	 * encoding chunk by chunk gave other ids than the tokenizer does where a
@@ -397,6 +397,7 @@ int cmd_prepare(int argc, char **argv)
 			const int split = period > 1 && chunk_idx % period == period - 1;
 			rc = push_masked(toks[split], masks[split], ids + start, i + 1 - start, 1);
 			chunk_idx++;
+			text_val += split;
 			start = i + 1;
 			bytes = 0;
 		}
@@ -420,6 +421,12 @@ int cmd_prepare(int argc, char **argv)
 			 "(%zu bytes) holds no example and no text", total_bytes);
 		rc = ST_FAIL;
 	}
+	if (rc == ST_OK && val_frac > 0 && val.n > 0 && masked && chunk_idx > 0 && !text_val)
+		/* beside examples, which fill val.bin on their own */
+		st_log_warn("the text inputs (%ld chunk%s) gave no chunk to validation (one in %ld is "
+			    "held out): the held-out loss scores the examples alone; a smaller --chunk "
+			    "splits the text finer",
+			    chunk_idx, chunk_idx == 1 ? "" : "s", period);
 	if (rc == ST_OK && val_frac > 0 && val.n == 0 && masked) {
 		ST_ERROR("give more examples, a larger --val-fraction, or --val-fraction 0",
 			 "strata prepare: %ld examples are too few to hold out %g%% for validation "
@@ -493,7 +500,8 @@ int cmd_prepare(int argc, char **argv)
 		size_t on = 0;
 		for (size_t i = 0; i < train_m.n; i++)
 			on += train_m.v[i];
-		printf("%ld examples; %zu of %zu training tokens are loss targets\n", example, on, train.n);
+		printf("%ld example%s; %zu of %zu training tokens are loss targets\n", example,
+		       example == 1 ? "" : "s", on, train.n);
 	}
 	if (rc == ST_OK)
 		printf("wrote %s: %zu train tokens, %zu val tokens (tokenizer %s, vocab %d) from %zu bytes\n",

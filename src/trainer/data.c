@@ -1,6 +1,7 @@
 /* Batches from token shards; see data.h. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/fsutil.h"
 #include "io/tokenizer.h"
@@ -81,6 +82,14 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 				 data);
 		} else {
 			snprintf(train_path, sizeof train_path, "%s", data);
+			/* a prepared directory's train.bin given as a file: its val.bin
+			 * beside it is the default held-out shard, as for the directory */
+			const char *base = strrchr(data, '/');
+			if (!strcmp(base ? base + 1 : data, "train.bin")) {
+				fs_dirname(val_path, sizeof val_path, data);
+				snprintf(val_path + strlen(val_path), sizeof val_path - strlen(val_path),
+					 "/val.bin");
+			}
 		}
 	}
 	if (val && *val)
@@ -107,6 +116,23 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 			data_close(d);
 			return ST_FAIL;
 		}
+	}
+	if (d->has_train && d->has_val) {
+		/* ids of another tokenizer score as noise; the training shard itself
+		 * scores data the model trains on */
+		if (strcmp(d->train.tokenizer, d->val.tokenizer) != 0) {
+			ST_ERROR("give a validation shard prepared with the training data's tokenizer",
+				 "%s was tokenized with '%s', but the training data %s with '%s'",
+				 d->val.path, d->val.tokenizer, d->train.path, d->train.tokenizer);
+			data_close(d);
+			return ST_FAIL;
+		}
+		struct stat a, b;
+		if (stat(d->train.path, &a) == 0 && stat(d->val.path, &b) == 0 &&
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			st_log_warn("the validation shard %s is the training shard: the held-out loss "
+				    "scores text the model trains on",
+				    d->val.path);
 	}
 	return ST_OK;
 }

@@ -1182,8 +1182,9 @@ int trainer_run(struct st_trainer *tr)
 		    m->cfg.vocab_size, m->cfg.tied ? ", tied head" : "");
 	st_log_info("backend: %s, %d threads, matmul %s", tr->s.ops->name, omp_get_max_threads(),
 		    tr->s.ops->matmul_lib);
-	st_log_info("training: %s, %ld steps of %.0f tokens (%d x %d x %d), lr %g, warmup %ld%s",
-		    tr->o.optimizer, tr->total_steps, tok_step, tr->o.micro_batch, tr->o.seq_len,
+	st_log_info("training: %s, %ld step%s of %.0f tokens (%d x %d x %d), lr %g, warmup %ld%s",
+		    tr->o.optimizer, tr->total_steps, tr->total_steps == 1 ? "" : "s", tok_step,
+		    tr->o.micro_batch, tr->o.seq_len,
 		    tr->o.grad_accum, tr->o.lr, tr->warmup,
 		    tr->step ? ", resumed" : "");
 	if (tr->step)
