@@ -906,7 +906,7 @@ Test(faults, paths_and_messages)
 	} refused[] = {
 		{"train --model %s/init --data %s/data --out %s/r --steps -5", "--steps must be >= 0 (got -5)"},
 		{"train --model %s/init --data %s/data --out %s/r --max-tokens -1",
-		 "--max-tokens must be >= 0 (got -1)"},
+		 "--max-tokens must be in [0, 2^53] (got -1)"},
 		{"eval --model %s/nope --data %s/data%.0s", "/nope does not exist"},
 		{"train --resume %s/nope --data %s/data --out %s/r", "/nope does not exist"},
 		{"train --model %s/init --data %s/data --out %s/init --steps 1",
