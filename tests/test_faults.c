@@ -1414,6 +1414,12 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--device-mem 0 --seq-len 32", "--device-mem: '0' is not a size"},
 		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
 		{"--place ,, --seq-len 32", "--place ',,' names nothing"},
+		/* the device's parts named, the hint at the largest (it blamed the
+		 * staging buffers of slabs that were not streamed, and asked for a
+		 * smaller batch) */
+		{"--micro-batch 1 --seq-len 8 --place weights=device,gradients=device --device-mem 500K",
+		 "(62.9 KiB of activations of one micro-batch, 740.5 KiB of weights and gradients placed "
+		 "there): 303.4 KiB missing"},
 		/* a budget past a long's steps trained nothing and exited 0 */
 		{"--steps 0 --max-tokens 1e30 --seq-len 32", "--max-tokens must be in [0, 2^53] (got 1e+30)"},
 		/* every micro-batch's tokens are held at once: 6 GB before a step */

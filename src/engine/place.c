@@ -53,17 +53,18 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 			h[u * ST_SLAB__COUNT + k] = bytes[k] && !dev_state ? o->force[k] : ST_TIER_DEVICE;
 		}
 	const size_t D = o->budget[ST_TIER_DEVICE], H = o->budget[ST_TIER_HOST];
-	char b1[32], b2[32], b3[32], b4[32];
+	char b1[32], b2[32], b3[32];
 	ST_TRY(place_check_disk(o->force, o->n_dirs));
 	ST_CHECK(!D || act_bytes <= D, "raise --device-mem, or lower --micro-batch / --seq-len",
 		 "the device budget %s cannot hold the activations of one micro-batch (%s)",
 		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes));
 
 	/* 1. the device: all weights and gradients, or pools plus what fits */
-	size_t dev = act_bytes, undecided = 0;
+	size_t dev = act_bytes, undecided = 0, dev_state = 0;
 	for (int u = 0; s_bytes && o->dev_unit && u < n; u++)
 		if (o->dev_unit[u])
-			dev += s_bytes[u];
+			dev_state += s_bytes[u];
+	dev += dev_state;
 	for (int u = 0; u < n; u++)
 		for (int k = 0; k < 2; k++) {
 			int i = u * ST_SLAB__COUNT + kinds[k];
@@ -84,14 +85,34 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	const size_t pg = g_may_stream ? (size_t)POOL_G * max_of(g_bytes, n) : 0;
 	const size_t forced_pools = (w_forced_off ? pw : 0) + (g_forced_off ? pg : 0);
 	const int fits_all = !D || dev + forced_pools + undecided <= D;
-	dev += fits_all ? forced_pools : pw + pg;
-	ST_CHECK(!D || dev <= D,
-		 o->prefetch_given ? "raise --device-mem, or lower --prefetch / --micro-batch"
-				   : "raise --device-mem, or lower --micro-batch / --seq-len",
-		 "the device budget %s cannot hold the activations (%s) and the staging buffers "
-		 "of the streamed weights and gradients: %s needed, %s missing",
-		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes),
-		 fmt_bytes(b3, sizeof b3, (double)dev), fmt_bytes(b4, sizeof b4, (double)(dev - D)));
+	const size_t placed = dev - act_bytes - dev_state, dev_pools = fits_all ? forced_pools : pw + pg;
+	dev += dev_pools;
+	if (D && dev > D) {
+		/* say what the device was to hold (the parts that are there), and
+		 * hint at the largest */
+		const size_t part[4] = {act_bytes, placed, dev_state, dev_pools};
+		const char *what[4] = {"activations of one micro-batch", "weights and gradients placed there",
+				       "state of the units updated there",
+				       "staging buffers of the streamed weights and gradients"};
+		char parts[320] = "", num[32];
+		int big = 0;
+		for (int i = 0; i < 4; i++) {
+			if (part[i])
+				snprintf(parts + strlen(parts), sizeof parts - strlen(parts), "%s%s of %s",
+					 *parts ? ", " : "", fmt_bytes(num, sizeof num, (double)part[i]),
+					 what[i]);
+			big = part[i] > part[big] ? i : big;
+		}
+		ST_ERROR(big == 0   ? "raise --device-mem, or lower --micro-batch / --seq-len"
+			 : big == 1 ? "raise --device-mem, or place fewer kinds on the device (--place)"
+			 : big == 2 ? "raise --device-mem, or lower --device-updates"
+			 : o->prefetch_given ? "raise --device-mem, or lower --prefetch"
+					     : "raise --device-mem",
+			 "the device budget %s cannot hold %s (%s): %s missing",
+			 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)dev), parts,
+			 fmt_bytes(b3, sizeof b3, (double)(dev - D)));
+		return ST_FAIL;
+	}
 	for (int k = 0; k < 2; k++)
 		for (int u = 0; u < n; u++) {
 			int i = u * ST_SLAB__COUNT + kinds[k];
