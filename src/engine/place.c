@@ -85,12 +85,17 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	const size_t pg = g_may_stream ? (size_t)POOL_G * max_of(g_bytes, n) : 0;
 	const size_t forced_pools = (w_forced_off ? pw : 0) + (g_forced_off ? pg : 0);
 	const int fits_all = !D || dev + forced_pools + undecided <= D;
-	const size_t placed = dev - act_bytes - dev_state, dev_pools = fits_all ? forced_pools : pw + pg;
-	dev += dev_pools;
+	/* the device's two ways: everything that may stay there stays (with the
+	 * pools of what is forced off), or the rest streams through pools */
+	const size_t keep_need = dev + forced_pools + undecided, stream_need = dev + pw + pg;
+	dev = fits_all ? keep_need - undecided : stream_need;
 	if (D && dev > D) {
-		/* say what the device was to hold (the parts that are there), and
+		/* say what the cheaper way needs (the parts that are there), and
 		 * hint at the largest */
-		const size_t part[4] = {act_bytes, placed, dev_state, dev_pools};
+		const int keep = keep_need < stream_need;
+		dev = keep ? keep_need : stream_need;
+		const size_t placed = dev - act_bytes - dev_state - (keep ? forced_pools : pw + pg);
+		const size_t part[4] = {act_bytes, placed, dev_state, keep ? forced_pools : pw + pg};
 		const char *what[4] = {"activations of one micro-batch", "weights and gradients placed there",
 				       "state of the units updated there",
 				       "staging buffers of the streamed weights and gradients"};
@@ -103,8 +108,11 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 					 what[i]);
 			big = part[i] > part[big] ? i : big;
 		}
+		const int forced_on = o->force[ST_SLAB_W] == ST_TIER_DEVICE ||
+				      o->force[ST_SLAB_G] == ST_TIER_DEVICE;
 		ST_ERROR(big == 0   ? "raise --device-mem, or lower --micro-batch / --seq-len"
-			 : big == 1 ? "raise --device-mem, or place fewer kinds on the device (--place)"
+			 : big == 1 && forced_on ? "raise --device-mem, or place fewer kinds on the device (--place)"
+			 : big == 1 ? "raise --device-mem"
 			 : big == 2 ? "raise --device-mem, or lower --device-updates"
 			 : o->prefetch_given ? "raise --device-mem, or lower --prefetch"
 					     : "raise --device-mem",

@@ -91,7 +91,9 @@ void progress_eval(struct st_progress *p, long step, double loss, long n_tokens,
 {
 	p->eval_s = seconds;
 	progress_pause(p);
-	if (p->mode != PG_NONE)
+	if (p->mode != PG_NONE && !n_tokens)
+		fprintf(stderr, "eval  step %ld | no loss target in the held-out windows\n", step);
+	else if (p->mode != PG_NONE)
 		fprintf(stderr, "eval  step %ld | val loss %.4f | val ppl %.3f | %ld tokens\n", step,
 			loss, exp(loss), n_tokens);
 }

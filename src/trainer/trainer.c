@@ -776,10 +776,12 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 			    "at %.3g, never reaching --lr %g, and never decays",
 			    tr->warmup, tr->total_steps,
 			    lr_at(&tr->o, tr->total_steps, tr->total_steps, tr->warmup), tr->o.lr);
-	else if (tr->warmup == tr->total_steps && tr->warmup > 1)
-		st_log_warn("--warmup %ld spans the whole run: the learning rate reaches --lr %g at "
-			    "the last step and never decays",
-			    tr->warmup, tr->o.lr);
+	else if (tr->warmup > 0 && tr->warmup >= tr->total_steps - 1 && tr->total_steps > 2)
+		/* the step after warmup takes the full rate: the decay would begin
+		 * only after the last step */
+		st_log_warn("--warmup %ld spans the whole run (%ld steps): the learning rate reaches "
+			    "--lr %g at step %ld and never decays",
+			    tr->warmup, tr->total_steps, tr->o.lr, tr->warmup);
 
 	const size_t n = (size_t)tr->o.grad_accum * tr->o.micro_batch * tr->o.seq_len;
 	tr->tokens = st_malloc(n * sizeof *tr->tokens);
@@ -934,21 +936,27 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 	const double t0 = now_s();
 	ST_TRY(evaluate(&tr->s, &tr->data, tr->o.micro_batch, tr->o.seq_len, tr->o.eval_tokens,
 			&loss, &n));
+	progress_eval(pg, tr->step, loss, n, now_s() - t0);
 	if (!n) {
 		/* the windows scored hold only masked targets: no loss, said once,
 		 * and training goes on (its checkpoints are not lost to it) */
-		if (!tr->no_val_targets_said++)
+		if (!tr->no_val_targets_said && tr->o.eval_tokens)
 			st_log_warn("the first %ld held-out tokens hold no loss targets (prompts only, "
 				    "under the loss mask): no held-out loss; give a larger --eval-tokens "
 				    "(0: the whole val.bin)",
 				    tr->o.eval_tokens);
+		else if (!tr->no_val_targets_said)
+			st_log_warn("val.bin holds no loss target that fits a --seq-len %d window "
+				    "(prompts only, under the loss mask): no held-out loss; a longer "
+				    "--seq-len fits more completions",
+				    tr->o.seq_len);
+		tr->no_val_targets_said = 1;
 		metrics_write(tr, "{\"step\": %ld, \"val_loss\": null, \"val_ppl\": null, "
 				  "\"val_tokens\": 0}\n",
 			      tr->step);
 		return ST_OK;
 	}
 	tr->last_val_loss = loss;
-	progress_eval(pg, tr->step, loss, n, now_s() - t0);
 	if (!isfinite(loss))
 		st_log_warn("the held-out loss at step %ld is not finite: the model's outputs "
 			    "overflow", tr->step);
@@ -1004,6 +1012,10 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		s->exec.grad_sumsq = !pl && j == A - 1 ? tr->grad_sumsq : NULL;
 		loss_sum += exec_micro_step(&s->exec, tr->tokens + j * per, tr->targets + j * per,
 					    scale, &c);
+		/* no target, no backward: the layers' zero gradients are handed to
+		 * per-layer GaLore here (its accumulators held another step's) */
+		for (int u = 0; pl && !n_targets && u < m->n_units; u++)
+			perlayer_on_unit(pl, u);
 		if (pl)
 			perlayer_end_micro(pl);
 	}
