@@ -44,6 +44,18 @@ static void two_steps(const char *dir, const char *extra)
 	cr_assert_eq(rc, 0, "%s", out);
 }
 
+/* A tmpfs mounted at DIR/small (made), into mnt; 0 (said) where this
+ * machine does not allow the mount, and the caller skips its check. */
+static int mount_small(char *mnt, size_t n, const char *dir, const char *opts)
+{
+	snprintf(mnt, n, "%s/small", dir);
+	cr_assert_eq(cu_run(NULL, 0, "mkdir -p %s", mnt), 0);
+	if (mount("tmpfs", mnt, "tmpfs", 0, opts) == 0)
+		return 1;
+	cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+	return 0;
+}
+
 /* A resume onto a full disk is refused before it trains, naming the run
  * directory, and changes nothing saved. */
 Test(faults, full_disk_refused_up_front)
@@ -51,12 +63,8 @@ Test(faults, full_disk_refused_up_front)
 	char dir[256], mnt[512];
 	cu_tmpdir(dir, sizeof dir, "full");
 	two_steps(dir, "");
-	snprintf(mnt, sizeof mnt, "%s/small", dir);
-	cr_assert_eq(cu_run(NULL, 0, "mkdir %s", mnt), 0);
-	if (mount("tmpfs", mnt, "tmpfs", 0, "size=16m") != 0) {
-		cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+	if (!mount_small(mnt, sizeof mnt, dir, "size=16m"))
 		return;
-	}
 	cu_run(out, sizeof out,
 	       "cp -a %s/run %s/run && md5sum %s/run/step-000002/* %s/run/metrics.jsonl > %s/sums; "
 	       "dd if=/dev/zero of=%s/fill bs=4096 count=100000",
@@ -85,8 +93,6 @@ Test(faults, latest_not_moved_said_as_such)
 	char dir[256], mnt[512];
 	cu_tmpdir(dir, sizeof dir, "inodes");
 	cu_setup_run(dir, "");
-	snprintf(mnt, sizeof mnt, "%s/small", dir);
-	cr_assert_eq(cu_run(NULL, 0, "mkdir %s", mnt), 0);
 	const struct {
 		const char *opts, *step;
 		int inodes;
@@ -94,10 +100,8 @@ Test(faults, latest_not_moved_said_as_such)
 	for (int i = 0; i < 2; i++) {
 		char o[64], saved[256], last[1024];
 		snprintf(o, sizeof o, "size=64m,nr_inodes=%d", cases[i].inodes);
-		if (mount("tmpfs", mnt, "tmpfs", 0, o) != 0) {
-			cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+		if (!mount_small(mnt, sizeof mnt, dir, o))
 			return;
-		}
 		int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r %s " SMALL,
 				cu_bin(), dir, dir, mnt, cases[i].opts);
 		snprintf(saved, sizeof saved, "/r/%s is saved, but `latest` was not moved to it", cases[i].step);
@@ -1073,12 +1077,8 @@ Test(faults, prepare_on_a_full_disk_keeps_the_old_shards)
 {
 	char dir[256], mnt[512];
 	cu_tmpdir(dir, sizeof dir, "prepfull");
-	snprintf(mnt, sizeof mnt, "%s/small", dir);
-	cr_assert_eq(cu_run(NULL, 0, "mkdir %s", mnt), 0);
-	if (mount("tmpfs", mnt, "tmpfs", 0, "size=700k") != 0) {
-		cr_log_warn("cannot mount a tmpfs here (%s): skipping this check", strerror(errno));
+	if (!mount_small(mnt, sizeof mnt, dir, "size=700k"))
 		return;
-	}
 	char text[512];
 	const struct {
 		const char *name;
