@@ -3,6 +3,8 @@
 import json
 import sys
 
+if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
+    sys.exit("usage: bench/compare.py STRATA.json TORCH.json   (bench/train --json, bench/torch_train.py --json of one run)")
 s = json.load(open(sys.argv[1]))
 t = json.load(open(sys.argv[2]))
 tt = {r["preset"]: r for r in t["results"]}

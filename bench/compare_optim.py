@@ -4,6 +4,8 @@ JSON of bench/optim and of bench/optim_peers.py."""
 import json
 import sys
 
+if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
+    sys.exit("usage: bench/compare_optim.py OPTIM.json PEERS.json   (bench/optim --json, bench/optim_peers.py --json of one run)")
 s = json.load(open(sys.argv[1]))
 p = json.load(open(sys.argv[2]))["peers"]
 fp32, q8 = s["adamw_fp32"]["params_per_s"], s["adamw_8bit"]["params_per_s"]

@@ -16,7 +16,11 @@ import json
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("bench/optim_peers.py needs PyTorch (and bitsandbytes for its 8-bit peer): "
+             "pip install torch bitsandbytes")
 
 
 def timed_steps(opt, reps):

@@ -13,12 +13,20 @@
 #     and 130M presets, projector costs, the worst step against the median.
 #   bench/plan.py: the planner's plan vs fixed policies, measured/predicted.
 # usage: bench/run.sh [train|optim|io|offload|galore|plan|all]   (default all)
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" | sed '$d'; exit 0 ;; esac
 set -e
 cd "$(dirname "$0")/.."
 # Debian's OpenBLAS misdetects some AVX-512 CPUs (REFERENCES.md): give it the
 # core type so its ceiling is a fair one. Read when the library loads.
 if grep -q avx512f /proc/cpuinfo && [ -z "$OPENBLAS_CORETYPE" ]; then export OPENBLAS_CORETYPE=SkylakeX; fi
 which=${1:-all}
+case "$which" in
+train | optim | io | offload | galore | plan | all) ;;
+*)
+	echo "bench/run.sh: unknown benchmark '$which': give train, optim, io, offload, galore, plan or all" >&2
+	exit 2
+	;;
+esac
 mkdir -p bench/results
 stamp=$(date +%Y%m%d-%H%M)
 have_torch=0

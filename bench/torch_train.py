@@ -8,7 +8,10 @@ import os
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("bench/torch_train.py needs PyTorch: pip install torch (the CPU wheel will do)")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 from torch_llama import forward, param_shapes  # noqa: E402
