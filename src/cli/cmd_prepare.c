@@ -461,10 +461,11 @@ int cmd_prepare(int argc, char **argv)
 	const struct buf *data[4] = {&val, &train_m, &val_m, &train};
 	const int has[4] = {val.n > 0, masked && train.n > 0, masked && val.n > 0, 1};
 	for (int k = 0; k < 4 && rc == ST_OK; k++) {
+		const int mask = k == 1 || k == 2; /* a mask shard: values 0 and 1 */
 		snprintf(from, sizeof from, "%s/%s", stage, names[k]);
 		if (has[k])
-			rc = shard_write(from, data[k]->v, data[k]->n, k == 1 || k == 2 ? 2 : (uint32_t)tk.vocab_size,
-					 k == 1 || k == 2 ? "mask" : tk.name);
+			rc = shard_write(from, data[k]->v, data[k]->n, mask ? 2 : (uint32_t)tk.vocab_size,
+					 mask ? "mask" : tk.name);
 	}
 	int swapping = 0;
 	if (rc == ST_OK) {
