@@ -362,8 +362,8 @@ void train_opts_help(FILE *f)
 		char flag[48];
 		snprintf(flag, sizeof flag, "--%s%s", d->key, arg);
 		fprintf(f, "  %-22s %s", flag, d->help);
-		if (*d->defval && d->type != OT_STR)
-			fprintf(f, " [%s]", d->defval);
+		if (d->type == OT_BOOL) /* as the other commands' helps write on/off defaults */
+			fprintf(f, " [%s]", strcmp(d->defval, "0") ? "true" : "false");
 		else if (*d->defval)
 			fprintf(f, " [%s]", d->defval);
 		fputc('\n', f);

@@ -153,10 +153,15 @@ enum q8_simd q8_simd_pick(void)
 			return (enum q8_simd)s;
 	/* once per process: this runs at every step */
 	static int warned;
-	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-		st_log_warn("STRATA_SIMD=%s is not a variant this CPU runs (scalar, avx2, avx512, "
-			    "avx512vbmi or tuned, as the CPU has them): using %s",
-			    env, q8_simd_name(best));
+	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+		char have[96] = ""; /* the variants this CPU runs */
+		for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)
+			if (q8_simd_supported((enum q8_simd)s))
+				snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s",
+					 *have ? ", " : "", q8_simd_name((enum q8_simd)s));
+		st_log_warn("STRATA_SIMD=%s is not a variant this CPU runs (it runs %s): using %s", env,
+			    have, q8_simd_name(best));
+	}
 	return best;
 }
 
