@@ -7,8 +7,9 @@
  * CPU has. The stages do not sum to the step exactly: the step also runs the
  * fp32 moment and parameter updates and loops over blocks. Last, the fp32
  * AdamW step on the same 64K parameters and on 16K: the arithmetic both
- * steps share; and the cost of building a map's lookup tables (a cache
- * miss in q8_lut_get).
+ * steps share; the divider's throughput (division and square root), whose
+ * floor both steps sit on; and the cost of building a map's lookup tables (a
+ * cache miss in q8_lut_get).
  *
  * usage: q8_stages [--reps 20000]
  *
@@ -58,6 +59,26 @@ __attribute__((target("avx512f"))) static void gather_only(uint8_t *out, const f
 		__m512i e = _mm512_i32gather_epi32(key, (const void *)t->entry, 4);
 		_mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(e));
 	}
+}
+
+/* The divider's throughput, for the floor it puts under both steps: the
+ * 8-bit step divides three times per element (its update and the two
+ * encodes' x / absmax) and takes one square root; fp32 AdamW, in PyTorch's
+ * order, divides three times too. Plain loops that gcc vectorizes at the
+ * build's width (exact IEEE division and sqrt: -fno-fast-math keeps them),
+ * over values of the moments' sizes, in L1. */
+__attribute__((noinline)) static void div_loop(float *restrict y, const float *restrict x, size_t n,
+					       float d)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i] / d;
+}
+
+__attribute__((noinline)) static void sqrt_loop(float *restrict y, const float *restrict x,
+						size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = sqrtf(x[i]);
 }
 
 static const char usage[] =
@@ -172,6 +193,21 @@ int main(int argc, char **argv)
 	}
 	printf("fp32 AdamW step: %.3f ns per element on %d params, %.3f on 16384 (in L2)\n",
 	       1e9 * f32[0], N, 1e9 * f32[1]);
+	double tdiv = 1e30, tsqrt = 1e30;
+	for (int round = 0; round < 3; round++) {
+		double t0 = now();
+		for (int r = 0; r < reps; r++)
+			div_loop(m, v + (r % 64) * B, B, 0.37123f);
+		tdiv = fmin(tdiv, (now() - t0) / ((double)reps * B));
+		t0 = now();
+		for (int r = 0; r < reps; r++)
+			sqrt_loop(m, v + (r % 64) * B, B);
+		tsqrt = fmin(tsqrt, (now() - t0) / ((double)reps * B));
+	}
+	sink = m[0];
+	printf("divider: %.3f ns per division, %.3f per square root; three of the one and one of "
+	       "the other, as both steps take, need %.3f ns per element\n",
+	       1e9 * tdiv, 1e9 * tsqrt, 1e9 * (3 * tdiv + tsqrt));
 	/* Building a map's lookup tables (q8_lut_build), which q8_lut_get caches
 	 * per thread: what a cache miss costs, as a number of parameters the
 	 * fused step covers in that time. */
