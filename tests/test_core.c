@@ -309,9 +309,15 @@ Test(generate, sampling_rules)
 }
 
 static int gen_count;
-static void gen_emit(int32_t tok, void *arg) { (void)tok, (void)arg, gen_count++; }
+static int gen_stop_after; /* stop after this many tokens; 0: never */
+static int gen_emit(int32_t tok, void *arg)
+{
+	(void)tok, (void)arg;
+	return ++gen_count == gen_stop_after;
+}
 
-/* generate() stops at <eos> without emitting it, and refuses non-finite
+/* generate() stops at <eos> without emitting it, stops when emit says so, and
+ * refuses non-finite
  * scores (a diverged model used to print token 0, NUL bytes). With every
  * weight zero each score is 0, and greedy picks token 0: as <eos>, nothing
  * is emitted; as any other id, every token is. */
@@ -335,6 +341,12 @@ Test(generate, eos_not_emitted_nonfinite_refused)
 	gen_count = 0;
 	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_OK);
 	cr_expect_eq(gen_count, 5);
+	/* an emit that cannot write stops the loop (sample piped into head) */
+	gen_count = 0;
+	gen_stop_after = 2;
+	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_OK);
+	cr_expect_eq(gen_count, 2, "generation went on after emit asked to stop");
+	gen_stop_after = 0;
 	s.w[s.model.n_units - 1][3] = NAN; /* the head (or final norm): every score NaN */
 	gen_count = 0;
 	const int old = st_log_mute(1);

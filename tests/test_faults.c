@@ -1367,6 +1367,13 @@ Test(faults, other_commands_check_their_numbers)
 		/* libgomp's per-thread stack data overflowed at 100000 (a crash) */
 		{"train --model %s/init --data %s/data --out /nonexistent/o --steps 1 --threads 100000",
 		 "--threads must be in [0, 4096] (got 100000)"},
+		/* whole numbers are read exactly, to the ends of long (through a
+		 * double, 2^63 - 1 was "not an integer") */
+		{"sample --model %s/init --seed 9223372036854775808%.0s",
+		 "--seed must be in [-9223372036854775808, 9223372036854775807] (got 9223372036854775808)"},
+		{"train --model %s/init --data %s/data --out /nonexistent/o --seed 9223372036854775808",
+		 "option 'seed': 9223372036854775808 is out of range"},
+		{"sample --model %s/init --temperature 1e400%.0s", "--temperature: 1e400 is out of range"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char cmd[512];
@@ -1377,6 +1384,17 @@ Test(faults, other_commands_check_their_numbers)
 	}
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e true && test ! -e %s/t", dir),
 		     0, "a refused command wrote something: %s", out);
+	/* seeds past 2^53 are told apart (2^53 + 1 read as 2^53, the same
+	 * text); 2^63 - 1 and an underflowing temperature (greedy) are taken */
+	char a[4096], b[4096];
+	const char *s = "%s sample --model %s/init --tokens 24 --temperature 1 --seed %s";
+	cr_expect_eq(cu_run(a, sizeof a, s, cu_bin(), dir, "9007199254740992"), 0, "%s", a);
+	cr_expect_eq(cu_run(b, sizeof b, s, cu_bin(), dir, "9007199254740993"), 0, "%s", b);
+	cr_expect(strcmp(a, b) != 0, "seeds 2^53 and 2^53 + 1 gave the same text: %s", a);
+	cr_expect_eq(cu_run(a, sizeof a, s, cu_bin(), dir, "9223372036854775807"), 0, "%s", a);
+	cr_expect_eq(cu_run(a, sizeof a, "%s sample --model %s/init --tokens 4 --temperature 1e-400",
+			    cu_bin(), dir),
+		     0, "%s", a);
 	cr_expect_eq(cu_run(out, sizeof out, "%s train -h", cu_bin()), 0, "%s", out);
 	cr_expect(strstr(out, "usage: strata train"), "-h: %s", out);
 	/* a FIFO as the data: refused, not a wait for a writer that never comes */
@@ -1530,6 +1548,34 @@ Test(faults, loosely_typed_json_refused)
 	cr_expect(rc != 0 && strstr(out, "config.json: model_type is not a string"), "%s", out);
 }
 
+/* sample reads the model directory's config.json for its <bos> and <eos>
+ * (it read the tokenizer.json alone, so a LLaMA-3-Instruct model, whose
+ * config names <|eot_id|>, never stopped at a turn's end); an id there that
+ * names an ordinary token is warned and not used; and init --vocab writes
+ * no byte-tokenizer ids for another vocabulary (256 and 257 are ordinary
+ * tokens of GPT-2's). */
+Test(faults, sample_reads_the_models_token_ids)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "tokids");
+	int rc = cu_run(out, sizeof out,
+			"%s init --out %s/m --vocab 3100 --max-seq 64 > /dev/null && "
+			"! grep token_id %s/m/config.json && "
+			"cp tests/data/tokenizers/gpt2/tokenizer.json %s/m/ && "
+			"sed -i 's/\"vocab_size\"/\"eos_token_id\": 257, \"vocab_size\"/' %s/m/config.json && "
+			"%s sample --model %s/m --tokens 1 --prompt the",
+			cu_bin(), dir, dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "eos_token_id 257 is") &&
+			  strstr(out, "not one of its added tokens: using '<|endoftext|>' (id 0)"),
+		  "%d %s", rc, out);
+	/* GPT-2's tokenizer has no <bos>: an empty prompt is an error that
+	 * prints nothing (it printed a newline) */
+	rc = cu_run(out, sizeof out, "{ %s sample --model %s/m --prompt '' > %s/o.txt; e=$?; test ! -s %s/o.txt && exit $e; }",
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 1 && strstr(out, "an empty --prompt starts from <bos>, and the tokenizer"), "%d %s",
+		  rc, out);
+}
+
 /* What a command prints must reach stdout: on a full disk (/dev/full) eval
  * --json, sample and --version exit non-zero saying so (they exited 0 with
  * the output lost). */
@@ -1549,6 +1595,24 @@ Test(faults, full_stdout_is_an_error)
 		rc = cu_run(out, sizeof out, "%s > /dev/null", cmd);
 		cr_expect_eq(rc, 0, "%s: %s", cmd, out);
 	}
+	/* sample stops at the first write that fails, to a full disk or to a
+	 * pipe whose reader left (SIGPIPE ignored, as under some supervisors),
+	 * saying which; it generated all --tokens first (here half an hour: greedy
+	 * never reaches <eos> on this model) */
+	int rc = cu_run(out, sizeof out,
+			"%s init --config tiny --out %s/tiny > /dev/null && { timeout 20 %s sample --model "
+			"%s/tiny --tokens 1000000 --temperature 0 --context 16 > /dev/full; }",
+			cu_bin(), dir, cu_bin(), dir);
+	cr_expect(rc == 1 && strstr(out, "No space left on device") && strstr(out, "hint: free space"),
+		  "%d %s", rc, out);
+	rc = cu_run(out, sizeof out,
+		    "{ trap '' PIPE; timeout 20 %s sample --model %s/tiny --tokens 1000000 --temperature 0 "
+		    "--context 16 2> %s/err | "
+		    "head -c 1 > /dev/null; cat %s/err; }",
+		    cu_bin(), dir, dir, dir);
+	cr_expect(strstr(out, "cannot write to standard output: Broken pipe") &&
+			  strstr(out, "hint: the reader of the output stopped reading"),
+		  "%s", out);
 }
 
 /* Fine-tuning examples whose prompts fill every window (2000-byte prompts,

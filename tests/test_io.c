@@ -1101,7 +1101,10 @@ Test(io, bpe_string_split_and_long_merge)
 
 /* A model directory's config.json, read for its end token, is read as every
  * JSON file is: a key given twice refused (transformers would take the
- * last id, strata's parser the first). */
+ * last id, strata's parser the first). An id there that names an ordinary
+ * token of tokenizer.json (strata init's byte ids 256/257 beside a BPE
+ * tokenizer copied in) is warned and not used: sample stopped at that
+ * letter. */
 Test(io, tokenizer_dir_config_read_strictly)
 {
 	char dir[] = "/tmp/strata-tokcfg-XXXXXX", path[256];
@@ -1119,10 +1122,17 @@ Test(io, tokenizer_dir_config_read_strictly)
 	const int old = st_log_mute(1);
 	cr_expect_eq(tokenizer_load(&tk, dir), ST_FAIL, "a key given twice was read");
 	st_log_mute(old);
-	const char *once = "{\"eos_token_id\": 7}";
+	const char *once = "{\"eos_token_id\": 1}"; /* <|user|>, an added token */
 	cr_assert_eq(fs_write_file_atomic(path, once, strlen(once)), ST_OK);
 	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
-	cr_expect_eq(tk.eos_id, 7);
+	cr_expect_eq(tk.eos_id, 1);
+	tokenizer_free(&tk);
+	const char *plain = "{\"eos_token_id\": 7}"; /* an ordinary token */
+	cr_assert_eq(fs_write_file_atomic(path, plain, strlen(plain)), ST_OK);
+	st_log_mute(1);
+	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
+	st_log_mute(old);
+	cr_expect_eq(tk.eos_id, 0, "config.json's ordinary token 7 became <eos>");
 	tokenizer_free(&tk);
 	unlink(path);
 	snprintf(path, sizeof path, "%s/tokenizer.json", dir);

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "trainer/options.h"
 #include "util/check.h"
+#include "util/parse.h"
 
 const char cli_bare[] = "true";
 
@@ -123,16 +124,12 @@ int cli_get_long(struct cli_args *a, const char *key, long def, long lo, long hi
 	if (!v)
 		return ST_OK;
 	ST_CHECK(v != cli_bare, "give a whole number after it", "--%s needs a value", key);
-	char *end;
-	errno = 0;
-	double d = strtod(v, &end);
-	/* decimal only: strtod would also take 0x10 */
-	ST_CHECK(end != v && !*end && !errno && d == floor(d) && fabs(d) < 9e18 &&
-			 v[strspn(v, "+-0123456789.eE")] == '\0',
-		 "give a whole number", "--%s: '%s' is not an integer", key, v);
-	ST_CHECK(d >= (double)lo && d <= (double)hi, NULL, "--%s must be in [%ld, %ld] (got %s)", key,
-		 lo, hi, v);
-	*out = (long)d;
+	long x = 0;
+	const enum st_parse r = st_parse_whole(v, &x);
+	ST_CHECK(r != ST_PARSE_NOT_INT, "give a whole number", "--%s: '%s' is not an integer", key, v);
+	ST_CHECK(r == ST_PARSE_OK && x >= lo && x <= hi, NULL, "--%s must be in [%ld, %ld] (got %s)",
+		 key, lo, hi, v);
+	*out = x;
 	return ST_OK;
 }
 
@@ -146,8 +143,13 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
 	char *end;
 	errno = 0;
 	double d = strtod(v, &end);
-	ST_CHECK(end != v && !*end && !errno && isfinite(d) && v[strspn(v, "+-0123456789.eE")] == '\0',
+	/* decimal only: strtod would also take 0x1p-3, inf and nan */
+	ST_CHECK(end != v && !*end && v[strspn(v, "+-0123456789.eE")] == '\0',
 		 "give a decimal number", "--%s: '%s' is not a number", key, v);
+	/* an underflow reads as the tiny value (or 0) strtod gives */
+	ST_CHECK(isfinite(d) && !(errno == ERANGE && fabs(d) > 1),
+		 "give a number a double can hold (up to about 1e308)", "--%s: %s is out of range", key,
+		 v);
 	*out = d;
 	return ST_OK;
 }

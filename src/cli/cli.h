@@ -73,4 +73,8 @@ int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *
 int cli_train_sources(struct cli_args *a, const char **resume, const char **conf, char *buf,
 		      size_t n);
 
+/* errno of a write to standard output that failed mid-command, for the
+ * error main() gives at exit (0: none kept) */
+extern int cli_stdout_errno;
+
 #endif

@@ -7,6 +7,7 @@
 #include "engine/place.h"
 #include "engine/session.h"
 #include "io/fsutil.h"
+#include "io/tokenizer.h"
 #include "model/hf.h"
 #include "store/store.h"
 #include "util/check.h"
@@ -54,6 +55,14 @@ int cmd_init(int argc, char **argv)
 
 	struct st_config cfg;
 	ST_TRY(config_resolve(&cfg, conf));
+	if (vocab > 0 && vocab != cfg.vocab_size && cfg.bos_id == ST_BYTE_BOS &&
+	    cfg.eos_id == ST_BYTE_EOS) {
+		/* the presets' ids are the byte tokenizer's: for another vocabulary
+		 * they would name ordinary tokens of its tokenizer.json, so none
+		 * are written, and that tokenizer's own <bos> and <eos> count */
+		cfg.bos_id = -1;
+		cfg.eos_id = -1;
+	}
 	if (vocab > 0)
 		cfg.vocab_size = (int)vocab;
 	if (max_seq > 0)

@@ -1,4 +1,5 @@
 /* strata sample: generate text from a model. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,20 +28,28 @@ static void help(void)
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       "  --tokenizer T      byte, a tokenizer.json or a directory with one [the model's, else byte]\n"
-	       "\nGeneration stops at the tokenizer's <eos>, which is not printed.\n");
+	       "\nGeneration stops at the tokenizer's <eos>, which is not printed: the model\n"
+	       "directory's config.json eos_token_id where it names one of tokenizer.json's\n"
+	       "added tokens, else the tokenizer's own. It also stops when the output cannot\n"
+	       "be written (a closed pipe, a full disk), an error.\n");
 }
 
 struct out_ctx {
 	const struct st_tokenizer *tk;
 };
 
-static void emit(int32_t tok, void *arg)
+/* One token's text, at once (a reader sees the text as it comes); nonzero,
+ * which stops generate(), once standard output takes no more: a closed pipe
+ * or a full disk, reported at exit (main.c) */
+static int emit(int32_t tok, void *arg)
 {
 	const struct out_ctx *o = arg;
 	char buf[1024];
 	size_t n = tokenizer_decode_one(o->tk, buf, sizeof buf, (uint32_t)tok);
-	fwrite(buf, 1, n, stdout);
-	fflush(stdout);
+	if (fwrite(buf, 1, n, stdout) == n && fflush(stdout) == 0)
+		return 0;
+	cli_stdout_errno = errno;
+	return 1;
 }
 
 int cmd_sample(int argc, char **argv)
@@ -82,8 +91,9 @@ int cmd_sample(int argc, char **argv)
 	char tk_path[4200];
 	snprintf(tk_path, sizeof tk_path, "%s/tokenizer.json", dir);
 	const int fallback = !tok_name && !fs_exists(tk_path);
-	if (!tok_name)
-		tok_name = fallback ? "byte" : tk_path;
+	if (!tok_name) /* the directory, not its tokenizer.json: config.json names the
+			* model's <bos> and <eos> (tokenizer_load) */
+		tok_name = fallback ? "byte" : dir;
 	struct st_tokenizer tk;
 	if (tokenizer_load(&tk, tok_name) != ST_OK) {
 		session_close(&s);
@@ -103,6 +113,11 @@ int cmd_sample(int argc, char **argv)
 			    dir, tk.vocab_size, s.model.cfg.vocab_size, tk.vocab_size - 1);
 	if (rc == ST_OK && bos && tk.bos_id < 0) {
 		ST_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
+		rc = ST_FAIL;
+	}
+	if (rc == ST_OK && !*prompt && tk.bos_id < 0) {
+		ST_ERROR("give a prompt", "an empty --prompt starts from <bos>, and the tokenizer %s "
+			 "has none", tok_name);
 		rc = ST_FAIL;
 	}
 	if (ctx_len > s.model.cfg.max_seq) {
@@ -142,7 +157,8 @@ int cmd_sample(int argc, char **argv)
 					.eos_id = tk.eos_id};
 		struct out_ctx oc = {&tk};
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
-		printf("\n");
+		if (rc == ST_OK)
+			printf("\n");
 	} else if (rc == ST_OK) {
 		rc = ST_FAIL;
 	}

@@ -34,16 +34,26 @@ static void usage(FILE *f)
 /* The exit status, once what was printed has reached stdout: a full disk or
  * a closed file under it (> /dev/full) is an error, not exit 0 with the
  * output lost (eval --json, sample). */
+int cli_stdout_errno;
+
 static int finish(int status)
 {
 	errno = 0;
 	const int flushed = fflush(stdout) == 0;
 	if (flushed && !ferror(stdout))
 		return status;
+	/* the first failure's reason where a command kept it (a later flush
+	 * may have nothing left to fail on) */
+	const int err = cli_stdout_errno ? cli_stdout_errno : !flushed ? errno : 0;
+	const char *hint = err == EPIPE ? "the reader of the output stopped reading (a pipe "
+					  "closed early)"
+			   : err == ENOSPC || err == EDQUOT || err == EFBIG
+				   ? "free space where the output goes, or send it elsewhere"
+				   : "send the output somewhere it can be written";
 	fprintf(stderr,
 		"strata: error: cannot write to standard output%s%s: what the command printed is "
-		"incomplete\n  hint: free space where the output goes, or send it elsewhere\n",
-		!flushed && errno ? ": " : "", !flushed && errno ? strerror(errno) : "");
+		"incomplete\n  hint: %s\n",
+		err ? ": " : "", err ? strerror(err) : "", hint);
 	return status ? status : 1;
 }
 

@@ -55,7 +55,7 @@ int32_t sample_logits(const float *logits, int v, double temperature, double top
 }
 
 int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct st_gen_opts *g,
-	     void (*emit)(int32_t tok, void *arg), void *arg)
+	     int (*emit)(int32_t tok, void *arg), void *arg)
 {
 	struct st_exec *ex = &s->exec;
 	const int T = ex->t, V = s->model.cfg.vocab_size;
@@ -95,7 +95,8 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 		if (g->stop_at_eos && next == g->eos_id)
 			break; /* the end of the text: not itself printed */
 		hist[n++] = next;
-		emit(next, arg);
+		if (emit(next, arg))
+			break; /* nowhere to write the rest */
 	}
 	free(hist), free(tok), free(tgt), free(scratch);
 	return ST_OK;

@@ -22,9 +22,11 @@ struct st_gen_opts {
 int32_t sample_logits(const float *logits, int v, double temperature, double top_p, double u,
 		      float *scratch /* 2V floats */);
 
-/* ctx: n_ctx prompt tokens. Calls emit(tok, ctx) for every new token. The
- * session's executor must be set up with b = 1 (session_exec). */
+/* ctx: n_ctx prompt tokens. Calls emit(tok, arg) for every new token, and
+ * stops (returning ST_OK) when it returns nonzero: the output went nowhere,
+ * which its caller reports. The session's executor must be set up with b = 1
+ * (session_exec). */
 int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct st_gen_opts *g,
-	     void (*emit)(int32_t tok, void *arg), void *arg);
+	     int (*emit)(int32_t tok, void *arg), void *arg);
 
 #endif

@@ -507,6 +507,14 @@ int bpe_token_id(const struct st_bpe *b, const char *content)
 	return -1;
 }
 
+int bpe_is_added(const struct st_bpe *b, int id)
+{
+	for (int i = 0; i < b->n_added; i++)
+		if ((int)b->added[i].id == id)
+			return 1;
+	return 0;
+}
+
 const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len)
 {
 	if (id >= (uint32_t)b->n_vocab || !b->raw[id])

@@ -73,8 +73,26 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 				const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
 				if (cJSON_IsArray(v)) /* several end tokens: the first */
 					v = cJSON_GetArrayItem(v, 0);
-				if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < tk->vocab_size)
-					*ids[k] = (int)v->valuedouble;
+				if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tk->vocab_size)
+					continue;
+				const int id = (int)v->valuedouble;
+				/* an id written for another tokenizer (strata init's
+				 * presets carry the byte tokenizer's 256 and 257) names an
+				 * ordinary token here: <eos> would end texts at a letter */
+				if (!bpe_is_added(tk->bpe, id)) {
+					size_t len = 0, olen = 0;
+					const char *text = bpe_token_bytes(tk->bpe, (uint32_t)id, &len);
+					const char *own = *ids[k] >= 0 ? bpe_token_bytes(tk->bpe, (uint32_t)*ids[k], &olen) : NULL;
+					char use[160] = "none";
+					if (own)
+						snprintf(use, sizeof use, "'%.*s' (id %d)", (int)olen, own, *ids[k]);
+					st_log_warn("%s: %s %d is '%.*s', an ordinary token of %s, not one of "
+						    "its added tokens: using %s",
+						    cpath, keys[k], id, text ? (int)len : 0, text ? text : "",
+						    path, use);
+					continue;
+				}
+				*ids[k] = id;
 			}
 			cJSON_Delete(root);
 		}

@@ -227,7 +227,7 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 		 "%s: \"rms_norm_eps\" %g is below the smallest normal float (%g)", path, eps,
 		 (double)FLT_MIN);
 	ST_CHECK(isfinite(std) && std >= 0 && std < 1e6, "fix the value in config.json",
-		 "%s: \"initializer_range\" must be a non-negative number (got %g)", path, std);
+		 "%s: \"initializer_range\" must be in [0, 1e6) (got %g)", path, std);
 	cfg->norm_eps = (float)eps;
 	cfg->init_std = (float)std;
 	ST_TRY(json_bool(root, "tie_word_embeddings", &cfg->tied, path));

@@ -1,6 +1,7 @@
 /* The option table and its parsers; see options.h. */
 #include <cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "engine/session.h"
 #include "trainer/options.h"
 #include "util/check.h"
+#include "util/parse.h"
 
 int train_opts_bool(const char *v)
 {
@@ -112,20 +114,19 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 	switch (d->type) {
 	case OT_INT:
 	case OT_LONG: {
-		/* decimal only, 1e6 allowed for token budgets; strtod alone would
-		 * also take 0x100 and inf */
-		double v = strtod(value, &end);
-		ST_CHECK(end != value && *end == '\0' && errno == 0 && v == floor(v) &&
-				 value[strspn(value, "+-0123456789.eE")] == '\0',
-			 "give a whole number", "option '%s': '%s' is not an integer", d->key, value);
-		const double lim = d->type == OT_INT ? 2147483647.0 : 9.2e18;
-		ST_CHECK(fabs(v) < lim, "give a smaller number",
-			 "option '%s': %s is out of range (its size must stay below %.0f)", d->key,
+		/* decimal only, 1e6 allowed for token budgets */
+		long v = 0;
+		const enum st_parse r = st_parse_whole(value, &v);
+		ST_CHECK(r != ST_PARSE_NOT_INT, "give a whole number",
+			 "option '%s': '%s' is not an integer", d->key, value);
+		const long lim = d->type == OT_INT ? INT_MAX : LONG_MAX;
+		ST_CHECK(r == ST_PARSE_OK && v <= lim && v >= -lim, "give a smaller number",
+			 "option '%s': %s is out of range (its size must stay below %ld)", d->key,
 			 value, lim);
 		if (d->type == OT_INT)
 			*(int *)field = (int)v;
 		else
-			*(long *)field = (long)v;
+			*(long *)field = v;
 		break;
 	}
 	case OT_DOUBLE: {

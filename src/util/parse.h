@@ -1,0 +1,16 @@
+/* Whole numbers from option values, the one rule every option reader uses
+ * (cli/args.c for the commands, trainer/options.c for train's options and
+ * --config files). */
+#ifndef ST_PARSE_H
+#define ST_PARSE_H
+
+enum st_parse { ST_PARSE_OK, ST_PARSE_NOT_INT, ST_PARSE_RANGE };
+
+/* A decimal whole number: digits with an optional sign, read exactly over
+ * the whole range of long (strtoll), or a decimal form with a point or an
+ * exponent that is whole (1e6, 2.5e3), read through a double. Anything else
+ * (0x10, inf, 1.5, blanks) is ST_PARSE_NOT_INT; a value beyond long is
+ * ST_PARSE_RANGE. */
+enum st_parse st_parse_whole(const char *s, long *out);
+
+#endif
