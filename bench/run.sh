@@ -13,7 +13,7 @@
 #     and 130M presets, projector costs, the worst step against the median.
 #   bench/plan.py: the planner's plan vs fixed policies, measured/predicted.
 # usage: bench/run.sh [train|optim|io|offload|galore|plan|all]   (default all)
-case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" | sed '$d'; exit 0 ;; esac
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -e
 cd "$(dirname "$0")/.."
 # Debian's OpenBLAS misdetects some AVX-512 CPUs (REFERENCES.md): give it the

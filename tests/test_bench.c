@@ -53,6 +53,22 @@ Test(bench_cli, help_prints_usage_and_measures_nothing)
 	}
 }
 
+/* The scripts' --help prints their whole header comment and runs nothing
+ * (each dropped its header's last line, the usage line of some). */
+Test(bench_cli, scripts_help_prints_the_whole_header)
+{
+	const char *scripts[] = {"scripts/galore-quality", "scripts/gpu-bundle", "scripts/gpu-check",
+				 "scripts/offload-demo",   "scripts/quickstart", "bench/run.sh"};
+	for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++) {
+		int rc = cu_run(out, sizeof out,
+				"awk 'NR > 1 && /^[^#]/ { exit } NR > 1 { sub(/^# ?/, \"\"); print }' %s > "
+				"/tmp/strata-help-want.$$ && sh %s --help | cmp - /tmp/strata-help-want.$$; "
+				"e=$?; rm -f /tmp/strata-help-want.$$; exit $e",
+				scripts[i], scripts[i]);
+		cr_expect_eq(rc, 0, "%s --help is not its header: %s", scripts[i], out);
+	}
+}
+
 Test(bench_cli, bad_options_are_refused)
 {
 	char flags[128], needle[128];

@@ -382,6 +382,13 @@ Test(faults, resume_from_another_directory)
 		  "%s", out);
 	cr_expect(strstr(out, "co.json's \"out\" is not used on --resume"), "%s", out);
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/elsewhere", dir), 0);
+	/* a copied run resumed with a --config that has no "out": nothing said
+	 * about one (the checkpoint's saved out, the original run's, was taken
+	 * for the file's) */
+	rc = cu_run(out, sizeof out, "cd / && cp -r %s/run %s/copy && echo '{\"eval-tokens\": 64}' > "
+			"%s/c2.json && %s train --resume %s/copy --steps 5 --config %s/c2.json " SMALL,
+		    dir, dir, dir, bin, dir, dir);
+	cr_expect(rc == 0 && !strstr(out, "\"out\" is not used"), "%d %s", rc, out);
 }
 
 /* Resumes that could mix runs (from a review of changed options on resume):
@@ -1449,6 +1456,11 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--seq-len 8 --micro-batch 1 --grad-accum 100000000", "a step of 800000000 tokens"},
 		{"--optimizer galore-adamw --galore-rank 1.5 --seq-len 32",
 		 "--galore-rank 1.5 is neither a whole rank nor a fraction below 1"},
+		/* checked before it is a float (1e-50 read "got 0"; 1e39, inf,
+		 * trained the weights to -inf) */
+		{"--optimizer galore-adamw --galore-scale 1e-50 --seq-len 32",
+		 "--galore-scale must be positive and a float: from 1.17549e-38 to 3.40282e+38 (got 1e-50)"},
+		{"--optimizer galore-adamw --galore-scale 1e39 --seq-len 32", "(got 1e+39)"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r%zu "
@@ -1472,6 +1484,13 @@ Test(faults, bad_values_named_before_anything_runs)
 	if (w)
 		snprintf(listed, sizeof listed, "%.*s", (int)strcspn(w, ")"), w);
 	cr_expect(w && !!strstr(listed, "avx512") == avx512, "%s", out);
+	/* a whole GaLore rank past INT_MAX is full rank, as 1000 is (the cast
+	 * was undefined: "rounds to rank 0") */
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/init --data %s/data --out %s/bigrank --steps 1 --optimizer "
+		    "galore-adamw --galore-rank 3e9 --eval-interval 0 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && !strstr(out, "rounds to rank 0"), "%s", out);
 }
 
 /* Plain SGD keeps a momentum buffer only with momentum: a resume that turns
@@ -1613,6 +1632,38 @@ Test(faults, full_stdout_is_an_error)
 	cr_expect(strstr(out, "cannot write to standard output: Broken pipe") &&
 			  strstr(out, "hint: the reader of the output stopped reading"),
 		  "%s", out);
+}
+
+/* GaLore at steps without loss targets (prompts that fill the window): a
+ * projector due at such a step keeps the subspace it had. It became the
+ * first r coordinate axes, thrown away in place of the subspace computed at
+ * the step before that had targets (here steps 1, 2, 4, 5 have none; layer
+ * 0's q projection refreshes at 1, 3, 5). */
+Test(faults, galore_keeps_its_subspace_at_zero_gradients)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "galorezero");
+	int rc = cu_run(out, sizeof out,
+			"python3 -c \"import json,random;random.seed(3);w='alpha beta gamma delta epsilon "
+			"zeta eta theta'.split();[print(json.dumps({'prompt':' '.join(random.choice(w) for _ "
+			"in range(random.choice([3,40]))),'completion':' '.join(random.choice(w) for _ in "
+			"range(3))})) for i in range(300)]\" > %s/ex.jsonl && "
+			"%s prepare --input %s/ex.jsonl --out %s/dj > /dev/null && "
+			"%s init --config tiny --out %s/m > /dev/null && "
+			"%s train --model %s/m --data %s/dj --out %s/r --micro-batch 1 --seq-len 32 "
+			"--optimizer galore-adamw --galore-rank 4 --galore-start-spread 1 "
+			"--galore-update-gap 2 --steps 5 --progress none",
+			dir, cu_bin(), dir, dir, cu_bin(), dir, cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "GaLore: the gradient at update 1 is zero"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "python3 -c \"import json,struct;d=open('%s/r/step-000005/optimizer.safetensors','rb')"
+		    ".read();n=struct.unpack('<Q',d[:8])[0];h=json.loads(d[8:8+n]);"
+		    "a,b=h['model.layers.0.self_attn.q_proj.weight.galore.proj']['data_offsets'];"
+		    "v=struct.unpack('<%%df'%%((b-a)//4),d[8+n+a:8+n+b]);print('nonzeros',sum(x!=0 for x in v))\"",
+		    dir);
+	cr_expect(rc == 0 && strstr(out, "nonzeros 1024"), "the projector is not the subspace of step 3: %s",
+		  out);
 }
 
 /* Fine-tuning examples whose prompts fill every window (2000-byte prompts,

@@ -358,6 +358,12 @@ Test(train, galore_start_spread_fixed_on_resume)
 			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 "
 			   "--galore-start-spread 2",
 			   cu_bin(), dir, dir));
+	/* the same as a --config key (it was not looked for there) */
+	expect_fail("a changed spread on resume, from --config", "--galore-start-spread 2 with",
+		    cu_run(out, sizeof out,
+			   "echo '{\"galore-start-spread\": 2}' > %s/cs.json && "
+			   "%s train --resume %s/a/step-000002 --out %s/b --steps 3 --config %s/cs.json",
+			   dir, cu_bin(), dir, dir, dir));
 	/* a smaller gap caps the spread: the starts would move too */
 	expect_fail("a gap on resume that moves the starts", "over 2 updates; this run used 4",
 		    cu_run(out, sizeof out,

@@ -168,7 +168,10 @@ static void note_config_out(const struct cli_args *a, const char *conf, const ch
 			    const char *run_dir)
 {
 	char real[PATH_MAX];
-	if (!conf || cli_get((struct cli_args *)a, "out", NULL) || !*conf_out)
+	/* o.out holds the checkpoint's saved one where the file has none (a
+	 * copied run's names the original: that was said as the file's) */
+	if (!conf || cli_get((struct cli_args *)a, "out", NULL) || !*conf_out ||
+	    !given((struct cli_args *)a, conf, "out"))
 		return;
 	if (!realpath(conf_out, real))
 		snprintf(real, sizeof real, "%s", conf_out); /* does not exist: surely another */
@@ -263,7 +266,7 @@ static void note_new_data(struct cli_args *a, const char *conf, const struct st_
  * when the state they lay out is the same. */
 static void galore_ranks(double r, const struct st_config *c, int out[3])
 {
-	const int want = r >= 1 ? (int)r : (int)lround(r * c->dim);
+	const int want = r >= INT_MAX ? INT_MAX : r >= 1 ? (int)r : (int)lround(r * c->dim);
 	const int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
 	const int sides[3] = {q < c->dim ? q : c->dim, kv < c->dim ? kv : c->dim,
 			      c->ffn_dim < c->dim ? c->ffn_dim : c->dim};
@@ -310,8 +313,7 @@ static int check_resume(struct cli_args *a, const char *conf, const struct st_tr
 	/* each GaLore matrix's moments count their updates from its start: the
 	 * first projectors' spread stays; a spread not given keeps the run's */
 	const int spread = first_spread(saved);
-	if (!cli_get((struct cli_args *)a, "galore-start-spread", NULL) &&
-	    !cli_get((struct cli_args *)a, "galore_start_spread", NULL))
+	if (!given(a, conf, "galore-start-spread")) /* as a flag or a --config key */
 		o->galore_start_spread = spread;
 	char hint[200];
 	snprintf(hint, sizeof hint,

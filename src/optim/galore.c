@@ -85,8 +85,11 @@ int galore_plan(struct st_optim *o)
 		 c->galore_gap);
 	ST_CHECK(c->galore_scale > 0, "the paper uses 0.25", "--galore-scale must be positive (got %g)",
 		 c->galore_scale);
-	const int want = c->galore_rank >= 1 ? (int)c->galore_rank
-					     : (int)lround(c->galore_rank * m->cfg.dim);
+	/* a whole rank past every matrix is full rank (capped below); past
+	 * INT_MAX the cast alone would be undefined */
+	const int want = c->galore_rank >= INT_MAX ? INT_MAX
+			 : c->galore_rank >= 1	  ? (int)c->galore_rank
+						  : (int)lround(c->galore_rank * m->cfg.dim);
 	ST_CHECK(want >= 1, "use a larger --galore-rank",
 		 "--galore-rank %g of hidden size %d rounds to rank 0", c->galore_rank, m->cfg.dim);
 	int n_gal = 0;
@@ -179,7 +182,8 @@ void galore_free_scratch(struct st_optim *o)
 }
 
 /* P = I (r = the smaller side): the subspace is everything, and the identity
- * makes GaLore exactly AdamW (the projections multiply by 1 and add 0s). */
+ * makes GaLore exactly AdamW at galore_scale 1 (the projections multiply by 1
+ * and add 0s), AdamW at galore_scale times the learning rate otherwise. */
 static void identity(float *p, int r)
 {
 	memset(p, 0, (size_t)r * r * sizeof *p);
@@ -252,13 +256,34 @@ void galore_refresh(const struct st_ops *ops, const struct st_optim *o, int i, c
 	/* a gradient with inf or NaN: the step is skipped (its norm is not
 	 * finite) and the projectors it refreshed are restored, so a stand-in
 	 * is enough, and nothing needs saying beyond the skip itself */
-	const int finite = st_first_nonfinite(g, (size_t)ps->rows * ps->cols) < 0;
-	if (!finite || galore_projector(p, g, ps->rows, ps->cols, ps->rank,
-					(enum galore_proj_method)o->cfg.galore_proj, pold, seed,
-					o->g_work) != ST_OK) {
+	const size_t gn = (size_t)ps->rows * ps->cols;
+	const int finite = st_first_nonfinite(g, gn) < 0;
+	/* A zero gradient (a step without loss targets: fine-tuning prompts
+	 * that fill whole windows) spans no subspace: its projector would be
+	 * arbitrary unit vectors, thrown away in place of a real one. The
+	 * previous one is kept; a first projector is the stand-in below until
+	 * the matrix's next refresh. Said once (the trainer says each such step
+	 * once too). */
+	size_t nz = 0;
+	while (finite && nz < gn && g[nz] == 0.0f)
+		nz++;
+	const int zero = finite && nz == gn;
+	if (zero) {
+		static int warned;
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			st_log_warn("GaLore: the gradient at update %ld is zero (a step without loss "
+				    "targets): the projectors due then keep their previous subspace "
+				    "(a first one takes the first r coordinates until its next "
+				    "refresh, %ld updates on); later such updates are not said",
+				    t, (long)o->cfg.galore_gap);
+	}
+	if (!finite || zero ||
+	    galore_projector(p, g, ps->rows, ps->cols, ps->rank,
+			     (enum galore_proj_method)o->cfg.galore_proj, pold, seed,
+			     o->g_work) != ST_OK) {
 		/* LAPACK did not converge (rare): keep the old subspace; at the
 		 * first update there is none, so take the first r coordinates */
-		if (finite)
+		if (finite && !zero)
 			st_log_warn("GaLore: projector of %s not computed at update %ld; %s",
 				    o->m->params[i].name, t,
 				    have_old ? "keeping the previous one"

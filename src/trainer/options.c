@@ -1,6 +1,7 @@
 /* The option table and its parsers; see options.h. */
 #include <cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -49,7 +50,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"quant-block", OT_INT, F(quant_block), "256", "8-bit optimizers: elements per absmax block (a power of two, 16-65536)"},
 	{"quant-min-size", OT_LONG, F(quant_min_size), "4096", "8-bit optimizers: smaller tensors keep fp32 state"},
 	{"galore-rank", OT_DOUBLE, F(galore_rank), "128", "GaLore: projection rank (>= 1), or a fraction of the hidden size (< 1)"},
-	{"galore-update-gap", OT_INT, F(galore_update_gap), "200", "GaLore: steps between projector refreshes (T)"},
+	{"galore-update-gap", OT_INT, F(galore_update_gap), "200", "GaLore: updates between projector refreshes (T; skipped steps do not count)"},
 	{"galore-scale", OT_DOUBLE, F(galore_scale), "0.25", "GaLore: scale of the projected-back update (alpha)"},
 	{"galore-start-spread", OT_INT, F(galore_start_spread), "8", "GaLore: spread the first projectors over this many updates (1: all at the first, as the paper)"},
 	{"galore-proj", OT_STR, F(galore_proj), "randomized", "GaLore projector: randomized | svd"},
@@ -327,6 +328,11 @@ int train_opts_validate(const struct st_train_opts *o)
 		 o->max_skipped_steps);
 	ST_CHECK(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
 		 "--galore-proj must be randomized or svd (got '%s')", o->galore_proj);
+	/* checked before it becomes a float: 1e-50 became 0 ("must be positive
+	 * (got 0)") and 1e39 inf, which trained the weights to -inf */
+	ST_CHECK(o->galore_scale >= FLT_MIN && o->galore_scale <= FLT_MAX, "the paper uses 0.25",
+		 "--galore-scale must be positive and a float: from %g to %g (got %g)",
+		 (double)FLT_MIN, (double)FLT_MAX, o->galore_scale);
 	ST_CHECK(o->galore_start_spread >= 1, "1 computes every first projector at the first update",
 		 "--galore-start-spread must be >= 1 (got %d)", o->galore_start_spread);
 	ST_CHECK(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
