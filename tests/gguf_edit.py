@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Edit the tokenizer of a GGUF file for strata's import tests (standard
+"""Edit the metadata of a GGUF file for strata's import tests (standard
 library only): the file is read whole, its metadata changed, and written
 back with the tensor data after a freshly aligned header (tensor offsets are
 relative to the data, so they stay).
 
 usage: gguf_edit.py SRC DST extend-tokens N   # N more tokens than there are
        gguf_edit.py SRC DST empty-token       # the last token made ""
+       gguf_edit.py SRC DST nul-token         # the last token made "a\0b"
+       gguf_edit.py SRC DST string-types      # token_type as a list of strings
+       gguf_edit.py SRC DST set KEY TYPE VAL  # a key added or replaced (TYPE:
+                                              # GGUF's number; 8 a string)
 """
 import struct
 import sys
@@ -68,6 +72,7 @@ def main():
         r.pos += 8 * dims + 4 + 8
     infos = r.data[infos_start:r.pos]
     align = next((v for k, _, v in kvs if k == b"general.alignment"), 32)
+    align = align if isinstance(align, int) else int(align)
     data = r.data[(r.pos + align - 1) // align * align:]
 
     tokens = next(kv for kv in kvs if kv[0] == b"tokenizer.ggml.tokens")[2][1]
@@ -79,6 +84,18 @@ def main():
                 types[2][1].append(1)
     elif edit == "empty-token":
         tokens[-1] = b""
+    elif edit == "nul-token":
+        tokens[-1] = b"a\0b"
+    elif edit == "string-types":
+        types[1], types[2] = ARR, (STR, [b"%d" % t for t in types[2][1]])
+    elif edit == "set":
+        key, kind = sys.argv[4].encode(), int(sys.argv[5])
+        text = sys.argv[6]
+        value = text.encode() if kind == STR else \
+            float(text) if kind in (6, 12) else int(text)
+        kvs = [kv for kv in kvs if kv[0] != key] + [[key, kind, value]]
+        if key == b"general.alignment":
+            align = int(value)
     else:
         sys.exit("unknown edit " + edit)
 

@@ -1545,7 +1545,14 @@ Test(faults, loosely_typed_json_refused)
 		 "added tokens '<|endoftext|>' (id 0) and '<|endoftext|>' (id 300) share their text"},
 		{"t['added_tokens'].append(dict(t['added_tokens'][0], content='<x>'))",
 		 "added tokens '<|endoftext|>' (id 0) and '<x>' (id 0) share an id"},
+		/* an added token on a vocabulary entry's id (encoded both as one
+		 * id, decoded as the added one), and two entries on one id */
+		{"t['added_tokens'].append(dict(t['added_tokens'][0], content='<clash>', id=66))",
+		 "added token '<clash>' has id 66, which the vocabulary gives to 'a'"},
+		{"t['model']['vocab']['zzqx'] = 66", "vocab entries 'a' and 'zzqx' share id 66"},
 		{"pass", NULL}, /* the file as it is loads */
+		/* an added token that is its entry's token, spelled as text */
+		{"t['added_tokens'].append(dict(t['added_tokens'][0], content=' the', id=260))", NULL},
 	};
 	for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
 		int rc = cu_run(out, sizeof out,
@@ -1554,7 +1561,7 @@ Test(faults, loosely_typed_json_refused)
 				"%s prepare --input %s/t.txt --tokenizer %s/k%d --out %s/d%d --val-fraction 0",
 				dir, i, tok, cases[i].edit, dir, i, cu_bin(), dir, dir, i, dir, i);
 		if (!cases[i].needle) {
-			cr_expect_eq(rc, 0, "the unedited tokenizer was refused: %s", out);
+			cr_expect_eq(rc, 0, "case %d was refused: %s", i, out);
 			continue;
 		}
 		cr_expect(rc != 0 && strstr(out, cases[i].needle), "case %d: %s", i, out);

@@ -107,18 +107,36 @@ Test(gguf, tokenizer_from_metadata)
 
 /* A tokenizer the import cannot rebuild (not byte-level BPE) writes no
  * tokenizer.json; one left from an earlier model in the directory is named
- * in a warning, since prepare and sample would read it. */
+ * in a warning, since prepare and sample would read it, and so are that
+ * model's other tokenizer files (transformers reads them). A byte-level one
+ * also gets a tokenizer_config.json naming its <bos> and <eos> (from
+ * tokenizer.json alone transformers has none: generate never ends). */
 Test(gguf, other_tokenizer_over_an_earlier_one)
 {
 	char dir[300];
 	import_to(dir, sizeof dir, "F32");
-	int rc = cu_run(out, sizeof out, "sed 's/gpt2/spmx/' tests/data/gguf/model-F32.gguf > %s/x.gguf && "
-			"%s import --gguf %s/x.gguf --out %s --force", dir, cu_bin(), dir, dir);
+	char path[400];
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	cJSON *tc = tu_read_json(path);
+	cr_assert(tc, "no tokenizer_config.json written");
+	cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(tc, "bos_token")), "<|begin_of_text|>");
+	cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(tc, "eos_token")), "<|end_of_text|>");
+	cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(tc, "tokenizer_class")),
+			 "PreTrainedTokenizerFast");
+	cJSON_Delete(tc);
+	int rc = cu_run(out, sizeof out, "echo '{}' > %s/generation_config.json && "
+			"sed 's/gpt2/spmx/' tests/data/gguf/model-F32.gguf > %s/x.gguf && "
+			"%s import --gguf %s/x.gguf --out %s --force", dir, dir, cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "tokenizer 'spmx' is not byte-level BPE: no tokenizer.json written"), "%s", out);
 	cr_expect(strstr(out, "/m/tokenizer.json was there before this import and is kept"), "%s", out);
-	rc = cu_run(out, sizeof out, "rm %s/tokenizer.json && %s import --gguf %s/x.gguf --out %s --force",
-		    dir, cu_bin(), dir, dir);
+	cr_expect(strstr(out, "/m/tokenizer_config.json was there before this import and is kept: "
+			      "remove it if it is not this model's (transformers would read it)"),
+		  "%s", out);
+	cr_expect(strstr(out, "/m/generation_config.json was there before"), "%s", out);
+	rc = cu_run(out, sizeof out, "rm %s/tokenizer.json %s/tokenizer_config.json "
+			"%s/generation_config.json && %s import --gguf %s/x.gguf --out %s --force",
+		    dir, dir, dir, cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(!strstr(out, "was there before"), "%s", out);
 }
@@ -447,6 +465,43 @@ Test(gguf, bad_metadata)
 		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/d%zu/config.json -a ! -e %s/d%zu/tokenizer.json",
 				    dir, i, dir, i),
 			     0, "damage %zu: a failed import left a model", i);
+	}
+	/* Metadata that imported silently as another model (tests/gguf_edit.py
+	 * adds or replaces the key): a general.alignment of another type (read
+	 * as 32, every tensor shifted); a RoPE scaling factor without a type
+	 * (llama.cpp runs it as linear scaling); keys of the wrong type; token
+	 * kinds that are not integers (control tokens became ordinary ones); a
+	 * token holding a NUL (cut short in tokenizer.json). */
+	const struct {
+		const char *edit, *needle;
+	} edits[] = {
+		{"set general.alignment 10 64", "general.alignment is of GGUF type 10, not UINT32 (4)"},
+		{"set general.alignment 8 64", "general.alignment is of GGUF type 8, not UINT32"},
+		{"set llama.rope.scale_linear 6 4.0",
+		 "llama.rope.scale_linear is 4 with no llama.rope.scaling.type: llama.cpp runs this model "
+		 "with linear RoPE scaling"},
+		{"set llama.rope.scaling.factor 6 2.0", "llama.rope.scaling.factor is 2 with no"},
+		{"set llama.rope.scaling.factor 8 2", "llama.rope.scaling.factor is not a number"},
+		{"set llama.rope.scaling.type 4 1", "llama.rope.scaling.type is not a string"},
+		{"set llama.rope.dimension_count 8 16", "llama.rope.dimension_count is not a count"},
+		{"string-types", "tokenizer.ggml.token_type is not a list of 320 integers, one per token"},
+		{"nul-token", "token 319 is holding a NUL byte"},
+	};
+	for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+		int rc = cu_run(out, sizeof out,
+				"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/e%zu.gguf %s && "
+				"%s import --gguf %s/e%zu.gguf --out %s/e%zu",
+				dir, i, edits[i].edit, cu_bin(), dir, i, dir, i);
+		cr_expect(rc != 0 && strstr(out, edits[i].needle), "%s: %d %s", edits[i].edit, rc, out);
+	}
+	/* a factor of 1 is no scaling, and a UINT32 alignment of 64 is read */
+	const char *fine[] = {"set llama.rope.scaling.factor 6 1.0", "set general.alignment 4 64"};
+	for (size_t i = 0; i < 2; i++) {
+		int rc = cu_run(out, sizeof out,
+				"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/f%zu.gguf %s && "
+				"%s import --gguf %s/f%zu.gguf --out %s/f%zu",
+				dir, i, fine[i], cu_bin(), dir, i, dir, i);
+		cr_expect_eq(rc, 0, "%s: %s", fine[i], out);
 	}
 	/* the same value in range imports */
 	gguf_patch("tests/data/gguf/model-Q8_0.gguf", path, "llama.rope.freq_base", F32, 0x461c4000);

@@ -54,18 +54,30 @@ int cmd_import(int argc, char **argv)
 	ST_TRY(model_dir_stage(out, force, &st));
 	struct st_config cfg;
 	int rc = gguf_import(in, st.tmp, shard ? shard : ST_DEFAULT_SHARD_BYTES, &cfg);
-	snprintf(path, sizeof path, "%s/tokenizer.json", st.tmp);
-	const int own_tokenizer = fs_exists(path);
+	/* the tokenizer files a model directory may hold (checkpoints carry the
+	 * same set): those this import did not write, but a model replaced
+	 * with --force left, belong to that model */
+	const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+				   "generation_config.json"};
+	int own[4];
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof path, "%s/%s", st.tmp, tok_files[i]);
+		own[i] = fs_exists(path);
+	}
 	if (rc != ST_OK) {
 		model_dir_unstage(&st);
 		return rc;
 	}
 	ST_TRY(model_dir_commit(out, &st));
-	snprintf(path, sizeof path, "%s/tokenizer.json", out);
-	if (!own_tokenizer && fs_exists(path))
-		st_log_warn("%s was there before this import and is kept: remove it if it is not this "
-			    "model's tokenizer (prepare and sample would use it)",
-			    path);
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof path, "%s/%s", out, tok_files[i]);
+		if (!own[i] && fs_exists(path))
+			st_log_warn("%s was there before this import and is kept: remove it if it is "
+				    "not this model's (%s)",
+				    path,
+				    i == 0 ? "prepare and sample would use it"
+					   : "transformers would read it");
+	}
 	printf("imported %s into %s: dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d%s, rope "
 	       "theta %g\n",
 	       in, out, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size,

@@ -268,6 +268,7 @@ int bpe_load(struct st_bpe **out, const char *path)
 	}
 	b->json = root;
 	*out = b;
+	const char **vstr = NULL; /* per id, the vocabulary's text (below) */
 	const char *hint = "strata reads byte-level BPE tokenizers (GPT-2, LLaMA-3, Qwen, SmolLM style)";
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
 	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
@@ -352,10 +353,22 @@ int bpe_load(struct st_bpe **out, const char *path)
 		goto fail;
 	int cp_to_byte[512];
 	byte_alphabet(b, cp_to_byte);
+	/* the vocabulary's text of each id: one per id (of two entries sharing
+	 * one, encoding would give both and decoding the last), and an added
+	 * token may take an id only as the same token */
+	vstr = st_calloc((size_t)b->n_vocab, sizeof *vstr);
+	if (!vstr)
+		goto fail;
 	cJSON_ArrayForEach(it, vocab)
 	{
 		const size_t n = strlen(it->string);
 		const int id = (int)it->valuedouble;
+		if (vstr[id]) {
+			ST_ERROR(hint, "%s: vocab entries '%s' and '%s' share id %d", path, vstr[id],
+				 it->string, id);
+			goto fail;
+		}
+		vstr[id] = it->string;
 		char *raw = st_malloc(n + 1);
 		if (!raw)
 			goto fail;
@@ -456,6 +469,16 @@ int bpe_load(struct st_bpe **out, const char *path)
 					 (int)b->added[j].id == id ? "an id" : "their text");
 				goto fail;
 			}
+		/* the vocabulary's token of that id spelled either way: its text
+		 * (an added token listed there as itself) or its bytes */
+		if (vstr[id] && strcmp(vstr[id], content) != 0 &&
+		    !(b->raw[id] && b->raw_len[id] == strlen(content) &&
+		      !memcmp(b->raw[id], content, b->raw_len[id]))) {
+			ST_ERROR("give the added token an id of its own",
+				 "%s: added token '%s' has id %d, which the vocabulary gives to '%s'", path,
+				 content, id, vstr[id]);
+			goto fail;
+		}
 		b->added[k++] = (struct added){content, strlen(content), (uint32_t)id};
 		free(b->raw[id]);
 		b->raw[id] = strdup(content);
@@ -463,6 +486,8 @@ int bpe_load(struct st_bpe **out, const char *path)
 		if (!b->raw[id])
 			goto fail;
 	}
+	free(vstr);
+	vstr = NULL;
 	qsort(b->added, (size_t)b->n_added, sizeof *b->added, cmp_added);
 	for (int c = 0, i = 0; c <= 256; c++) {
 		while (i < b->n_added && (unsigned char)b->added[i].content[0] < c)
@@ -471,6 +496,7 @@ int bpe_load(struct st_bpe **out, const char *path)
 	}
 	return ST_OK;
 fail:
+	free(vstr);
 	bpe_free(b);
 	*out = NULL;
 	return ST_FAIL;

@@ -131,6 +131,7 @@ static int parse(struct st_gguf *g)
 	if (!g->kv || !g->t)
 		return ST_FAIL;
 	uint64_t alignment = 32;
+	uint32_t align_type = GGUF_UINT32; /* of general.alignment, where given */
 	for (uint64_t i = 0; i < nk && c.ok; i++) {
 		struct st_gguf_kv *kv = &g->kv[g->n_kv];
 		kv->key = take_str(&c, &kv->key_len, "a metadata key");
@@ -159,11 +160,19 @@ static int parse(struct st_gguf *g)
 		if (!c.ok)
 			break;
 		g->n_kv++;
-		if (kv->key_len == 17 && !memcmp(kv->key, "general.alignment", 17) &&
-		    kv->type == GGUF_UINT32)
-			alignment = rd(kv->value, 4);
+		/* any other type is the file's damage: read as 32 (as it was), every
+		 * tensor came out shifted, and llama.cpp refuses it */
+		if (kv->key_len == 17 && !memcmp(kv->key, "general.alignment", 17)) {
+			align_type = kv->type;
+			if (kv->type == GGUF_UINT32)
+				alignment = rd(kv->value, 4);
+		}
 	}
 	ST_CHECK(c.ok, NULL, "%s: cannot read the metadata", g->path);
+	ST_CHECK(align_type == GGUF_UINT32, "the file is damaged",
+		 "%s: general.alignment is of GGUF type %u, not UINT32 (%d): where the tensors start "
+		 "is unknown",
+		 g->path, align_type, GGUF_UINT32);
 	ST_CHECK(alignment && alignment <= 65536 && !(alignment & (alignment - 1)), "the file is damaged",
 		 "%s: general.alignment %llu is not a power of two", g->path,
 		 (unsigned long long)alignment);

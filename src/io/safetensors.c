@@ -546,7 +546,11 @@ static int verify(const struct st_safetensors *sf, const struct st_tensor_info *
 		return ST_OK;
 	const uint64_t got = XXH3_64bits(bytes, (size_t)(t->end - t->begin));
 	const uint64_t want = sf->sums[t - sf->tensors];
-	ST_CHECK(got == want, "the file is damaged (a changed byte); use an earlier checkpoint or re-export it",
+	/* tools that re-save a file passing its metadata on (safetensors'
+	 * save_file(..., metadata=f.metadata())) keep checksums of other bytes */
+	ST_CHECK(got == want,
+		 "the file is damaged (a changed byte): use an earlier checkpoint or re-export it; or "
+		 "another tool rewrote it and kept strata's \"strata_xxh3\" metadata: remove that key",
 		 "%s: tensor '%s' fails its checksum (XXH3 %016" PRIx64 ", the file says %016" PRIx64 ")",
 		 sf->path, t->name, got, want);
 	return ST_OK;

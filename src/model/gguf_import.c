@@ -119,7 +119,11 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	cfg->norm_eps = (float)f;
 	/* RoPE over every dimension of a head: another count is partial rotary
 	 * embedding, another model than the one strata would train */
-	if (gguf_get_u64(g, "llama.rope.dimension_count", &v) == ST_OK)
+	ST_CHECK(!gguf_kv(g, "llama.rope.dimension_count") ||
+			 gguf_get_u64(g, "llama.rope.dimension_count", &v) == ST_OK,
+		 "the file's metadata is damaged", "%s: llama.rope.dimension_count is not a count",
+		 g->path);
+	if (gguf_kv(g, "llama.rope.dimension_count"))
 		ST_CHECK(v == (uint64_t)cfg->head_dim,
 			 "strata implements RoPE over whole heads; this model is not supported",
 			 "%s: llama.rope.dimension_count is %llu, not the head size %d (partial rotary "
@@ -145,12 +149,31 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 				    id_keys[k], cfg->vocab_size);
 	}
 	const char *scaling = gguf_get_str(g, "llama.rope.scaling.type", &n);
-	ST_CHECK(!(scaling && !(n == 4 && !memcmp(scaling, "none", 4))) &&
-			 !gguf_tensor(g, "rope_freqs.weight"),
+	ST_CHECK(scaling || !gguf_kv(g, "llama.rope.scaling.type"), "the file's metadata is damaged",
+		 "%s: llama.rope.scaling.type is not a string", g->path);
+	const int no_scaling = scaling && n == 4 && !memcmp(scaling, "none", 4);
+	ST_CHECK(!(scaling && !no_scaling) && !gguf_tensor(g, "rope_freqs.weight"),
 		 "strata implements plain RoPE only; LLaMA 3.1-style and linear scaling are not yet "
 		 "supported",
 		 "%s: the model uses RoPE scaling (%s), which strata does not implement", g->path,
 		 scaling ? "llama.rope.scaling.type" : "rope_freqs.weight");
+	/* llama.cpp takes a factor without a type as linear scaling (its type
+	 * defaults to linear; old extended-context LLaMA-2 files carry only
+	 * scale_linear); 0 and 1 mean none */
+	const char *factor_keys[2] = {"llama.rope.scaling.factor", "llama.rope.scale_linear"};
+	for (int k = 0; k < 2; k++) {
+		if (!gguf_kv(g, factor_keys[k]))
+			continue;
+		double fac = 0;
+		ST_CHECK(gguf_get_f64(g, factor_keys[k], &fac) == ST_OK && isfinite(fac),
+			 "the file's metadata is damaged", "%s: %s is not a number", g->path,
+			 factor_keys[k]);
+		ST_CHECK(no_scaling || fac == 0 || fac == 1,
+			 "strata implements plain RoPE only; linear scaling is not yet supported",
+			 "%s: %s is %g with no llama.rope.scaling.type: llama.cpp runs this model with "
+			 "linear RoPE scaling, which strata does not implement",
+			 g->path, factor_keys[k], fac);
+	}
 	double experts = 0;
 	ST_CHECK(!gguf_kv(g, "llama.expert_count") ||
 			 (gguf_get_f64(g, "llama.expert_count", &experts) == ST_OK && experts == 0),
@@ -245,7 +268,39 @@ static int check_extra(const struct st_model *m, const struct st_gguf *g)
 }
 
 /* tokenizer.ggml.* (model gpt2: byte-level BPE) -> tokenizer.json */
-static int write_tokenizer(const struct st_gguf *g, const char *dir, int vocab_size)
+/* tokenizer_config.json beside tokenizer.json: transformers' AutoTokenizer
+ * reads its special tokens from there (from tokenizer.json alone it has no
+ * <bos> or <eos>, and generate() no end); config.json's ids are the model's. */
+static int write_tokenizer_config(const struct st_config *cfg, const struct st_bpe *b,
+				  const char *dir)
+{
+	cJSON *root = cJSON_CreateObject();
+	cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
+	const char *keys[2] = {"bos_token", "eos_token"};
+	const int ids[2] = {cfg->bos_id, cfg->eos_id};
+	for (int k = 0; k < 2; k++) {
+		size_t len = 0;
+		const char *text = ids[k] >= 0 ? bpe_token_bytes(b, (uint32_t)ids[k], &len) : NULL;
+		char tok[512];
+		if (text && len < sizeof tok) {
+			memcpy(tok, text, len);
+			tok[len] = '\0';
+			cJSON_AddStringToObject(root, keys[k], tok);
+		}
+	}
+	cJSON_AddNumberToObject(root, "model_max_length", cfg->max_seq);
+	cJSON_AddBoolToObject(root, "clean_up_tokenization_spaces", 0);
+	char *text = cJSON_Print(root);
+	cJSON_Delete(root);
+	ST_CHECK(text, NULL, "out of memory writing tokenizer_config.json");
+	char path[4200];
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	const int rc = fs_write_file_atomic(path, text, strlen(text));
+	free(text);
+	return rc;
+}
+
+static int write_tokenizer(const struct st_gguf *g, const char *dir, const struct st_config *cfg)
 {
 	size_t n;
 	const char *model = gguf_get_str(g, "tokenizer.ggml.model", &n);
@@ -262,9 +317,19 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, int vocab_s
 		 "%s: tokenizer.ggml.tokens or .merges missing", g->path);
 	/* ids past the embedding would be tokens the model has no row for
 	 * (fewer tokens than rows is padding, and fine) */
-	ST_CHECK(tokens->arr_n <= (uint64_t)vocab_size, "the file is damaged",
+	/* the token kinds decide which become added tokens: a list of another
+	 * type, or a short one, made control tokens ordinary vocabulary */
+	const int int_types = types && types->type == GGUF_ARRAY &&
+			      (types->arr_type == GGUF_INT8 || types->arr_type == GGUF_INT16 ||
+			       types->arr_type == GGUF_INT32 || types->arr_type == GGUF_INT64 ||
+			       types->arr_type == GGUF_UINT8 || types->arr_type == GGUF_UINT16 ||
+			       types->arr_type == GGUF_UINT32 || types->arr_type == GGUF_UINT64);
+	ST_CHECK(!types || (int_types && types->arr_n == tokens->arr_n), "the file's tokenizer is damaged",
+		 "%s: tokenizer.ggml.token_type is not a list of %llu integers, one per token",
+		 g->path, (unsigned long long)tokens->arr_n);
+	ST_CHECK(tokens->arr_n <= (uint64_t)cfg->vocab_size, "the file is damaged",
 		 "%s: %llu tokens in tokenizer.ggml.tokens, more than the %d rows of token_embd.weight",
-		 g->path, (unsigned long long)tokens->arr_n, vocab_size);
+		 g->path, (unsigned long long)tokens->arr_n, cfg->vocab_size);
 	size_t pn = 0;
 	const char *pre = gguf_get_str(g, "tokenizer.ggml.pre", &pn);
 	char pre_name[64] = "default";
@@ -330,9 +395,12 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, int vocab_s
 	for (uint64_t i = 0; i < tokens->arr_n && rc == ST_OK; i++) {
 		size_t len;
 		const char *s = gguf_arr_str(tokens, i, &len);
-		if (!s || len >= 65536 || len == 0) {
+		/* a NUL would cut the token's text short in tokenizer.json */
+		if (!s || len >= 65536 || len == 0 || memchr(s, 0, len)) {
 			ST_ERROR("the file's tokenizer is damaged", "%s: token %llu is %s", g->path,
-				 (unsigned long long)i, s && len == 0 ? "empty" : "unreadable");
+				 (unsigned long long)i,
+				 !s ? "unreadable" : len == 0 ? "empty" : len >= 65536 ? "too long"
+										: "holding a NUL byte");
 			rc = ST_FAIL;
 			break;
 		}
@@ -389,6 +457,8 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, int vocab_s
 		unlink(path);
 		rc = ST_FAIL;
 	}
+	if (rc == ST_OK)
+		rc = write_tokenizer_config(cfg, b, dir);
 	bpe_free(b);
 	return rc;
 }
@@ -430,7 +500,7 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK)
-		rc = write_tokenizer(&g, dir, cfg.vocab_size);
+		rc = write_tokenizer(&g, dir, &cfg);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	if (rc == ST_OK)
