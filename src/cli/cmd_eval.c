@@ -92,7 +92,7 @@ int cmd_eval(int argc, char **argv)
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK)
-		data_check_tokenizer(&d, dir);
+		rc = data_check_tokenizer(&d, dir);
 	double loss = 0;
 	long n = 0;
 	if (rc == ST_OK) {

@@ -137,11 +137,19 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 	return ST_OK;
 }
 
-void data_check_tokenizer(const struct st_data *d, const char *model_dir)
+int data_check_tokenizer(const struct st_data *d, const char *model_dir)
 {
 	char path[4200], name[25];
 	snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
 	const struct st_shard *s = d->has_train ? &d->train : d->has_val ? &d->val : NULL;
+	/* bytes for a model whose ids are a BPE vocabulary's: surely another
+	 * tokenizer (two BPE files that differ may be one tokenizer saved twice,
+	 * so that is a warning below) */
+	ST_CHECK(!s || strcmp(s->tokenizer, "byte") != 0 || !fs_exists(path),
+		 "prepare the data with the model's tokenizer: strata prepare --tokenizer MODEL_DIR",
+		 "%s was tokenized with the byte tokenizer, but the model %s has a tokenizer.json: "
+		 "its ids are that tokenizer's tokens, not bytes",
+		 s ? s->path : "", model_dir);
 	if (s && !fs_exists(path) && strcmp(s->tokenizer, "byte") != 0) {
 		/* checkpoints carry the model's tokenizer files: there are none */
 		st_log_warn("%s was tokenized with '%s', but %s has no tokenizer.json: sample "
@@ -149,14 +157,16 @@ void data_check_tokenizer(const struct st_data *d, const char *model_dir)
 			    "given to strata prepare into %s, or pass --tokenizer to sample)",
 			    s->path, s->tokenizer, model_dir,
 			    d->has_train ? " and its checkpoints" : "", model_dir);
-		return;
+		return ST_OK;
 	}
 	if (!fs_exists(path) || tokenizer_file_name(path, name) != ST_OK)
-		return;
+		return ST_OK;
 	if (s && strcmp(s->tokenizer, name) != 0)
-		st_log_warn("%s was tokenized with '%s', but the model's tokenizer.json is '%s': the "
-			    "same ids stand for other text (run strata prepare with --tokenizer %s)",
+		st_log_warn("%s was tokenized with '%s', but the model's tokenizer.json is '%s': "
+			    "unless the two files are one tokenizer saved twice, the same ids stand "
+			    "for other text (run strata prepare with --tokenizer %s)",
 			    s->path, s->tokenizer, name, model_dir);
+	return ST_OK;
 }
 
 void data_close(struct st_data *d)

@@ -27,10 +27,12 @@ struct st_data {
  * against vocab_size, and the shard's tokenizer vocabulary must not exceed it. */
 int data_open(struct st_data *d, const char *data, const char *val, int vocab_size, int need_train);
 void data_close(struct st_data *d);
-/* Warn when the shards were made with another tokenizer than the model
- * directory's own tokenizer.json (ids that mean other text); says nothing
- * when the directory has none. */
-void data_check_tokenizer(const struct st_data *d, const char *model_dir);
+/* Byte-tokenizer shards for a model directory with a tokenizer.json: an
+ * error. Shards of another tokenizer.json than the directory's (ids that
+ * mean other text, unless it is the same tokenizer saved twice): a warning,
+ * and one where the directory has no tokenizer.json for shards that need
+ * one. */
+int data_check_tokenizer(const struct st_data *d, const char *model_dir);
 /* Fill tokens/targets (b,t) of micro-batch `micro` of step `step`. */
 void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
 		      uint64_t seed, long step, int micro);
