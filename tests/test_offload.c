@@ -498,6 +498,15 @@ Test(offload, plan_reads_resume_and_config, .timeout = 120)
 		    "\"momentum\": 0.9}' > %s/c.json && %s plan --model %s/init --config %s/c.json",
 		    dir, cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "micro-batch 3 x 16 tokens x 1; sgd8bit"), "%s", out);
+	/* train's resume checks and unused-option warnings: a plan of a resume
+	 * train refuses is refused (it planned AdamW state for an 8-bit run) */
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/r --optimizer sgd", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "the run trained with --optimizer adamw8bit, whose state "
+					 "cannot become --optimizer sgd's"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/r --galore-rank 16", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "--galore-rank is not used by --optimizer adamw8bit"), "%s",
+		  out);
 }
 
 /* A 7B model's 101 GiB of state (a config.json alone: plan allocates

@@ -463,7 +463,7 @@ Test(train, impossible_configs)
 		const char *flags, *needle;
 	} num[] = {
 		{"--quant-block 0x100", "'0x100' is not an integer"},
-		{"--quant-block 2147483647", "2147483647 is out of range"},
+		{"--quant-block 2147483648", "2147483648 is out of range (its size must be at most 2147483647)"},
 		{"--config %s/bool.json", "option 'max_skipped_steps' takes a value, not true or false"},
 	};
 	cu_run(NULL, 0, "echo '{\"max_skipped_steps\": false}' > %s/bool.json", dir);

@@ -68,6 +68,14 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
  * default --seq-len (not given as a flag or in conf) fits a shorter model.
  * For train and plan alike. */
 int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *o);
+/* Warnings for options given (flags or conf's keys) that opt, the
+ * --optimizer, does not use. For train and plan alike. */
+void cli_note_unused_options(const struct cli_args *a, const char *conf, const char *opt);
+/* What a resume may not change against the checkpoint's saved options (in
+ * its directory ckpt): refused, or set back in o, as train does; plan runs
+ * the same checks so that it plans what train would run. */
+int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train_opts *saved,
+		     struct st_train_opts *o, const char *ckpt);
 /* --resume and --config (NULL when not given); a --config file's "resume"
  * (copied into buf) stands for the flag. For train and plan alike. */
 int cli_train_sources(struct cli_args *a, const char **resume, const char **conf, char *buf,

@@ -34,7 +34,7 @@ int cmd_plan(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	struct st_train_opts o;
+	struct st_train_opts o, saved;
 	train_opts_defaults(&o);
 	/* train's order: defaults < the checkpoint's options < --config < flags */
 	const char *resume, *conf;
@@ -43,13 +43,20 @@ int cmd_plan(int argc, char **argv)
 	if (resume) {
 		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
 		ST_TRY(ckpt_read_options(&o, dir));
+		o.resume[0] = '\0';
+		saved = o;
 	}
 	if (conf)
 		ST_TRY(train_opts_load_json(&o, conf));
 	ST_TRY(cli_train_flags(&a, &o, "config"));
-	if (resume)
+	cli_note_unused_options(&a, conf, o.optimizer);
+	/* train's resume checks: a plan of what train would refuse (another
+	 * GaLore rank, an optimizer whose state cannot convert) is no plan */
+	if (resume) {
+		ST_TRY(cli_check_resume(&a, conf, &saved, &o, dir));
 		snprintf(o.resume, sizeof o.resume, "%s", dir);
-	else
+	} else {
 		ST_TRY(cli_train_model(&a, conf, &o));
+	}
 	return trainer_plan(&o);
 }

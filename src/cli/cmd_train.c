@@ -55,7 +55,7 @@ static void note_unused(const char *key, const char *opt, const char *conf)
 		st_log_warn("--%s is not used by --optimizer %s", k, opt);
 }
 
-static void note_unused_options(const struct cli_args *a, const char *conf, const char *opt)
+void cli_note_unused_options(const struct cli_args *a, const char *conf, const char *opt)
 {
 	for (int i = 0; i < a->n; i++)
 		note_unused(a->key[i], opt, NULL);
@@ -276,7 +276,7 @@ static void galore_ranks(double r, const struct st_config *c, int out[3])
 
 /* What a resume may not change, or changes silently, against the
  * checkpoint's own options (saved; its directory ckpt). */
-static int check_resume(struct cli_args *a, const char *conf, const struct st_train_opts *saved,
+int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train_opts *saved,
 			struct st_train_opts *o, const char *ckpt)
 {
 	/* before the new optimizer's own option checks (sgd8bit's --momentum):
@@ -393,9 +393,9 @@ int cmd_train(int argc, char **argv)
 	if (o.steps > 0 && o.max_tokens > 0 && tokens_given)
 		st_log_warn("--max-tokens %.0f is not used: --steps %ld sets the run's length",
 			    o.max_tokens, o.steps);
-	note_unused_options(&a, conf, o.optimizer);
+	cli_note_unused_options(&a, conf, o.optimizer);
 	if (resume)
-		ST_TRY(check_resume(&a, conf, &saved, &o, dir));
+		ST_TRY(cli_check_resume(&a, conf, &saved, &o, dir));
 	else
 		ST_TRY(cli_train_model(&a, conf, &o));
 	struct st_trainer tr;

@@ -122,7 +122,7 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 			 "option '%s': '%s' is not an integer", d->key, value);
 		const long lim = d->type == OT_INT ? INT_MAX : LONG_MAX;
 		ST_CHECK(r == ST_PARSE_OK && v <= lim && v >= -lim, "give a smaller number",
-			 "option '%s': %s is out of range (its size must stay below %ld)", d->key,
+			 "option '%s': %s is out of range (its size must be at most %ld)", d->key,
 			 value, lim);
 		if (d->type == OT_INT)
 			*(int *)field = (int)v;
