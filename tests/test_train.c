@@ -729,12 +729,26 @@ Test(train, sharded_weights)
 		    dir, dir, dir, cu_bin(), dir, dir);
 	expect_fail("index entry outside the directory", "bad entry", rc);
 	/* a tensor in two shard files (a copy of shard 2 that the index names
-	 * for one of its tensors): refused, not the first file's copy taken */
+	 * for one of its tensors): refused, not the first file's copy taken;
+	 * the index and the files must agree (transformers loads each tensor
+	 * from the file the index names, and none it leaves out): an entry for
+	 * a tensor no file holds, and a tensor the index does not list */
 	rc = cu_run(out, sizeof out, "cp -r %s/sharded %s/twice && cd %s/twice && for f in model-00002-of-*; "
 		    "do cp $f extra-${f#model-}; done && sed -i '0,/model-00002-of/s//extra-00002-of/' "
 		    "model.safetensors.index.json && %s eval --model %s/twice --data %s/data",
 		    dir, dir, dir, cu_bin(), dir, dir);
-	expect_fail("a tensor in two files", "is in two weight files", rc);
+	expect_fail("a tensor in two files", "which the index puts in another file", rc);
+	rc = cu_run(out, sizeof out, "cp -r %s/sharded %s/ghost && cd %s/ghost && f=$(ls model-00001-of-*) && "
+		    "sed -i \"s/\\\"weight_map\\\"[[:space:]]*:[[:space:]]*{/&\\\"foo.bar\\\": \\\"$f\\\", /\" "
+		    "model.safetensors.index.json && %s eval --model %s/ghost --data %s/data",
+		    dir, dir, dir, cu_bin(), dir, dir);
+	expect_fail("an index entry for a tensor no file holds", "the index puts tensor 'foo.bar' in model-00001-of-", rc);
+	rc = cu_run(out, sizeof out, "cp -r %s/sharded %s/unlisted && cd %s/unlisted && sed -i "
+		    "'/\"model.layers.0.input_layernorm.weight\"/d' model.safetensors.index.json && "
+		    "%s eval --model %s/unlisted --data %s/data",
+		    dir, dir, dir, cu_bin(), dir, dir);
+	expect_fail("a tensor the index does not list",
+		    "holds tensor 'model.layers.0.input_layernorm.weight', which the index does not list", rc);
 }
 
 /* JSONL fine-tuning data: loss only on completions. The byte tokenizer makes

@@ -68,6 +68,36 @@ static int open_index(struct st_weight_files *w, const char *dir, const char *in
 		if (rc == ST_OK)
 			w->n++;
 	}
+	/* The index and the shards agree, as transformers reads them: it loads
+	 * each tensor from the file the index names (an entry naming another
+	 * file, or a tensor no file holds, fails there), and a tensor the index
+	 * leaves out is not loaded at all. strata looks tensors up in the files,
+	 * so it would have used both. */
+	cJSON_ArrayForEach(it, map)
+	{
+		if (rc != ST_OK)
+			break;
+		int f = 0;
+		while (f < w->n && strcmp(files[f], it->valuestring))
+			f++;
+		if (f < w->n && !safetensors_find(&w->sf[f], it->string)) {
+			ST_ERROR("re-export the model, or fix the index",
+				 "%s: the index puts tensor '%s' in %s, which does not hold it", index,
+				 it->string, files[f]);
+			rc = ST_FAIL;
+		}
+	}
+	for (int f = 0; f < w->n && rc == ST_OK; f++)
+		for (int t = 0; t < w->sf[f].n && rc == ST_OK; t++) {
+			const char *name = w->sf[f].tensors[t].name;
+			const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
+			if (!cJSON_IsString(e) || strcmp(e->valuestring, files[f]) != 0) {
+				ST_ERROR("re-export the model, or fix the index",
+					 "%s: %s holds tensor '%s', which the index %s", index, files[f],
+					 name, cJSON_IsString(e) ? "puts in another file" : "does not list");
+				rc = ST_FAIL;
+			}
+		}
 	free(files);
 	cJSON_Delete(root);
 	return rc;
