@@ -1607,6 +1607,18 @@ Test(faults, sample_reads_the_models_token_ids)
 		    cu_bin(), dir, dir, dir);
 	cr_expect(rc == 1 && strstr(out, "an empty --prompt starts from <bos>, and the tokenizer"), "%d %s",
 		  rc, out);
+	/* --tokenizer takes a run as --model does (its latest checkpoint's
+	 * tokenizer.json; it looked for RUN/tokenizer.json), and an empty
+	 * --model is named as such (it read " does not exist") */
+	rc = cu_run(out, sizeof out,
+		    "printf 'the quick brown fox jumps over the lazy dog\n%%.0s' $(seq 300) > %s/t.txt && "
+		    "%s prepare --input %s/t.txt --tokenizer %s/m --out %s/d > /dev/null && "
+		    "%s train --model %s/m --data %s/d --out %s/r --steps 1 --micro-batch 1 --seq-len 16 "
+		    "--progress none > /dev/null 2>&1 && %s sample --model %s/m --tokenizer %s/r --tokens 2",
+		    dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model ''", cu_bin());
+	cr_expect(rc == 1 && strstr(out, "an empty path was given for the model"), "%s", out);
 }
 
 /* What a command prints must reach stdout: on a full disk (/dev/full) eval

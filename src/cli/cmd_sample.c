@@ -27,7 +27,8 @@ static void help(void)
 	       "  --context N        tokens of context per step (<= max_position_embeddings) [256]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
-	       "  --tokenizer T      byte, a tokenizer.json or a directory with one [the model's, else byte]\n"
+	       "  --tokenizer T      byte, a tokenizer.json, or a model, checkpoint or run\n"
+	       "                     directory [the model's, else byte]\n"
 	       "\nGeneration stops at the tokenizer's <eos>, which is not printed: the model\n"
 	       "directory's config.json eos_token_id where it names one of tokenizer.json's\n"
 	       "added tokens, else the tokenizer's own. It also stops when the output cannot\n"
@@ -90,6 +91,17 @@ int cmd_sample(int argc, char **argv)
 	/* the model directory's own tokenizer.json when it has one */
 	char tk_path[4200];
 	snprintf(tk_path, sizeof tk_path, "%s/tokenizer.json", dir);
+	/* --tokenizer RUN (a run or a checkpoint, as --model takes them): the
+	 * tokenizer its checkpoint carries */
+	char tk_dir[4096];
+	if (tok_name && strcmp(tok_name, "byte") != 0 && fs_is_dir(tok_name)) {
+		char probe[4200];
+		snprintf(probe, sizeof probe, "%s/tokenizer.json", tok_name);
+		const int old = st_log_mute(1);
+		if (!fs_exists(probe) && resolve_model_dir(tk_dir, sizeof tk_dir, tok_name) == ST_OK)
+			tok_name = tk_dir;
+		st_log_mute(old);
+	}
 	const int fallback = !tok_name && !fs_exists(tk_path);
 	if (!tok_name) /* the directory, not its tokenizer.json: config.json names the
 			* model's <bos> and <eos> (tokenizer_load) */

@@ -654,6 +654,8 @@ int ckpt_save(struct st_trainer *tr)
 int ckpt_resolve(char *out, size_t n, const char *path)
 {
 	char p[4200];
+	ST_CHECK(*path, "give the path of a model, a checkpoint or a run directory",
+		 "an empty path was given for the model or checkpoint");
 	if (!fs_exists(path)) { /* a step directory moved aside by an unfinished re-save? */
 		fs_dirname(p, sizeof p, path);
 		recover_aside(p, 0);
