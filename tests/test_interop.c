@@ -486,6 +486,7 @@ Test(gguf, bad_metadata)
 		{"set llama.rope.dimension_count 8 16", "llama.rope.dimension_count is not a count"},
 		{"string-types", "tokenizer.ggml.token_type is not a list of 320 integers, one per token"},
 		{"nul-token", "token 319 is holding a NUL byte"},
+		{"set llama.expert_count 8 four", "llama.expert_count is not a number"}, /* read "is 0" */
 	};
 	for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
 		int rc = cu_run(out, sizeof out,

@@ -176,7 +176,9 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	}
 	double experts = 0;
 	ST_CHECK(!gguf_kv(g, "llama.expert_count") ||
-			 (gguf_get_f64(g, "llama.expert_count", &experts) == ST_OK && experts == 0),
+			 gguf_get_f64(g, "llama.expert_count", &experts) == ST_OK,
+		 "the file's metadata is damaged", "%s: llama.expert_count is not a number", g->path);
+	ST_CHECK(experts == 0,
 		 "strata trains dense LLaMA models, not mixtures of experts",
 		 "%s: llama.expert_count is %g: a mixture of experts, or damaged metadata", g->path,
 		 experts);
