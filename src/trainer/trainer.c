@@ -1244,17 +1244,29 @@ int trainer_run(struct st_trainer *tr)
 			    fmt_bytes(b3, sizeof b3, 8.0 * (double)m->numel));
 		if (tr->opt.galore_weights) {
 			size_t gbytes = 0;
-			int last_start = 1;
+			int last_start = 1, rmin = INT_MAX, rmax = 0;
 			for (int i = 0; i < m->n_params; i++)
 				if (tr->opt.ps[i].galore) {
 					gbytes += optim_param_state_bytes(&tr->opt, i);
 					if (tr->opt.ps[i].start > last_start)
 						last_start = tr->opt.ps[i].start;
+					rmin = tr->opt.ps[i].rank < rmin ? tr->opt.ps[i].rank : rmin;
+					rmax = tr->opt.ps[i].rank > rmax ? tr->opt.ps[i].rank : rmax;
 				}
-			st_log_info("GaLore: %zu weights in attention/MLP matrices, rank %g, first projectors "
-				    "over updates 1-%d, refresh every %d steps (%s), scale %g: their state %s "
+			/* the ranks the matrices got (a fraction of the width, or capped
+			 * at a matrix's smaller side), not only the option as given */
+			char ranks[96];
+			if (rmin == rmax)
+				snprintf(ranks, sizeof ranks, "rank %d", rmin);
+			else
+				snprintf(ranks, sizeof ranks, "ranks %d-%d", rmin, rmax);
+			if (tr->o.galore_rank != (double)rmin || rmin != rmax)
+				snprintf(ranks + strlen(ranks), sizeof ranks - strlen(ranks),
+					 " (--galore-rank %g)", tr->o.galore_rank);
+			st_log_info("GaLore: %zu weights in attention/MLP matrices, %s, first projectors "
+				    "over updates 1-%d, refresh every %d updates (%s), scale %g: their state %s "
 				    "(%.3f B/weight; AdamW: %s, 8 B/weight)",
-				    tr->opt.galore_weights, tr->o.galore_rank, last_start,
+				    tr->opt.galore_weights, ranks, last_start,
 				    tr->o.galore_update_gap, tr->o.galore_proj, tr->o.galore_scale,
 				    fmt_bytes(b2, sizeof b2, (double)gbytes),
 				    (double)gbytes / (double)tr->opt.galore_weights,
