@@ -504,9 +504,16 @@ Test(gguf, bad_metadata)
 				dir, i, fine[i], cu_bin(), dir, i, dir, i);
 		cr_expect_eq(rc, 0, "%s: %s", fine[i], out);
 	}
+	/* scale_linear is read only without scaling.factor, as llama.cpp does */
+	int rc = cu_run(out, sizeof out,
+			"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/g1.gguf set "
+			"llama.rope.scaling.factor 6 1.0 && python3 tests/gguf_edit.py %s/g1.gguf %s/g2.gguf "
+			"set llama.rope.scale_linear 6 4.0 && %s import --gguf %s/g2.gguf --out %s/g2",
+			dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "a stale scale_linear beside a factor of 1: %s", out);
 	/* the same value in range imports */
 	gguf_patch("tests/data/gguf/model-Q8_0.gguf", path, "llama.rope.freq_base", F32, 0x461c4000);
-	int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/ok", cu_bin(), path, dir);
+	rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/ok", cu_bin(), path, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	snprintf(path, sizeof path, "%s/ok/config.json", dir);
 	cJSON *c;

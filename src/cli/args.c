@@ -140,16 +140,11 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
 	if (!v)
 		return ST_OK;
 	ST_CHECK(v != cli_bare, "give a number after it", "--%s needs a value", key);
-	char *end;
-	errno = 0;
-	double d = strtod(v, &end);
-	/* decimal only: strtod would also take 0x1p-3, inf and nan */
-	ST_CHECK(end != v && !*end && v[strspn(v, "+-0123456789.eE")] == '\0',
-		 "give a decimal number", "--%s: '%s' is not a number", key, v);
-	/* an underflow reads as the tiny value (or 0) strtod gives */
-	ST_CHECK(isfinite(d) && !(errno == ERANGE && fabs(d) > 1),
-		 "give a number a double can hold (up to about 1e308)", "--%s: %s is out of range", key,
-		 v);
+	double d = 0;
+	const enum st_parse r = st_parse_real(v, &d);
+	ST_CHECK(r != ST_PARSE_NOT_INT, "give a decimal number", "--%s: '%s' is not a number", key, v);
+	ST_CHECK(r == ST_PARSE_OK, "give a number a double can hold (about 1e-308 to 1e308)",
+		 "--%s: %s is out of range", key, v);
 	*out = d;
 	return ST_OK;
 }

@@ -62,6 +62,11 @@ int cmd_init(int argc, char **argv)
 		 * are written, and that tokenizer's own <bos> and <eos> count */
 		cfg.bos_id = -1;
 		cfg.eos_id = -1;
+		st_log_info("config.json names no bos_token_id or eos_token_id: the byte "
+			    "tokenizer's 256 and 257 would be ordinary tokens of a %ld-token "
+			    "vocabulary (add your tokenizer's ids if transformers' generate is to "
+			    "stop at its end token)",
+			    vocab);
 	}
 	if (vocab > 0)
 		cfg.vocab_size = (int)vocab;

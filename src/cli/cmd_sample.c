@@ -29,10 +29,10 @@ static void help(void)
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       "  --tokenizer T      byte, a tokenizer.json, or a model, checkpoint or run\n"
 	       "                     directory [the model's, else byte]\n"
-	       "\nGeneration stops at the tokenizer's <eos>, which is not printed: the model\n"
-	       "directory's config.json eos_token_id where it names one of tokenizer.json's\n"
-	       "added tokens, else the tokenizer's own. It also stops when the output cannot\n"
-	       "be written (a closed pipe, a full disk), an error.\n");
+	       "\nGeneration stops at the <eos>, which is not printed: the --model directory's\n"
+	       "config.json eos_token_id where it names one of the tokenizer's added tokens\n"
+	       "(whatever --tokenizer is), else the tokenizer's own. It also stops when the\n"
+	       "output cannot be written (a closed pipe, a full disk), an error.\n");
 }
 
 struct out_ctx {
@@ -107,7 +107,11 @@ int cmd_sample(int argc, char **argv)
 			* model's <bos> and <eos> (tokenizer_load) */
 		tok_name = fallback ? "byte" : dir;
 	struct st_tokenizer tk;
-	if (tokenizer_load(&tk, tok_name) != ST_OK) {
+	/* the model's <bos> and <eos> (its config.json), whichever tokenizer
+	 * reads its text: an instruct model ends its turns at its own token */
+	if (tokenizer_load(&tk, tok_name) != ST_OK ||
+	    (tok_name != dir && tokenizer_model_ids(&tk, dir) != ST_OK)) {
+		tokenizer_free(&tk);
 		session_close(&s);
 		return ST_FAIL;
 	}

@@ -32,6 +32,68 @@ static int find_special(const struct st_bpe *b, const char *const *names)
 	return -1;
 }
 
+/* text as printable ASCII for a message: other bytes as \xNN (a token of a
+ * byte-level vocabulary may be part of a UTF-8 character) */
+static void printable(char *out, size_t n, const char *text, size_t len)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < len && o + 5 < n; i++) {
+		const unsigned char c = (unsigned char)text[i];
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			out[o++] = (char)c;
+		else
+			o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
+	}
+	out[o] = '\0';
+}
+
+int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
+{
+	if (!tk->bpe)
+		return ST_OK; /* the byte tokenizer's ids are its own */
+	char cpath[4200];
+	snprintf(cpath, sizeof cpath, "%s/config.json", model_dir);
+	/* read as every JSON file is (a key twice, or more after the object,
+	 * refused: the model's readers would take another id) */
+	cJSON *root = NULL;
+	if (!fs_exists(cpath))
+		return ST_OK;
+	ST_TRY(fs_read_json(cpath, &root, "fix the model's config.json"));
+	const char *keys[2] = {"bos_token_id", "eos_token_id"};
+	int *ids[2] = {&tk->bos_id, &tk->eos_id};
+	for (int k = 0; k < 2; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+		if (cJSON_IsArray(v)) /* several end tokens: the first */
+			v = cJSON_GetArrayItem(v, 0);
+		if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tk->vocab_size)
+			continue;
+		const int id = (int)v->valuedouble;
+		/* an id written for another tokenizer (strata init's presets carry
+		 * the byte tokenizer's 256 and 257) names an ordinary token here:
+		 * <eos> would end texts at a letter */
+		if (!bpe_is_added(tk->bpe, id)) {
+			size_t len = 0, olen = 0;
+			const char *text = bpe_token_bytes(tk->bpe, (uint32_t)id, &len);
+			const char *own =
+				*ids[k] >= 0 ? bpe_token_bytes(tk->bpe, (uint32_t)*ids[k], &olen) : NULL;
+			char shown[96] = "", use[160] = "none";
+			printable(shown, sizeof shown, text ? text : "", text ? len : 0);
+			if (own) {
+				char o[96];
+				printable(o, sizeof o, own, olen);
+				snprintf(use, sizeof use, "'%s' (id %d)", o, *ids[k]);
+			}
+			st_log_warn("%s: %s %d is '%s', an ordinary token of the tokenizer, not one of "
+				    "its added tokens: using %s",
+				    cpath, keys[k], id, shown, use);
+			continue;
+		}
+		*ids[k] = id;
+	}
+	cJSON_Delete(root);
+	return ST_OK;
+}
+
 int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 {
 	if (!strcmp(name_or_path, "byte")) {
@@ -55,47 +117,10 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 	tk->eos_id = find_special(tk->bpe, eos);
 	/* a model directory's config.json knows which ones the model uses
 	 * (LLaMA-3-Instruct ends turns with <|eot_id|>, not <|end_of_text|>) */
-	if (fs_is_dir(name_or_path)) {
-		char cpath[4200];
-		snprintf(cpath, sizeof cpath, "%s/config.json", name_or_path);
-		/* read as every JSON file is (a key twice, or more after the object,
-		 * refused: the model's readers would take another id) */
-		cJSON *root = NULL;
-		if (fs_exists(cpath) && fs_read_json(cpath, &root, "fix the model's config.json") != ST_OK) {
-			bpe_free(tk->bpe);
-			tk->bpe = NULL;
-			return ST_FAIL;
-		}
-		if (root) {
-			const char *keys[2] = {"bos_token_id", "eos_token_id"};
-			int *ids[2] = {&tk->bos_id, &tk->eos_id};
-			for (int k = 0; k < 2; k++) {
-				const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
-				if (cJSON_IsArray(v)) /* several end tokens: the first */
-					v = cJSON_GetArrayItem(v, 0);
-				if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tk->vocab_size)
-					continue;
-				const int id = (int)v->valuedouble;
-				/* an id written for another tokenizer (strata init's
-				 * presets carry the byte tokenizer's 256 and 257) names an
-				 * ordinary token here: <eos> would end texts at a letter */
-				if (!bpe_is_added(tk->bpe, id)) {
-					size_t len = 0, olen = 0;
-					const char *text = bpe_token_bytes(tk->bpe, (uint32_t)id, &len);
-					const char *own = *ids[k] >= 0 ? bpe_token_bytes(tk->bpe, (uint32_t)*ids[k], &olen) : NULL;
-					char use[160] = "none";
-					if (own)
-						snprintf(use, sizeof use, "'%.*s' (id %d)", (int)olen, own, *ids[k]);
-					st_log_warn("%s: %s %d is '%.*s', an ordinary token of %s, not one of "
-						    "its added tokens: using %s",
-						    cpath, keys[k], id, text ? (int)len : 0, text ? text : "",
-						    path, use);
-					continue;
-				}
-				*ids[k] = id;
-			}
-			cJSON_Delete(root);
-		}
+	if (fs_is_dir(name_or_path) && tokenizer_model_ids(tk, name_or_path) != ST_OK) {
+		bpe_free(tk->bpe);
+		tk->bpe = NULL;
+		return ST_FAIL;
 	}
 	/* the name shards record: which tokenizer.json exactly (path is still
 	 * its path, whether given as a file or as a model directory) */

@@ -23,6 +23,11 @@ struct st_tokenizer {
 void tokenizer_byte(struct st_tokenizer *tk);
 /* "byte", a tokenizer.json, or a model directory holding one. */
 int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path);
+/* The <bos> and <eos> a model directory's config.json names (bos_token_id,
+ * eos_token_id), where they are added tokens of tk (an ordinary token is
+ * warned and not used); tokenizer_load does this for the directory it is
+ * given, sample for the --model directory whatever --tokenizer is. */
+int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir);
 void tokenizer_free(struct st_tokenizer *tk);
 /* The name shards record for the tokenizer.json at path ("bpe-" + a hash of
  * its bytes) into name; ST_FAIL (no message) when it cannot be read. */

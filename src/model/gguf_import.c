@@ -159,10 +159,11 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 		 scaling ? "llama.rope.scaling.type" : "rope_freqs.weight");
 	/* llama.cpp takes a factor without a type as linear scaling (its type
 	 * defaults to linear; old extended-context LLaMA-2 files carry only
-	 * scale_linear); 0 and 1 mean none */
+	 * scale_linear, which it reads only when scaling.factor is absent); 0
+	 * and 1 mean none */
 	const char *factor_keys[2] = {"llama.rope.scaling.factor", "llama.rope.scale_linear"};
 	for (int k = 0; k < 2; k++) {
-		if (!gguf_kv(g, factor_keys[k]))
+		if (!gguf_kv(g, factor_keys[k]) || (k == 1 && gguf_kv(g, factor_keys[0])))
 			continue;
 		double fac = 0;
 		ST_CHECK(gguf_get_f64(g, factor_keys[k], &fac) == ST_OK && isfinite(fac),

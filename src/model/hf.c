@@ -68,34 +68,36 @@ static int open_index(struct st_weight_files *w, const char *dir, const char *in
 		if (rc == ST_OK)
 			w->n++;
 	}
-	/* The index and the shards agree, as transformers reads them: it loads
-	 * each tensor from the file the index names (an entry naming another
-	 * file, or a tensor no file holds, fails there), and a tensor the index
-	 * leaves out is not loaded at all. strata looks tensors up in the files,
-	 * so it would have used both. */
+	/* An index that disagrees with its shards is stale, said once: like
+	 * transformers (which takes the index's list of files and every tensor
+	 * in them), strata looks each tensor up in the files themselves, so
+	 * where it is does not depend on the index; a tensor in two files is
+	 * refused when it is read (file_of). */
+	int stale = 0;
 	cJSON_ArrayForEach(it, map)
 	{
-		if (rc != ST_OK)
+		if (rc != ST_OK || stale)
 			break;
 		int f = 0;
 		while (f < w->n && strcmp(files[f], it->valuestring))
 			f++;
 		if (f < w->n && !safetensors_find(&w->sf[f], it->string)) {
-			ST_ERROR("re-export the model, or fix the index",
-				 "%s: the index puts tensor '%s' in %s, which does not hold it", index,
-				 it->string, files[f]);
-			rc = ST_FAIL;
+			st_log_warn("%s: the index puts tensor '%s' in %s, which does not hold it (a "
+				    "stale index: tensors are looked up in the files themselves)",
+				    index, it->string, files[f]);
+			stale = 1;
 		}
 	}
-	for (int f = 0; f < w->n && rc == ST_OK; f++)
-		for (int t = 0; t < w->sf[f].n && rc == ST_OK; t++) {
+	for (int f = 0; f < w->n && rc == ST_OK && !stale; f++)
+		for (int t = 0; t < w->sf[f].n && !stale; t++) {
 			const char *name = w->sf[f].tensors[t].name;
 			const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
 			if (!cJSON_IsString(e) || strcmp(e->valuestring, files[f]) != 0) {
-				ST_ERROR("re-export the model, or fix the index",
-					 "%s: %s holds tensor '%s', which the index %s", index, files[f],
-					 name, cJSON_IsString(e) ? "puts in another file" : "does not list");
-				rc = ST_FAIL;
+				st_log_warn("%s: %s holds tensor '%s', which the index %s (a stale "
+					    "index: tensors are looked up in the files themselves)",
+					    index, files[f], name,
+					    cJSON_IsString(e) ? "puts in another file" : "does not list");
+				stale = 1;
 			}
 		}
 	free(files);

@@ -262,21 +262,12 @@ void galore_refresh(const struct st_ops *ops, const struct st_optim *o, int i, c
 	 * that fill whole windows) spans no subspace: its projector would be
 	 * arbitrary unit vectors, thrown away in place of a real one. The
 	 * previous one is kept; a first projector is the stand-in below until
-	 * the matrix's next refresh. Said once (the trainer says each such step
-	 * once too). */
+	 * the matrix's next refresh. The trainer's warning for such a step says
+	 * so. */
 	size_t nz = 0;
 	while (finite && nz < gn && g[nz] == 0.0f)
 		nz++;
 	const int zero = finite && nz == gn;
-	if (zero) {
-		static int warned;
-		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-			st_log_warn("GaLore: the gradient at update %ld is zero (a step without loss "
-				    "targets): the projectors due then keep their previous subspace "
-				    "(a first one takes the first r coordinates until its next "
-				    "refresh, %ld updates on); later such updates are not said",
-				    t, (long)o->cfg.galore_gap);
-	}
 	if (!finite || zero ||
 	    galore_projector(p, g, ps->rows, ps->cols, ps->rank,
 			     (enum galore_proj_method)o->cfg.galore_proj, pold, seed,

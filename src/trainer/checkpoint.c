@@ -243,21 +243,20 @@ static int save_model(struct st_trainer *tr, const char *dir)
 
 static int save_trainer_json(const struct st_trainer *tr, const char *path)
 {
-	char *opts = train_opts_to_json(&tr->o);
 	cJSON *r = cJSON_CreateObject();
 	cJSON_AddStringToObject(r, "format", CKPT_FORMAT);
 	cJSON_AddNumberToObject(r, "step", (double)tr->step);
 	cJSON_AddNumberToObject(r, "updates", (double)tr->updates);
 	cJSON_AddNumberToObject(r, "skipped", (double)tr->skipped);
 	cJSON_AddNumberToObject(r, "total_steps", (double)tr->total_steps);
-	cJSON_AddNumberToObject(r, "tokens_seen", tr->tokens_seen);
+	json_add_exact(r, "tokens_seen", tr->tokens_seen); /* exact: it counts a --max-tokens budget */
 	cJSON_AddNumberToObject(r, "last_loss", tr->last_loss);
 	/* bit-identical resume holds for the same thread count (matmul rounding) */
 	cJSON_AddNumberToObject(r, "threads", omp_get_max_threads());
 	if (isfinite(tr->last_val_loss))
 		cJSON_AddNumberToObject(r, "last_val_loss", tr->last_val_loss);
-	cJSON_AddItemToObject(r, "options", opts ? cJSON_Parse(opts) : cJSON_CreateNull());
-	free(opts);
+	cJSON *opts = train_opts_to_cjson(&tr->o);
+	cJSON_AddItemToObject(r, "options", opts ? opts : cJSON_CreateNull());
 	char *text = cJSON_Print(r);
 	cJSON_Delete(r);
 	if (!text) {

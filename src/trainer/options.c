@@ -110,8 +110,7 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 {
 	const struct st_opt_desc *d = find(key);
 	ST_CHECK(d, "run `strata train --help` for the list of options", "unknown option '%s'", key);
-	char *field = (char *)o + d->offset, *end = NULL;
-	errno = 0;
+	char *field = (char *)o + d->offset;
 	switch (d->type) {
 	case OT_INT:
 	case OT_LONG: {
@@ -120,7 +119,10 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 		const enum st_parse r = st_parse_whole(value, &v);
 		ST_CHECK(r != ST_PARSE_NOT_INT, "give a whole number",
 			 "option '%s': '%s' is not an integer", d->key, value);
-		const long lim = d->type == OT_INT ? INT_MAX : LONG_MAX;
+		/* longs to 2^53: trainer.json holds them as JSON numbers, which
+		 * read back exactly only that far (a larger seed came back
+		 * rounded, and a resume shuffled the data another way) */
+		const long lim = d->type == OT_INT ? INT_MAX : 9007199254740992L;
 		ST_CHECK(r == ST_PARSE_OK && v <= lim && v >= -lim, "give a smaller number",
 			 "option '%s': %s is out of range (its size must be at most %ld)", d->key,
 			 value, lim);
@@ -131,11 +133,11 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 		break;
 	}
 	case OT_DOUBLE: {
-		double v = strtod(value, &end);
-		/* decimal only: strtod would also take 0x1p-10 and nan */
-		ST_CHECK(end != value && *end == '\0' && value[strspn(value, "+-0123456789.eE")] == '\0',
-			 "give a decimal number", "option '%s': '%s' is not a number", d->key, value);
-		ST_CHECK(errno == 0 && isfinite(v), "give a number a double can hold (about 1e-308 to 1e308)",
+		double v = 0;
+		const enum st_parse r = st_parse_real(value, &v);
+		ST_CHECK(r != ST_PARSE_NOT_INT, "give a decimal number",
+			 "option '%s': '%s' is not a number", d->key, value);
+		ST_CHECK(r == ST_PARSE_OK, "give a number a double can hold (about 1e-308 to 1e308)",
 			 "option '%s': %s is out of range", d->key, value);
 		*(double *)field = v;
 		break;
@@ -254,7 +256,30 @@ int train_opts_load_json(struct st_train_opts *o, const char *path)
 	return rc;
 }
 
-char *train_opts_to_json(const struct st_train_opts *o)
+/* cJSON prints 15 significant digits whenever they come within a relative
+ * 2^-52 of the value, so a seed of 2^53 - 1 came back as 9.00719925474099e+15
+ * and a resume shuffled the data another way. Whole numbers below 2^53 as
+ * such; other finite values in the fewest digits that read back exactly. */
+void json_add_exact(struct cJSON *r, const char *key, double v)
+{
+	char buf[40];
+	if (!isfinite(v)) {
+		cJSON_AddNullToObject(r, key); /* JSON has no inf or NaN */
+		return;
+	}
+	if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
+		snprintf(buf, sizeof buf, "%.0f", v);
+	} else {
+		for (int prec = 15; prec <= 17; prec++) {
+			snprintf(buf, sizeof buf, "%.*g", prec, v);
+			if (strtod(buf, NULL) == v)
+				break;
+		}
+	}
+	cJSON_AddRawToObject(r, key, buf);
+}
+
+struct cJSON *train_opts_to_cjson(const struct st_train_opts *o)
 {
 	cJSON *r = cJSON_CreateObject();
 	for (int i = 0; i < train_opt_count; i++) {
@@ -262,13 +287,13 @@ char *train_opts_to_json(const struct st_train_opts *o)
 		const char *field = (const char *)o + d->offset;
 		switch (d->type) {
 		case OT_INT:
-			cJSON_AddNumberToObject(r, d->key, *(const int *)field);
+			json_add_exact(r, d->key, *(const int *)field);
 			break;
 		case OT_LONG:
-			cJSON_AddNumberToObject(r, d->key, (double)*(const long *)field);
+			json_add_exact(r, d->key, (double)*(const long *)field);
 			break;
 		case OT_DOUBLE:
-			cJSON_AddNumberToObject(r, d->key, *(const double *)field);
+			json_add_exact(r, d->key, *(const double *)field);
 			break;
 		case OT_BOOL:
 			cJSON_AddBoolToObject(r, d->key, *(const int *)field);
@@ -278,7 +303,13 @@ char *train_opts_to_json(const struct st_train_opts *o)
 			break;
 		}
 	}
-	char *s = cJSON_Print(r);
+	return r;
+}
+
+char *train_opts_to_json(const struct st_train_opts *o)
+{
+	cJSON *r = train_opts_to_cjson(o);
+	char *s = r ? cJSON_Print(r) : NULL;
 	cJSON_Delete(r);
 	return s;
 }

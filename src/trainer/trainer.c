@@ -1104,8 +1104,13 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		if (!tr->no_targets_said++)
 			st_log_warn("step %ld: its windows hold no loss target (prompts only, under the "
 				    "loss mask): no loss, and the update moves the weights by momentum "
-				    "and weight decay alone; a longer --seq-len fits more completions",
-				    step);
+				    "and weight decay alone%s; a longer --seq-len fits more completions",
+				    step,
+				    tr->opt.galore_weights
+					    ? " (GaLore projectors due at such a step keep their "
+					      "previous subspace; a first one takes the first r "
+					      "coordinates until its next refresh)"
+					    : "");
 	}
 	return ST_OK;
 }

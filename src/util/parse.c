@@ -6,6 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum st_parse st_parse_real(const char *s, double *out)
+{
+	if (!*s || s[strspn(s, "+-0123456789.eE")] != '\0')
+		return ST_PARSE_NOT_INT;
+	char *end;
+	errno = 0;
+	const double d = strtod(s, &end);
+	if (end == s || *end)
+		return ST_PARSE_NOT_INT;
+	if (errno == ERANGE || !isfinite(d))
+		return ST_PARSE_RANGE;
+	*out = d;
+	return ST_PARSE_OK;
+}
+
 enum st_parse st_parse_whole(const char *s, long *out)
 {
 	const char *digits = s + (*s == '+' || *s == '-');

@@ -1,4 +1,4 @@
-/* Whole numbers from option values, the one rule every option reader uses
+/* Numbers from option values, the one rule every option reader uses
  * (cli/args.c for the commands, trainer/options.c for train's options and
  * --config files). */
 #ifndef ST_PARSE_H
@@ -12,5 +12,10 @@ enum st_parse { ST_PARSE_OK, ST_PARSE_NOT_INT, ST_PARSE_RANGE };
  * (0x10, inf, 1.5, blanks) is ST_PARSE_NOT_INT; a value beyond long is
  * ST_PARSE_RANGE. */
 enum st_parse st_parse_whole(const char *s, long *out);
+
+/* A decimal real (digits, a point, an exponent; not 0x1p-3, inf or nan):
+ * ST_PARSE_NOT_INT when it is not one, ST_PARSE_RANGE when a double cannot
+ * hold it (an overflow, or an underflow to 0 or below the smallest normal). */
+enum st_parse st_parse_real(const char *s, double *out);
 
 #endif
