@@ -15,10 +15,8 @@ enum st_parse st_parse_real(const char *s, double *out)
 	const double d = strtod(s, &end);
 	if (end == s || *end)
 		return ST_PARSE_NOT_INT;
-	if (errno == ERANGE || !isfinite(d))
-		return ST_PARSE_RANGE;
-	*out = d;
-	return ST_PARSE_OK;
+	*out = d; /* also when out of range: what strtod made of it */
+	return errno == ERANGE || !isfinite(d) ? ST_PARSE_RANGE : ST_PARSE_OK;
 }
 
 enum st_parse st_parse_whole(const char *s, long *out)
@@ -34,15 +32,12 @@ enum st_parse st_parse_whole(const char *s, long *out)
 		*out = v;
 		return ST_PARSE_OK;
 	}
-	/* decimal forms only: strtod would also take 0x10, inf and nan */
-	if (!*s || s[strspn(s, "+-0123456789.eE")] != '\0')
-		return ST_PARSE_NOT_INT;
-	const double d = strtod(s, &end);
-	if (end == s || *end)
-		return ST_PARSE_NOT_INT;
-	if (errno == ERANGE && fabs(d) > 1) /* overflow; underflow is a fraction */
-		return ST_PARSE_RANGE;
-	if (errno || d != floor(d))
+	/* a decimal form: 1e6, 2.5e3 */
+	double d = 0;
+	const enum st_parse r = st_parse_real(s, &d);
+	if (r == ST_PARSE_RANGE) /* an overflow; an underflow is a fraction */
+		return fabs(d) > 1 ? ST_PARSE_RANGE : ST_PARSE_NOT_INT;
+	if (r != ST_PARSE_OK || d != floor(d))
 		return ST_PARSE_NOT_INT;
 	if (fabs(d) >= 9223372036854775808.0) /* 2^63: beyond long */
 		return ST_PARSE_RANGE;

@@ -15,7 +15,8 @@ enum st_parse st_parse_whole(const char *s, long *out);
 
 /* A decimal real (digits, a point, an exponent; not 0x1p-3, inf or nan):
  * ST_PARSE_NOT_INT when it is not one, ST_PARSE_RANGE when a double cannot
- * hold it (an overflow, or an underflow to 0 or below the smallest normal). */
+ * hold it (an overflow, or an underflow to 0 or below the smallest normal;
+ * *out then holds what strtod made of it). */
 enum st_parse st_parse_real(const char *s, double *out);
 
 #endif
