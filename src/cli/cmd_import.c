@@ -6,6 +6,7 @@
 #include "engine/place.h"
 #include "io/fsutil.h"
 #include "model/hf.h"
+#include "trainer/trainer.h"
 #include "util/check.h"
 
 static void help(void)
@@ -57,11 +58,9 @@ int cmd_import(int argc, char **argv)
 	/* the tokenizer files a model directory may hold (checkpoints carry the
 	 * same set): those this import did not write, but a model replaced
 	 * with --force left, belong to that model */
-	const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-				   "generation_config.json"};
-	int own[4];
-	for (int i = 0; i < 4; i++) {
-		snprintf(path, sizeof path, "%s/%s", st.tmp, tok_files[i]);
+	int own[ST_TOK_FILES];
+	for (int i = 0; i < ST_TOK_FILES; i++) {
+		snprintf(path, sizeof path, "%s/%s", st.tmp, st_tok_files[i]);
 		own[i] = fs_exists(path);
 	}
 	if (rc != ST_OK) {
@@ -69,8 +68,8 @@ int cmd_import(int argc, char **argv)
 		return rc;
 	}
 	ST_TRY(model_dir_commit(out, &st));
-	for (int i = 0; i < 4; i++) {
-		snprintf(path, sizeof path, "%s/%s", out, tok_files[i]);
+	for (int i = 0; i < ST_TOK_FILES; i++) {
+		snprintf(path, sizeof path, "%s/%s", out, st_tok_files[i]);
 		if (!own[i] && fs_exists(path))
 			st_log_warn("%s was there before this import and is kept: remove it if it is "
 				    "not this model's (%s)",

@@ -396,14 +396,14 @@ static void prune(const char *out, int keep, long current)
  * (sample, eval and transformers find its tokenizer there). They are read
  * once, at the start: the directory they came from may be a checkpoint
  * that --keep-ckpts (of this run, or of the run it came from) removes. */
-static const char *const tok_files[ST_TOK_FILES] = {"tokenizer.json", "tokenizer_config.json",
+const char *const st_tok_files[ST_TOK_FILES] = {"tokenizer.json", "tokenizer_config.json",
 					 "special_tokens_map.json", "generation_config.json"};
 
 int ckpt_read_tokenizer_files(struct st_trainer *tr)
 {
 	for (int i = 0; i < ST_TOK_FILES; i++) {
 		char src[4200];
-		snprintf(src, sizeof src, "%s/%s", tr->model_dir, tok_files[i]);
+		snprintf(src, sizeof src, "%s/%s", tr->model_dir, st_tok_files[i]);
 		if (fs_exists(src))
 			ST_TRY(fs_read_file(src, &tr->tok_text[i], &tr->tok_len[i]));
 	}
@@ -416,7 +416,7 @@ static int copy_tokenizer_files(const struct st_trainer *tr, const char *dir)
 		if (!tr->tok_text[i])
 			continue;
 		char dst[4200];
-		snprintf(dst, sizeof dst, "%s/%s", dir, tok_files[i]);
+		snprintf(dst, sizeof dst, "%s/%s", dir, st_tok_files[i]);
 		ST_TRY(fs_write_file_atomic(dst, tr->tok_text[i], tr->tok_len[i]));
 	}
 	return ST_OK;

@@ -40,8 +40,10 @@ struct st_ckpt_async {
 	float bad_val;
 };
 
-/* The tokenizer files a checkpoint carries (checkpoint.c tok_files). */
+/* The tokenizer files a checkpoint carries, and a model directory may hold. */
 #define ST_TOK_FILES 4
+/* Their names, tokenizer.json first (checkpoint.c). */
+extern const char *const st_tok_files[ST_TOK_FILES];
 
 struct st_trainer {
 	struct st_train_opts o;
