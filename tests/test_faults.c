@@ -1693,7 +1693,8 @@ Test(faults, galore_keeps_its_subspace_at_zero_gradients)
 			"--galore-update-gap 2 --steps 5 --progress none",
 			dir, cu_bin(), dir, dir, cu_bin(), dir, cu_bin(), dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "(GaLore projectors due at such a step keep their previous subspace"),
+	cr_expect(strstr(out, "GaLore: model.layers.0.self_attn.q_proj.weight got a zero gradient when "
+			      "its projector was due"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out,
 		    "python3 -c \"import json,struct;d=open('%s/r/step-000005/optimizer.safetensors','rb')"
@@ -1703,6 +1704,24 @@ Test(faults, galore_keeps_its_subspace_at_zero_gradients)
 		    dir);
 	cr_expect(rc == 0 && strstr(out, "nonzeros 1024"), "the projector is not the subspace of step 3: %s",
 		  out);
+	/* a step with targets, and a layer whose o and down projections start
+	 * at zero (as grown blocks do): its q and up projections get no
+	 * gradient, said (it was said only for steps without targets) */
+	rc = cu_run(out, sizeof out,
+		    "cp -r %s/m %s/z && python3 -c \"import json,struct;p='%s/z/model.safetensors';"
+		    "d=bytearray(open(p,'rb').read());n=struct.unpack('<Q',d[:8])[0];h=json.loads(d[8:8+n]);"
+		    "h.pop('__metadata__',None)\nfor k in ('model.layers.1.self_attn.o_proj.weight',"
+		    "'model.layers.1.mlp.down_proj.weight'):\n a,b=h[k]['data_offsets'];d[8+n+a:8+n+b]=bytes(b-a)"
+		    "\nhb=json.dumps(h).encode();hb+=b' '*(-len(hb)%%8);"
+		    "open(p,'wb').write(struct.pack('<Q',len(hb))+hb+d[8+n:])\" && "
+		    "printf 'the quick brown fox jumps over the lazy dog\\n%%.0s' $(seq 200) > %s/t.txt && "
+		    "%s prepare --input %s/t.txt --out %s/dt > /dev/null && "
+		    "%s train --model %s/z --data %s/dt --out %s/rz --micro-batch 1 --seq-len 32 "
+		    "--optimizer galore-adamw --galore-rank 4 --galore-start-spread 1 --steps 1 --progress none",
+		    dir, dir, dir, dir, cu_bin(), dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "GaLore: model.layers.1.self_attn.q_proj.weight got a zero "
+					 "gradient when its projector was due"),
+		  "%d %s", rc, out);
 }
 
 /* Fine-tuning examples whose prompts fill every window (2000-byte prompts,

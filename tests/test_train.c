@@ -340,7 +340,8 @@ static void expect_fail(const char *what, const char *needle, int rc)
 /* trainer.json keeps every number exactly, so a resume is the run it saved:
  * a seed of 2^53 - 1 came back as 9.00719925474099e+15 (cJSON's 15 digits)
  * and an lr one ulp above 0.001 as 0.001, and the resumed run differed. A
- * seed past 2^53, which JSON cannot hold exactly, is refused. */
+ * seed past 2^53, which a JSON number cannot hold exactly, is saved as its
+ * digits in a string; a checkpoint that saved one rounded still resumes. */
 Test(train, saved_options_read_back_exactly)
 {
 	char dir[256];
@@ -357,12 +358,20 @@ Test(train, saved_options_read_back_exactly)
 	snprintf(a, sizeof a, "%s/a/step-000004", dir);
 	snprintf(b, sizeof b, "%s/b/step-000004", dir);
 	cu_expect_same_state(a, b, "resumed with a seed of 2^53 - 1 and an lr one ulp above 0.001");
-	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/c --steps 1 "
-			"--seed 9007199254740993",
-		    cu_bin(), dir, dir, dir);
-	cr_expect(rc != 0 && strstr(out, "option 'seed': 9007199254740993 is out of range (its size "
-					 "must be at most 9007199254740992)"),
-		  "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/init --data %s/data --out %s/c --steps 4 --ckpt-interval 2 "
+		    "--seed 1152921504606846977 " SMALL " && %s train --resume %s/c/step-000002 --out %s/d "
+		    "&& grep -E '\"seed\":[[:space:]]*\"1152921504606846977\",' %s/c/step-000002/trainer.json",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(a, sizeof a, "%s/c/step-000004", dir);
+	snprintf(b, sizeof b, "%s/d/step-000004", dir);
+	cu_expect_same_state(a, b, "resumed with a seed of 2^60 + 1");
+	rc = cu_run(out, sizeof out,
+		    "cp -r %s/c %s/old && sed -Ei 's/\"1152921504606846977\"/1.15292150460685e+18/' "
+		    "%s/old/step-000002/trainer.json && %s train --resume %s/old/step-000002 --out %s/e",
+		    dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "a checkpoint that saved its seed rounded no longer resumes: %s", out);
 }
 
 /* The first-projector spread is fixed for a run: changing it on resume, or
@@ -492,6 +501,7 @@ Test(train, impossible_configs)
 	} num[] = {
 		{"--quant-block 0x100", "'0x100' is not an integer"},
 		{"--quant-block 2147483648", "2147483648 is out of range (its size must be at most 2147483647)"},
+		{"--seed 9223372036854775808", "9223372036854775808 is out of range (its size must be at most 9223372036854775807)"},
 		{"--config %s/bool.json", "option 'max_skipped_steps' takes a value, not true or false"},
 	};
 	cu_run(NULL, 0, "echo '{\"max_skipped_steps\": false}' > %s/bool.json", dir);
@@ -780,6 +790,18 @@ Test(train, sharded_weights)
 	cr_expect(rc == 0 && strstr(out, "holds tensor 'model.layers.0.input_layernorm.weight', which the "
 					 "index does not list"),
 		  "%s", out);
+	/* said once per command (it was said at each opening of the files) */
+	const char *first = strstr(out, "a stale index");
+	cr_expect(first && !strstr(first + 1, "a stale index"), "not said once: %s", out);
+	/* a tied model's index listing lm_head.weight, which no file holds
+	 * (some writers add it): not stale */
+	rc = cu_run(out, sizeof out, "%s init --config %s/cfg.json --tied --out %s/tied --shard-size 40K && "
+		    "cd %s/tied && f=$(ls model-00001-of-*) && "
+		    "sed -i \"s/\\\"weight_map\\\"[[:space:]]*:[[:space:]]*{/&\\\"lm_head.weight\\\": \\\"$f\\\", /\" "
+		    "model.safetensors.index.json && grep -q lm_head model.safetensors.index.json && "
+		    "%s eval --model %s/tied --data %s/data",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && !strstr(out, "stale index"), "%s", out);
 }
 
 /* JSONL fine-tuning data: loss only on completions. The byte tokenizer makes

@@ -108,9 +108,13 @@ int cmd_sample(int argc, char **argv)
 		tok_name = fallback ? "byte" : dir;
 	struct st_tokenizer tk;
 	/* the model's <bos> and <eos> (its config.json), whichever tokenizer
-	 * reads its text: an instruct model ends its turns at its own token */
+	 * reads its text: an instruct model ends its turns at its own token
+	 * (tokenizer_load read them already when given the model directory) */
+	char real_tk[PATH_MAX], real_dir[PATH_MAX];
+	const int same_dir = tok_name == dir || (realpath(tok_name, real_tk) && realpath(dir, real_dir) &&
+						 !strcmp(real_tk, real_dir));
 	if (tokenizer_load(&tk, tok_name) != ST_OK ||
-	    (tok_name != dir && tokenizer_model_ids(&tk, dir) != ST_OK)) {
+	    (!same_dir && tokenizer_model_ids(&tk, dir) != ST_OK)) {
 		tokenizer_free(&tk);
 		session_close(&s);
 		return ST_FAIL;

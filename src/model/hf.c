@@ -25,7 +25,9 @@ void weights_close(struct st_weight_files *w)
 	for (int i = 0; w->sf && i < w->n; i++)
 		safetensors_close(&w->sf[i]);
 	free(w->sf);
+	cJSON_Delete(w->index);
 	w->sf = NULL;
+	w->index = NULL;
 	w->n = 0;
 }
 
@@ -68,40 +70,8 @@ static int open_index(struct st_weight_files *w, const char *dir, const char *in
 		if (rc == ST_OK)
 			w->n++;
 	}
-	/* An index that disagrees with its shards is stale, said once: like
-	 * transformers (which takes the index's list of files and every tensor
-	 * in them), strata looks each tensor up in the files themselves, so
-	 * where it is does not depend on the index; a tensor in two files is
-	 * refused when it is read (file_of). */
-	int stale = 0;
-	cJSON_ArrayForEach(it, map)
-	{
-		if (rc != ST_OK || stale)
-			break;
-		int f = 0;
-		while (f < w->n && strcmp(files[f], it->valuestring))
-			f++;
-		if (f < w->n && !safetensors_find(&w->sf[f], it->string)) {
-			st_log_warn("%s: the index puts tensor '%s' in %s, which does not hold it (a "
-				    "stale index: tensors are looked up in the files themselves)",
-				    index, it->string, files[f]);
-			stale = 1;
-		}
-	}
-	for (int f = 0; f < w->n && rc == ST_OK && !stale; f++)
-		for (int t = 0; t < w->sf[f].n && !stale; t++) {
-			const char *name = w->sf[f].tensors[t].name;
-			const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
-			if (!cJSON_IsString(e) || strcmp(e->valuestring, files[f]) != 0) {
-				st_log_warn("%s: %s holds tensor '%s', which the index %s (a stale "
-					    "index: tensors are looked up in the files themselves)",
-					    index, files[f], name,
-					    cJSON_IsString(e) ? "puts in another file" : "does not list");
-				stale = 1;
-			}
-		}
 	free(files);
-	cJSON_Delete(root);
+	w->index = root; /* for model_check_files' look at it (stale_index) */
 	return rc;
 }
 
@@ -145,8 +115,50 @@ static int file_of(const struct st_weight_files *wf, const struct st_param *p, i
 	return ST_OK;
 }
 
+/* An index that disagrees with its shards is stale, said once (the first
+ * disagreement): like transformers, which takes the index's list of files
+ * and every tensor in them, strata looks each tensor up in the files
+ * themselves, so where it is does not depend on the index; a tensor in two
+ * files is refused (file_of). A tied model's index may list an lm_head.weight
+ * that no file holds (some writers add it): not stale. */
+static void stale_index(const struct st_model *m, const struct st_weight_files *wf)
+{
+	const cJSON *map = cJSON_GetObjectItemCaseSensitive(wf->index, "weight_map"), *it;
+	cJSON_ArrayForEach(it, map)
+	{
+		char path[2200];
+		snprintf(path, sizeof path, "%s/%s", wf->dir, it->valuestring);
+		int f = 0;
+		while (f < wf->n && strcmp(wf->sf[f].path, path) != 0)
+			f++;
+		if (f < wf->n && !safetensors_find(&wf->sf[f], it->string) &&
+		    !(m->cfg.tied && !strcmp(it->string, "lm_head.weight"))) {
+			st_log_warn("%s/" INDEX_NAME ": the index puts tensor '%s' in %s, which does "
+				    "not hold it (a stale index: tensors are looked up in the files "
+				    "themselves)",
+				    wf->dir, it->string, it->valuestring);
+			return;
+		}
+	}
+	for (int f = 0; f < wf->n; f++)
+		for (int t = 0; t < wf->sf[f].n; t++) {
+			const char *name = wf->sf[f].tensors[t].name, *file = strrchr(wf->sf[f].path, '/');
+			file = file ? file + 1 : wf->sf[f].path;
+			const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
+			if (!cJSON_IsString(e) || strcmp(e->valuestring, file) != 0) {
+				st_log_warn("%s/" INDEX_NAME ": %s holds tensor '%s', which the index %s (a "
+					    "stale index: tensors are looked up in the files themselves)",
+					    wf->dir, file, name,
+					    cJSON_IsString(e) ? "puts in another file" : "does not list");
+				return;
+			}
+		}
+}
+
 int model_check_files(const struct st_model *m, const struct st_weight_files *wf)
 {
+	if (wf->index)
+		stale_index(m, wf);
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		int f;

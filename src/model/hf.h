@@ -16,10 +16,12 @@ int model_save_weights(const struct st_model *m, const float *const *unit_w, con
  * model.safetensors.index.json maps tensor names to (as Hugging Face writes
  * models above its shard size). */
 struct st_safetensors;
+struct cJSON;
 struct st_weight_files {
 	int n;
 	struct st_safetensors *sf;
 	char dir[1024];
+	struct cJSON *index; /* the parsed index of a sharded model, else NULL */
 };
 int weights_open(struct st_weight_files *w, const char *dir);
 void weights_close(struct st_weight_files *w);

@@ -165,8 +165,11 @@ int galore_alloc_scratch(struct st_optim *o)
 	o->g_pold = st_malloc(pmax * sizeof(float));
 	o->g_rot = st_malloc(2 * kmax * kmax * sizeof(float));
 	o->g_work = wmax ? st_malloc(wmax) : NULL;
-	if (!o->g_r || !o->g_n || !o->g_pold || !o->g_rot || (wmax && !o->g_work))
+	o->g_zero_first = st_malloc(sizeof *o->g_zero_first);
+	if (!o->g_r || !o->g_n || !o->g_pold || !o->g_rot || (wmax && !o->g_work) ||
+	    !o->g_zero_first)
 		return ST_FAIL;
+	*o->g_zero_first = -1;
 	return ST_OK;
 }
 
@@ -177,8 +180,10 @@ void galore_free_scratch(struct st_optim *o)
 	free(o->g_pold);
 	free(o->g_rot);
 	free(o->g_work);
+	free(o->g_zero_first);
 	o->g_r = o->g_n = o->g_pold = o->g_rot = NULL;
 	o->g_work = NULL;
+	o->g_zero_first = NULL;
 }
 
 /* P = I (r = the smaller side): the subspace is everything, and the identity
@@ -259,15 +264,20 @@ void galore_refresh(const struct st_ops *ops, const struct st_optim *o, int i, c
 	const size_t gn = (size_t)ps->rows * ps->cols;
 	const int finite = st_first_nonfinite(g, gn) < 0;
 	/* A zero gradient (a step without loss targets: fine-tuning prompts
-	 * that fill whole windows) spans no subspace: its projector would be
-	 * arbitrary unit vectors, thrown away in place of a real one. The
-	 * previous one is kept; a first projector is the stand-in below until
-	 * the matrix's next refresh. The trainer's warning for such a step says
-	 * so. */
+	 * that fill whole windows; a matrix that starts at zero, as grown
+	 * blocks do) spans no subspace: its projector would be arbitrary unit
+	 * vectors, thrown away in place of a real one. The previous one is
+	 * kept; a first projector is the stand-in below until the matrix's next
+	 * refresh. The first such matrix is noted for the trainer to say. */
 	size_t nz = 0;
 	while (finite && nz < gn && g[nz] == 0.0f)
 		nz++;
 	const int zero = finite && nz == gn;
+	if (zero && o->g_zero_first) {
+		int none = -1;
+		__atomic_compare_exchange_n(o->g_zero_first, &none, i, 0, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+	}
 	if (!finite || zero ||
 	    galore_projector(p, g, ps->rows, ps->cols, ps->rank,
 			     (enum galore_proj_method)o->cfg.galore_proj, pold, seed,

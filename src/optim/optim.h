@@ -83,6 +83,9 @@ struct st_optim {
 	 * P, the rotation, and the projector's workspace */
 	float *g_r, *g_n, *g_pold, *g_rot;
 	void *g_work;
+	/* the first GaLore matrix whose projector was due at a zero gradient
+	 * (-1: none), set by the optimizer's thread, said by the trainer */
+	int *g_zero_first;
 	size_t galore_weights; /* elements of the matrices under GaLore */
 };
 

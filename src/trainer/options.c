@@ -119,10 +119,7 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 		const enum st_parse r = st_parse_whole(value, &v);
 		ST_CHECK(r != ST_PARSE_NOT_INT, "give a whole number",
 			 "option '%s': '%s' is not an integer", d->key, value);
-		/* longs to 2^53: trainer.json holds them as JSON numbers, which
-		 * read back exactly only that far (a larger seed came back
-		 * rounded, and a resume shuffled the data another way) */
-		const long lim = d->type == OT_INT ? INT_MAX : 9007199254740992L;
+		const long lim = d->type == OT_INT ? INT_MAX : LONG_MAX;
 		ST_CHECK(r == ST_PARSE_OK && v <= lim && v >= -lim, "give a smaller number",
 			 "option '%s': %s is out of range (its size must be at most %ld)", d->key,
 			 value, lim);
@@ -289,9 +286,19 @@ struct cJSON *train_opts_to_cjson(const struct st_train_opts *o)
 		case OT_INT:
 			json_add_exact(r, d->key, *(const int *)field);
 			break;
-		case OT_LONG:
-			json_add_exact(r, d->key, (double)*(const long *)field);
+		case OT_LONG: {
+			/* past 2^53 a JSON number (a double to its readers) cannot
+			 * hold it: its digits as a string, which reads back exactly */
+			const long v = *(const long *)field;
+			if (v > 9007199254740992L || v < -9007199254740992L) {
+				char digits[24];
+				snprintf(digits, sizeof digits, "%ld", v);
+				cJSON_AddStringToObject(r, d->key, digits);
+			} else {
+				json_add_exact(r, d->key, (double)v);
+			}
 			break;
+		}
 		case OT_DOUBLE:
 			json_add_exact(r, d->key, *(const double *)field);
 			break;

@@ -974,8 +974,25 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
  * slab is zero when a step starts (fresh, or discarded by its last update).
  * Per-layer GaLore consumes each layer's gradient in the executor's callback
  * and applies its updates here. */
+/* A GaLore projector that was due at a zero gradient (galore_refresh keeps
+ * the previous one), said once, naming the first such matrix: the optimizer
+ * may note it on its own thread a step after it ran. */
+static void note_galore_zero(struct st_trainer *tr)
+{
+	const int i = tr->opt.g_zero_first ? __atomic_load_n(tr->opt.g_zero_first, __ATOMIC_RELAXED)
+					   : -1;
+	if (i < 0 || tr->galore_zero_said++)
+		return;
+	st_log_warn("GaLore: %s got a zero gradient when its projector was due (a step without "
+		    "loss targets, or weights that start at zero): it keeps its previous subspace, "
+		    "or the first r coordinates until its next refresh, %d updates on; other such "
+		    "matrices are not named",
+		    tr->s.model.params[i].name, tr->o.galore_update_gap);
+}
+
 static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out, double *lr_out)
 {
+	note_galore_zero(tr);
 	struct st_session *s = &tr->s;
 	const struct st_ops *ops = s->ops;
 	const struct st_model *m = &s->model;
@@ -1104,13 +1121,8 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		if (!tr->no_targets_said++)
 			st_log_warn("step %ld: its windows hold no loss target (prompts only, under the "
 				    "loss mask): no loss, and the update moves the weights by momentum "
-				    "and weight decay alone%s; a longer --seq-len fits more completions",
-				    step,
-				    tr->opt.galore_weights
-					    ? " (GaLore projectors due at such a step keep their "
-					      "previous subspace; a first one takes the first r "
-					      "coordinates until its next refresh)"
-					    : "");
+				    "and weight decay alone; a longer --seq-len fits more completions",
+				    step);
 	}
 	return ST_OK;
 }
@@ -1383,6 +1395,7 @@ int trainer_run(struct st_trainer *tr)
 	progress_done(&pg);
 	const double ts = now_s();
 	ST_TRY(settle(tr));
+	note_galore_zero(tr); /* one the last updates noted */
 	tr->train_s += now_s() - ts;
 	ST_TRY(ckpt_finish(tr));
 	if (stop && tr->step < tr->total_steps) {

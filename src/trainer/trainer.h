@@ -72,6 +72,7 @@ struct st_trainer {
 	int metrics_lost;       /* a write failed: no more records */
 	int no_val_targets_said; /* an evaluation found no target: warned once */
 	int no_targets_said;     /* a training step had no target: warned once */
+	int galore_zero_said;    /* a GaLore projector due at a zero gradient: warned once */
 	int interrupted;        /* the signal that stopped the run before its end, or 0 */
 	int ckpt_deferred;      /* a checkpoint fell due at a skipped step: written at the
 				 * next step that updates */
