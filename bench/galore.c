@@ -65,6 +65,12 @@ struct result {
 		later_over_median;
 };
 
+/* of n sorted values: the middle one, or the mean of the middle two */
+static double median_sorted(const double *x, int n)
+{
+	return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 static int bench_preset(const char *preset, int B, int T, int steps, int gap, int spread_opt,
 			enum st_galore_proj proj, struct result *res)
 {
@@ -136,7 +142,7 @@ static int bench_preset(const char *preset, int B, int T, int steps, int gap, in
 		 * would otherwise make the median itself a spread step */
 		const int from = steps - spread >= 3 ? spread : 0;
 		qsort(dt + from, (size_t)(steps - from), sizeof *dt, cmp_double);
-		r->median = dt[from + (steps - from) / 2];
+		r->median = median_sorted(dt + from, steps - from);
 		r->state_mib = (double)opt.total_bytes / 1048576.0;
 
 		if (kinds[k] == ST_OPT_GALORE_ADAMW) {
@@ -225,7 +231,10 @@ int main(int argc, char **argv)
 			MAX_STEPS);
 		return 2;
 	}
-	const int B = (int)lb, T = (int)lt, steps = (int)ls, gap = (int)lg, spread = (int)lsp;
+	/* the spread the runs use: capped at the gap, as galore.c caps it (the
+	 * report gave the option) */
+	const int B = (int)lb, T = (int)lt, steps = (int)ls, gap = (int)lg,
+		  spread = (int)lsp < gap ? (int)lsp : gap;
 	const enum st_galore_proj proj = strcmp(projs, "svd") ? ST_GALORE_RANDOMIZED : ST_GALORE_SVD;
 	struct result res[8];
 	int nr = 0;

@@ -239,11 +239,11 @@ int main(int argc, char **argv)
 			"\"adamw_8bit\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
 			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
 			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f, "
-			"\"in_cache\": {\"params\": %zu, \"fp32_params_per_s\": %.4e, "
+			"\"in_cache\": {\"params\": %zu, \"params_per_thread\": %zu, \"fp32_params_per_s\": %.4e, "
 			"\"adamw_8bit_params_per_s\": %.4e}}\n",
 			n, threads, block, reps, q8_simd_name(q8_simd_pick()),
 			q8_simd_describe(q8_simd_pick()), gbs_triad, gbs_axpy, ceiling, t32, ps32, b32,
-			gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, cps32,
+			gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, per, cps32,
 			cps8);
 		if (cli_close_out(&args, "json", jf) != ST_OK)
 			return 1;

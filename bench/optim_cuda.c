@@ -149,7 +149,8 @@ static double time_kernel(enum kern k, struct bufs *b, int reps)
 		t[r] = 1e-3 * ms;
 	}
 	qsort(t, (size_t)reps, sizeof *t, cmp_double);
-	double med = t[reps / 2];
+	/* the middle one, or the mean of the middle two */
+	double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
 	free(t);
 	cudaEventDestroy(e0), cudaEventDestroy(e1);
 	return med;

@@ -13,6 +13,7 @@ usage: optim_peers.py [--params 134217728] [--reps 5] [--device cpu|cuda] [--jso
 """
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -35,7 +36,7 @@ def timed_steps(opt, reps):
             e1.record()
             e1.synchronize()
             times.append(1e-3 * e0.elapsed_time(e1))
-        return sorted(times)[len(times) // 2]
+        return statistics.median(times)
     opt.step()  # warm-up: allocates state
     best = float("inf")
     for _ in range(reps):
