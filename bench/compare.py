@@ -5,11 +5,29 @@ import sys
 
 if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
     sys.exit("usage: bench/compare.py STRATA.json TORCH.json   (bench/train --json, bench/torch_train.py --json of one run)")
-s = json.load(open(sys.argv[1]))
-t = json.load(open(sys.argv[2]))
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"compare.py: cannot read {path}: {e}")
+
+
+s, t = load(sys.argv[1]), load(sys.argv[2])
+# the same job on both sides, or the ratio compares two jobs
+for key in ("threads", "batch", "seq", "vocab"):
+    if key in s and key in t and s[key] != t[key]:
+        sys.exit(f"compare.py: {sys.argv[1]} has {key} {s[key]}, {sys.argv[2]} {t[key]}: "
+                 "run both with the same settings")
 tt = {r["preset"]: r for r in t["results"]}
 print(f"{'preset':<11} {'strata tok/s':>13} {'torch tok/s':>12} {'strata/torch':>13}")
+matched = 0
 for r in s["results"]:
     p = tt.get(r["preset"])
     if p:
+        matched += 1
         print(f"{r['preset']:<11} {r['tok_per_s']:13.0f} {p['tok_per_s']:12.0f} {r['tok_per_s']/p['tok_per_s']:12.2f}x")
+if not matched:
+    sys.exit("compare.py: no preset was measured in both files")

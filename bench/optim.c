@@ -114,7 +114,15 @@ int main(int argc, char **argv)
 	uint8_t *mc = xalloc(n), *vc = xalloc(n);
 	float *ma = xalloc(nb * 4), *va = xalloc(nb * 4);
 	fill(p, n, 1.0f, 1), fill(g, n, 1e-2f, 2), fill(m, n, 0, 3), fill(v, n, 0, 4);
-	memset(mc, 0, n), memset(vc, 0, n), memset(ma, 0, nb * 4), memset(va, 0, nb * 4);
+	/* first touched by the threads that step them, as the fp32 arrays are
+	 * (fill): a single-threaded memset put every page of the 8-bit state on
+	 * one NUMA node */
+#pragma omp parallel for schedule(static)
+	for (size_t b = 0; b < nb; b++) {
+		const size_t i0 = b * (size_t)block, len = n - i0 < (size_t)block ? n - i0 : (size_t)block;
+		memset(mc + i0, 0, len), memset(vc + i0, 0, len);
+		ma[b] = va[b] = 0.0f;
+	}
 
 	/* ceiling: on three of the arrays (m, v are refilled afterwards) */
 	double t_triad = 1e30, t_axpy = 1e30;

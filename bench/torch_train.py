@@ -58,7 +58,11 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    # the threads strata's OpenMP takes: OMP_NUM_THREADS, else the CPUs this
+    # process may run on (os.cpu_count() ignores affinity and the variable)
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    ap.add_argument("--threads", type=int,
+                    default=int(omp) if omp.isdigit() and int(omp) > 0 else len(os.sched_getaffinity(0)))
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
