@@ -1,5 +1,6 @@
-"""Shared by the Python benchmarks: the CPU's name for the results file, and
-the KJV corpus prepared into a work directory."""
+"""Shared by the Python benchmarks: the CPU's name for the results file, the
+KJV corpus prepared into a work directory, and reading a results file."""
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,15 @@ def cpu_name():
     except OSError:
         pass
     return "unknown"
+
+
+def load_json(path, what):
+    """A results file, or exit saying why it cannot be read."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"{what}: cannot read {path}: {e}")
 
 
 def run(cmd, what, allow_fail=False):

@@ -1,21 +1,13 @@
 #!/usr/bin/env python3
 """Print strata vs PyTorch eager tokens/s from the two JSON files of one run."""
-import json
 import sys
+
+from benchutil import load_json
 
 if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
     sys.exit("usage: bench/compare.py STRATA.json TORCH.json   (bench/train --json, bench/torch_train.py --json of one run)")
 
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        sys.exit(f"compare.py: cannot read {path}: {e}")
-
-
-s, t = load(sys.argv[1]), load(sys.argv[2])
+s, t = load_json(sys.argv[1], "compare.py"), load_json(sys.argv[2], "compare.py")
 # the same job on both sides, or the ratio compares two jobs
 for key in ("threads", "batch", "seq", "vocab"):
     if key in s and key in t and s[key] != t[key]:

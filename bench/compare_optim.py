@@ -1,20 +1,14 @@
 #!/usr/bin/env python3
 """Print strata's optimizer steps against the peers of the same run: the
 JSON of bench/optim and of bench/optim_peers.py."""
-import json
 import sys
+
+from benchutil import load_json
 
 if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
     sys.exit("usage: bench/compare_optim.py OPTIM.json PEERS.json   (bench/optim --json, bench/optim_peers.py --json of one run)")
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        sys.exit(f"compare_optim.py: cannot read {path}: {e}")
 
-
-s, peers_file = load(sys.argv[1]), load(sys.argv[2])
+s, peers_file = load_json(sys.argv[1], "compare_optim.py"), load_json(sys.argv[2], "compare_optim.py")
 p = peers_file.get("peers", {})
 # the same tensors and threads, or the ratio compares two jobs
 for key in ("params", "threads"):
