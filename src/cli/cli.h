@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#include "trainer/options.h"
+
 #define CLI_MAX_ARGS 4096
 
 /* "--key value", "--key=value" and bare "--flag" (value cli_bare, "true":
@@ -76,10 +78,18 @@ void cli_note_unused_options(const struct cli_args *a, const char *conf, const c
  * the same checks so that it plans what train would run. */
 int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train_opts *saved,
 		     struct st_train_opts *o, const char *ckpt);
-/* --resume and --config (NULL when not given); a --config file's "resume"
- * (copied into buf) stands for the flag. For train and plan alike. */
-int cli_train_sources(struct cli_args *a, const char **resume, const char **conf, char *buf,
-		      size_t n);
+/* Where a run's options come from, read in train's order up to the flags:
+ * defaults < the checkpoint's saved options < --config. */
+struct cli_train_src {
+	const char *resume, *conf;   /* --resume and --config, NULL when not given; a
+				      * --config file's "resume" stands for the flag */
+	char conf_resume[ST_PATH];   /* that "resume" */
+	char dir[ST_PATH];           /* the checkpoint resumed from */
+	struct st_train_opts saved;  /* its saved options */
+};
+/* o from the defaults, the checkpoint (o->resume cleared) and --config. For
+ * train and plan alike; the flags come after (cli_train_flags). */
+int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train_src *src);
 
 /* errno of a write to standard output that failed mid-command, for the
  * error main() gives at exit (0: none kept) */

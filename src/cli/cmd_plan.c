@@ -34,26 +34,17 @@ int cmd_plan(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	struct st_train_opts o, saved;
-	train_opts_defaults(&o);
 	/* train's order: defaults < the checkpoint's options < --config < flags */
-	const char *resume, *conf;
-	char conf_resume[sizeof o.resume], dir[sizeof o.resume];
-	ST_TRY(cli_train_sources(&a, &resume, &conf, conf_resume, sizeof conf_resume));
-	if (resume) {
-		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
-		ST_TRY(ckpt_read_options(&o, dir));
-		o.resume[0] = '\0';
-		saved = o;
-	}
-	if (conf)
-		ST_TRY(train_opts_load_json(&o, conf));
+	struct st_train_opts o;
+	static struct cli_train_src src; /* large: kept off the stack */
+	ST_TRY(cli_train_read(&a, &o, &src));
+	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
 	ST_TRY(cli_train_flags(&a, &o, "config"));
 	cli_note_unused_options(&a, conf, o.optimizer);
 	/* train's resume checks: a plan of what train would refuse (another
 	 * GaLore rank, an optimizer whose state cannot convert) is no plan */
 	if (resume) {
-		ST_TRY(cli_check_resume(&a, conf, &saved, &o, dir));
+		ST_TRY(cli_check_resume(&a, conf, &src.saved, &o, dir));
 		snprintf(o.resume, sizeof o.resume, "%s", dir);
 	} else {
 		ST_TRY(cli_train_model(&a, conf, &o));

@@ -216,19 +216,27 @@ static void fit_default_seq_len(struct st_train_opts *o)
 	o->seq_len = cfg.max_seq;
 }
 
-int cli_train_sources(struct cli_args *a, const char **resume, const char **conf, char *buf,
-		      size_t n)
+int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train_src *src)
 {
-	ST_TRY(cli_get_str(a, "resume", NULL, resume));
-	ST_TRY(cli_get_str(a, "config", NULL, conf));
-	if (*resume || !*conf)
-		return ST_OK;
-	/* a --config file's "resume" resumes as the flag does */
-	struct st_train_opts c;
-	train_opts_defaults(&c);
-	ST_TRY(train_opts_load_json(&c, *conf));
-	snprintf(buf, n, "%s", c.resume);
-	*resume = *buf ? buf : NULL;
+	train_opts_defaults(o);
+	ST_TRY(cli_get_str(a, "resume", NULL, &src->resume));
+	ST_TRY(cli_get_str(a, "config", NULL, &src->conf));
+	if (!src->resume && src->conf) {
+		/* a --config file's "resume" resumes as the flag does */
+		struct st_train_opts c;
+		train_opts_defaults(&c);
+		ST_TRY(train_opts_load_json(&c, src->conf));
+		snprintf(src->conf_resume, sizeof src->conf_resume, "%s", c.resume);
+		src->resume = *src->conf_resume ? src->conf_resume : NULL;
+	}
+	if (src->resume) {
+		ST_TRY(ckpt_resolve(src->dir, sizeof src->dir, src->resume));
+		ST_TRY(ckpt_read_options(o, src->dir));
+		o->resume[0] = '\0';
+		src->saved = *o; /* the checkpoint's options: its schedule, its paths */
+	}
+	if (src->conf)
+		ST_TRY(train_opts_load_json(o, src->conf));
 	return ST_OK;
 }
 
@@ -357,22 +365,12 @@ int cmd_train(int argc, char **argv)
 	ST_CHECK(a.n > 0, "strata train --help lists the options",
 		 "strata train: give --model DIR --data DIR --out DIR and a length (--steps N or "
 		 "--max-tokens N), or --resume RUN");
-	struct st_train_opts o;
-	train_opts_defaults(&o);
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
-	const char *resume, *conf;
-	char conf_resume[sizeof o.resume];
-	ST_TRY(cli_train_sources(&a, &resume, &conf, conf_resume, sizeof conf_resume));
-	struct st_train_opts saved; /* the checkpoint's options: its schedule, its paths */
-	char dir[4096];
-	if (resume) {
-		ST_TRY(ckpt_resolve(dir, sizeof dir, resume));
-		ST_TRY(ckpt_read_options(&o, dir));
-		o.resume[0] = '\0';
-		saved = o;
-	}
-	if (conf)
-		ST_TRY(train_opts_load_json(&o, conf));
+	struct st_train_opts o;
+	static struct cli_train_src src; /* large: kept off the stack */
+	ST_TRY(cli_train_read(&a, &o, &src));
+	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
+	const struct st_train_opts *saved = &src.saved;
 	/* A resumed run writes beside the checkpoint (its run directory), not to
 	 * an "out" saved in it or in the --config the run started with: those
 	 * name the original run, relative to where it started, and would be
@@ -395,7 +393,7 @@ int cmd_train(int argc, char **argv)
 			    o.max_tokens, o.steps);
 	cli_note_unused_options(&a, conf, o.optimizer);
 	if (resume)
-		ST_TRY(cli_check_resume(&a, conf, &saved, &o, dir));
+		ST_TRY(cli_check_resume(&a, conf, saved, &o, dir));
 	else
 		ST_TRY(cli_train_model(&a, conf, &o));
 	struct st_trainer tr;
@@ -404,7 +402,7 @@ int cmd_train(int argc, char **argv)
 	int rc = trainer_open(&tr, &o);
 	const int opened = rc == ST_OK;
 	if (rc == ST_OK && resume)
-		note_new_schedule(&saved, &tr);
+		note_new_schedule(saved, &tr);
 	if (rc == ST_OK)
 		rc = trainer_run(&tr);
 	const int interrupted = rc == ST_OK ? tr.interrupted : 0; /* it said so itself */
