@@ -64,7 +64,6 @@ int cmd_import(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 /* Apply every flag but `skip` to train options (--offload-dir may repeat: the
  * values are joined with commas). */
-struct st_train_opts;
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip);
 /* A new run's --model: a run or checkpoint names its weights (said); the
  * default --seq-len (not given as a flag or in conf) fits a shorter model.

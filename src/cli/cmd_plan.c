@@ -36,7 +36,7 @@ int cmd_plan(int argc, char **argv)
 	}
 	/* train's order: defaults < the checkpoint's options < --config < flags */
 	struct st_train_opts o;
-	static struct cli_train_src src; /* large: kept off the stack */
+	struct cli_train_src src;
 	ST_TRY(cli_train_read(&a, &o, &src));
 	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
 	ST_TRY(cli_train_flags(&a, &o, "config"));

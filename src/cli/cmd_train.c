@@ -367,7 +367,7 @@ int cmd_train(int argc, char **argv)
 		 "--max-tokens N), or --resume RUN");
 	/* order of precedence: defaults < checkpoint's options < --config < flags */
 	struct st_train_opts o;
-	static struct cli_train_src src; /* large: kept off the stack */
+	struct cli_train_src src;
 	ST_TRY(cli_train_read(&a, &o, &src));
 	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
 	const struct st_train_opts *saved = &src.saved;
