@@ -106,13 +106,21 @@ Q8_FN_AVX2 __m256i q8_encode8_avx2(__m256 v, const struct q8_avx2 *q)
 	__m256i u = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
 	__m256i a = _mm256_srl_epi32(_mm256_sub_epi32(_mm256_max_epu32(u, q->base), q->base), q->shift);
 	__m256i key = _mm256_add_epi32(_mm256_min_epi32(a, q->top), _mm256_and_si256(neg, q->nbv));
-	int32_t k[8];
-	_mm256_storeu_si256((__m256i *)k, key);
 	__m256i c;
 	if (t->packed) {
+		/* The keys reach the scalar loads as four 64-bit words (vmovq,
+		 * vpextrq), not through a store and eight reloads: the encoder
+		 * ran at 0.60 instead of 0.70 ns per value on the Zen 3 VM. */
 		const uint32_t *en = t->entry;
-		__m256i e = _mm256_setr_epi32((int)en[k[0]], (int)en[k[1]], (int)en[k[2]], (int)en[k[3]],
-					      (int)en[k[4]], (int)en[k[5]], (int)en[k[6]], (int)en[k[7]]);
+		const __m128i klo = _mm256_castsi256_si128(key), khi = _mm256_extracti128_si256(key, 1);
+		const uint64_t k01 = (uint64_t)_mm_cvtsi128_si64(klo);
+		const uint64_t k23 = (uint64_t)_mm_extract_epi64(klo, 1);
+		const uint64_t k45 = (uint64_t)_mm_cvtsi128_si64(khi);
+		const uint64_t k67 = (uint64_t)_mm_extract_epi64(khi, 1);
+		__m256i e = _mm256_setr_epi32((int)en[(uint32_t)k01], (int)en[k01 >> 32],
+					      (int)en[(uint32_t)k23], (int)en[k23 >> 32],
+					      (int)en[(uint32_t)k45], (int)en[k45 >> 32],
+					      (int)en[(uint32_t)k67], (int)en[k67 >> 32]);
 		__m256i low = _mm256_xor_si256(_mm256_and_si256(bits, q->low_mask),
 					       _mm256_and_si256(neg, q->low_mask));
 		/* a true compare is all ones, -1: subtracting it adds 1 */
