@@ -1111,7 +1111,7 @@ Test(faults, prepare_on_a_full_disk_keeps_the_old_shards)
 		  "%s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ls -A %s/d", dir, mnt), 0,
 		     "the old shards changed: %s", out);
-	cr_expect(!strstr(out, ".strata-prep"), "a staging directory was left: %s", out);
+	cr_expect(!strstr(out, ".strata-prep."), "a staging directory was left: %s", out);
 	rc = cu_run(out, sizeof out, "%s prepare --input %s/c.txt --out %s/x/y/d", cu_bin(), dir, mnt);
 	cr_expect(rc != 0 && strstr(out, "No space left on device"), "%s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/x", mnt), 0,
@@ -1120,9 +1120,12 @@ Test(faults, prepare_on_a_full_disk_keeps_the_old_shards)
 }
 
 /* prepare swaps train.bin in last, having removed an old one first: a prepare
- * --force that fails part-way through the swap (here at val.bin, a directory in the way)
- * leaves no train.bin beside the new and old files, and says so; train and
- * eval refuse such a directory; a plain prepare then completes it. */
+ * --force that fails part-way through the swap (here its move of val.bin,
+ * failed with EIO by strace) leaves no train.bin beside the new and old
+ * files, and says so; train and eval refuse such a directory; a plain
+ * prepare then completes it. A directory where a shard goes is refused
+ * before anything is removed (it was found only at the swap, after the old
+ * train.bin was gone). */
 Test(faults, unfinished_prepare_leaves_no_train_bin)
 {
 	char dir[256], text[512];
@@ -1132,24 +1135,37 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
 	cu_write_text(text, 60000, 1);
 	snprintf(text, sizeof text, "%s/b.txt", dir);
 	cu_write_text(text, 90000, 2);
-	int rc = cu_run(out, sizeof out, "%s prepare --input %s/a.txt --out %s/d && rm %s/d/val.bin && "
-			"mkdir -p %s/d/val.bin/x",
-			cu_bin(), dir, dir, dir, dir);
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s/a.txt --out %s/d && "
+			"md5sum %s/d/train.bin > %s/sum && rm %s/d/val.bin && mkdir -p %s/d/val.bin/x",
+			cu_bin(), dir, dir, dir, dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	rc = cu_run(out, sizeof out, "%s prepare --input %s/b.txt --out %s/d --force", cu_bin(), dir,
 		    dir);
 	cr_expect_neq(rc, 0, "prepare over a directory named val.bin exited 0: %s", out);
-	cr_expect(strstr(out, "/d holds no train.bin now"), "%s", out);
-	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/d/train.bin", dir), 0,
-		     "a failed prepare left a train.bin beside the files it did not write");
+	cr_expect(strstr(out, "/d/val.bin is in the way: it is not a file"), "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sum", dir), 0,
+		     "the refused prepare changed the old train.bin: %s", out);
+
+	/* the fourth rename is the stage's train.bin into place (the first two
+	 * are the shards' own, inside the stage; the third moves val.bin) */
+	rc = cu_run(out, sizeof out, "rm -r %s/d/val.bin && strace -f -o /dev/null -e trace=rename "
+			"-e inject=rename:error=EIO:when=4 %s prepare --input %s/b.txt --out %s/d --force",
+			dir, cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "prepare with a failed move exited 0: %s", out);
+	cr_expect(strstr(out, "cannot move ") && strstr(out, "/d holds no train.bin now"), "%s",
+		  out);
+	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/d/train.bin && ! ls -A %s/d | grep -F "
+			    ".strata-prep.", dir, dir), 0,
+		     "a failed prepare left a train.bin beside the files it did not write, or its "
+		     "stage: %s", out);
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/d", cu_bin(), dir, dir);
 	cr_expect_neq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "did not finish"), "%s", out);
 
 	/* the state a kill between val.bin and train.bin leaves */
-	rc = cu_run(out, sizeof out, "rm -r %s/d/val.bin && %s prepare --input %s/b.txt --out %s/d && "
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/b.txt --out %s/d && "
 			"cp -r %s/d %s/e && rm %s/e/train.bin",
-			dir, cu_bin(), dir, dir, dir, dir, dir);
+			cu_bin(), dir, dir, dir, dir, dir);
 	cr_assert_eq(rc, 0, "a plain prepare did not complete the directory: %s", out);
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/e", cu_bin(), dir, dir);
 	cr_expect_neq(rc, 0, "eval read the val.bin of an unfinished prepare: %s", out);
@@ -1158,6 +1174,32 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/d --max-tokens 256", cu_bin(),
 		    dir, dir);
 	cr_expect_eq(rc, 0, "eval of the completed directory: %s", out);
+}
+
+/* One prepare per --out at a time: with another holding the directory's
+ * lock (here flock(1) holding it around the second prepare), prepare is
+ * refused, and the shards there are untouched. Two prepares into one
+ * directory both passed the check for an earlier train.bin and could
+ * interleave their swaps into a mixed set. Under the lock, a staging
+ * directory left by a killed prepare is removed whatever its PID (1 here,
+ * alive: PIDs are reused). */
+Test(faults, prepare_one_at_a_time)
+{
+	char dir[256], text[512];
+	cu_tmpdir(dir, sizeof dir, "preplock");
+	snprintf(text, sizeof text, "%s/a.txt", dir);
+	cu_write_text(text, 60000, 1);
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s/a.txt --out %s/d && "
+			"md5sum %s/d/*.bin > %s/sum && flock %s/d/.strata-prepare.lock "
+			"%s prepare --input %s/a.txt --out %s/d --force",
+			cu_bin(), dir, dir, dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect_neq(rc, 0, "a second prepare into a locked directory exited 0: %s", out);
+	cr_expect(strstr(out, "/d is being written by another strata prepare"), "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sum", dir), 0, "%s", out);
+	rc = cu_run(out, sizeof out, "mkdir %s/d/.strata-prep.1 && touch %s/d/.strata-prep.1/train.bin "
+			"&& %s prepare --input %s/a.txt --out %s/d --force && test ! -e %s/d/.strata-prep.1",
+			dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "a stage left under PID 1 was kept: %s", out);
 }
 
 /* init and import refuse a training run or a checkpoint as --out (with

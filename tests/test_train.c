@@ -649,6 +649,18 @@ Test(train, prepare_inputs_checked)
 			"%s prepare --input %s/oneline.txt --out %s/one",
 			dir, dir, cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "% of the tokens: one chunk in 20"), "one line: %s", out);
+	/* a strata shard is not text; JSONL's invalid UTF-8 and a .json array
+	 * of examples are said */
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/d/train.bin --out %s/again", cu_bin(), dir,
+		    dir);
+	cr_expect(rc != 0 && strstr(out, "/d/train.bin is a strata token shard, not text"), "%s", out);
+	rc = cu_run(out, sizeof out, "printf '{\"text\": \"caf\\351\"}\\n' > %s/l1.jsonl && "
+			"printf '[{\"text\": \"a\"}]' > %s/arr.json && %s prepare --input %s/l1.jsonl "
+			"--input %s/arr.json --out %s/j --val-fraction 0",
+			dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "/l1.jsonl is not UTF-8 text: 1 bytes are invalid UTF-8") &&
+			  strstr(out, "/arr.json is read as plain text; if it is a JSON array of examples"),
+		  "%s", out);
 	char cmd[1 << 15], bin[PATH_MAX];
 	int len = snprintf(cmd, sizeof cmd, "cd %s && for i in $(seq 200); do printf 'line %%s\\n' $i > m$i.txt; "
 			   "done && %s prepare --out m --val-fraction 0", dir, realpath(cu_bin(), bin));
@@ -656,6 +668,50 @@ Test(train, prepare_inputs_checked)
 		len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --input m%d.txt", i);
 	rc = cu_run(out, sizeof out, "%s", cmd);
 	cr_expect(rc == 0 && strstr(out, "wrote "), "200 inputs: %s", out);
+}
+
+/* Each file ends with <eos> in the split its last chunk went to: with one
+ * chunk per file and every second one held out, train.bin and val.bin each
+ * hold their files with one <eos> after each. Every <eos> went to train.bin,
+ * so validation files ran together and train.bin held <eos><eos> pairs. A
+ * tokenizer that names no <eos> (the GPT-2 test tokenizer with its
+ * <|endoftext|> renamed) is warned about: the files, and examples, would
+ * have nothing to end them. */
+Test(train, prepare_eos_in_each_split)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "eos");
+	int rc = cu_run(out, sizeof out, "cd %s && for i in $(seq 8); do echo \"file $i line\" > f$i.txt; "
+			"done && %s prepare --input f1.txt --input f2.txt --input f3.txt --input f4.txt "
+			"--input f5.txt --input f6.txt --input f7.txt --input f8.txt --out d --val-fraction 0.5",
+			dir, cu_bin());
+	cr_assert_eq(rc, 0, "%s", out);
+	for (int split = 0; split < 2; split++) {
+		char path[512];
+		snprintf(path, sizeof path, "%s/d/%s.bin", dir, split ? "val" : "train");
+		struct st_shard sh;
+		cr_assert_eq(shard_open(&sh, path), ST_OK);
+		char got[256];
+		size_t n = 0;
+		for (uint64_t i = 0; i < sh.n_tokens && n + 6 < sizeof got; i++) {
+			const uint32_t t = shard_token(&sh, i);
+			n += t == ST_BYTE_EOS ? (size_t)snprintf(got + n, sizeof got - n, "<eos>")
+					      : (size_t)snprintf(got + n, sizeof got - n, "%c", (char)t);
+		}
+		shard_close(&sh);
+		const char *want = split ? "file 2 line\n<eos>file 4 line\n<eos>file 6 line\n<eos>file 8 line\n<eos>"
+					 : "file 1 line\n<eos>file 3 line\n<eos>file 5 line\n<eos>file 7 line\n<eos>";
+		cr_expect_str_eq(got, want, "%s.bin", split ? "val" : "train");
+	}
+	rc = cu_run(out, sizeof out, "cd %s && python3 -c \"import json; j = json.load(open('%s/tests/data/"
+			"tokenizers/gpt2/tokenizer.json'))\nfor a in j['added_tokens']:\n    a['content'] = "
+			"a['content'].replace('endoftext', 'end-of-doc')\nv = j['model']['vocab']\n"
+			"v['<|end-of-doc|>'] = v.pop('<|endoftext|>')\njson.dump(j, open('noeos.json', 'w'))\" && "
+			"%s prepare --input f1.txt --input f2.txt --out n --val-fraction 0 --tokenizer noeos.json",
+			dir, getcwd((char[PATH_MAX]){0}, PATH_MAX), cu_bin());
+	cr_expect(rc == 0 && strstr(out, "names no end-of-text token (<eos>): the files are joined "
+					 "with nothing between them"),
+		  "%s", out);
 }
 
 /* prepare's shards hold the ids of each file encoded whole, cut into chunks

@@ -14,12 +14,14 @@
  * only), which the trainer and `strata eval` read with them. */
 #include <cJSON.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,12 +63,16 @@ static int push(struct buf *b, const uint32_t *x, size_t n)
 	return ST_OK;
 }
 
-/* One token run with its loss mask value. */
+/* One token run with its loss mask value; a NULL mask when no input is
+ * JSONL (plain text alone writes no mask: every token is a target). */
 static int push_masked(struct buf *tok, struct buf *mask, const uint32_t *x, size_t n, uint32_t m)
 {
 	ST_TRY(push(tok, x, n));
-	for (size_t i = 0; i < n; i++)
-		ST_TRY(push(mask, &m, 1));
+	if (!mask)
+		return ST_OK;
+	ST_TRY(push(mask, x, n)); /* room for n, overwritten below */
+	for (size_t i = mask->n - n; i < mask->n; i++)
+		mask->v[i] = m;
 	return ST_OK;
 }
 
@@ -229,13 +235,19 @@ static int check_input(const char *const *inputs, int f, struct stat *seen, cons
 		ST_CHECK(seen[g].st_dev != st->st_dev || seen[g].st_ino != st->st_ino,
 			 "give each file once: text in both splits makes the validation loss read low",
 			 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
-	if (ends_with(inputs[f], ".jsonl"))
-		return ST_OK;
+	ST_CHECK(len < 8 || memcmp(text, "STRATOK1", 8) != 0,
+		 "give the text the shards were made from, or train on this directory's shards",
+		 "--input %s is a strata token shard, not text", inputs[f]);
+	const int jsonl = ends_with(inputs[f], ".jsonl");
 	size_t i = strspn(text, " \t\r\n\xef\xbb\xbf");
-	if ((ends_with(inputs[f], ".json") || ends_with(inputs[f], ".ndjson")) && i < len &&
-	    text[i] == '{')
+	if (!jsonl && (ends_with(inputs[f], ".json") || ends_with(inputs[f], ".ndjson")) &&
+	    i < len && text[i] == '{')
 		st_log_warn("%s is read as plain text; if it holds one example per line, name it "
 			    ".jsonl to train on its prompts and completions",
+			    inputs[f]);
+	else if (!jsonl && ends_with(inputs[f], ".json") && i < len && text[i] == '[')
+		st_log_warn("%s is read as plain text; if it is a JSON array of examples, write them "
+			    "one object per line into a .jsonl file to train on them as examples",
 			    inputs[f]);
 	size_t bad = 0, at = 0;
 	for (size_t p = 0; p < len;) {
@@ -248,15 +260,20 @@ static int check_input(const char *const *inputs, int f, struct stat *seen, cons
 			p += n;
 		}
 	}
-	if (bad)
+	if (bad && jsonl) /* a raw NUL is refused by the example reader */
+		st_log_warn("%s is not UTF-8 text: %zu bytes are invalid UTF-8, the first at byte %zu "
+			    "(their bytes are kept in the examples as they are)",
+			    inputs[f], bad, at);
+	else if (bad)
 		st_log_warn("%s is not UTF-8 text: %zu bytes are NUL or invalid UTF-8, the first at byte "
 			    "%zu (their bytes are kept as they are)",
 			    inputs[f], bad, at);
 	return ST_OK;
 }
 
-/* Staging directories of prepares that were killed (.strata-prep.PID, the
- * PID gone): removed. One of a live prepare into the same --out is left. */
+/* Staging directories (.strata-prep.PID) of prepares that did not finish:
+ * removed. Called under the lock, so none is a live prepare's, whatever
+ * its PID (PIDs are reused, in containers soon). */
 static void clear_stale_stages(const char *out)
 {
 	DIR *d = opendir(out);
@@ -269,14 +286,65 @@ static void clear_stale_stages(const char *out)
 		if (strncmp(e->d_name, ".strata-prep.", 13) != 0)
 			continue;
 		const long pid = strtol(e->d_name + 13, &end, 10);
-		if (*end || pid <= 0 || pid == getpid())
-			continue; /* not a stage's name, or this run's own */
-		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue; /* its prepare is alive */
+		if (*end || pid <= 0)
+			continue; /* not a stage's name */
 		snprintf(p, sizeof p, "%s/%s", out, e->d_name);
 		fs_rmtree(p);
 	}
 	closedir(d);
+}
+
+/* The names a prepare writes into --out, in the order they are moved into
+ * place (train.bin last: see the swap in cmd_prepare). */
+static const char *const shard_names[4] = {"val.bin", "train.mask.bin", "val.mask.bin",
+					   "train.bin"};
+
+/* One prepare per --out at a time: an exclusive flock on OUT/.strata-prepare.lock,
+ * held until the process exits. Without it two prepares into one directory
+ * both passed the check for an earlier train.bin, and their swaps could
+ * interleave into one run's train.bin beside the other's val.bin. Then, under
+ * the lock: the earlier shards (refused without --force), and anything not a
+ * file where a shard goes, refused before any old shard is removed. */
+static int prepare_lock(const char *out, int force)
+{
+	char path[4300];
+	snprintf(path, sizeof path, "%s/.strata-prepare.lock", out);
+	const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	ST_CHECK(fd >= 0, "check the permissions of --out", "cannot open %s: %s", path,
+		 strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		const int err = errno;
+		ST_CHECK(err != EWOULDBLOCK, "wait for it to finish, or choose another --out",
+			 "%s is being written by another strata prepare", out);
+		st_log_warn("%s: cannot lock (%s): a second prepare into it at the same time would "
+			    "not be refused",
+			    out, strerror(err));
+	}
+	/* fd stays open: the lock lasts as long as this process */
+	snprintf(path, sizeof path, "%s/train.bin", out);
+	ST_CHECK(force || !fs_exists(path), "pass --force to replace them, or choose another --out",
+		 "%s already holds token shards (train.bin)", out);
+	for (int k = 0; k < 4; k++) {
+		struct stat st;
+		snprintf(path, sizeof path, "%s/%s", out, shard_names[k]);
+		ST_CHECK(lstat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode),
+			 "move it out of the way", "%s is in the way: it is not a file, and strata "
+			 "prepare writes a shard there", path);
+	}
+	return ST_OK;
+}
+
+/* A failed prepare into directories it made removes them again, with its
+ * lock file (no other prepare can hold a lock in a directory that was not
+ * there when this one started). */
+static void prepare_unmake(const char *out, const size_t *made, int n_made)
+{
+	if (!n_made)
+		return;
+	char lock[4300];
+	snprintf(lock, sizeof lock, "%s/.strata-prepare.lock", out);
+	unlink(lock);
+	fs_rmdir_made(out, made, n_made);
 }
 
 int cmd_prepare(int argc, char **argv)
@@ -314,8 +382,16 @@ int cmd_prepare(int argc, char **argv)
 	/* every k-th chunk or example is held out, k = round(1 / fraction) >= 2 */
 	ST_CHECK(val_frac >= 0 && val_frac <= 0.5, "use a fraction like 0.05",
 		 "--val-fraction must be in [0, 0.5] (got %g)", val_frac);
+	/* --out and its lock first, so that a second prepare into it is refused
+	 * before either spends its time encoding */
+	size_t made[ST_MADE_MAX];
+	int n_made = 0;
+	ST_TRY(fs_mkdir_p_made(out, made, ST_MADE_MAX, &n_made));
 	struct st_tokenizer tk;
-	ST_TRY(tokenizer_load(&tk, tok_name));
+	if (prepare_lock(out, force) != ST_OK || tokenizer_load(&tk, tok_name) != ST_OK) {
+		prepare_unmake(out, made, n_made);
+		return ST_FAIL;
+	}
 
 	/* read every input first: small corpora get smaller chunks, so that the
 	 * validation split still has about 20 chunks to draw from */
@@ -338,10 +414,17 @@ int cmd_prepare(int argc, char **argv)
 			chunk = 256;
 	}
 
+	/* loss masks only where there are examples: with plain text alone
+	 * every token is a target, and a mask would cost 4 bytes a token */
+	int masked = 0, n_text = 0;
+	for (int f = 0; f < n_in; f++) {
+		masked |= ends_with(inputs[f], ".jsonl");
+		n_text += !ends_with(inputs[f], ".jsonl");
+	}
 	struct buf train = {0}, val = {0}, train_m = {0}, val_m = {0};
-	struct buf *toks[2] = {&train, &val}, *masks[2] = {&train_m, &val_m};
+	struct buf *toks[2] = {&train, &val};
+	struct buf *masks[2] = {masked ? &train_m : NULL, masked ? &val_m : NULL};
 	long chunk_idx = 0, example = 0, text_val = 0;
-	int masked = 0;
 	/* Each text file is encoded whole, then its ids are cut into chunks:
 	 * encoding chunk by chunk gave other ids than the tokenizer does where a
 	 * cut fell inside what it would merge ("\n\n" is one Llama 3 token) and
@@ -370,7 +453,6 @@ int cmd_prepare(int argc, char **argv)
 		size_t len = lens[f];
 		if (ends_with(inputs[f], ".jsonl")) {
 			rc = prepare_jsonl(&tk, inputs[f], texts[f], len, period, &example, toks, masks);
-			masked = 1;
 			continue;
 		}
 		/* chunks of about --chunk bytes, each ending after a token that
@@ -386,6 +468,7 @@ int cmd_prepare(int argc, char **argv)
 			break;
 		}
 		size_t start = 0, bytes = 0;
+		int split = 0; /* of the chunk last cut */
 		for (size_t i = 0; i < n && rc == ST_OK; i++) {
 			char piece[1024];
 			const size_t b = tokenizer_decode_one(&tk, piece, sizeof piece, ids[i]);
@@ -394,7 +477,7 @@ int cmd_prepare(int argc, char **argv)
 			const int line_end = b > 0 && memchr(piece, '\n', b);
 			if (i + 1 < n && (bytes < (size_t)chunk || (!line_end && bytes < reach)))
 				continue;
-			const int split = period > 1 && chunk_idx % period == period - 1;
+			split = period > 1 && chunk_idx % period == period - 1;
 			rc = push_masked(toks[split], masks[split], ids + start, i + 1 - start, 1);
 			chunk_idx++;
 			text_val += split;
@@ -403,9 +486,10 @@ int cmd_prepare(int argc, char **argv)
 		}
 		/* the file's ids are copied out: give their pages back */
 		madvise(ids, tokenizer_max_ids(len) * sizeof *ids, MADV_DONTNEED);
+		/* the file's end: in the split of its last chunk, which it ends */
 		uint32_t eos = (uint32_t)tk.eos_id;
-		if (rc == ST_OK && len > 0 && tk.eos_id >= 0)
-			rc = push_masked(&train, &train_m, &eos, 1, 1);
+		if (rc == ST_OK && n > 0 && tk.eos_id >= 0)
+			rc = push_masked(toks[split], masks[split], &eos, 1, 1);
 	}
 	if (ids)
 		munmap(ids, ids_bytes);
@@ -421,6 +505,16 @@ int cmd_prepare(int argc, char **argv)
 			 "(%zu bytes) holds no example and no text", total_bytes);
 		rc = ST_FAIL;
 	}
+	if (rc == ST_OK && tk.eos_id < 0 && (n_text > 1 || masked))
+		st_log_warn("the tokenizer %s names no end-of-text token (<eos>): %s; give a model "
+			    "directory whose config.json names its eos_token_id as --tokenizer",
+			    tk.name,
+			    masked ? "the examples have no <eos>, so a model trained on them is not "
+				     "taught to stop"
+				   : "the files are joined with nothing between them");
+	if (rc == ST_OK && period > 1 && fabs(1.0 / (double)period - val_frac) > 0.01 * val_frac)
+		st_log_info("--val-fraction %g holds out one chunk or example in %ld, %.3g%%", val_frac,
+			    period, 100.0 / (double)period);
 	if (rc == ST_OK && val_frac > 0 && val.n > 0 && masked && chunk_idx > 0 && !text_val)
 		/* beside examples, which fill val.bin on their own */
 		st_log_warn("the text inputs (%ld chunk%s) gave no chunk to validation (one in %ld is "
@@ -445,19 +539,13 @@ int cmd_prepare(int argc, char **argv)
 	 * first: until the whole set is in, out holds no train.bin, so a kill
 	 * part-way cannot leave new training tokens beside an old val.bin or
 	 * loss mask, which train and eval would read as a set. */
-	size_t made[ST_MADE_MAX];
-	int n_made = 0;
 	char stage[4200], from[4400];
 	snprintf(stage, sizeof stage, "%s/.strata-prep.%d", out, (int)getpid());
 	if (rc == ST_OK)
-		rc = fs_mkdir_p_made(out, made, ST_MADE_MAX, &n_made);
-	if (rc == ST_OK)
 		clear_stale_stages(out);
-	if (rc == ST_OK && fs_exists(stage)) /* a killed run's, with this run's pid */
-		rc = fs_rmtree(stage);
 	if (rc == ST_OK)
 		rc = fs_mkdir_p(stage);
-	const char *names[4] = {"val.bin", "train.mask.bin", "val.mask.bin", "train.bin"};
+	const char *const *names = shard_names;
 	const struct buf *data[4] = {&val, &train_m, &val_m, &train};
 	const int has[4] = {val.n > 0, masked && train.n > 0, masked && val.n > 0, 1};
 	for (int k = 0; k < 4 && rc == ST_OK; k++) {
@@ -479,8 +567,11 @@ int cmd_prepare(int argc, char **argv)
 		if (!has[k])
 			unlink(path); /* an old split or mask must not pass for this data's */
 		else if (rename(from, path) != 0) {
-			ST_ERROR("check the permissions of --out", "cannot move %s into place: %s", path,
-				 strerror(errno));
+			const int err = errno;
+			ST_ERROR(err == EACCES || err == EPERM || err == EROFS
+					 ? "check the permissions of --out"
+					 : NULL,
+				 "cannot move %s into place: %s", path, strerror(err));
 			rc = ST_FAIL;
 		}
 	}
@@ -494,7 +585,7 @@ int cmd_prepare(int argc, char **argv)
 			 out);
 	snprintf(path, sizeof path, "%s/train.bin", out);
 	if (rc != ST_OK && !swapping && n_made)
-		fs_rmdir_made(out, made, n_made); /* the directories this run made */
+		prepare_unmake(out, made, n_made); /* the directories this run made */
 	else if (rc != ST_OK && !swapping && fs_exists(path))
 		st_log_info("%s keeps its earlier shards: nothing there was changed", out);
 	if (rc == ST_OK && masked) {
