@@ -1928,3 +1928,45 @@ Test(train, tokenizer_files_outlive_their_source)
 			"%s/a/step-000004/tokenizer_config.json", dir, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
 }
+
+/* What a run prints around its steps: "saved checkpoint" lines start a line
+ * of their own under --progress bar (the capture thread printed them into
+ * the bar's line: "ETA 0ssaved checkpoint"); the data line gives the tokens
+ * held and drawn, and a step that draws more than the data holds is warned;
+ * a --threads above the CPUs is warned; plan refuses a --seq-len past the
+ * model's positions, as train does (it planned a run train refuses). */
+Test(train, run_output_lines)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "lines");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/run "
+			"--steps 12 --ckpt-interval 1 --keep-ckpts 0 --eval-interval 0 --micro-batch 4 "
+			"--seq-len 32 --progress bar",
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	int saved = 0;
+	for (const char *p = strstr(out, "saved checkpoint"); p; p = strstr(p + 1, "saved checkpoint")) {
+		saved++;
+		cr_expect(p > out && p[-1] == '\n', "a checkpoint line inside another: ...%.60s",
+			  p - 40 > out ? p - 40 : out);
+	}
+	cr_expect_eq(saved, 12, "%d checkpoint lines, 12 saved: %s", saved, out);
+	cr_expect(strstr(out, "data: ") && strstr(out, " training tokens; the run draws ") &&
+			  strstr(out, " (1536 tokens, in windows at random offsets)"),
+		  "%s", out);
+	cr_expect(!strstr(out, "more than the") , "%s", out);
+	rc = cu_run(out, sizeof out, "head -c 3000 %s/text.txt > %s/small.txt && %s prepare --input "
+			"%s/small.txt --out %s/small --val-fraction 0 && %s train --model %s/init --data "
+			"%s/small --out %s/big --steps 1 --micro-batch 64 --seq-len 64 --threads %d",
+			dir, dir, cu_bin(), dir, dir, cu_bin(), dir, dir, dir, 2 * (int)sysconf(_SC_NPROCESSORS_ONLN) + 1);
+	cr_expect(rc == 0 && strstr(out, "one step draws 4096 tokens, more than the 3001 the training "
+					 "data holds"),
+		  "%s", out);
+	cr_expect(strstr(out, "is more than the ") && strstr(out, " CPUs this process may use"), "%s",
+		  out);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --seq-len 256 --micro-batch 2", cu_bin(),
+		    dir);
+	cr_expect(rc != 0 && strstr(out, "--seq-len 256 exceeds the model's max_position_embeddings 128"),
+		  "%s", out);
+}

@@ -80,6 +80,10 @@ int cmd_eval(int argc, char **argv)
 			st_log_warn("--seq-len %ld exceeds the model's max_position_embeddings %d: "
 				    "using %d",
 				    t, s.model.cfg.max_seq, s.model.cfg.max_seq);
+		else
+			st_log_info("--seq-len %d: the model's max_position_embeddings (the default "
+				    "%ld is longer)",
+				    s.model.cfg.max_seq, t);
 		t = s.model.cfg.max_seq;
 	}
 	struct st_data d = {0};

@@ -15,6 +15,10 @@ int session_backend(const struct st_ops **ops, const char *device, int threads)
 		 "use --device cpu, cuda or auto", "unknown device '%s'", device);
 	if (threads > 0)
 		omp_set_num_threads(threads);
+	if (threads > omp_get_num_procs())
+		st_log_warn("--threads %d is more than the %d CPUs this process may use: the threads "
+			    "would take turns on them, and each step be slower than with %d",
+			    threads, omp_get_num_procs(), omp_get_num_procs());
 	const struct st_ops *cuda = NULL;
 	if (strcmp(device, "cpu") != 0)
 		cuda = ops_cuda();

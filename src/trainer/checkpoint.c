@@ -36,6 +36,7 @@
 #include "engine/place.h"
 #include "io/safetensors.h"
 #include "model/hf.h"
+#include "trainer/progress.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
 #include "util/finite.h"
@@ -571,20 +572,38 @@ static void *capture_main(void *arg)
 	struct st_ckpt_async *c = &tr->ck;
 	store_thread_role(1);
 	int rc = write_checkpoint(tr);
+	const double t1 = now_s();
 	pthread_mutex_lock(&c->mu);
 	c->rc = rc;
 	/* a failed capture must not hold the updates back forever */
 	c->w_done = c->s_done = tr->s.model.n_units;
-	const double waited = c->wait_s;
+	c->waited_s = c->wait_s;
+	c->written_s = t1 - c->t0;
+	c->finished = 1;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
-	trace_span(tr->trace.f ? &tr->trace : NULL, ST_TRACK_CHECKPOINT, c->t0, now_s(), "checkpoint %s",
+	trace_span(tr->trace.f ? &tr->trace : NULL, ST_TRACK_CHECKPOINT, c->t0, t1, "checkpoint %s",
 		   c->name);
-	if (rc == ST_OK)
-		st_log_info("saved checkpoint %s/%s (training paused %.3f s, updates waited %.3f s for "
-			    "it, written in %.2f s)",
-			    tr->o.out, c->name, c->pause_s, waited, now_s() - c->t0);
 	return NULL;
+}
+
+/* "saved checkpoint ...", said by the training thread once the capture
+ * thread is done: said from that thread, it landed inside the progress
+ * bar's line. Once per checkpoint. */
+static void say_saved(struct st_trainer *tr)
+{
+	struct st_ckpt_async *c = &tr->ck;
+	pthread_mutex_lock(&c->mu);
+	const int say = c->finished && c->rc == ST_OK;
+	c->finished = 0;
+	const double waited = c->waited_s, written = c->written_s;
+	pthread_mutex_unlock(&c->mu);
+	if (!say)
+		return;
+	progress_pause(&tr->pg);
+	st_log_info("saved checkpoint %s/%s (training paused %.3f s, updates waited %.3f s for it, "
+		    "written in %.2f s)",
+		    tr->o.out, c->name, c->pause_s, waited, written);
 }
 
 void ckpt_wait_unit(void *ckpt_async, int unit)
@@ -607,11 +626,13 @@ int ckpt_finish(struct st_trainer *tr)
 		return ST_OK;
 	pthread_join(c->thread, NULL);
 	c->running = 0;
+	say_saved(tr);
 	return c->rc;
 }
 
 int ckpt_poll(struct st_trainer *tr)
 {
+	say_saved(tr);
 	pthread_mutex_lock(&tr->ck.mu);
 	int rc = tr->ck.rc;
 	pthread_mutex_unlock(&tr->ck.mu);
@@ -634,6 +655,7 @@ int ckpt_begin(struct st_trainer *tr)
 		return save_failed(tr);
 	c->updates = tr->updates;
 	c->w_done = c->s_done = 0;
+	c->finished = 0;
 	c->rc = ST_OK;
 	c->t0 = t0;
 	c->wait_s = 0;

@@ -72,9 +72,16 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 		printf(" (the disk's CPU work costs %.0f%% of the compute while it streams)",
 		       100 * prof->disk_cpu_share);
 	printf("\n");
-	printf("predicted busy per step: compute %.3f s, optimizer %.3f s, disk %.3f s (%s read, %s "
-	       "written), copy %.3f s (%s)\n",
-	       t->compute_s, t->optimizer_s, t->disk_s, fmt_bytes(b[0], 32, t->disk_read),
+	/* on shared cores the updates run on the compute queue (plan.c's
+	 * upd_advance): their time is in compute's, none on a queue of their own */
+	char opt[64];
+	if (prof->shared_cores)
+		snprintf(opt, sizeof opt, "optimizer in compute (shared cores)");
+	else
+		snprintf(opt, sizeof opt, "optimizer %.3f s", t->optimizer_s);
+	printf("predicted busy per step: compute %.3f s, %s, disk %.3f s (%s read, %s written), "
+	       "copy %.3f s (%s)\n",
+	       t->compute_s, opt, t->disk_s, fmt_bytes(b[0], 32, t->disk_read),
 	       fmt_bytes(b[1], 32, t->disk_written), t->copy_s, fmt_bytes(b[2], 32, t->copied));
 	printf("predicted step: %.3f s, busiest queue %s (%d plans compared)\n", t->step_s, t->bound,
 	       p->candidates);

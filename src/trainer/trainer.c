@@ -474,6 +474,11 @@ int trainer_plan(const struct st_train_opts *o)
 		rc = config_load(&cfg, path);
 	}
 	int built = 0, optim = 0;
+	if (rc == ST_OK && tr->o.seq_len > cfg.max_seq) { /* train refuses it: see trainer_open */
+		ST_ERROR("lower --seq-len", "--seq-len %d exceeds the model's max_position_embeddings %d",
+			 tr->o.seq_len, cfg.max_seq);
+		rc = ST_FAIL;
+	}
 	if (rc == ST_OK)
 		rc = session_build(&tr->s, ops, &cfg, NULL);
 	built = rc == ST_OK;
@@ -1209,13 +1214,24 @@ int trainer_run(struct st_trainer *tr)
 		    m->numel, fmt_bytes(b1, sizeof b1, (double)m->numel * 4), m->cfg.n_layers,
 		    m->cfg.dim, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.ffn_dim,
 		    m->cfg.vocab_size, m->cfg.tied ? ", tied head" : "");
-	st_log_info("backend: %s, %d threads, matmul %s", tr->s.ops->name, omp_get_max_threads(),
-		    tr->s.ops->matmul_lib);
+	st_log_info("backend: %s, %d thread%s, matmul %s", tr->s.ops->name, omp_get_max_threads(),
+		    omp_get_max_threads() == 1 ? "" : "s", tr->s.ops->matmul_lib);
 	st_log_info("training: %s, %ld step%s of %.0f tokens (%d x %d x %d), lr %g, warmup %ld%s",
 		    tr->o.optimizer, tr->total_steps, tr->total_steps == 1 ? "" : "s", tok_step,
 		    tr->o.micro_batch, tr->o.seq_len,
 		    tr->o.grad_accum, tr->o.lr, tr->warmup,
 		    tr->step ? ", resumed" : "");
+	/* windows are drawn at random offsets (data.c): "passes" counts tokens
+	 * drawn over tokens held, not epochs of a shuffled order */
+	const double held = (double)tr->data.train.n_tokens;
+	st_log_info("data: %.0f training tokens; the run draws %.3g times that (%.0f tokens, in "
+		    "windows at random offsets)",
+		    held, tok_step * (double)tr->total_steps / held, tok_step * (double)tr->total_steps);
+	if (tok_step > held)
+		st_log_warn("one step draws %.0f tokens, more than the %.0f the training data holds: "
+			    "each step sees some of them several times (give more data, or a smaller "
+			    "--micro-batch or --grad-accum)",
+			    tok_step, held);
 	if (tr->step)
 		st_log_info("resumed from %s at step %ld; checkpoints go to %s", tr->ckpt_loaded,
 			    tr->step, tr->o.out);
@@ -1328,13 +1344,13 @@ int trainer_run(struct st_trainer *tr)
 		ST_TRY(ckpt_mark_resumed(tr));
 	if (tr->step < tr->total_steps)
 		metrics_run_start(tr);
-	struct st_progress pg;
-	progress_init(&pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval,
+	struct st_progress *pg = &tr->pg;
+	progress_init(pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval,
 		      tr->o.eval_interval, tr->data.has_val);
 	tr->loop_t0 = now_s();
 	q_snap(tr, tr->q_start);
 	if (tr->step == 0 && tr->o.eval_interval > 0)
-		ST_TRY(run_eval(tr, &pg));
+		ST_TRY(run_eval(tr, pg));
 	/* A signal (interrupt.h) is read once per step, after it: the step is
 	 * then saved whatever the schedule says, and the loop ends. */
 	int stop = 0;
@@ -1361,11 +1377,11 @@ int trainer_run(struct st_trainer *tr)
 				"\"gflops\": %.2f}\n",
 				tr->step, st_json_num(ls, sizeof ls, "%.6f", loss), lr, gnorm, tr->tokens_seen,
 				dt, tr->plan.t.step_s, tok_step / dt, flops_tok * tok_step / dt / 1e9);
-			progress_step(&pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
+			progress_step(pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
 		}
 		const int last = tr->step == tr->total_steps;
 		if (last || (tr->o.eval_interval > 0 && tr->step % tr->o.eval_interval == 0))
-			ST_TRY(run_eval(tr, &pg));
+			ST_TRY(run_eval(tr, pg));
 		/* A checkpoint due at a skipped step waits for the next step that
 		 * updates (or the last): a run whose weights have gone bad and
 		 * whose every later step is skipped then writes no checkpoints
@@ -1382,7 +1398,7 @@ int trainer_run(struct st_trainer *tr)
 			tr->ckpt_deferred = 1;
 		} else if (due) {
 			tr->ckpt_deferred = 0;
-			progress_pause(&pg);
+			progress_pause(pg);
 			const double ts = now_s();
 			ST_TRY(settle(tr)); /* the step's updates: part of its time */
 			tr->train_s += now_s() - ts;
@@ -1392,7 +1408,7 @@ int trainer_run(struct st_trainer *tr)
 			ST_TRY(tr->per_layer ? ckpt_save(tr) : ckpt_begin(tr));
 		}
 	}
-	progress_done(&pg);
+	progress_done(pg);
 	const double ts = now_s();
 	ST_TRY(settle(tr));
 	note_galore_zero(tr); /* one the last updates noted */

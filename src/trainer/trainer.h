@@ -14,6 +14,7 @@
 #include "trainer/data.h"
 #include "trainer/options.h"
 #include "trainer/perlayer.h"
+#include "trainer/progress.h"
 #include "engine/updater.h"
 #include "util/trace.h"
 
@@ -32,6 +33,8 @@ struct st_ckpt_async {
 	long step, updates;
 	char name[64], tmp[4096];
 	double t0, pause_s, wait_s; /* when it began; the pause; updates' waits */
+	int finished;         /* the capture thread is done: its message may be said */
+	double written_s, waited_s; /* for that message */
 	int nonfinite;        /* the save was refused for inf or NaN weights or state */
 	int in_place;         /* the directory was renamed into place (latest may lag) */
 	int bad_unit;         /* the first unit whose weights hold one, or -1 */
@@ -87,6 +90,7 @@ struct st_trainer {
 	long trace_until;       /* stop recording after this step */
 	int lock_fd;            /* OUT/.lock, flocked while the run is open; -1: none */
 	int plan_only;          /* `strata plan`: its table says what the run would log */
+	struct st_progress pg;  /* the live progress line, ended before other output */
 };
 
 /* Set up a run: a fresh model directory (--model) or a checkpoint (--resume,
