@@ -1854,3 +1854,66 @@ Test(faults, validation_shard_checked_against_training_data)
 					 "is held out)"),
 		  "%s", out);
 }
+
+/* A resume checks what trainer.json saved against what it finds:
+ * - the model: a checkpoint's config.json with another rope_theta (weights
+ *   of the same shapes) resumed as another model, without a word; now
+ *   refused, naming the key, and an earlier checkpoint offered;
+ * - its options: a saved lr of -1 read "--lr must be positive" as if a flag
+ *   had given it; now the file is named, with an earlier checkpoint;
+ * - its counters: a "threads" of "1" was taken as none;
+ * - the data: the same path prepared again (other tokens) is warned.
+ * And `strata plan` refuses a read-only offload directory, as train does. */
+Test(faults, resume_checks_what_was_saved)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "saved");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/run "
+			"--steps 2 --ckpt-interval 1 --eval-interval 0 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const char *copy = "rm -rf %s/c && cp -a %s/run %s/c && rm -f %s/c/.lock";
+	rc = cu_run(out, sizeof out, "{ cp -a %s/run %s/c && rm -f %s/c/.lock && "
+			"sed -i 's/\"rope_theta\":\\t10000/\"rope_theta\":\\t10001/' %s/c/step-000002/config.json && "
+			"grep -q 10001 %s/c/step-000002/config.json && %s train --resume %s/c --steps 3; }",
+			dir, dir, dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "/c/step-000002/config.json has rope_theta 10001, but the run "
+					 "trained a model with 10000") &&
+			  strstr(out, "the newest earlier checkpoint: --resume ") &&
+			  strstr(out, "/c/step-000001"),
+		  "%s", out);
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, copy, dir, dir, dir, dir);
+	rc = cu_run(out, sizeof out, "{ %s && python3 -c \"import json; p = '%s/c/step-000002/trainer.json'; "
+			"d = json.load(open(p)); d['options']['lr'] = -1; json.dump(d, open(p, 'w'))\" && "
+			"%s train --resume %s/c --steps 3; }",
+			cmd, dir, cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "--lr must be positive (got -1)") &&
+			  strstr(out, "/c/step-000002/trainer.json: the option above is the checkpoint's "
+				      "saved one, not a flag") &&
+			  strstr(out, "the newest earlier checkpoint: --resume "),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "{ %s && python3 -c \"import json; p = '%s/c/step-000002/trainer.json'; "
+			"d = json.load(open(p)); d['threads'] = '1'; json.dump(d, open(p, 'w'))\" && "
+			"%s train --resume %s/c --steps 3; }",
+			cmd, dir, cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "/c/step-000002/trainer.json: \"threads\" is not a thread count"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "{ %s && head -c 100000 %s/text.txt > %s/half.txt && %s prepare "
+			"--input %s/half.txt --out %s/data --force && %s train --resume %s/c --steps 3; }",
+			cmd, dir, dir, cu_bin(), dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "/data/train.bin holds other training tokens than when ") &&
+			  strstr(out, "(prepared again since?)"),
+		  "%s", out);
+	char mnt[512];
+	if (!mount_small(mnt, sizeof mnt, dir, "size=1m"))
+		return;
+	cr_assert_eq(mount("tmpfs", mnt, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m"), 0, "%s",
+		     strerror(errno));
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --micro-batch 4 --seq-len 32 "
+			"--place weights=disk,gradients=disk,optimizer=disk --offload-dir %s",
+			cu_bin(), dir, mnt);
+	cr_expect(rc != 0 && strstr(out, "is not writable: Read-only file system"), "%s", out);
+	umount(mnt);
+}

@@ -89,6 +89,7 @@ static int shard_validate(struct st_shard *s)
 	ST_CHECK(got == want, REPREPARE,
 		 "%s is corrupt: token data hash mismatch (FNV-1a 64 of the tokens is %016llx, the header says %016llx)",
 		 path, (unsigned long long)got, (unsigned long long)want);
+	s->hash = got;
 	return ST_OK;
 }
 

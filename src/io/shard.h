@@ -28,6 +28,7 @@ struct st_shard {
 	uint32_t token_bytes, vocab_size;
 	uint64_t n_tokens;
 	char tokenizer[ST_SHARD_NAME + 1];
+	uint64_t hash;         /* FNV-1a 64 of the token bytes (the header's, verified) */
 	const uint8_t *tokens; /* into map */
 };
 

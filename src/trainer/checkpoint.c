@@ -242,6 +242,48 @@ static int save_model(struct st_trainer *tr, const char *dir)
 	return ST_OK;
 }
 
+/* The model a run trains, saved in trainer.json under "model" (since
+ * 2026-11-24): the config.json keys that decide its computation, which a
+ * resume checks the checkpoint's config.json against. An edited or damaged
+ * config.json (another head count, rope_theta or norm epsilon, with weights
+ * of the same shapes) resumed without a word, as another model. */
+#define MODEL_KEYS 11
+static void model_values(const struct st_config *c, const char *key[MODEL_KEYS],
+			 double v[MODEL_KEYS])
+{
+	static const char *const keys[MODEL_KEYS] = {
+		"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+		"num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
+		"rms_norm_eps", "tie_word_embeddings", "stable_embedding"};
+	const double vals[MODEL_KEYS] = {c->vocab_size, c->dim, c->ffn_dim, c->n_layers,
+					 c->n_heads, c->n_kv_heads, c->head_dim, c->rope_theta,
+					 (double)c->norm_eps, c->tied, c->stable_embedding};
+	for (int i = 0; i < MODEL_KEYS; i++) {
+		key[i] = keys[i];
+		v[i] = vals[i];
+	}
+}
+
+static int check_model(const struct st_config *c, const cJSON *saved, const char *path,
+		       const char *ckpt_dir)
+{
+	const char *key[MODEL_KEYS];
+	double v[MODEL_KEYS];
+	model_values(c, key, v);
+	for (int i = 0; i < MODEL_KEYS; i++) {
+		const cJSON *it = cJSON_GetObjectItemCaseSensitive(saved, key[i]);
+		ST_CHECK(cJSON_IsNumber(it), "the checkpoint is damaged; use an earlier one",
+			 "%s: \"model\" has no number \"%s\"", path, key[i]);
+		ST_CHECK(it->valuedouble == v[i],
+			 "put the value back; to train the changed model, start a new run from this "
+			 "checkpoint (--model instead of --resume)",
+			 "%s/config.json has %s %.9g, but the run trained a model with %.9g (%s): the "
+			 "file was changed since the checkpoint was saved",
+			 ckpt_dir, key[i], v[i], it->valuedouble, path);
+	}
+	return ST_OK;
+}
+
 static int save_trainer_json(const struct st_trainer *tr, const char *path)
 {
 	cJSON *r = cJSON_CreateObject();
@@ -258,6 +300,16 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 		cJSON_AddNumberToObject(r, "last_val_loss", tr->last_val_loss);
 	cJSON *opts = train_opts_to_cjson(&tr->o);
 	cJSON_AddItemToObject(r, "options", opts ? opts : cJSON_CreateNull());
+	const char *key[MODEL_KEYS];
+	double v[MODEL_KEYS];
+	model_values(&tr->s.model.cfg, key, v);
+	cJSON *mdl = cJSON_AddObjectToObject(r, "model");
+	for (int i = 0; mdl && i < MODEL_KEYS; i++)
+		json_add_exact(mdl, key[i], v[i]);
+	/* the training tokens, to say a resume on the same path re-prepared */
+	char hx[24];
+	snprintf(hx, sizeof hx, "%016llx", (unsigned long long)tr->data.train.hash);
+	cJSON_AddStringToObject(r, "train_data_fnv1a", hx);
 	char *text = cJSON_Print(r);
 	cJSON_Delete(r);
 	if (!text) {
@@ -709,9 +761,19 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		 "original command (or give a checkpoint directory, run/step-NNNNNN)",
 		 "no checkpoint at %s (neither trainer.json nor latest found)", path);
 	target[len] = '\0';
-	if (target[0] == '/') /* a link made by hand: absolute (strata writes the step's name) */
+	if (target[0] == '/') { /* a link made by hand: absolute (strata writes the step's name) */
 		snprintf(out, n, "%s", target);
-	else
+		/* into another run: a resume continues there, and writes there */
+		char rp[PATH_MAX], rt[PATH_MAX], parent[PATH_MAX];
+		static int said_other; /* train resolves the path twice */
+		if (realpath(path, rp) && realpath(target, rt)) {
+			fs_dirname(parent, sizeof parent, rt);
+			if (strcmp(parent, rp) != 0 && !said_other++)
+				st_log_warn("%s/latest points to %s, in another directory: a resume "
+					    "continues that run, and writes its checkpoints there",
+					    path, target);
+		}
+	} else
 		snprintf(out, n, "%s/%s", path, target);
 	if (!fs_exists(out)) {
 		ST_ERROR("give one of the run's step-NNNNNN directories",
@@ -792,8 +854,26 @@ int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir)
 	/* runs saved before --galore-start-spread existed computed every first
 	 * projector at update 1: keep that for them */
 	o->galore_start_spread = 1;
-	int rc = train_opts_from_cjson(o, cJSON_GetObjectItemCaseSensitive(root, "options"), path);
+	const cJSON *opts = cJSON_GetObjectItemCaseSensitive(root, "options");
+	int rc = ST_OK;
+	if (!opts) {
+		ST_ERROR("the file was changed or damaged: resume from another checkpoint",
+			 "%s has no \"options\"", path);
+		rc = ST_FAIL;
+	}
+	if (rc == ST_OK)
+		rc = train_opts_from_cjson(o, opts, path);
+	/* The saved options were checked when the run began: one that fails
+	 * now was changed in the file. Said here, naming the file (checked
+	 * with the rest later, the message read as if a flag had given it). */
+	if (rc == ST_OK && train_opts_validate(o) != ST_OK) {
+		ST_ERROR("fix the value in the file, or resume from another checkpoint",
+			 "%s: the option above is the checkpoint's saved one, not a flag", path);
+		rc = ST_FAIL;
+	}
 	cJSON_Delete(root);
+	if (rc != ST_OK)
+		ckpt_name_earlier(ckpt_dir);
 	return rc;
 }
 
@@ -1024,8 +1104,34 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	const cJSON *last = cJSON_GetObjectItemCaseSensitive(root, "last_loss");
 	const cJSON *val = cJSON_GetObjectItemCaseSensitive(root, "last_val_loss");
 	const cJSON *thr = cJSON_GetObjectItemCaseSensitive(root, "threads");
+	const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(root, "model");
+	const cJSON *dh = cJSON_GetObjectItemCaseSensitive(root, "train_data_fnv1a");
+	const cJSON *sdata = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(root, "options"), "data");
 	int ok = cJSON_IsNumber(step) && cJSON_IsNumber(toks) && cJSON_IsNumber(upd) &&
 		 cJSON_IsNumber(skip);
+	/* threads: a count, or absent (checkpoints before it was saved) */
+	if (ok && thr && !(cJSON_IsNumber(thr) && thr->valuedouble >= 1 &&
+			   thr->valuedouble <= 1 << 20 && thr->valuedouble == floor(thr->valuedouble))) {
+		ST_ERROR("the checkpoint is damaged; use an earlier one",
+			 "%s: \"threads\" is not a thread count", path);
+		cJSON_Delete(root);
+		return ST_FAIL;
+	}
+	if (ok && mdl && check_model(&tr->s.model.cfg, mdl, path, ckpt_dir) != ST_OK) {
+		cJSON_Delete(root);
+		return ST_FAIL;
+	}
+	/* the same data path holding other tokens: re-prepared since (another
+	 * path is said where the options are merged) */
+	if (ok && cJSON_IsString(dh) && cJSON_IsString(sdata) && !strcmp(sdata->valuestring, tr->o.data)) {
+		char hx[24];
+		snprintf(hx, sizeof hx, "%016llx", (unsigned long long)tr->data.train.hash);
+		if (strcmp(hx, dh->valuestring) != 0)
+			st_log_warn("%s holds other training tokens than when %s was saved (prepared "
+				    "again since?): the run goes on with them, not as it would have",
+				    tr->data.train.path, ckpt_dir);
+	}
 	/* whole numbers a long holds exactly (a double's 2^53), before the casts:
 	 * 4.5 or 1e300 is damage, not a count */
 	const cJSON *counts[] = {step, upd, skip};
@@ -1051,10 +1157,7 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 		tr->tokens_seen = toks->valuedouble;
 		tr->last_loss = cJSON_IsNumber(last) ? last->valuedouble : NAN;
 		tr->last_val_loss = cJSON_IsNumber(val) ? val->valuedouble : NAN;
-		tr->ckpt_threads = cJSON_IsNumber(thr) && thr->valuedouble >= 1 &&
-						   thr->valuedouble <= 1 << 20
-					   ? (int)thr->valuedouble
-					   : 0;
+		tr->ckpt_threads = thr ? (int)thr->valuedouble : 0;
 	}
 	cJSON_Delete(root);
 	ST_CHECK(ok, "the checkpoint is damaged; use an earlier one", "%s: missing step counts", path);
