@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <errno.h>
-#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
