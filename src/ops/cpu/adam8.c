@@ -60,6 +60,26 @@ static void update(float *restrict p, const float *restrict m, const float *rest
 	}
 }
 
+/* The vector passes' last elements, i0 <= i < n, in scalar code: their
+ * moments and absmax (*tm, *tv), then the update of p unless p is NULL. */
+static inline void moments_tail(float *restrict p, float *restrict m, float *restrict v,
+				const float *restrict g, size_t i0, size_t n,
+				const struct adam8_consts *k, float *tm, float *tv)
+{
+	float xm = 0.0f, xv = 0.0f;
+	for (size_t i = i0; i < n; i++) {
+		float gi = g[i] * k->gs;
+		m[i] = k->b1 * m[i] + k->omb1 * gi;
+		v[i] = k->b2 * v[i] + k->omb2 * (gi * gi);
+		xm = q8_absmax1(m[i], xm);
+		xv = q8_absmax1(v[i], xv);
+	}
+	if (p)
+		update(p + i0, m + i0, v + i0, n - i0, k);
+	*tm = xm;
+	*tv = xv;
+}
+
 /* moments(), then update() unless p is NULL, and the largest |m|, |v| (NaN
  * ignored), in one pass, for the AVX-512 variants (avx512, avx512vbmi,
  * tuned). That saves the two absmax passes over the buffers (4% of the step
@@ -94,17 +114,8 @@ static inline __attribute__((always_inline, target("avx512f"))) void moments_avx
 			_mm512_storeu_ps(p + i, _mm512_mul_ps(pi, decay));
 		}
 	}
-	float tm = 0.0f, tv = 0.0f;
-	const size_t tail = i;
-	for (; i < n; i++) {
-		float gi = g[i] * k->gs;
-		m[i] = k->b1 * m[i] + k->omb1 * gi;
-		v[i] = k->b2 * v[i] + k->omb2 * (gi * gi);
-		tm = q8_absmax1(m[i], tm);
-		tv = q8_absmax1(v[i], tv);
-	}
-	if (p)
-		update(p + tail, m + tail, v + tail, n - tail, k);
+	float tm, tv;
+	moments_tail(p, m, v, g, i, n, k, &tm, &tv);
 	*am = q8_hmax_avx512(xm, tm);
 	*av = q8_hmax_avx512(xv, tv);
 }
@@ -137,17 +148,8 @@ static inline __attribute__((always_inline, target("avx2"))) void moments_avx2(
 			_mm256_storeu_ps(p + i, _mm256_mul_ps(pi, decay));
 		}
 	}
-	float tm = 0.0f, tv = 0.0f;
-	const size_t tail = i;
-	for (; i < n; i++) {
-		float gi = g[i] * k->gs;
-		m[i] = k->b1 * m[i] + k->omb1 * gi;
-		v[i] = k->b2 * v[i] + k->omb2 * (gi * gi);
-		tm = q8_absmax1(m[i], tm);
-		tv = q8_absmax1(v[i], tv);
-	}
-	if (p)
-		update(p + tail, m + tail, v + tail, n - tail, k);
+	float tm, tv;
+	moments_tail(p, m, v, g, i, n, k, &tm, &tv);
 	*am = q8_hmax_avx2(xm, tm);
 	*av = q8_hmax_avx2(xv, tv);
 }
