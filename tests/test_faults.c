@@ -1120,7 +1120,7 @@ Test(faults, prepare_on_a_full_disk_keeps_the_old_shards)
 }
 
 /* prepare swaps train.bin in last, having removed an old one first: a prepare
- * --force that fails part-way through the swap (here its move of val.bin,
+ * --force that fails part-way through the swap (here its move of train.bin,
  * failed with EIO by strace) leaves no train.bin beside the new and old
  * files, and says so; train and eval refuse such a directory; a plain
  * prepare then completes it. A directory where a shard goes is refused
@@ -1146,21 +1146,31 @@ Test(faults, unfinished_prepare_leaves_no_train_bin)
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sum", dir), 0,
 		     "the refused prepare changed the old train.bin: %s", out);
 
-	/* the fourth rename is the stage's train.bin into place (the first two
-	 * are the shards' own, inside the stage; the third moves val.bin) */
-	rc = cu_run(out, sizeof out, "rm -r %s/d/val.bin && strace -f -o /dev/null -e trace=rename "
-			"-e inject=rename:error=EIO:when=4 %s prepare --input %s/b.txt --out %s/d --force",
-			dir, cu_bin(), dir, dir);
-	cr_expect_neq(rc, 0, "prepare with a failed move exited 0: %s", out);
-	cr_expect(strstr(out, "cannot move ") && strstr(out, "/d holds no train.bin now"), "%s",
-		  out);
-	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/d/train.bin && ! ls -A %s/d | grep -F "
-			    ".strata-prep.", dir, dir), 0,
-		     "a failed prepare left a train.bin beside the files it did not write, or its "
-		     "stage: %s", out);
-	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/d", cu_bin(), dir, dir);
-	cr_expect_neq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "did not finish"), "%s", out);
+	/* strace (scripts/setup installs it) fails the fourth rename(2) with
+	 * EIO: the stage's train.bin moved into place (the first two are the
+	 * shards' own writes inside the stage, the third moves val.bin; strace's
+	 * -P did not match rename's target here) */
+	cr_assert_eq(cu_run(NULL, 0, "rm -r %s/d/val.bin", dir), 0);
+	if (cu_run(NULL, 0, "strace -f -o /dev/null -e trace=rename -e inject=rename:error=EIO:when=4 "
+			    "true") != 0) {
+		cr_log_warn("strace cannot trace here: skipping the failed-swap check");
+		cr_assert_eq(cu_run(NULL, 0, "rm %s/d/train.bin", dir), 0);
+	} else {
+		rc = cu_run(out, sizeof out, "strace -f -o /dev/null -e trace=rename "
+				"-e inject=rename:error=EIO:when=4 %s prepare --input %s/b.txt --out %s/d "
+				"--force",
+				cu_bin(), dir, dir);
+		cr_expect_neq(rc, 0, "prepare with a failed move exited 0: %s", out);
+		cr_expect(strstr(out, "cannot move ") && strstr(out, "/d holds no train.bin now"),
+			  "%s", out);
+		cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/d/train.bin && ! ls -A %s/d | "
+				    "grep -F .strata-prep.", dir, dir), 0,
+			     "a failed prepare left a train.bin beside the files it did not write, "
+			     "or its stage: %s", out);
+		rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/d", cu_bin(), dir, dir);
+		cr_expect_neq(rc, 0, "%s", out);
+		cr_expect(strstr(out, "did not finish"), "%s", out);
+	}
 
 	/* the state a kill between val.bin and train.bin leaves */
 	rc = cu_run(out, sizeof out, "%s prepare --input %s/b.txt --out %s/d && "
@@ -1860,7 +1870,8 @@ Test(faults, validation_shard_checked_against_training_data)
  *   of the same shapes) resumed as another model, without a word; now
  *   refused, naming the key, and an earlier checkpoint offered;
  * - its options: a saved lr of -1 read "--lr must be positive" as if a flag
- *   had given it; now the file is named, with an earlier checkpoint;
+ *   had given it; now the file is named, with an earlier checkpoint, and a
+ *   --lr flag overrides it;
  * - its counters: a "threads" of "1" was taken as none;
  * - the data: the same path prepared again (other tokens) is warned.
  * And `strata plan` refuses a read-only offload directory, as train does. */
@@ -1890,10 +1901,12 @@ Test(faults, resume_checks_what_was_saved)
 			"%s train --resume %s/c --steps 3; }",
 			cmd, dir, cu_bin(), dir);
 	cr_expect(rc != 0 && strstr(out, "--lr must be positive (got -1)") &&
-			  strstr(out, "/c/step-000002/trainer.json: the option above is the checkpoint's "
-				      "saved one, not a flag") &&
+			  strstr(out, "/c/step-000002/trainer.json: the value above is the checkpoint's "
+				      "saved one") &&
 			  strstr(out, "the newest earlier checkpoint: --resume "),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/c --steps 3 --lr 0.001", cu_bin(), dir);
+	cr_expect_eq(rc, 0, "a flag did not override a bad saved option: %s", out);
 	rc = cu_run(out, sizeof out, "{ %s && python3 -c \"import json; p = '%s/c/step-000002/trainer.json'; "
 			"d = json.load(open(p)); d['threads'] = '1'; json.dump(d, open(p, 'w'))\" && "
 			"%s train --resume %s/c --steps 3; }",
@@ -1906,6 +1919,16 @@ Test(faults, resume_checks_what_was_saved)
 	cr_expect(rc == 0 && strstr(out, "/data/train.bin holds other training tokens than when ") &&
 			  strstr(out, "(prepared again since?)"),
 		  "%s", out);
+	/* a rope_theta cJSON's 15 digits do not keep (82684.62264056221 came
+	 * back as 82684.6226405622, an ulp off): config.json keeps it exactly,
+	 * and the run resumes */
+	rc = cu_run(out, sizeof out, "sed 's/\"max_position_embeddings\":128/\"max_position_embeddings\":128,"
+			"\"rope_theta\":82684.62264056221/' %s/cfg.json > %s/theta.json && %s init --config "
+			"%s/theta.json --out %s/theta && %s train --model %s/theta --data %s/data --out %s/tr "
+			"--steps 1 --eval-interval 0 " SMALL " && grep -q 82684.62264056221 %s/tr/step-000001/config.json && "
+			"%s train --resume %s/tr --steps 2",
+			dir, dir, cu_bin(), dir, dir, cu_bin(), dir, dir, dir, dir, cu_bin(), dir);
+	cr_expect_eq(rc, 0, "%s", out);
 	char mnt[512];
 	if (!mount_small(mnt, sizeof mnt, dir, "size=1m"))
 		return;

@@ -234,7 +234,7 @@ static int check_input(const char *const *inputs, int f, struct stat *seen, cons
 		ST_CHECK(seen[g].st_dev != st->st_dev || seen[g].st_ino != st->st_ino,
 			 "give each file once: text in both splits makes the validation loss read low",
 			 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
-	ST_CHECK(len < 8 || memcmp(text, "STRATOK1", 8) != 0,
+	ST_CHECK(!shard_has_magic(text, len),
 		 "give the text the shards were made from, or train on this directory's shards",
 		 "--input %s is a strata token shard, not text", inputs[f]);
 	const int jsonl = ends_with(inputs[f], ".jsonl");
@@ -304,11 +304,14 @@ static const char *const shard_names[4] = {"val.bin", "train.mask.bin", "val.mas
  * interleave into one run's train.bin beside the other's val.bin. Then, under
  * the lock: the earlier shards (refused without --force), and anything not a
  * file where a shard goes, refused before any old shard is removed. */
-static int prepare_lock(const char *out, int force)
+static int prepare_lock(const char *out, int force, int *held)
 {
+	*held = 0;
 	char path[4300];
 	snprintf(path, sizeof path, "%s/.strata-prepare.lock", out);
-	const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	/* read-only: flock needs no more, and another user who may write the
+	 * directory may then lock a file the first one made */
+	const int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
 	ST_CHECK(fd >= 0, "check the permissions of --out", "cannot open %s: %s", path,
 		 strerror(errno));
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -319,7 +322,7 @@ static int prepare_lock(const char *out, int force)
 			    "not be refused",
 			    out, strerror(err));
 	}
-	/* fd stays open: the lock lasts as long as this process */
+	*held = 1; /* fd stays open: the lock lasts as long as this process */
 	snprintf(path, sizeof path, "%s/train.bin", out);
 	ST_CHECK(force || !fs_exists(path), "pass --force to replace them, or choose another --out",
 		 "%s already holds token shards (train.bin)", out);
@@ -334,15 +337,16 @@ static int prepare_lock(const char *out, int force)
 }
 
 /* A failed prepare into directories it made removes them again, with its
- * lock file (no other prepare can hold a lock in a directory that was not
- * there when this one started). */
-static void prepare_unmake(const char *out, const size_t *made, int n_made)
+ * lock file when it holds the lock (not another prepare's: that one may
+ * have come into the new directory first). */
+static void prepare_unmake(const char *out, const size_t *made, int n_made, int held)
 {
 	if (!n_made)
 		return;
 	char lock[4300];
 	snprintf(lock, sizeof lock, "%s/.strata-prepare.lock", out);
-	unlink(lock);
+	if (held)
+		unlink(lock);
 	fs_rmdir_made(out, made, n_made);
 }
 
@@ -387,8 +391,9 @@ int cmd_prepare(int argc, char **argv)
 	int n_made = 0;
 	ST_TRY(fs_mkdir_p_made(out, made, ST_MADE_MAX, &n_made));
 	struct st_tokenizer tk;
-	if (prepare_lock(out, force) != ST_OK || tokenizer_load(&tk, tok_name) != ST_OK) {
-		prepare_unmake(out, made, n_made);
+	int held;
+	if (prepare_lock(out, force, &held) != ST_OK || tokenizer_load(&tk, tok_name) != ST_OK) {
+		prepare_unmake(out, made, n_made, held);
 		return ST_FAIL;
 	}
 
@@ -584,7 +589,7 @@ int cmd_prepare(int argc, char **argv)
 			 out);
 	snprintf(path, sizeof path, "%s/train.bin", out);
 	if (rc != ST_OK && !swapping && n_made)
-		prepare_unmake(out, made, n_made); /* the directories this run made */
+		prepare_unmake(out, made, n_made, held); /* the directories this run made */
 	else if (rc != ST_OK && !swapping && fs_exists(path))
 		st_log_info("%s keeps its earlier shards: nothing there was changed", out);
 	if (rc == ST_OK && masked) {

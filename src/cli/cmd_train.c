@@ -297,6 +297,22 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 		 "into each other, as do sgd and sgd8bit)",
 		 "the run trained with --optimizer %s, whose state cannot become --optimizer %s's",
 		 saved->optimizer, o->optimizer);
+	/* The options as merged, checked here to name where a bad value came
+	 * from: the saved options were checked when the run began, so when
+	 * they fail on their own, trainer.json was changed since (the error
+	 * read as if a flag had given the value). A flag may still fix it. */
+	if (train_opts_validate(o) != ST_OK) {
+		const int old = st_log_mute(1);
+		const int saved_bad = train_opts_validate(saved) != ST_OK;
+		st_log_mute(old);
+		if (saved_bad) {
+			ST_ERROR("fix the value in the file, give the option as a flag, or resume from "
+				 "another checkpoint",
+				 "%s/trainer.json: the value above is the checkpoint's saved one", ckpt);
+			ckpt_name_earlier(ckpt);
+		}
+		return ST_FAIL;
+	}
 	if (strcmp(o->model, saved->model) != 0) {
 		if (given(a, conf, "model"))
 			st_log_warn("%s is not used on --resume: the checkpoint holds the model "

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -581,4 +582,23 @@ int fs_read_json(const char *path, cJSON **root, const char *hint)
 	}
 	*root = r;
 	return ST_OK;
+}
+
+void json_add_exact(struct cJSON *r, const char *key, double v)
+{
+	char buf[40];
+	if (!isfinite(v)) {
+		cJSON_AddNullToObject(r, key); /* JSON has no inf or NaN */
+		return;
+	}
+	if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
+		snprintf(buf, sizeof buf, "%.0f", v);
+	} else {
+		for (int prec = 15; prec <= 17; prec++) {
+			snprintf(buf, sizeof buf, "%.*g", prec, v);
+			if (strtod(buf, NULL) == v)
+				break;
+		}
+	}
+	cJSON_AddRawToObject(r, key, buf);
 }

@@ -41,6 +41,9 @@ const char *fs_first_duplicate(const char **names, size_t n);
  * strata and by transformers is refused rather than read two ways.
  * fs_read_json refuses such files. */
 const char *fs_json_duplicate_key(const struct cJSON *node);
+/* Add v to r under key in digits that read back as v exactly (cJSON's own
+ * printing keeps 15); null where v is not finite. */
+void json_add_exact(struct cJSON *r, const char *key, double v);
 /* The first byte of text[from, len) that is not JSON white space (len when
  * none): what follows a parsed value must be only that. */
 size_t fs_json_rest(const char *text, size_t from, size_t len);

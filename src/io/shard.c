@@ -93,6 +93,11 @@ static int shard_validate(struct st_shard *s)
 	return ST_OK;
 }
 
+int shard_has_magic(const void *text, size_t len)
+{
+	return len >= 8 && !memcmp(text, SHARD_MAGIC, 8);
+}
+
 int shard_open(struct st_shard *s, const char *path)
 {
 	memset(s, 0, sizeof *s);

@@ -32,6 +32,8 @@ struct st_shard {
 	const uint8_t *tokens; /* into map */
 };
 
+/* Whether len bytes of text begin as a shard does (its magic). */
+int shard_has_magic(const void *text, size_t len);
 int shard_open(struct st_shard *s, const char *path);
 void shard_close(struct st_shard *s);
 /* token at index i (i < n_tokens) */

@@ -338,7 +338,9 @@ int config_save(const struct st_config *c, const char *path)
 	cJSON_AddNumberToObject(r, "num_key_value_heads", c->n_kv_heads);
 	cJSON_AddNumberToObject(r, "head_dim", c->head_dim);
 	cJSON_AddNumberToObject(r, "max_position_embeddings", c->max_seq);
-	cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+	/* exactly: cJSON prints 15 digits where they read back within an ulp, and
+	 * a resumed run took a rope_theta one ulp off the one it trained with */
+	json_add_exact(r, "rope_theta", c->rope_theta);
 	cJSON_AddNumberToObject(r, "rms_norm_eps", float_decimal(c->norm_eps));
 	cJSON_AddNumberToObject(r, "initializer_range", float_decimal(c->init_std));
 	cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);

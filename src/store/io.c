@@ -75,9 +75,6 @@ int io_check_dir(const char *dir, size_t size)
 		 "uses the directories it was started with, unless --offload-dir is given; "
 		 "--offload-dir '' drops them)",
 		 "offload directory %s does not exist or is not a directory", dir);
-	/* what open_dir's file creation finds, said by `strata plan` too */
-	ST_CHECK(access(dir, W_OK | X_OK) == 0, "give a directory this user may write to",
-		 "offload directory %s is not writable: %s", dir, strerror(errno));
 	struct statvfs vs;
 	/* a filesystem that reports no size at all (ramfs) is left to fallocate */
 	if (size && statvfs(dir, &vs) == 0 && vs.f_blocks > 0) {
@@ -88,6 +85,15 @@ int io_check_dir(const char *dir, size_t size)
 			 fmt_bytes(b1, sizeof b1, avail), fmt_bytes(b2, sizeof b2, (double)size),
 			 fmt_bytes(b3, sizeof b3, (double)size - avail));
 	}
+	return ST_OK;
+}
+
+int io_check_writable(const char *dir)
+{
+	ST_CHECK(access(dir, W_OK | X_OK) == 0,
+		 "give a directory this user may write to (a resumed run uses the directories it "
+		 "was started with, unless --offload-dir is given; --offload-dir '' drops them)",
+		 "offload directory %s is not writable: %s", dir, strerror(errno));
 	return ST_OK;
 }
 

@@ -59,6 +59,10 @@ struct st_io {
  * it exists and is a directory, and (size > 0) its file system has size
  * bytes free. For the planner, which writes nothing. */
 int io_check_dir(const char *dir, size_t size);
+/* That this process may create files in dir: checked for the directories a
+ * plan puts state in (not for every --offload-dir given: a resumed run's
+ * saved ones may be read-only where nothing goes to disk now). */
+int io_check_writable(const char *dir);
 int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block, int depth,
 	    size_t capacity);
 void io_close(struct st_io *io);

@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <omp.h>
 #include <math.h>
@@ -274,10 +275,14 @@ static int check_model(const struct st_config *c, const cJSON *saved, const char
 		const cJSON *it = cJSON_GetObjectItemCaseSensitive(saved, key[i]);
 		ST_CHECK(cJSON_IsNumber(it), "the checkpoint is damaged; use an earlier one",
 			 "%s: \"model\" has no number \"%s\"", path, key[i]);
-		ST_CHECK(it->valuedouble == v[i],
+		/* config.json's rope_theta was written in cJSON's 15 digits
+		 * until 2026-11-24, which read back within an ulp (its rule):
+		 * that much is no change */
+		const double a = it->valuedouble, tol = fmax(fabs(a), fabs(v[i])) * DBL_EPSILON;
+		ST_CHECK(a == v[i] || fabs(a - v[i]) <= tol,
 			 "put the value back; to train the changed model, start a new run from this "
 			 "checkpoint (--model instead of --resume)",
-			 "%s/config.json has %s %.9g, but the run trained a model with %.9g (%s): the "
+			 "%s/config.json has %s %.17g, but the run trained a model with %.17g (%s): the "
 			 "file was changed since the checkpoint was saved",
 			 ckpt_dir, key[i], v[i], it->valuedouble, path);
 	}
@@ -761,20 +766,21 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		 "original command (or give a checkpoint directory, run/step-NNNNNN)",
 		 "no checkpoint at %s (neither trainer.json nor latest found)", path);
 	target[len] = '\0';
-	if (target[0] == '/') { /* a link made by hand: absolute (strata writes the step's name) */
+	if (target[0] == '/') /* a link made by hand: absolute (strata writes the step's name) */
 		snprintf(out, n, "%s", target);
-		/* into another run: a resume continues there, and writes there */
-		char rp[PATH_MAX], rt[PATH_MAX], parent[PATH_MAX];
-		static int said_other; /* train resolves the path twice */
-		if (realpath(path, rp) && realpath(target, rt)) {
-			fs_dirname(parent, sizeof parent, rt);
-			if (strcmp(parent, rp) != 0 && !said_other++)
-				st_log_warn("%s/latest points to %s, in another directory: a resume "
-					    "continues that run, and writes its checkpoints there",
-					    path, target);
-		}
-	} else
+	else
 		snprintf(out, n, "%s/%s", path, target);
+	/* a link made by hand into another run: a resume continues that run,
+	 * and writes there */
+	char rp[PATH_MAX], rt[PATH_MAX], parent[PATH_MAX];
+	static int said_other; /* train resolves the path twice */
+	if (realpath(path, rp) && realpath(out, rt)) {
+		fs_dirname(parent, sizeof parent, rt);
+		if (strcmp(parent, rp) != 0 && !said_other++)
+			st_log_warn("%s/latest points to %s, in another directory: a resume continues "
+				    "that run, and writes its checkpoints there",
+				    path, target);
+	}
 	if (!fs_exists(out)) {
 		ST_ERROR("give one of the run's step-NNNNNN directories",
 			 "%s/latest points to %s, which does not exist", path, target);
@@ -863,14 +869,6 @@ int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir)
 	}
 	if (rc == ST_OK)
 		rc = train_opts_from_cjson(o, opts, path);
-	/* The saved options were checked when the run began: one that fails
-	 * now was changed in the file. Said here, naming the file (checked
-	 * with the rest later, the message read as if a flag had given it). */
-	if (rc == ST_OK && train_opts_validate(o) != ST_OK) {
-		ST_ERROR("fix the value in the file, or resume from another checkpoint",
-			 "%s: the option above is the checkpoint's saved one, not a flag", path);
-		rc = ST_FAIL;
-	}
 	cJSON_Delete(root);
 	if (rc != ST_OK)
 		ckpt_name_earlier(ckpt_dir);

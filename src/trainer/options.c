@@ -257,25 +257,6 @@ int train_opts_load_json(struct st_train_opts *o, const char *path)
  * 2^-52 of the value, so a seed of 2^53 - 1 came back as 9.00719925474099e+15
  * and a resume shuffled the data another way. Whole numbers below 2^53 as
  * such; other finite values in the fewest digits that read back exactly. */
-void json_add_exact(struct cJSON *r, const char *key, double v)
-{
-	char buf[40];
-	if (!isfinite(v)) {
-		cJSON_AddNullToObject(r, key); /* JSON has no inf or NaN */
-		return;
-	}
-	if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
-		snprintf(buf, sizeof buf, "%.0f", v);
-	} else {
-		for (int prec = 15; prec <= 17; prec++) {
-			snprintf(buf, sizeof buf, "%.*g", prec, v);
-			if (strtod(buf, NULL) == v)
-				break;
-		}
-	}
-	cJSON_AddRawToObject(r, key, buf);
-}
-
 struct cJSON *train_opts_to_cjson(const struct st_train_opts *o)
 {
 	cJSON *r = cJSON_CreateObject();

@@ -84,9 +84,6 @@ struct cJSON;
 struct cJSON *train_opts_to_cjson(const struct st_train_opts *o);
 /* The same as text; caller frees. */
 char *train_opts_to_json(const struct st_train_opts *o);
-/* Add v to r under key in digits that read back as v exactly (cJSON's own
- * printing keeps 15); null where v is not finite. */
-void json_add_exact(struct cJSON *r, const char *key, double v);
 /* Apply options from a parsed trainer.json object (cJSON *) */
 int train_opts_from_cjson(struct st_train_opts *o, const struct cJSON *obj, const char *where);
 int train_opts_validate(const struct st_train_opts *o);

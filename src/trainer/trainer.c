@@ -383,6 +383,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		const size_t stripe = blk * (size_t)(ch->n_dirs ? ch->n_dirs : 1);
 		const size_t per_dir = (disk + stripe - 1) / stripe * blk;
 		for (int i = 0; disk && i < ch->n_dirs; i++) {
+			/* what the store's file creation finds, said by plan too */
+			ST_TRY(io_check_writable(ch->dirs[i]));
 			struct stat a, b;
 			int sharing = 1, first = 1;
 			for (int j = 0; stat(ch->dirs[i], &a) == 0 && j < ch->n_dirs; j++)
