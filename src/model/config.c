@@ -67,7 +67,7 @@ int config_preset(struct st_config *cfg, const char *name)
 
 int config_validate(const struct st_config *c)
 {
-	const char *hint = "fix the model config (config.json)";
+	const char *hint = "fix the model config";
 	ST_CHECK(c->vocab_size > 0, hint, "vocab_size must be positive (got %d)", c->vocab_size);
 	ST_CHECK(c->dim > 0, hint, "hidden_size must be positive (got %d)", c->dim);
 	ST_CHECK(c->n_layers > 0, hint, "num_hidden_layers must be positive (got %d)", c->n_layers);
@@ -176,7 +176,7 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	ST_TRY(json_int(root, "head_dim", &cfg->head_dim, 0, path));
 	if (cfg->head_dim == 0 && cfg->n_heads > 0) {
 		/* HF derives head_dim = hidden_size / heads when it is not given */
-		ST_CHECK(cfg->dim % cfg->n_heads == 0, "fix the model config (config.json)",
+		ST_CHECK(cfg->dim % cfg->n_heads == 0, "fix the model config",
 			 "%s: num_attention_heads (%d) must divide hidden_size (%d)", path,
 			 cfg->n_heads, cfg->dim);
 		cfg->head_dim = cfg->dim / cfg->n_heads;
