@@ -1956,6 +1956,12 @@ Test(train, run_output_lines)
 			  strstr(out, " (1536 tokens, in windows at random offsets)"),
 		  "%s", out);
 	cr_expect(!strstr(out, "the training data holds"), "%s", out);
+	/* every step and evaluation row has its elapsed wall-clock time, in order */
+	rc = cu_run(out, sizeof out, "python3 -c \"import json\nrows = [json.loads(l) for l in "
+			"open('%s/run/metrics.jsonl') if '\\\"step\\\"' in l]\nt = [r['elapsed_s'] for r in "
+			"rows]\nassert len(t) == 13 and t == sorted(t) and t[0] >= 0, t\"",
+			dir);
+	cr_expect_eq(rc, 0, "%s", out);
 	rc = cu_run(out, sizeof out, "head -c 3000 %s/text.txt > %s/small.txt && %s prepare --input "
 			"%s/small.txt --out %s/small --val-fraction 0 && %s train --model %s/init --data "
 			"%s/small --out %s/big --steps 1 --micro-batch 64 --seq-len 64 --threads %d",

@@ -959,8 +959,8 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 				    tr->o.seq_len);
 		tr->no_val_targets_said = 1;
 		metrics_write(tr, "{\"step\": %ld, \"val_loss\": null, \"val_ppl\": null, "
-				  "\"val_tokens\": 0}\n",
-			      tr->step);
+				  "\"val_tokens\": 0, \"elapsed_s\": %.3f}\n",
+			      tr->step, now_s() - tr->loop_t0);
 		return ST_OK;
 	}
 	tr->last_val_loss = loss;
@@ -968,9 +968,10 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 		st_log_warn("the held-out loss at step %ld is not finite: the model's outputs "
 			    "overflow", tr->step);
 	char l[32], p[32];
-	metrics_write(tr, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %ld}\n",
+	metrics_write(tr, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %ld, "
+			  "\"elapsed_s\": %.3f}\n",
 		      tr->step, st_json_num(l, sizeof l, "%.6f", loss),
-		      st_json_num(p, sizeof p, "%.4f", exp(loss)), n);
+		      st_json_num(p, sizeof p, "%.4f", exp(loss)), n, now_s() - tr->loop_t0);
 	return ST_OK;
 }
 
@@ -1376,9 +1377,10 @@ int trainer_run(struct st_trainer *tr)
 			metrics_write(tr,
 				"{\"step\": %ld, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %.6g, "
 				"\"tokens\": %.0f, \"step_s\": %.4f, \"predicted_s\": %.4f, \"tok_per_s\": %.1f, "
-				"\"gflops\": %.2f}\n",
+				"\"gflops\": %.2f, \"elapsed_s\": %.3f}\n",
 				tr->step, st_json_num(ls, sizeof ls, "%.6f", loss), lr, gnorm, tr->tokens_seen,
-				dt, tr->plan.t.step_s, tok_step / dt, flops_tok * tok_step / dt / 1e9);
+				dt, tr->plan.t.step_s, tok_step / dt, flops_tok * tok_step / dt / 1e9,
+				now_s() - tr->loop_t0);
 			progress_step(pg, tr->step, loss, lr, tok_step, flops_tok * tok_step, dt);
 		}
 		const int last = tr->step == tr->total_steps;
