@@ -249,42 +249,50 @@ static int save_model(struct st_trainer *tr, const char *dir)
  * config.json (another head count, rope_theta or norm epsilon, with weights
  * of the same shapes) resumed without a word, as another model. */
 #define MODEL_KEYS 11
-static void model_values(const struct st_config *c, const char *key[MODEL_KEYS],
-			 double v[MODEL_KEYS])
+struct model_value {
+	const char *key; /* as config.json names it */
+	double v;
+};
+
+static void model_values(const struct st_config *c, struct model_value out[MODEL_KEYS])
 {
-	static const char *const keys[MODEL_KEYS] = {
-		"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-		"num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
-		"rms_norm_eps", "tie_word_embeddings", "stable_embedding"};
-	const double vals[MODEL_KEYS] = {c->vocab_size, c->dim, c->ffn_dim, c->n_layers,
-					 c->n_heads, c->n_kv_heads, c->head_dim, c->rope_theta,
-					 (double)c->norm_eps, c->tied, c->stable_embedding};
-	for (int i = 0; i < MODEL_KEYS; i++) {
-		key[i] = keys[i];
-		v[i] = vals[i];
-	}
+	const struct model_value v[MODEL_KEYS] = {
+		{"vocab_size", c->vocab_size},
+		{"hidden_size", c->dim},
+		{"intermediate_size", c->ffn_dim},
+		{"num_hidden_layers", c->n_layers},
+		{"num_attention_heads", c->n_heads},
+		{"num_key_value_heads", c->n_kv_heads},
+		{"head_dim", c->head_dim},
+		{"rope_theta", c->rope_theta},
+		{"rms_norm_eps", (double)c->norm_eps},
+		{"tie_word_embeddings", c->tied},
+		{"stable_embedding", c->stable_embedding},
+	};
+	memcpy(out, v, sizeof v);
 }
 
 static int check_model(const struct st_config *c, const cJSON *saved, const char *path,
 		       const char *ckpt_dir)
 {
-	const char *key[MODEL_KEYS];
-	double v[MODEL_KEYS];
-	model_values(c, key, v);
+	struct model_value mv[MODEL_KEYS];
+	model_values(c, mv);
 	for (int i = 0; i < MODEL_KEYS; i++) {
-		const cJSON *it = cJSON_GetObjectItemCaseSensitive(saved, key[i]);
+		const char *key = mv[i].key;
+		const double v = mv[i].v;
+		const cJSON *it = cJSON_GetObjectItemCaseSensitive(saved, key);
 		ST_CHECK(cJSON_IsNumber(it), "the checkpoint is damaged; use an earlier one",
-			 "%s: \"model\" has no number \"%s\"", path, key[i]);
+			 "%s: \"model\" has no number \"%s\"", path, key);
 		/* config.json's rope_theta was written in cJSON's 15 digits
 		 * until 2026-11-24, which read back within an ulp (its rule):
 		 * that much is no change */
-		const double a = it->valuedouble, tol = fmax(fabs(a), fabs(v[i])) * DBL_EPSILON;
-		ST_CHECK(a == v[i] || fabs(a - v[i]) <= tol,
+		const double a = it->valuedouble, tol = fmax(fabs(a), fabs(v)) * DBL_EPSILON;
+		ST_CHECK(a == v || fabs(a - v) <= tol,
 			 "put the value back; to train the changed model, start a new run from this "
 			 "checkpoint (--model instead of --resume)",
 			 "%s/config.json has %s %.17g, but the run trained a model with %.17g (%s): the "
 			 "file was changed since the checkpoint was saved",
-			 ckpt_dir, key[i], v[i], it->valuedouble, path);
+			 ckpt_dir, key, v, a, path);
 	}
 	return ST_OK;
 }
@@ -305,12 +313,11 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 		cJSON_AddNumberToObject(r, "last_val_loss", tr->last_val_loss);
 	cJSON *opts = train_opts_to_cjson(&tr->o);
 	cJSON_AddItemToObject(r, "options", opts ? opts : cJSON_CreateNull());
-	const char *key[MODEL_KEYS];
-	double v[MODEL_KEYS];
-	model_values(&tr->s.model.cfg, key, v);
+	struct model_value mv[MODEL_KEYS];
+	model_values(&tr->s.model.cfg, mv);
 	cJSON *mdl = cJSON_AddObjectToObject(r, "model");
 	for (int i = 0; mdl && i < MODEL_KEYS; i++)
-		json_add_exact(mdl, key[i], v[i]);
+		json_add_exact(mdl, mv[i].key, mv[i].v);
 	/* the training tokens, to say a resume on the same path re-prepared */
 	char hx[24];
 	snprintf(hx, sizeof hx, "%016llx", (unsigned long long)tr->data.train.hash);
