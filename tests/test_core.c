@@ -288,24 +288,38 @@ Test(trainer, options_flags_and_json_agree)
 Test(generate, sampling_rules)
 {
 	float logits[5] = {0.1f, 2.0f, 1.9f, -3.0f, 0.0f}, scratch[10];
-	cr_expect_eq(sample_logits(logits, 5, 0.0, 1.0, 0.5, scratch), 1, "greedy");
+	cr_expect_eq(sample_logits(logits, 5, 0.0, 1.0, 0, 0.5, scratch), 1, "greedy");
 	/* top_p tiny keeps only the most likely token, whatever u is */
 	for (double u = 0; u < 1; u += 0.1)
-		cr_expect_eq(sample_logits(logits, 5, 1.0, 1e-6, u, scratch), 1);
+		cr_expect_eq(sample_logits(logits, 5, 1.0, 1e-6, 0, u, scratch), 1);
 	/* top_p 0.6 keeps tokens 1 and 2 (p ~ 0.45, 0.41): never 0, 3 or 4 */
 	for (double u = 0; u < 1; u += 0.01) {
-		int t = sample_logits(logits, 5, 1.0, 0.6, u, scratch);
+		int t = sample_logits(logits, 5, 1.0, 0.6, 0, u, scratch);
 		cr_expect(t == 1 || t == 2, "top-p sampled token %d", t);
 	}
 	/* full distribution: frequencies follow softmax */
 	int hist[5] = {0};
 	for (int i = 0; i < 10000; i++)
-		hist[sample_logits(logits, 5, 1.0, 1.0, (i + 0.5) / 10000.0, scratch)]++;
+		hist[sample_logits(logits, 5, 1.0, 1.0, 0, (i + 0.5) / 10000.0, scratch)]++;
 	double z = 0;
 	for (int i = 0; i < 5; i++)
 		z += exp(logits[i]);
 	for (int i = 0; i < 5; i++)
 		cr_expect(fabs(hist[i] / 10000.0 - exp(logits[i]) / z) < 0.002, "token %d frequency", i);
+	/* top_k 2: the two most likely (1, 2), in their renormalized shares;
+	 * top_k 1 is greedy whatever u; top_k past the vocabulary is no limit */
+	int h2[5] = {0};
+	for (int i = 0; i < 10000; i++)
+		h2[sample_logits(logits, 5, 1.0, 1.0, 2, (i + 0.5) / 10000.0, scratch)]++;
+	const double z2 = exp(logits[1]) + exp(logits[2]);
+	cr_expect(h2[0] == 0 && h2[3] == 0 && h2[4] == 0, "top-k 2 sampled outside the two");
+	cr_expect(fabs(h2[1] / 10000.0 - exp(logits[1]) / z2) < 0.002, "top-k 2: token 1 frequency");
+	for (double u = 0; u < 1; u += 0.1)
+		cr_expect_eq(sample_logits(logits, 5, 1.0, 1.0, 1, u, scratch), 1);
+	int h9[5] = {0};
+	for (int i = 0; i < 10000; i++)
+		h9[sample_logits(logits, 5, 1.0, 1.0, 9, (i + 0.5) / 10000.0, scratch)]++;
+	cr_expect(memcmp(h9, hist, sizeof hist) == 0, "top-k past the vocabulary cut something");
 }
 
 static int gen_count;

@@ -1820,7 +1820,31 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --seq-len 32 --max-tokens 64 "
 			"--micro-batch 16777216 --json", cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "\"tokens\": 64"), "%s", out);
+	/* --prompt-file (a file, or - for standard input) is --prompt with the
+	 * file's text; both at once are refused; --top-k 1 at any temperature
+	 * is greedy */
+	rc = cu_run(out, sizeof out, "printf 'the lord' > %s/p.txt && %s sample --model %s/init "
+			"--prompt-file %s/p.txt --tokens 20 --seed 3",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && !strcmp(out, a), "--prompt-file gave another sample: %s", out);
+	rc = cu_run(out, sizeof out, "printf 'the lord' | %s sample --model %s/init --prompt-file - "
+			"--tokens 20 --seed 3",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && !strcmp(out, a), "--prompt-file -: %s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt-file %s/p.txt --prompt x",
+		    cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "both --prompt and --prompt-file"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 "
+			"--temperature 0", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(a, sizeof a, "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 "
+			"--temperature 5 --top-k 1 --seed 7", cu_bin(), dir);
+	cr_expect(rc == 0 && !strcmp(out, a), "--top-k 1 is not greedy: %s\ngreedy: %s", out, a);
 	/* --bos puts <bos> before the prompt: another continuation, same seed */
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3",
+		    cu_bin(), dir);
+	snprintf(a, sizeof a, "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3 --bos",
 		    cu_bin(), dir);
 	cr_expect(rc == 0 && strncmp(out, "the lord", 8) == 0 && strcmp(out, a) != 0, "%s", out);

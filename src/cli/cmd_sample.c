@@ -18,11 +18,13 @@ static void help(void)
 	       "  --model DIR        model directory, checkpoint, or run directory (its latest)\n"
 	       "  --prompt TEXT      text to continue; \"\" starts from the tokenizer's <bos>\n"
 	       "                     where it has one [\"\\n\"]\n"
+	       "  --prompt-file F    the prompt from a file, as it is (- for standard input)\n"
 	       "  --bos              put the tokenizer's <bos> before the prompt, as JSONL\n"
 	       "                     fine-tuning data has it (<bos> prompt completion <eos>) [false]\n"
 	       "  --tokens N         tokens to generate [200]\n"
 	       "  --temperature X    0 is greedy [0.8]\n"
 	       "  --top-p X          nucleus sampling mass [0.95]\n"
+	       "  --top-k N          at most the N most likely tokens (0: no limit) [0]\n"
 	       "  --seed N           sampling seed [1]\n"
 	       "  --context N        tokens of context per step (<= max_position_embeddings) [256]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
@@ -61,14 +63,15 @@ int cmd_sample(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *model, *prompt, *device, *tok_name;
+	const char *model, *prompt, *device, *tok_name, *prompt_file;
 	ST_TRY(cli_get_str(&a, "model", NULL, &model));
 	ST_TRY(cli_get_str(&a, "prompt", "\n", &prompt));
+	ST_TRY(cli_get_str(&a, "prompt-file", NULL, &prompt_file));
 	ST_TRY(cli_get_str(&a, "device", "auto", &device));
 	ST_TRY(cli_get_str(&a, "tokenizer", NULL, &tok_name));
 	int bos;
 	ST_TRY(cli_get_bool(&a, "bos", &bos));
-	long n_tok, seed, ctx_len, threads;
+	long n_tok, seed, ctx_len, threads, top_k;
 	double temp, top_p;
 	ST_TRY(cli_get_long(&a, "tokens", 200, 0, 1 << 30, &n_tok));
 	ST_TRY(cli_get_long(&a, "seed", 1, LONG_MIN, LONG_MAX, &seed));
@@ -76,11 +79,29 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "threads", 0, 0, ST_MAX_THREADS, &threads));
 	ST_TRY(cli_get_double(&a, "temperature", 0.8, &temp));
 	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
+	ST_TRY(cli_get_long(&a, "top-k", 0, 0, INT_MAX, &top_k));
 	ST_TRY(cli_check_unused(&a, "strata sample"));
+	ST_CHECK(!prompt_file || !cli_get(&a, "prompt", NULL), "give one of them",
+		 "strata sample: both --prompt and --prompt-file");
 	ST_CHECK(model, "pass --model DIR", "strata sample: no model (--model)");
 	ST_CHECK(temp >= 0, "give 0 (greedy) or more", "--temperature must be >= 0 (got %g)", temp);
 	ST_CHECK(top_p > 0 && top_p <= 1, "give a share such as 0.95 (1: no cut)",
 		 "--top-p must be in (0, 1] (got %g)", top_p);
+	/* the file's text as it is, its last newline included: a prompt ends
+	 * where the model is to go on */
+	char *file_text = NULL;
+	if (prompt_file) {
+		size_t len;
+		ST_TRY(fs_read_file(strcmp(prompt_file, "-") ? prompt_file : "/dev/stdin", &file_text,
+				    &len));
+		if (memchr(file_text, 0, len)) {
+			ST_ERROR("give a text file", "--prompt-file %s holds a NUL byte, which a prompt "
+				 "cannot hold", prompt_file);
+			free(file_text);
+			return ST_FAIL;
+		}
+		prompt = file_text;
+	}
 
 	char dir[4096];
 	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
@@ -173,6 +194,7 @@ int cmd_sample(int argc, char **argv)
 	if (rc == ST_OK && ids && ctx) {
 		fwrite(prompt, 1, plen, stdout);
 		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
+					.top_k = (int)top_k,
 					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,
 					.eos_id = tk.eos_id};
 		struct out_ctx oc = {&tk};
@@ -184,6 +206,7 @@ int cmd_sample(int argc, char **argv)
 	}
 	free(ids);
 	free(ctx);
+	free(file_text);
 	tokenizer_free(&tk);
 	session_close(&s);
 	return rc;

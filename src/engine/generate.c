@@ -21,8 +21,8 @@ static int by_prob_desc(const void *a, const void *b)
 	return x->i - y->i; /* ties: lower id first, deterministic */
 }
 
-int32_t sample_logits(const float *logits, int v, double temperature, double top_p, double u,
-		      float *scratch)
+int32_t sample_logits(const float *logits, int v, double temperature, double top_p, int top_k,
+		      double u, float *scratch)
 {
 	int best = 0;
 	for (int i = 1; i < v; i++)
@@ -38,10 +38,12 @@ int32_t sample_logits(const float *logits, int v, double temperature, double top
 		sum += pi[i].p;
 	}
 	qsort(pi, (size_t)v, sizeof *pi, by_prob_desc);
-	/* keep the smallest prefix whose mass reaches top_p, then sample in it */
+	/* keep the smallest prefix whose mass reaches top_p, at most top_k
+	 * tokens, then sample in it */
+	const int most = top_k > 0 && top_k < v ? top_k : v;
 	double keep = 0;
 	int n = 0;
-	while (n < v && (n == 0 || keep < top_p * sum)) {
+	while (n < most && (n == 0 || keep < top_p * sum)) {
 		keep += pi[n].p;
 		n++;
 	}
@@ -90,7 +92,7 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 			free(hist), free(tok), free(tgt), free(scratch);
 			return ST_FAIL;
 		}
-		int32_t next = sample_logits(logits, V, g->temperature, g->top_p, rng_uniform(&r),
+		int32_t next = sample_logits(logits, V, g->temperature, g->top_p, g->top_k, rng_uniform(&r),
 					     scratch);
 		if (g->stop_at_eos && next == g->eos_id)
 			break; /* the end of the text: not itself printed */
