@@ -69,9 +69,11 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
  * default --seq-len (not given as a flag or in conf) fits a shorter model.
  * For train and plan alike. */
 int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *o);
-/* Warnings for options given (flags or conf's keys) that opt, the
- * --optimizer, does not use. For train and plan alike. */
-void cli_note_unused_options(const struct cli_args *a, const char *conf, const char *opt);
+/* Warnings for options given (flags or conf's keys) that o's --optimizer
+ * does not use; none when o fails its checks (refused later). For train and
+ * plan alike. */
+void cli_note_unused_options(const struct cli_args *a, const char *conf,
+			     const struct st_train_opts *o);
 /* What a resume may not change against the checkpoint's saved options (in
  * its directory ckpt): refused, or set back in o, as train does; plan runs
  * the same checks so that it plans what train would run. */

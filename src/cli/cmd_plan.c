@@ -40,7 +40,7 @@ int cmd_plan(int argc, char **argv)
 	ST_TRY(cli_train_read(&a, &o, &src));
 	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
 	ST_TRY(cli_train_flags(&a, &o, "config"));
-	cli_note_unused_options(&a, conf, o.optimizer);
+	cli_note_unused_options(&a, conf, &o);
 	/* train's resume checks: a plan of what train would refuse (another
 	 * GaLore rank, an optimizer whose state cannot convert) is no plan */
 	if (resume) {

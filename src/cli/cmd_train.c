@@ -55,8 +55,18 @@ static void note_unused(const char *key, const char *opt, const char *conf)
 		st_log_warn("--%s is not used by --optimizer %s", k, opt);
 }
 
-void cli_note_unused_options(const struct cli_args *a, const char *conf, const char *opt)
+void cli_note_unused_options(const struct cli_args *a, const char *conf,
+			     const struct st_train_opts *o)
 {
+	/* options that fail their checks are refused later, and said once:
+	 * not first warned as unused (--quant-block 100 under adamw read "not
+	 * used by --optimizer adamw", then "must be a power of two") */
+	const int muted = st_log_mute(1);
+	const int bad = train_opts_validate(o) != ST_OK;
+	st_log_mute(muted);
+	if (bad)
+		return;
+	const char *opt = o->optimizer;
 	for (int i = 0; i < a->n; i++)
 		note_unused(a->key[i], opt, NULL);
 	cJSON *root = NULL;
@@ -407,7 +417,7 @@ int cmd_train(int argc, char **argv)
 	if (o.steps > 0 && o.max_tokens > 0 && tokens_given)
 		st_log_warn("--max-tokens %.0f is not used: --steps %ld sets the run's length",
 			    o.max_tokens, o.steps);
-	cli_note_unused_options(&a, conf, o.optimizer);
+	cli_note_unused_options(&a, conf, &o);
 	if (resume)
 		ST_TRY(cli_check_resume(&a, conf, saved, &o, dir));
 	else
