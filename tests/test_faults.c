@@ -1589,6 +1589,20 @@ Test(faults, sgd_momentum_switched_on_resume_named)
 	cr_expect(strstr(out, "was written by SGD with --momentum 0.9 (a momentum buffer), the run "
 			      "asks for --momentum 0"),
 		  "%s", out);
+	/* plan refuses what train refuses (it planned both) */
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/plain --momentum 0.9", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "was written by SGD with --momentum 0 (no momentum buffer)"),
+		  "plan of a resume train refuses: %s", out);
+	/* sgd8bit over plain SGD: said at once, not as a request for the
+	 * --momentum that would then be refused */
+	for (int k = 0; k < 2; k++) {
+		rc = cu_run(out, sizeof out, "%s %s --resume %s/plain --out %s/q8 --steps 2 --optimizer sgd8bit",
+			    cu_bin(), k ? "plan" : "train", dir, dir);
+		cr_expect(rc != 0 && strstr(out, "the run trained with --optimizer sgd and no momentum: its "
+						 "checkpoint has no momentum buffer for sgd8bit") &&
+				  !strstr(out, "give --momentum"),
+			  "%s", out);
+	}
 	rc = cu_run(out, sizeof out, "%s train --resume %s/mom --out %s/m3 --steps 2 --momentum 0.95",
 		    cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "another non-zero momentum refused: %s", out);

@@ -504,6 +504,12 @@ Test(offload, plan_reads_resume_and_config, .timeout = 120)
 	cr_expect(rc != 0 && strstr(out, "the run trained with --optimizer adamw8bit, whose state "
 					 "cannot become --optimizer sgd's"),
 		  "%s", out);
+	/* and those made of the optimizer file (its block; plan printed a
+	 * layout the state could not take) */
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/r --quant-min-size 100", cu_bin(), dir);
+	cr_expect(rc == 0, "another threshold converts: %s", out);
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/r --quant-block 128", cu_bin(), dir);
+	cr_expect(rc == 0, "another block converts: %s", out);
 	rc = cu_run(out, sizeof out, "%s plan --resume %s/r --galore-rank 16", cu_bin(), dir);
 	cr_expect(rc == 0 && strstr(out, "--galore-rank is not used by --optimizer adamw8bit"), "%s",
 		  out);

@@ -1102,6 +1102,11 @@ Test(train, nonfinite_gradient_skips_step)
 		    cu_bin(), dir, dir);
 	expect_fail("too many skipped steps", "1 step skipped for non-finite or overflowing gradients (limit --max-skipped-steps 0)", rc);
 	cr_expect(strstr(out, "step 3: non-finite") != NULL, "the run did not get to step 3: %s", out);
+	/* a resume into a fresh --out that saved nothing names its checkpoint */
+	char from[1000];
+	snprintf(from, sizeof from, "the run saved no checkpoint; it resumed from %s/a/step-000002: `strata "
+		 "train --resume %s/a/step-000002 --out %s/c` starts again", dir, dir, dir);
+	cr_expect(strstr(out, from), "%s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/c/step-000003", dir), 0, "a failed step was saved");
 	/* the checkpoint of step 3 still being written (slowly) when step 4
 	 * fails: it is finished, and named as the one to go on from (step 2
@@ -1587,8 +1592,15 @@ Test(train, damaged_optimizer_state_refused)
 		    " && %s train --resume %s/s --out %s/s2 --steps 2 --optimizer adamw",
 		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "converted from adamw8bit (block 256) to adamw: 0 moments decoded"), "%s",
+	cr_expect(strstr(out, "optimizer state of adamw8bit (block 256) taken as adamw unchanged"), "%s",
 		  out);
+	/* another threshold that moves no tensor: nothing said to change */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/s --out %s/s3 --steps 2 --quant-min-size 200000000",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "optimizer state of adamw8bit (block 256) taken as adamw8bit (block 256, fp32 "
+			      "under 200000000 elements) unchanged") && !strstr(out, "converted"),
+		  "%s", out);
 }
 
 /* `strata init --stable-embedding` writes the stable embedding (its config

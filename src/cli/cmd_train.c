@@ -307,6 +307,13 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 		 "into each other, as do sgd and sgd8bit)",
 		 "the run trained with --optimizer %s, whose state cannot become --optimizer %s's",
 		 saved->optimizer, o->optimizer);
+	/* plain SGD without momentum keeps no buffer for sgd8bit to quantize */
+	ST_CHECK(optim_parse_kind(&from, saved->optimizer) != ST_OK ||
+			 optim_parse_kind(&to, o->optimizer) != ST_OK || from != ST_OPT_SGD ||
+			 to != ST_OPT_SGD8 || saved->momentum != 0.0,
+		 "resume with --optimizer sgd --momentum 0, or start a new run for sgd8bit",
+		 "the run trained with --optimizer sgd and no momentum: its checkpoint has no momentum "
+		 "buffer for sgd8bit to quantize");
 	/* The options as merged, checked here to name where a bad value came
 	 * from: the saved options were checked when the run began, so when
 	 * they fail on their own, trainer.json was changed since (the error
@@ -452,6 +459,8 @@ int cmd_train(int argc, char **argv)
 	 * into place without `latest` moved to it (said by the save) is the
 	 * run's last, not the step `latest` still names */
 	char lagging[sizeof o.out + 300] = "";
+	char resumed[sizeof tr.ckpt_loaded]; /* what a run that saved nothing can go on from */
+	snprintf(resumed, sizeof resumed, "%s", opened ? tr.ckpt_loaded : "");
 	if (opened)
 		ckpt_finish(&tr); /* its failure was said; joined, it is in ck.rc */
 	if (opened && tr.ck.rc != ST_OK && tr.ck.in_place)
@@ -471,6 +480,11 @@ int cmd_train(int argc, char **argv)
 			st_log_info("the run's last checkpoint is %s: `strata train --resume %s` goes on "
 				    "from it once the cause above is fixed",
 				    last, o.out);
+		} else if (*resumed) {
+			st_log_info("the run saved no checkpoint; it resumed from %s: `strata train "
+				    "--resume %s --out %s` starts again from there once the cause above "
+				    "is fixed",
+				    resumed, resumed, o.out);
 		} else {
 			st_log_info("the run saved no checkpoint");
 		}

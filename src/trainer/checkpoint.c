@@ -611,11 +611,17 @@ static int save_failed(struct st_trainer *tr)
 	snprintf(link, sizeof link, "%s/latest", tr->o.out);
 	ssize_t len = readlink(link, kept, sizeof kept - 1);
 	kept[len > 0 ? len : 0] = '\0';
-	const char *keeps = len > 0 ? "the run keeps latest -> " : "the run has no earlier checkpoint";
+	/* a resume into a fresh --out has no latest there, but its checkpoint */
+	const int resumed = len <= 0 && *tr->ckpt_loaded;
+	if (resumed)
+		snprintf(kept, sizeof kept, "%.200s", tr->ckpt_loaded);
+	const char *keeps = len > 0    ? "the run keeps latest -> "
+			    : resumed ? "nothing saved since the checkpoint it resumed from, "
+				      : "the run has no earlier checkpoint";
 	if (c->nonfinite)
-		ST_ERROR(len > 0 ? "an update overflowed: resume from a checkpoint before it with a "
-				   "lower --lr"
-				 : "an update overflowed: start again with a lower --lr",
+		ST_ERROR(len > 0 || resumed ? "an update overflowed: resume from a checkpoint before "
+					      "it with a lower --lr"
+					    : "an update overflowed: start again with a lower --lr",
 			 "checkpoint %s/%s refused: the weights or optimizer state went non-finite "
 			 "at or before step %ld; %s%s",
 			 tr->o.out, c->name, c->step, keeps, kept);
@@ -983,6 +989,8 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 			 (double)c->momentum);
 	}
 	ST_TRY(require_meta(sf, path, "updates"));
+	if (tr->plan_only) /* plan reads no trainer.json counts to match */
+		return ST_OK;
 	got = meta_long(sf, "updates", &v);
 	ST_CHECK(got == 1 && v == tr->updates,
 		 "the checkpoint's files do not belong together; use an earlier checkpoint",
@@ -1195,10 +1203,23 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 				 : load_optimizer(tr, &sf, path);
 	}
 	safetensors_close(&sf);
-	if (rc != ST_OK)
-		ST_ERROR("resume from an earlier checkpoint, or with the run's own settings",
+	if (rc != ST_OK) /* a setting the state disagrees with is the same in earlier steps */
+		ST_ERROR(*damaged ? "resume from an earlier checkpoint"
+				  : "resume with the run's own settings (see above)",
 			 "cannot resume from %s", ckpt_dir);
 	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
+}
+
+int ckpt_check_state_settings(const struct st_trainer *tr, const char *ckpt_dir)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
+	struct st_safetensors sf;
+	ST_TRY(safetensors_open(&sf, path));
+	struct saved_state src;
+	const int rc = check_optimizer_meta(tr, &sf, path, &src);
+	safetensors_close(&sf);
+	return rc;
 }
 
 int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir)

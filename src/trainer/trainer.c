@@ -494,6 +494,8 @@ int trainer_plan(const struct st_train_opts *o)
 	if (rc == ST_OK)
 		rc = optim_init(&tr->opt, &oc, &tr->s.model);
 	optim = rc == ST_OK;
+	if (rc == ST_OK && *tr->o.resume)
+		rc = ckpt_check_state_settings(tr, model_dir);
 	struct tier_choice ch = {0};
 	if (rc == ST_OK)
 		rc = decide_tiers(tr, &ch);

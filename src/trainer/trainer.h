@@ -157,6 +157,11 @@ int ckpt_read_options(struct st_train_opts *o, const char *ckpt_dir);
 /* Load optimizer state and progress into an opened trainer; on failure it
  * also names the newest earlier checkpoint (ckpt_name_earlier). */
 int ckpt_load_state(struct st_trainer *tr, const char *ckpt_dir);
+/* `strata plan --resume`: the settings checks ckpt_load_state makes of the
+ * optimizer file (its optimizer, block, threshold, SGD momentum) against
+ * tr->opt, without loading the state, so that plan refuses what train
+ * would. */
+int ckpt_check_state_settings(const struct st_trainer *tr, const char *ckpt_dir);
 /* Whether optimizer state of kind `from` converts into `to` on resume:
  * adamw <-> adamw8bit, sgd <-> sgd8bit (and each into itself, for another
  * --quant-block or --quant-min-size); never GaLore's. */
