@@ -513,6 +513,11 @@ Test(offload, plan_reads_resume_and_config, .timeout = 120)
 	rc = cu_run(out, sizeof out, "%s plan --resume %s/r --galore-rank 16", cu_bin(), dir);
 	cr_expect(rc == 0 && strstr(out, "--galore-rank is not used by --optimizer adamw8bit"), "%s",
 		  out);
+	/* also for a plan of a fresh run, which gives no --steps (the options
+	 * failed their check for a training length, and nothing was said) */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --optimizer adamw8bit --momentum 0.9",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "--momentum is not used by --optimizer adamw8bit"), "%s", out);
 }
 
 /* A 7B model's 101 GiB of state (a config.json alone: plan allocates

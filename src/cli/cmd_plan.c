@@ -40,7 +40,10 @@ int cmd_plan(int argc, char **argv)
 	ST_TRY(cli_train_read(&a, &o, &src));
 	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
 	ST_TRY(cli_train_flags(&a, &o, "config"));
-	cli_note_unused_options(&a, conf, &o);
+	struct st_train_opts checked = o; /* checked as trainer_plan checks them */
+	if (checked.steps <= 0 && checked.max_tokens <= 0)
+		checked.steps = 1; /* a plan needs no training length */
+	cli_note_unused_options(&a, conf, &checked);
 	/* train's resume checks: a plan of what train would refuse (another
 	 * GaLore rank, an optimizer whose state cannot convert) is no plan */
 	if (resume) {
