@@ -48,7 +48,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"eps", OT_DOUBLE, F(eps), "1e-8", "AdamW epsilon"},
 	{"momentum", OT_DOUBLE, F(momentum), "0", "SGD momentum (sgd8bit needs > 0)"},
 	{"quant-block", OT_INT, F(quant_block), "256", "8-bit optimizers: elements per absmax block (a power of two, 16-65536)"},
-	{"quant-min-size", OT_LONG, F(quant_min_size), "4096", "8-bit optimizers: smaller tensors keep fp32 state"},
+	{"quant-min-size", OT_LONG, F(quant_min_size), "4096", "8-bit optimizers: smaller tensors keep fp32 state (the token embedding always does)"},
 	{"galore-rank", OT_DOUBLE, F(galore_rank), "128", "GaLore: projection rank (>= 1), or a fraction of the hidden size (< 1)"},
 	{"galore-update-gap", OT_INT, F(galore_update_gap), "200", "GaLore: updates between projector refreshes (T; skipped steps do not count)"},
 	{"galore-scale", OT_DOUBLE, F(galore_scale), "0.25", "GaLore: scale of the projected-back update (alpha)"},
@@ -330,9 +330,9 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "1 - %g <= 0",
 		 o->lr, o->weight_decay, o->lr * o->weight_decay, o->lr * o->weight_decay);
 	ST_CHECK(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
-	ST_CHECK(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1, h,
-		 "--beta1 and --beta2 must be in [0,1)");
-	ST_CHECK(o->eps > 0, h, "--eps must be positive");
+	ST_CHECK(o->beta1 >= 0 && o->beta1 < 1, h, "--beta1 must be in [0,1) (got %g)", o->beta1);
+	ST_CHECK(o->beta2 >= 0 && o->beta2 < 1, h, "--beta2 must be in [0,1) (got %g)", o->beta2);
+	ST_CHECK(o->eps > 0, h, "--eps must be positive (got %g)", o->eps);
 	ST_CHECK(o->momentum >= 0 && o->momentum < 1, h, "--momentum must be in [0,1) (got %g)",
 		 o->momentum);
 	ST_CHECK(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
@@ -369,7 +369,7 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->keep_ckpts >= 0, h, "--keep-ckpts must be >= 0");
 	ST_CHECK(o->threads >= 0 && o->threads <= ST_MAX_THREADS, h,
 		 "--threads must be in [0, %d] (got %d)", ST_MAX_THREADS, o->threads);
-	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive");
+	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive (got %d)", o->log_interval);
 	ST_CHECK(o->prefetch >= 0 && o->prefetch <= 64, h, "--prefetch must be between 0 (auto) and 64");
 	ST_CHECK(o->trace_steps >= 0, h, "--trace-steps must be >= 0");
 	ST_CHECK(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
