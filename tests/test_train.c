@@ -615,6 +615,17 @@ Test(train, hf_tokenizer_end_to_end)
 	 * would be sampled with the byte tokenizer */
 	cr_expect(strstr(out, "/m3002 has no tokenizer.json: sample would read the model and its checkpoints with the byte tokenizer"),
 		  "%s", out);
+	/* a tokenizer.json strata cannot read: said at the start (train went
+	 * on, copied it into every checkpoint, and advised preparing the data
+	 * with it; sample then failed), and the run still trains on the ids */
+	rc = cu_run(out, sizeof out,
+		    "printf '{\"model\": ' > %s/m3002/tokenizer.json && %s train --model %s/m3002 --data %s/bpe "
+		    "--out %s/bad --steps 1 --eval-interval 0 " SMALL,
+		    dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "strata cannot read the model's tokenizer: ") &&
+			  strstr(out, "/m3002/tokenizer.json: not valid JSON; the data's tokens are used") &&
+			  !strstr(out, "run strata prepare with --tokenizer"),
+		  "%s", out);
 }
 
 /* prepare's inputs: the same file twice (or through a link) is refused,

@@ -161,6 +161,24 @@ int data_check_tokenizer(const struct st_data *d, const char *model_dir)
 	}
 	if (!fs_exists(path) || tokenizer_file_name(path, name) != ST_OK)
 		return ST_OK;
+	/* The run needs only the shards' ids (prepared elsewhere, a tokenizer
+	 * strata cannot read is no obstacle), but a file it cannot read would be
+	 * carried into every checkpoint for sample to fail on: said now. */
+	struct st_tokenizer tk;
+	const int old = st_log_mute(1);
+	const int loaded = tokenizer_load(&tk, path) == ST_OK;
+	char why[512];
+	snprintf(why, sizeof why, "%s", st_log_muted_error());
+	st_log_mute(old);
+	if (loaded) {
+		tokenizer_free(&tk);
+	} else {
+		st_log_warn("strata cannot read the model's tokenizer: %s; the data's tokens are used "
+			    "as they are, but `strata sample` and `strata prepare` cannot use "
+			    "this tokenizer.json (replace it with the model's own)",
+			    why);
+		return ST_OK; /* comparing its hash with the data's would advise using it */
+	}
 	if (s && strcmp(s->tokenizer, name) != 0)
 		st_log_warn("%s was tokenized with '%s', but the model's tokenizer.json is '%s': "
 			    "unless the two files are one tokenizer saved twice, the same ids stand "

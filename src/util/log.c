@@ -6,19 +6,34 @@
 #include "util/check.h"
 
 static _Thread_local int muted;
+static _Thread_local char first_muted[512]; /* since the last st_log_mute(1) */
 
 int st_log_mute(int m)
 {
 	int old = muted;
+	if (m && !old)
+		first_muted[0] = '\0';
 	muted = m;
 	return old;
 }
 
+const char *st_log_muted_error(void)
+{
+	return first_muted;
+}
+
 void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
 {
-	if (muted)
-		return;
 	va_list ap;
+	if (muted) {
+		(void)file, (void)line, (void)hint;
+		if (!first_muted[0]) {
+			va_start(ap, fmt);
+			vsnprintf(first_muted, sizeof first_muted, fmt, ap);
+			va_end(ap);
+		}
+		return;
+	}
 	fputs("strata: error: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
