@@ -518,6 +518,19 @@ Test(offload, plan_reads_resume_and_config, .timeout = 120)
 	rc = cu_run(out, sizeof out, "%s plan --model %s/init --optimizer adamw8bit --momentum 0.9",
 		    cu_bin(), dir);
 	cr_expect(rc == 0 && strstr(out, "--momentum is not used by --optimizer adamw8bit"), "%s", out);
+	/* weights that do not match config.json are refused as train refuses
+	 * them (plan never opened them); a config.json alone is planned, said */
+	rc = cu_run(out, sizeof out,
+		    "cp -r %s/init %s/wrong && python3 -c \"import json; p = '%s/wrong/config.json'; "
+		    "c = json.load(open(p)); c['num_hidden_layers'] = 3; json.dump(c, open(p, 'w'))\" && "
+		    "%s plan --model %s/wrong",
+		    dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "model.layers.2."), "%s", out);
+	rc = cu_run(out, sizeof out, "mkdir %s/cfg && cp %s/init/config.json %s/cfg && %s plan --model %s/cfg",
+		    dir, dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "/cfg holds no weights (model.safetensors): planned from its "
+					 "config.json alone"),
+		  "%s", out);
 }
 
 /* A 7B model's 101 GiB of state (a config.json alone: plan allocates

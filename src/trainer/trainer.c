@@ -484,6 +484,16 @@ int trainer_plan(const struct st_train_opts *o)
 	if (rc == ST_OK)
 		rc = session_build(&tr->s, ops, &cfg, NULL);
 	built = rc == ST_OK;
+	/* the weights' headers against config.json, as train checks them (a
+	 * config.json alone plans a model not yet made: said) */
+	char wsingle[4200], windex[4200];
+	snprintf(wsingle, sizeof wsingle, "%s/model.safetensors", model_dir);
+	snprintf(windex, sizeof windex, "%s/model.safetensors.index.json", model_dir);
+	if (rc == ST_OK && (fs_exists(wsingle) || fs_exists(windex)))
+		rc = session_check_weights(&tr->s, model_dir);
+	else if (rc == ST_OK)
+		st_log_info("%s holds no weights (model.safetensors): planned from its config.json "
+			    "alone", model_dir);
 	struct st_optim_cfg oc = {.kind = kind, .beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
 				  .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
 				  .weight_decay = (float)tr->o.weight_decay,
