@@ -76,6 +76,92 @@ Test(gguf, import_bf16) { check_type("BF16"); }
 Test(gguf, import_q8_0) { check_type("Q8_0"); }
 Test(gguf, import_q4_0) { check_type("Q4_0"); }
 Test(gguf, import_q4_1) { check_type("Q4_1"); }
+Test(gguf, import_q5_0) { check_type("Q5_0"); }
+Test(gguf, import_q5_1) { check_type("Q5_1"); }
+/* A file laid out like llama-quantize's Q4_K_M / Q5_K_M: ffn_down (rows of
+ * 256) in Q6_K, Q4_K and Q5_K, the other matrices (rows of 32) in its
+ * fallbacks Q5_0, Q5_1 and Q8_0. */
+Test(gguf, import_k_quants) { check_type("Kmix"); }
+
+/* Every quantized type read through the C API against the gguf package's
+ * dequantization of random block bytes (blocks.gguf: one tensor per type, 3
+ * rows of 512, finite normal fp16 scales; scripts/ggufref.py): bit for bit.
+ * Random bytes reach what a quantizer seldom writes: negative scales and
+ * every pattern of quants, packed scales and high bits. */
+Test(gguf, dequantize_random_blocks)
+{
+	struct st_gguf g;
+	cr_assert_eq(gguf_open(&g, "tests/data/gguf/blocks.gguf"), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, "tests/data/gguf/expected-blocks.safetensors"), ST_OK);
+	const char *types[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+	for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+		const struct st_gguf_tensor *t = gguf_tensor(&g, types[k]);
+		const struct st_tensor_info *want = safetensors_find(&sf, types[k]);
+		cr_assert(t && want, "%s missing", types[k]);
+		cr_assert_str_eq(ggml_type_name(t->type), types[k]);
+		cr_assert(t->ne[0] == 512 && t->ne[1] == 3 && tensor_numel(want) == 1536);
+		float *a = malloc(1536 * sizeof *a), *b = malloc(1536 * sizeof *b);
+		cr_assert_eq(gguf_read_f32(&g, t, a), ST_OK);
+		cr_assert_eq(safetensors_read_f32(&sf, want, b), ST_OK);
+		int i = 0;
+		while (i < 1536 && !memcmp(&a[i], &b[i], sizeof *a))
+			i++;
+		cr_expect_eq(i, 1536, "%s: value %d is %.9g, the gguf package's %.9g", types[k], i,
+			     (double)a[i < 1536 ? i : 0], (double)b[i < 1536 ? i : 0]);
+		free(a);
+		free(b);
+	}
+	safetensors_close(&sf);
+	gguf_close(&g);
+}
+
+/* A copy of blocks.gguf with one field of tensor `name`'s info replaced:
+ * its first dimension (rows) or its ggml type. */
+static void blocks_patch(const char *dst, const char *name, int field_is_type, uint64_t value)
+{
+	size_t n;
+	char *d = NULL;
+	cr_assert_eq(fs_read_file("tests/data/gguf/blocks.gguf", &d, &n), ST_OK);
+	char key[64];
+	const uint64_t len = strlen(name);
+	memcpy(key, &len, 8);
+	memcpy(key + 8, name, len);
+	char *info = memmem(d, n, key, 8 + len); /* name, u32 n_dims, u64 ne[2], u32 type */
+	cr_assert(info, "no tensor %s", name);
+	char *at = info + 8 + len + 4 + (field_is_type ? 16 : 0);
+	memcpy(at, &value, field_is_type ? 4 : 8);
+	cr_assert_eq(fs_write_file_atomic(dst, d, n), ST_OK);
+	free(d);
+}
+
+/* A type strata does not read is named, with the ones it does; a
+ * quantized row that is not whole blocks (256 for the K-quants) is damage. */
+Test(gguf, unreadable_types_and_partial_blocks)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "ggufblocks");
+	snprintf(path, sizeof path, "%s/x.gguf", dir);
+	const struct {
+		const char *tensor;
+		int is_type;
+		uint64_t value;
+		const char *needle;
+	} cases[] = {
+		{"Q4_K", 1, 10, "tensor 'Q4_K' has ggml type 10 (Q2_K); strata reads F32, F16, BF16, "
+				"Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K"},
+		{"Q4_K", 1, 23, "has ggml type 23 (IQ4_XS)"},
+		{"Q4_K", 1, 99, "has ggml type 99 (unknown)"},
+		{"Q4_K", 0, 480, "Q4_K tensor 'Q4_K' has rows of 480 (not whole blocks of 256)"},
+		{"Q6_K", 0, 128, "Q6_K tensor 'Q6_K' has rows of 128 (not whole blocks of 256)"},
+		{"Q5_1", 0, 48, "Q5_1 tensor 'Q5_1' has rows of 48 (not whole blocks of 32)"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		blocks_patch(path, cases[i].tensor, cases[i].is_type, cases[i].value);
+		int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/o", cu_bin(), path, dir);
+		cr_expect(rc != 0 && strstr(out, cases[i].needle), "case %zu: %s", i, out);
+	}
+}
 
 /* The tokenizer rebuilt from tokenizer.ggml.* gives the library's ids. */
 Test(gguf, tokenizer_from_metadata)
