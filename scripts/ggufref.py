@@ -8,9 +8,11 @@ metadata, tokenizer.ggml.* with pre = llama-bpe), one per tensor type of the
 matrices: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (norms stay F32). Next
 to each, the weights strata must produce: the `gguf` package's own
 dequantization, un-permuted, under Hugging Face names. Also the tokenizer's
-ids for a few texts, with its own pre-tokenizer (tokens.json) and with
-SmolLM's (Digits one by one, then ByteLevel's regex: what llama.cpp runs for
-tokenizer.ggml.pre = smollm; tokens-smollm.json).
+ids for a few texts (tokens.json), and model-smollm.gguf: a one-layer Q8_0
+model whose tokenizer has merges of digits too and tokenizer.ggml.pre =
+smollm, with its ids under SmolLM's pre-tokenizer (Digits one by one, then
+ByteLevel's regex: what llama.cpp runs for smollm; tokens-smollm.json),
+which differ from those under GPT-2's regex alone and under llama-bpe.
 
 The model's rows are 64 and 96 wide, too narrow for the K-quants' blocks of
 256, so two more files cover them:
@@ -50,7 +52,8 @@ TEXTS = ["In the beginning God created the heaven and the earth.",
          "<|begin_of_text|>numbers 12345 and don't stop<|end_of_text|>",
          "unicode: café 日本語 😀  spaces   and\ttabs\n"]
 # SmolLM's pre-tokenizer splits ".\n" (merged by the llama-bpe one) and digits
-SMOL_TEXTS = TEXTS + ["It was so.\nAnd the 2024 days, 10.5 of them.\n"]
+# (merged under GPT-2's regex in model-smollm.gguf's tokenizer)
+SMOL_TEXTS = TEXTS + ["It was so.\nAnd the 2024 days, 10.5 of them, 1010 and 120.\n"]
 QT = gguf.GGMLQuantizationType
 
 
@@ -75,6 +78,29 @@ def tokenizer(corpus, vocab_size):
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train([corpus], tr)
     return tok
+
+
+def with_digit_merges(tj):
+    # the tokenizer plus merges of digits ("2 0" -> "20", ...), which GPT-2's
+    # and LLaMA 3's regexes reach and SmolLM's digit split does not
+    tj = json.loads(json.dumps(tj))
+    vocab, merges = tj["model"]["vocab"], tj["model"]["merges"]
+    for a, b in (("2", "0"), ("1", "0"), ("Ġ", "1")):
+        vocab[a + b] = len(vocab)
+        merges.append(a + " " + b if isinstance(merges[0], str) else [a, b])
+    return tj
+
+
+def gguf_tokens(tj):
+    # tokenizer.json -> tokenizer.ggml.* (tokens, types, merges, bos, eos)
+    vocab = tj["model"]["vocab"]
+    tokens = [None] * len(vocab)
+    for s, i in vocab.items():
+        tokens[i] = s
+    special = {t["id"] for t in tj["added_tokens"] if t["special"]}
+    return {"tokens": tokens, "types": [3 if i in special else 1 for i in range(len(tokens))],
+            "merges": [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]],
+            "bos": vocab["<|begin_of_text|>"], "eos": vocab["<|end_of_text|>"]}
 
 
 def smollm_tokenizer(tj):
@@ -168,7 +194,7 @@ def hf_to_gguf_names(L):
     return names
 
 
-def write_model(path, cfg, w, qtype_of, tok):
+def write_model(path, cfg, w, qtype_of, tok, pre="llama-bpe"):
     """A llama GGUF of weights w (Hugging Face names) and tokenizer tok
     (tokens, types, merges, bos, eos); qtype_of(hf_name) names each matrix's
     type. Returns the weights strata must import: the gguf package's
@@ -186,7 +212,7 @@ def write_model(path, cfg, w, qtype_of, tok):
     wr.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-5))
     wr.add_vocab_size(cfg["vocab_size"])
     wr.add_tokenizer_model("gpt2")
-    wr.add_tokenizer_pre("llama-bpe")
+    wr.add_tokenizer_pre(pre)
     wr.add_token_list(tok["tokens"])
     wr.add_token_types(tok["types"])
     wr.add_token_merges(tok["merges"])
@@ -222,14 +248,14 @@ def write_model(path, cfg, w, qtype_of, tok):
     return expected
 
 
-def kmix_model(vocab_size):
-    """A model shaped for the K-quants (rows of 256 in ffn_down), seeded
+def random_model(vocab_size, F, L, seed):
+    """A model 32 wide (2 heads of 16, 1 kv head), FFN F, L layers, seeded
     random weights with std 0.25 as the main model's."""
-    cfg = {"vocab_size": vocab_size, "hidden_size": 32, "intermediate_size": 256, "num_hidden_layers": 3,
+    cfg = {"vocab_size": vocab_size, "hidden_size": 32, "intermediate_size": F, "num_hidden_layers": L,
            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 128,
            "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
-    rng = np.random.default_rng(7)
-    D, F, L, hd = 32, 256, 3, 16
+    rng = np.random.default_rng(seed)
+    D, hd = 32, 16
     shapes = {"model.embed_tokens.weight": (vocab_size, D), "model.norm.weight": (D,),
               "lm_head.weight": (vocab_size, D)}
     for l in range(L):
@@ -241,6 +267,12 @@ def kmix_model(vocab_size):
                        p + "mlp.down_proj.weight": (D, F)})
     w = {k: (1 + 0.1 * rng.standard_normal(s) if len(s) == 1 else 0.25 * rng.standard_normal(s)).astype(np.float32)
          for k, s in shapes.items()}
+    return cfg, w
+
+
+def kmix_model(vocab_size):
+    """A model shaped for the K-quants: rows of 256 in ffn_down."""
+    cfg, w = random_model(vocab_size, 256, 3, 7)
 
     def qtype_of(hf):
         # Q4_K_M's choices, with llama-quantize's fallbacks for rows of 32
@@ -290,24 +322,29 @@ def main():
     tok = tokenizer(corpus, cfg["vocab_size"])
     assert tok.get_vocab_size() == cfg["vocab_size"], tok.get_vocab_size()
     tj = json.loads(tok.to_str())
-    vocab = tj["model"]["vocab"]
-    tokens = [None] * len(vocab)
-    for s, i in vocab.items():
-        tokens[i] = s
-    special = {t["id"] for t in tj["added_tokens"] if t["special"]}
-    types = [3 if i in special else 1 for i in range(len(tokens))]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    gtok = {"tokens": tokens, "types": types, "merges": merges, "bos": vocab["<|begin_of_text|>"],
-            "eos": vocab["<|end_of_text|>"]}
+    gtok = gguf_tokens(tj)
     ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
     with open(os.path.join(out, "tokens.json"), "w") as f:
         json.dump([{"text": t, "ids": i} for t, i in zip(TEXTS, ids)], f, ensure_ascii=False)
-    smol = smollm_tokenizer(tj)
+    # model-smollm.gguf: a small model (1 layer, Q8_0) whose tokenizer has
+    # digit merges too, with tokenizer.ggml.pre = smollm; the ids are the
+    # library's under SmolLM's pre-tokenizer, and its last text gets other
+    # ids under GPT-2's regex alone and under the llama-bpe pre-tokenizer
+    dtj = with_digit_merges(tj)
+    smol = smollm_tokenizer(dtj)
     smol_ids = [smol.encode(t, add_special_tokens=False).ids for t in SMOL_TEXTS]
-    # the test must tell the two pre-tokenizers apart
-    assert smol_ids[-1] != tok.encode(SMOL_TEXTS[-1], add_special_tokens=False).ids
+    gpt2 = json.loads(json.dumps(dtj))
+    gpt2["pre_tokenizer"] = smol_pre = json.loads(smol.to_str())["pre_tokenizer"]["pretokenizers"][1]
+    gpt2["model"]["ignore_merges"] = False
+    for other in (Tokenizer.from_str(json.dumps(gpt2)), Tokenizer.from_str(json.dumps(dtj))):
+        assert other.encode(SMOL_TEXTS[-1], add_special_tokens=False).ids != smol_ids[-1]
+    assert smol_pre["type"] == "ByteLevel" and smol_pre["use_regex"]
     with open(os.path.join(out, "tokens-smollm.json"), "w") as f:
         json.dump([{"text": t, "ids": i} for t, i in zip(SMOL_TEXTS, smol_ids)], f, ensure_ascii=False)
+    scfg, sw = random_model(len(dtj["model"]["vocab"]), 64, 1, 13)
+    write_model(os.path.join(out, "model-smollm.gguf"), scfg, sw, lambda hf: QT.Q8_0, gguf_tokens(dtj),
+                pre="smollm")
+    print("wrote model-smollm.gguf")
 
     for qname in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"):
         expected = write_model(os.path.join(out, "model-%s.gguf" % qname), cfg, w, lambda hf: QT[qname], gtok)

@@ -163,15 +163,14 @@ Test(gguf, unreadable_types_and_partial_blocks)
 	}
 }
 
-/* The tokenizer rebuilt from tokenizer.ggml.* gives the library's ids. */
-Test(gguf, tokenizer_from_metadata)
+/* The tokenizer of model directory dir (vocab tokens) gives the ids of
+ * reference file ref (n_texts texts). */
+static void check_ids(const char *dir, int vocab, const char *ref, int n_texts)
 {
-	char dir[300];
-	import_to(dir, sizeof dir, "Q8_0");
 	struct st_tokenizer tk;
 	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
-	cr_expect_eq(tk.vocab_size, 320);
-	cJSON *root = tu_read_json("tests/data/gguf/tokens.json");
+	cr_expect_eq(tk.vocab_size, vocab);
+	cJSON *root = tu_read_json(ref);
 	const cJSON *s;
 	int n_s = 0;
 	cJSON_ArrayForEach(s, root)
@@ -183,12 +182,83 @@ Test(gguf, tokenizer_from_metadata)
 		int same = n == (size_t)cJSON_GetArraySize(want);
 		for (size_t i = 0; same && i < n; i++)
 			same = ids[i] == (uint32_t)cJSON_GetArrayItem(want, (int)i)->valuedouble;
-		cr_expect(same, "ids differ for \"%s\"", t);
+		cr_expect(same, "%s: ids differ for \"%s\"", ref, t);
 		n_s++;
 	}
-	cr_expect_eq(n_s, 3);
+	cr_expect_eq(n_s, n_texts);
 	cJSON_Delete(root);
 	tokenizer_free(&tk);
+}
+
+/* The tokenizer rebuilt from tokenizer.ggml.* gives the library's ids. */
+Test(gguf, tokenizer_from_metadata)
+{
+	char dir[300];
+	import_to(dir, sizeof dir, "Q8_0");
+	check_ids(dir, 320, "tests/data/gguf/tokens.json", 3);
+}
+
+/* tokenizer.ggml.pre = smollm is llama.cpp's digits-one-by-one split before
+ * GPT-2's regex, SmolLM's own pre-tokenizer: the ids of model-smollm.gguf's
+ * tokenizer are the library's for it (tokens-smollm.json). The tokenizer
+ * merges digits, so its last text gets other ids under GPT-2's regex alone
+ * and under the llama-bpe pre-tokenizer (checked by scripts/ggufref.py).
+ * Another pre-tokenizer (tekken,
+ * qwen2), llama.cpp's default (the key missing, or "default") and "gpt2"
+ * (no name of llama.cpp's, which runs it as default) import the weights and
+ * config, with no tokenizer.json and a warning saying where one must come
+ * from: import used to refuse the first two, and gave the last ones GPT-2's
+ * regex, which llama.cpp does not split with. */
+Test(gguf, pre_tokenizers)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ggufpre");
+	int rc = cu_run(out, sizeof out,
+			"%s import --gguf tests/data/gguf/model-smollm.gguf --out %s/smol", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(!strstr(out, "warning"), "%s", out);
+	char path[512];
+	snprintf(path, sizeof path, "%s/smol", dir);
+	check_ids(path, 323, "tests/data/gguf/tokens-smollm.json", 4);
+	rc = cu_run(out, sizeof out, "%s import --gguf tests/data/gguf/model-F32.gguf --out %s/plain",
+		    cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const struct {
+		const char *make, *needle;
+	} cases[] = {
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "tekken",
+		 "pre-tokenizer 'tekken' is not one strata rebuilds (it rebuilds llama-bpe, gpt-2 and smollm)"},
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "qwen2",
+		 "pre-tokenizer 'qwen2' is not one strata rebuilds"},
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "default",
+		 "pre-tokenizer 'default' (llama.cpp's own, splitting punctuation runs first) is not one"},
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "gpt2",
+		 "pre-tokenizer 'gpt2' is not one strata rebuilds"},
+		/* the key renamed (same length: the file's layout stays) */
+		{"sed 's/tokenizer.ggml.pre/tokenizer.ggml.prX/' tests/data/gguf/model-F32.gguf > %s/x.gguf",
+		 "no tokenizer.ggml.pre (llama.cpp then splits text with its 'default' pre-tokenizer"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char make[512];
+		snprintf(make, sizeof make, cases[i].make, dir);
+		rc = cu_run(out, sizeof out, "%s && %s import --gguf %s/x.gguf --out %s/o%zu", make,
+			    cu_bin(), dir, dir, i);
+		cr_expect_eq(rc, 0, "case %zu refused: %s", i, out);
+		cr_expect(strstr(out, cases[i].needle), "case %zu: %s", i, out);
+		cr_expect(strstr(out, "no tokenizer.json written; copy the original model's "
+				      "tokenizer.json (and tokenizer_config.json) into the output directory"),
+			  "case %zu: %s", i, out);
+		rc = cu_run(out, sizeof out,
+			    "test -s %s/o%zu/config.json && cmp %s/o%zu/model.safetensors "
+			    "%s/plain/model.safetensors && test ! -e %s/o%zu/tokenizer.json && "
+			    "test ! -e %s/o%zu/tokenizer_config.json",
+			    dir, i, dir, i, dir, dir, i, dir, i);
+		cr_expect_eq(rc, 0, "case %zu: not the model's weights and config alone", i);
+	}
 }
 
 /* A tokenizer the import cannot rebuild (not byte-level BPE) writes no
@@ -541,6 +611,9 @@ Test(gguf, bad_metadata)
 		 "tensor model.layers.1.mlp.down_proj.weight holds nan at element 6143"},
 		{"cp tests/data/gguf/model-F32.gguf %s && printf '!' | dd of=%s bs=1 seek=673 conv=notrunc",
 		 "tokenizer.ggml.tokens and 62 merges does not load (the error above"},
+		/* the hint is one import can follow */
+		{"cp tests/data/gguf/model-F32.gguf %s && printf '!' | dd of=%s bs=1 seek=673 conv=notrunc",
+		 "hint: the file's tokenizer is damaged: convert the model again with a current llama.cpp"},
 	};
 	for (size_t i = 0; i < sizeof damaged / sizeof *damaged; i++) {
 		cr_assert_eq(cu_run(NULL, 0, damaged[i].make, path, path), 0);
