@@ -415,6 +415,43 @@ Test(hf, llama_cpp_converts_what_strata_writes)
 	weights_close(&b);
 }
 
+/* A Hugging Face directory holding only PyTorch weights (pytorch_model.bin,
+ * or its shards and their index) is named as such, with how to convert
+ * them (it was "has neither model.safetensors nor ..."); other .bin files
+ * (transformers' training_args.bin) are no weights, and keep that message. */
+Test(hf, pytorch_weights_named)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ptbin");
+	const struct {
+		const char *files, *needle;
+	} cases[] = {
+		{"pytorch_model.bin", "holds PyTorch weights (pytorch_model.bin), which strata does not "
+				      "read: it reads model.safetensors or the shards"},
+		{"pytorch_model-00001-of-00002.bin pytorch_model-00002-of-00002.bin "
+		 "pytorch_model.bin.index.json",
+		 "holds PyTorch weights (pytorch_model"},
+		{"training_args.bin", "has neither model.safetensors nor model.safetensors.index.json"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		int rc = cu_run(out, sizeof out,
+				"mkdir %s/m%zu && cp tests/data/hfref/untied/config.json %s/m%zu/ && "
+				"cd %s/m%zu && for f in %s; do echo x > $f; done",
+				dir, i, dir, i, dir, i, cases[i].files);
+		cr_assert_eq(rc, 0, "%s", out);
+		rc = cu_run(out, sizeof out, "%s eval --model %s/m%zu --data tests/data/hfref/seq.bin",
+			    cu_bin(), dir, i);
+		cr_expect(rc != 0 && strstr(out, cases[i].needle), "%s: %s", cases[i].files, out);
+		cr_expect(!strstr(out, "PyTorch") == (i == 2), "%s: %s", cases[i].files, out);
+	}
+	int rc = cu_run(out, sizeof out, "%s eval --model %s/m0 --data tests/data/hfref/seq.bin",
+			cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "hint: convert them to safetensors first, e.g. in Python "
+					 "with transformers: AutoModelForCausalLM.from_pretrained(DIR)"
+					 ".save_pretrained(OUT)"),
+		  "%s", out);
+}
+
 /* Damaged files: each a clear error naming the problem. */
 Test(gguf, bad_files)
 {
