@@ -188,7 +188,9 @@ static int parse(struct st_gguf *g)
 		if (!c.ok)
 			break;
 		const struct ggml_type_info *ti = ggml_type_info(t->type);
-		ST_CHECK(ti, "convert the model to one of these with llama-quantize, or from its original",
+		ST_CHECK(ti,
+			 "use a file of one of these types (llama-quantize makes one from the model's F16 "
+			 "or BF16 GGUF)",
 			 "%s: tensor '%s' has ggml type %u (%s); strata reads %s", g->path, t->name,
 			 t->type, ggml_type_name(t->type), ggml_readable_types());
 		/* llama-quantize writes whole blocks per row (a row that is not a
