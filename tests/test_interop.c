@@ -76,16 +76,101 @@ Test(gguf, import_bf16) { check_type("BF16"); }
 Test(gguf, import_q8_0) { check_type("Q8_0"); }
 Test(gguf, import_q4_0) { check_type("Q4_0"); }
 Test(gguf, import_q4_1) { check_type("Q4_1"); }
+Test(gguf, import_q5_0) { check_type("Q5_0"); }
+Test(gguf, import_q5_1) { check_type("Q5_1"); }
+/* A file laid out like llama-quantize's Q4_K_M / Q5_K_M: ffn_down (rows of
+ * 256) in Q6_K, Q4_K and Q5_K, the other matrices (rows of 32) in its
+ * fallbacks Q5_0, Q5_1 and Q8_0. */
+Test(gguf, import_k_quants) { check_type("Kmix"); }
 
-/* The tokenizer rebuilt from tokenizer.ggml.* gives the library's ids. */
-Test(gguf, tokenizer_from_metadata)
+/* Every quantized type read through the C API against the gguf package's
+ * dequantization of random block bytes (blocks.gguf: one tensor per type, 3
+ * rows of 512, finite normal fp16 scales; scripts/ggufref.py): bit for bit.
+ * Random bytes reach what a quantizer seldom writes: negative scales and
+ * every pattern of quants, packed scales and high bits. */
+Test(gguf, dequantize_random_blocks)
 {
-	char dir[300];
-	import_to(dir, sizeof dir, "Q8_0");
+	struct st_gguf g;
+	cr_assert_eq(gguf_open(&g, "tests/data/gguf/blocks.gguf"), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, "tests/data/gguf/expected-blocks.safetensors"), ST_OK);
+	const char *types[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+	for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+		const struct st_gguf_tensor *t = gguf_tensor(&g, types[k]);
+		const struct st_tensor_info *want = safetensors_find(&sf, types[k]);
+		cr_assert(t && want, "%s missing", types[k]);
+		cr_assert_str_eq(ggml_type_name(t->type), types[k]);
+		cr_assert(t->ne[0] == 512 && t->ne[1] == 3 && tensor_numel(want) == 1536);
+		float *a = malloc(1536 * sizeof *a), *b = malloc(1536 * sizeof *b);
+		cr_assert_eq(gguf_read_f32(&g, t, a), ST_OK);
+		cr_assert_eq(safetensors_read_f32(&sf, want, b), ST_OK);
+		int i = 0;
+		while (i < 1536 && !memcmp(&a[i], &b[i], sizeof *a))
+			i++;
+		cr_expect_eq(i, 1536, "%s: value %d is %.9g, the gguf package's %.9g", types[k], i,
+			     (double)a[i < 1536 ? i : 0], (double)b[i < 1536 ? i : 0]);
+		free(a);
+		free(b);
+	}
+	safetensors_close(&sf);
+	gguf_close(&g);
+}
+
+/* A copy of blocks.gguf with one field of tensor `name`'s info replaced:
+ * its first dimension (rows) or its ggml type. */
+static void blocks_patch(const char *dst, const char *name, int field_is_type, uint64_t value)
+{
+	size_t n;
+	char *d = NULL;
+	cr_assert_eq(fs_read_file("tests/data/gguf/blocks.gguf", &d, &n), ST_OK);
+	char key[64];
+	const uint64_t len = strlen(name);
+	memcpy(key, &len, 8);
+	memcpy(key + 8, name, len);
+	char *info = memmem(d, n, key, 8 + len); /* name, u32 n_dims, u64 ne[2], u32 type */
+	cr_assert(info, "no tensor %s", name);
+	char *at = info + 8 + len + 4 + (field_is_type ? 16 : 0);
+	memcpy(at, &value, field_is_type ? 4 : 8);
+	cr_assert_eq(fs_write_file_atomic(dst, d, n), ST_OK);
+	free(d);
+}
+
+/* A type strata does not read is named, with the ones it does; a
+ * quantized row that is not whole blocks (256 for the K-quants) is damage. */
+Test(gguf, unreadable_types_and_partial_blocks)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "ggufblocks");
+	snprintf(path, sizeof path, "%s/x.gguf", dir);
+	const struct {
+		const char *tensor;
+		int is_type;
+		uint64_t value;
+		const char *needle;
+	} cases[] = {
+		{"Q4_K", 1, 10, "tensor 'Q4_K' has ggml type 10 (Q2_K); strata reads F32, F16, BF16, "
+				"Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K"},
+		{"Q4_K", 1, 23, "has ggml type 23 (IQ4_XS)"},
+		{"Q4_K", 1, 99, "has ggml type 99 (unknown)"},
+		{"Q4_K", 0, 480, "Q4_K tensor 'Q4_K' has rows of 480 (not whole blocks of 256)"},
+		{"Q6_K", 0, 128, "Q6_K tensor 'Q6_K' has rows of 128 (not whole blocks of 256)"},
+		{"Q5_1", 0, 48, "Q5_1 tensor 'Q5_1' has rows of 48 (not whole blocks of 32)"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		blocks_patch(path, cases[i].tensor, cases[i].is_type, cases[i].value);
+		int rc = cu_run(out, sizeof out, "%s import --gguf %s --out %s/o", cu_bin(), path, dir);
+		cr_expect(rc != 0 && strstr(out, cases[i].needle), "case %zu: %s", i, out);
+	}
+}
+
+/* The tokenizer of model directory dir (vocab tokens) gives the ids of
+ * reference file ref (n_texts texts). */
+static void check_ids(const char *dir, int vocab, const char *ref, int n_texts)
+{
 	struct st_tokenizer tk;
 	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
-	cr_expect_eq(tk.vocab_size, 320);
-	cJSON *root = tu_read_json("tests/data/gguf/tokens.json");
+	cr_expect_eq(tk.vocab_size, vocab);
+	cJSON *root = tu_read_json(ref);
 	const cJSON *s;
 	int n_s = 0;
 	cJSON_ArrayForEach(s, root)
@@ -97,12 +182,83 @@ Test(gguf, tokenizer_from_metadata)
 		int same = n == (size_t)cJSON_GetArraySize(want);
 		for (size_t i = 0; same && i < n; i++)
 			same = ids[i] == (uint32_t)cJSON_GetArrayItem(want, (int)i)->valuedouble;
-		cr_expect(same, "ids differ for \"%s\"", t);
+		cr_expect(same, "%s: ids differ for \"%s\"", ref, t);
 		n_s++;
 	}
-	cr_expect_eq(n_s, 3);
+	cr_expect_eq(n_s, n_texts);
 	cJSON_Delete(root);
 	tokenizer_free(&tk);
+}
+
+/* The tokenizer rebuilt from tokenizer.ggml.* gives the library's ids. */
+Test(gguf, tokenizer_from_metadata)
+{
+	char dir[300];
+	import_to(dir, sizeof dir, "Q8_0");
+	check_ids(dir, 320, "tests/data/gguf/tokens.json", 3);
+}
+
+/* tokenizer.ggml.pre = smollm is llama.cpp's digits-one-by-one split before
+ * GPT-2's regex, SmolLM's own pre-tokenizer: the ids of model-smollm.gguf's
+ * tokenizer are the library's for it (tokens-smollm.json). The tokenizer
+ * merges digits, so its last text gets other ids under GPT-2's regex alone
+ * and under the llama-bpe pre-tokenizer (checked by scripts/ggufref.py).
+ * Another pre-tokenizer (tekken,
+ * qwen2), llama.cpp's default (the key missing, or "default") and "gpt2"
+ * (no name of llama.cpp's, which runs it as default) import the weights and
+ * config, with no tokenizer.json and a warning saying where one must come
+ * from: import used to refuse the first two, and gave the last ones GPT-2's
+ * regex, which llama.cpp does not split with. */
+Test(gguf, pre_tokenizers)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ggufpre");
+	int rc = cu_run(out, sizeof out,
+			"%s import --gguf tests/data/gguf/model-smollm.gguf --out %s/smol", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(!strstr(out, "warning"), "%s", out);
+	char path[512];
+	snprintf(path, sizeof path, "%s/smol", dir);
+	check_ids(path, 323, "tests/data/gguf/tokens-smollm.json", 4);
+	rc = cu_run(out, sizeof out, "%s import --gguf tests/data/gguf/model-F32.gguf --out %s/plain",
+		    cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const struct {
+		const char *make, *needle;
+	} cases[] = {
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "tekken",
+		 "pre-tokenizer 'tekken' is not one strata rebuilds (it rebuilds llama-bpe, gpt-2 and smollm)"},
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "qwen2",
+		 "pre-tokenizer 'qwen2' is not one strata rebuilds"},
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "default",
+		 "pre-tokenizer 'default' (llama.cpp's own, splitting punctuation runs first) is not one"},
+		{"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set tokenizer.ggml.pre 8 "
+		 "gpt2",
+		 "pre-tokenizer 'gpt2' is not one strata rebuilds"},
+		/* the key renamed (same length: the file's layout stays) */
+		{"sed 's/tokenizer.ggml.pre/tokenizer.ggml.prX/' tests/data/gguf/model-F32.gguf > %s/x.gguf",
+		 "no tokenizer.ggml.pre (llama.cpp then splits text with its 'default' pre-tokenizer"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char make[512];
+		snprintf(make, sizeof make, cases[i].make, dir);
+		rc = cu_run(out, sizeof out, "%s && %s import --gguf %s/x.gguf --out %s/o%zu", make,
+			    cu_bin(), dir, dir, i);
+		cr_expect_eq(rc, 0, "case %zu refused: %s", i, out);
+		cr_expect(strstr(out, cases[i].needle), "case %zu: %s", i, out);
+		cr_expect(strstr(out, "no tokenizer.json written; copy the original model's "
+				      "tokenizer.json (and tokenizer_config.json) into the output directory"),
+			  "case %zu: %s", i, out);
+		rc = cu_run(out, sizeof out,
+			    "test -s %s/o%zu/config.json && cmp %s/o%zu/model.safetensors "
+			    "%s/plain/model.safetensors && test ! -e %s/o%zu/tokenizer.json && "
+			    "test ! -e %s/o%zu/tokenizer_config.json",
+			    dir, i, dir, i, dir, dir, i, dir, i);
+		cr_expect_eq(rc, 0, "case %zu: not the model's weights and config alone", i);
+	}
 }
 
 /* A tokenizer the import cannot rebuild (not byte-level BPE) writes no
@@ -257,6 +413,43 @@ Test(hf, llama_cpp_converts_what_strata_writes)
 	}
 	weights_close(&a);
 	weights_close(&b);
+}
+
+/* A Hugging Face directory holding only PyTorch weights (pytorch_model.bin,
+ * or its shards and their index) is named as such, with how to convert
+ * them (it was "has neither model.safetensors nor ..."); other .bin files
+ * (transformers' training_args.bin) are no weights, and keep that message. */
+Test(hf, pytorch_weights_named)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ptbin");
+	const struct {
+		const char *files, *needle;
+	} cases[] = {
+		{"pytorch_model.bin", "holds PyTorch weights (pytorch_model.bin), which strata does not "
+				      "read: it reads model.safetensors or the shards"},
+		{"pytorch_model-00001-of-00002.bin pytorch_model-00002-of-00002.bin "
+		 "pytorch_model.bin.index.json",
+		 "holds PyTorch weights (pytorch_model"},
+		{"training_args.bin", "has neither model.safetensors nor model.safetensors.index.json"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		int rc = cu_run(out, sizeof out,
+				"mkdir %s/m%zu && cp tests/data/hfref/untied/config.json %s/m%zu/ && "
+				"cd %s/m%zu && for f in %s; do echo x > $f; done",
+				dir, i, dir, i, dir, i, cases[i].files);
+		cr_assert_eq(rc, 0, "%s", out);
+		rc = cu_run(out, sizeof out, "%s eval --model %s/m%zu --data tests/data/hfref/seq.bin",
+			    cu_bin(), dir, i);
+		cr_expect(rc != 0 && strstr(out, cases[i].needle), "%s: %s", cases[i].files, out);
+		cr_expect(!strstr(out, "PyTorch") == (i == 2), "%s: %s", cases[i].files, out);
+	}
+	int rc = cu_run(out, sizeof out, "%s eval --model %s/m0 --data tests/data/hfref/seq.bin",
+			cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "hint: convert them to safetensors first, e.g. in Python "
+					 "with transformers: AutoModelForCausalLM.from_pretrained(DIR)"
+					 ".save_pretrained(OUT)"),
+		  "%s", out);
 }
 
 /* Damaged files: each a clear error naming the problem. */
@@ -455,6 +648,9 @@ Test(gguf, bad_metadata)
 		 "tensor model.layers.1.mlp.down_proj.weight holds nan at element 6143"},
 		{"cp tests/data/gguf/model-F32.gguf %s && printf '!' | dd of=%s bs=1 seek=673 conv=notrunc",
 		 "tokenizer.ggml.tokens and 62 merges does not load (the error above"},
+		/* the hint is one import can follow */
+		{"cp tests/data/gguf/model-F32.gguf %s && printf '!' | dd of=%s bs=1 seek=673 conv=notrunc",
+		 "hint: the file's tokenizer is damaged: convert the model again with a current llama.cpp"},
 	};
 	for (size_t i = 0; i < sizeof damaged / sizeof *damaged; i++) {
 		cr_assert_eq(cu_run(NULL, 0, damaged[i].make, path, path), 0);

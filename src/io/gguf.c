@@ -6,7 +6,6 @@
 
 #include "io/fsutil.h"
 #include "io/gguf.h"
-#include "io/safetensors.h"
 #include "util/check.h"
 
 #define GGUF_MAX_COUNT 10000000u /* tensors, keys, array elements: far above any model */
@@ -85,20 +84,6 @@ static void skip_value(struct cursor *c, uint32_t t, int depth)
 	} else {
 		if (need(c, vsize[t], "a metadata value"))
 			c->p += vsize[t];
-	}
-}
-
-static size_t type_bytes(uint32_t type, uint64_t numel, int *ok)
-{
-	*ok = 1;
-	switch (type) {
-	case GGML_F32: return numel * 4;
-	case GGML_F16:
-	case GGML_BF16: return numel * 2;
-	case GGML_Q8_0: return numel / 32 * 34;
-	case GGML_Q4_0: return numel / 32 * 18;
-	case GGML_Q4_1: return numel / 32 * 20;
-	default: *ok = 0; return 0;
 	}
 }
 
@@ -202,14 +187,18 @@ static int parse(struct st_gguf *g)
 		t->offset = take(&c, 8, "a tensor offset");
 		if (!c.ok)
 			break;
-		int known;
-		t->bytes = type_bytes(t->type, t->numel, &known);
-		ST_CHECK(known, "convert the model to F16, BF16, Q8_0, Q4_0 or Q4_1 (llama-quantize)",
-			 "%s: tensor '%s' has ggml type %u, which strata cannot read", g->path, t->name,
-			 t->type);
-		ST_CHECK(t->type <= GGML_F16 || t->type == GGML_BF16 || t->ne[0] % 32 == 0,
-			 "the file is damaged", "%s: quantized tensor '%s' has rows of %llu (not blocks of 32)",
-			 g->path, t->name, (unsigned long long)t->ne[0]);
+		const struct ggml_type_info *ti = ggml_type_info(t->type);
+		ST_CHECK(ti,
+			 "use a file of one of these types (llama-quantize makes one from the model's F16 "
+			 "or BF16 GGUF)",
+			 "%s: tensor '%s' has ggml type %u (%s); strata reads %s", g->path, t->name,
+			 t->type, ggml_type_name(t->type), ggml_readable_types());
+		/* llama-quantize writes whole blocks per row (a row that is not a
+		 * multiple of 256 gets Q5_0 / Q5_1 / Q8_0 instead of a K-quant) */
+		ST_CHECK(t->ne[0] % (uint64_t)ti->block == 0, "the file is damaged",
+			 "%s: %s tensor '%s' has rows of %llu (not whole blocks of %d)", g->path, ti->name,
+			 t->name, (unsigned long long)t->ne[0], ti->block);
+		t->bytes = t->numel / (uint64_t)ti->block * (uint64_t)ti->bytes;
 		ST_CHECK(t->offset % alignment == 0, "the file is damaged",
 			 "%s: tensor '%s' is not aligned to %llu bytes", g->path, t->name,
 			 (unsigned long long)alignment);
@@ -409,54 +398,11 @@ int64_t gguf_arr_int(const struct st_gguf_kv *kv, uint64_t i)
 	return (int64_t)v;
 }
 
-/* ggml's dequantization, block by block of 32: Q8_0 = d * q; Q4_0 = d * (q
- * - 8) with the low nibbles the first 16 values; Q4_1 = d * q + m. No fused
- * multiply-add, so the values are ggml's (and the gguf package's) exactly. */
-__attribute__((optimize("fp-contract=off")))
 int gguf_read_f32(const struct st_gguf *g, const struct st_gguf_tensor *t, float *dst)
 {
-	const uint8_t *p = g->map + g->data_start + t->offset;
-	const uint64_t n = t->numel;
-	switch (t->type) {
-	case GGML_F32:
-		memcpy(dst, p, n * 4);
-		return ST_OK;
-	case GGML_F16:
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = f16_to_f32((uint16_t)rd(p + 2 * i, 2));
-		return ST_OK;
-	case GGML_BF16:
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = bf16_to_f32((uint16_t)rd(p + 2 * i, 2));
-		return ST_OK;
-	case GGML_Q8_0:
-		for (uint64_t b = 0; b < n / 32; b++, p += 34) {
-			const float d = f16_to_f32((uint16_t)rd(p, 2));
-			for (int i = 0; i < 32; i++)
-				dst[b * 32 + i] = d * (float)(int8_t)p[2 + i];
-		}
-		return ST_OK;
-	case GGML_Q4_0:
-		for (uint64_t b = 0; b < n / 32; b++, p += 18) {
-			const float d = f16_to_f32((uint16_t)rd(p, 2));
-			for (int i = 0; i < 16; i++) {
-				dst[b * 32 + i] = d * (float)((p[2 + i] & 0x0f) - 8);
-				dst[b * 32 + 16 + i] = d * (float)((p[2 + i] >> 4) - 8);
-			}
-		}
-		return ST_OK;
-	case GGML_Q4_1:
-		for (uint64_t b = 0; b < n / 32; b++, p += 20) {
-			const float d = f16_to_f32((uint16_t)rd(p, 2)), m = f16_to_f32((uint16_t)rd(p + 2, 2));
-			for (int i = 0; i < 16; i++) {
-				float lo = d * (float)(p[4 + i] & 0x0f), hi = d * (float)(p[4 + i] >> 4);
-				dst[b * 32 + i] = lo + m;
-				dst[b * 32 + 16 + i] = hi + m;
-			}
-		}
-		return ST_OK;
-	default:
-		ST_ERROR(NULL, "%s: tensor '%s' has an unreadable type %u", g->path, t->name, t->type);
-		return ST_FAIL;
-	}
+	/* gguf_open took only readable types with whole blocks per row */
+	ST_CHECK(ggml_type_info(t->type), NULL, "%s: tensor '%s' has an unreadable type %u", g->path,
+		 t->name, t->type);
+	ggml_to_f32(dst, g->map + g->data_start + t->offset, t->type, t->numel);
+	return ST_OK;
 }

@@ -9,21 +9,22 @@
  * problem: a wrong magic or version, counts or strings running past the end,
  * unknown value types, tensors with zero or too many dimensions, unknown or
  * unsupported tensor types, unaligned offsets, and data that runs past the
- * end of the file or overlaps. Tensors of type F32, F16, BF16, Q8_0, Q4_0 and
- * Q4_1 can be read as fp32. */
+ * end of the file or overlaps, and quantized rows that are not whole blocks
+ * (32 values; 256 for the K-quants). Tensors of the types ggml_quant.h lists
+ * (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) can be
+ * read as fp32. */
 #ifndef ST_GGUF_H
 #define ST_GGUF_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/ggml_quant.h"
+
 enum st_gguf_vtype {
 	GGUF_UINT8, GGUF_INT8, GGUF_UINT16, GGUF_INT16, GGUF_UINT32, GGUF_INT32, GGUF_FLOAT32,
 	GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64, GGUF__NTYPES
 };
-
-/* the ggml tensor types strata reads */
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, GGML_BF16 = 30 };
 
 struct st_gguf_kv {
 	const char *key;
@@ -67,8 +68,8 @@ const char *gguf_get_str(const struct st_gguf *g, const char *key, size_t *len);
 const char *gguf_arr_str(const struct st_gguf_kv *kv, uint64_t i, size_t *len);
 /* Element i of an integer array, as int64. */
 int64_t gguf_arr_int(const struct st_gguf_kv *kv, uint64_t i);
-/* Read a tensor as fp32 (numel floats): F32, F16 and BF16 exactly, Q8_0,
- * Q4_0 and Q4_1 dequantized as ggml does. */
+/* Read a tensor as fp32 (numel floats): F32, F16 and BF16 exactly, the
+ * quantized types dequantized as ggml does (ggml_to_f32). */
 int gguf_read_f32(const struct st_gguf *g, const struct st_gguf_tensor *t, float *dst);
 
 #endif

@@ -303,15 +303,57 @@ static int write_tokenizer_config(const struct st_config *cfg, const struct st_b
 	return rc;
 }
 
+/* A tokenizer the import cannot rebuild exactly as llama.cpp runs it: the
+ * weights and config are still the model, so they import, and the user is
+ * told where the tokenizer has to come from (prepare and sample read the
+ * model directory's tokenizer.json). */
+static int no_tokenizer(const struct st_gguf *g, const char *why)
+{
+	st_log_warn("%s: %s: no tokenizer.json written; copy the original model's tokenizer.json "
+		    "(and tokenizer_config.json) into the output directory before prepare or sample",
+		    g->path, why);
+	return ST_OK;
+}
+
+/* llama.cpp's pre-tokenizer (llama-vocab.cpp: the regexes it splits text
+ * with before BPE) for tokenizer.ggml.pre, as the tokenizer.json
+ * pre-tokenizer that splits the same way. */
+enum pre_kind { PRE_NONE, PRE_LLAMA3, PRE_GPT2, PRE_SMOLLM };
+
+static enum pre_kind pre_kind(const char *name)
+{
+	/* LLAMA3: LLaMA 3's regex (llama.cpp spells its case-insensitive
+	 * contractions out); a word in the vocabulary is one token, merges
+	 * ignored */
+	if (!strcmp(name, "llama-bpe") || !strcmp(name, "llama3") || !strcmp(name, "llama-v3"))
+		return PRE_LLAMA3;
+	/* GPT2: GPT-2's regex (llama.cpp's lacks the final \s+, which matches
+	 * only what it leaves as a piece of its own anyway). "gpt2" is none of
+	 * llama.cpp's names: it runs such a file with its default. */
+	if (!strcmp(name, "gpt-2"))
+		return PRE_GPT2;
+	/* SMOLLM: \p{N} split off one digit at a time, then GPT-2's regex:
+	 * SmolLM's own tokenizer.json (Digits, individual_digits, then ByteLevel
+	 * with its regex) */
+	if (!strcmp(name, "smollm"))
+		return PRE_SMOLLM;
+	/* "default" (what llama.cpp also runs for a missing or unknown name)
+	 * splits off runs of punctuation before GPT-2's regex ("don't" becomes
+	 * don ' t, not don 't) and then digits; no tokenizer.json strata writes
+	 * is checked to split like it, so none is written. The others (qwen2,
+	 * tekken, ...) have regexes of their own. */
+	return PRE_NONE;
+}
+
 static int write_tokenizer(const struct st_gguf *g, const char *dir, const struct st_config *cfg)
 {
 	size_t n;
 	const char *model = gguf_get_str(g, "tokenizer.ggml.model", &n);
+	char why[256];
 	if (!model || !(n == 4 && !memcmp(model, "gpt2", 4))) {
-		st_log_warn("%s: tokenizer '%.*s' is not byte-level BPE: no tokenizer.json written (use "
-			    "the model's own tokenizer.json with --tokenizer)", g->path,
-			    model ? (int)n : 4, model ? model : "none");
-		return ST_OK;
+		snprintf(why, sizeof why, "tokenizer '%.*s' is not byte-level BPE", model ? (int)n : 4,
+			 model ? model : "none");
+		return no_tokenizer(g, why);
 	}
 	const struct st_gguf_kv *tokens = gguf_kv(g, "tokenizer.ggml.tokens");
 	const struct st_gguf_kv *merges = gguf_kv(g, "tokenizer.ggml.merges");
@@ -335,15 +377,23 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 		 g->path, (unsigned long long)tokens->arr_n, cfg->vocab_size);
 	size_t pn = 0;
 	const char *pre = gguf_get_str(g, "tokenizer.ggml.pre", &pn);
-	char pre_name[64] = "default";
+	char pre_name[64] = "";
 	if (pre)
 		snprintf(pre_name, sizeof pre_name, "%.*s", (int)(pn < 63 ? pn : 63), pre);
-	const int llama3 = !strcmp(pre_name, "llama-bpe") || !strcmp(pre_name, "llama3") ||
-			   !strcmp(pre_name, "llama-v3");
-	ST_CHECK(llama3 || !strcmp(pre_name, "default") || !strcmp(pre_name, "gpt-2") ||
-			 !strcmp(pre_name, "gpt2"),
-		 "strata knows the llama-bpe and gpt-2 pre-tokenizers; give the model's tokenizer.json",
-		 "%s: pre-tokenizer '%s' is not supported", g->path, pre_name);
+	const enum pre_kind kind = pre && !memchr(pre, 0, pn) ? pre_kind(pre_name) : PRE_NONE;
+	if (kind == PRE_NONE) {
+		if (!pre)
+			snprintf(why, sizeof why, "no tokenizer.ggml.pre (llama.cpp then splits text with "
+				 "its 'default' pre-tokenizer, which strata does not rebuild)");
+		else if (!strcmp(pre_name, "default"))
+			snprintf(why, sizeof why, "pre-tokenizer 'default' (llama.cpp's own, splitting "
+				 "punctuation runs first) is not one strata rebuilds");
+		else
+			snprintf(why, sizeof why, "pre-tokenizer '%s' is not one strata rebuilds (it "
+				 "rebuilds llama-bpe, gpt-2 and smollm)", pre_name);
+		return no_tokenizer(g, why);
+	}
+	const int llama3 = kind == PRE_LLAMA3;
 	/* every field the Hugging Face tokenizers library requires when it
 	 * deserializes the file, so that transformers and llama.cpp's converter
 	 * read it too */
@@ -371,10 +421,21 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 		cJSON_AddItemToArray(seq, split);
 		cJSON_AddItemToArray(seq, bl);
 	} else {
-		cJSON_AddStringToObject(pt, "type", "ByteLevel");
-		cJSON_AddBoolToObject(pt, "add_prefix_space", 0);
-		cJSON_AddBoolToObject(pt, "trim_offsets", 1);
-		cJSON_AddBoolToObject(pt, "use_regex", 1);
+		cJSON *bl = pt;
+		if (kind == PRE_SMOLLM) {
+			cJSON_AddStringToObject(pt, "type", "Sequence");
+			cJSON *seq = cJSON_AddArrayToObject(pt, "pretokenizers");
+			cJSON *digits = cJSON_CreateObject();
+			cJSON_AddStringToObject(digits, "type", "Digits");
+			cJSON_AddBoolToObject(digits, "individual_digits", 1);
+			cJSON_AddItemToArray(seq, digits);
+			bl = cJSON_CreateObject();
+			cJSON_AddItemToArray(seq, bl);
+		}
+		cJSON_AddStringToObject(bl, "type", "ByteLevel");
+		cJSON_AddBoolToObject(bl, "add_prefix_space", 0);
+		cJSON_AddBoolToObject(bl, "trim_offsets", 1);
+		cJSON_AddBoolToObject(bl, "use_regex", 1);
 	}
 	cJSON_AddNullToObject(root, "post_processor");
 	cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
@@ -451,8 +512,8 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 	 * the first prepare or sample */
 	struct st_bpe *b = NULL;
 	if (rc == ST_OK && bpe_load(&b, path) != ST_OK) {
-		ST_ERROR("the file's tokenizer is damaged; use --tokenizer with a tokenizer.json of "
-			 "this model when preparing data",
+		ST_ERROR("the file's tokenizer is damaged: convert the model again with a current "
+			 "llama.cpp (convert_hf_to_gguf.py)",
 			 "%s: the tokenizer built from its %llu tokenizer.ggml.tokens and %llu merges "
 			 "does not load (the error above; the file it names was the import's own copy, "
 			 "removed)",

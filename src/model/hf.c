@@ -75,6 +75,29 @@ static int open_index(struct st_weight_files *w, const char *dir, const char *in
 	return rc;
 }
 
+/* The first PyTorch weight file of a Hugging Face directory
+ * (pytorch_model.bin, its shards pytorch_model-0000k-of-0000n.bin or their
+ * index) into name, or 0: named when there are no safetensors, since a
+ * checkpoint saved before transformers 4.35 (or with safe_serialization
+ * off) holds only those. Other .bin files (training_args.bin, strata's
+ * token shards) are not weights. */
+static int pytorch_weights(const char *dir, char *name, size_t n)
+{
+	DIR *d = opendir(dir);
+	int found = 0;
+	for (struct dirent *e; d && !found && (e = readdir(d));) {
+		const size_t len = strlen(e->d_name);
+		found = !strncmp(e->d_name, "pytorch_model", 13) &&
+			((len > 4 && !strcmp(e->d_name + len - 4, ".bin")) ||
+			 (len > 15 && !strcmp(e->d_name + len - 15, ".bin.index.json")));
+		if (found)
+			snprintf(name, n, "%s", e->d_name);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
 int weights_open(struct st_weight_files *w, const char *dir)
 {
 	memset(w, 0, sizeof *w);
@@ -90,6 +113,14 @@ int weights_open(struct st_weight_files *w, const char *dir)
 		return ST_OK;
 	}
 	snprintf(path, sizeof path, "%s/" INDEX_NAME, dir);
+	char bin[256];
+	ST_CHECK(fs_exists(path) || !pytorch_weights(dir, bin, sizeof bin),
+		 "convert them to safetensors first, e.g. in Python with transformers: "
+		 "AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(OUT) (transformers before "
+		 "4.35 also needs safe_serialization=True)",
+		 "%s holds PyTorch weights (%s), which strata does not read: it reads model.safetensors "
+		 "or the shards " INDEX_NAME " names",
+		 dir, bin);
 	ST_CHECK(fs_exists(path), "give a Hugging Face model directory (or create one with strata init)",
 		 "%s has neither model.safetensors nor " INDEX_NAME, dir);
 	if (open_index(w, dir, path) != ST_OK) {

@@ -85,10 +85,11 @@ void model_dir_unstage(struct model_stage *st);
  * the error. */
 int model_dir_commit(const char *dir, struct model_stage *st);
 
-/* Import a llama-architecture GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1
- * tensors, dequantized; q/k rows un-permuted) as a Hugging Face directory:
+/* Import a llama-architecture GGUF file (tensors of the types ggml_quant.h
+ * reads, dequantized; q/k rows un-permuted) as a Hugging Face directory:
  * config.json, the weights (sharded above shard_bytes), and tokenizer.json
- * from tokenizer.ggml.* when it is byte-level BPE. cfg_out (may be NULL)
+ * from tokenizer.ggml.* when it is byte-level BPE with a pre-tokenizer
+ * strata rebuilds (else none, warned). cfg_out (may be NULL)
  * gets the model's configuration. */
 int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, struct st_config *cfg_out);
 
