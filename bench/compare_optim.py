@@ -15,6 +15,10 @@ for key in ("params", "threads"):
     if key in s and key in peers_file and s[key] != peers_file[key]:
         sys.exit(f"compare_optim.py: {sys.argv[1]} has {key} {s[key]}, {sys.argv[2]} {peers_file[key]}: "
                  "run both on the same tensors and threads")
+# bitsandbytes quantizes in blocks of 256 (optim_peers.py records it)
+if "bnb_adamw8bit" in p and s.get("block", 256) != peers_file.get("block", 256):
+    sys.exit(f"compare_optim.py: {sys.argv[1]} has block {s['block']}, bitsandbytes "
+             f"{peers_file.get('block', 256)}: run bench/optim with --block 256 to compare them")
 if peers_file.get("device", "cpu") != "cpu":
     sys.exit(f"compare_optim.py: {sys.argv[2]} measured on {peers_file['device']}, bench/optim on the CPU")
 fp32, q8 = s["adamw_fp32"]["params_per_s"], s["adamw_8bit"]["params_per_s"]

@@ -13,6 +13,7 @@ usage: optim_peers.py [--params 134217728] [--reps 5] [--device cpu|cuda] [--jso
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -63,6 +64,12 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json")
     a = ap.parse_args()
+    # bitsandbytes keeps tensors under min_8bit_size (4096) in fp32, and has
+    # no state to measure below it; bench/optim takes >= 1024
+    if a.params < 4096 or a.reps < 1:
+        ap.error("need --params >= 4096 and --reps >= 1")
+    if a.json and not os.access(os.path.dirname(os.path.abspath(a.json)), os.W_OK):
+        ap.error("cannot write %s" % a.json)
     global DEVICE
     DEVICE = a.device
     if DEVICE == "cuda" and not torch.cuda.is_available():
@@ -95,6 +102,7 @@ def main():
         st = opt.state[p]
         state_bytes = sum(st[k].numel() * st[k].element_size() for k in ("state1", "state2", "absmax1", "absmax2"))
         res["bitsandbytes"] = bnb.__version__
+        res["block"] = 256  # bitsandbytes' block-wise 8-bit state
         res["peers"]["bnb_adamw8bit"] = {"step_s": t, "params_per_s": n / t, "state_bytes_per_param": state_bytes / n}
         del opt, p
     except ImportError:
@@ -105,9 +113,10 @@ def main():
     for k, r in res["peers"].items():
         extra = f"  state {r['state_bytes_per_param']:.3f} B/param" if "state_bytes_per_param" in r else ""
         print(f"{k:<22} {1e3 * r['step_s']:9.1f} ms  {r['params_per_s']:10.3e} params/s{extra}")
-    if a.json:
-        with open(a.json, "w") as f:
+    if a.json:  # whole or not at all
+        with open(a.json + ".tmp", "w") as f:
             json.dump(res, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
 
 
 if __name__ == "__main__":
