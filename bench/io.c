@@ -17,6 +17,7 @@
  * on the first --dir only: with several directories their rate is one
  * disk's, the store's all of them. */
 #include <fcntl.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,7 +164,9 @@ int main(int argc, char **argv)
 	char tmp[] = "bench/results/.io-XXXXXX";
 	if (!n_dirs) {
 		if (!mkdtemp(tmp)) {
-			perror("mkdtemp");
+			fprintf(stderr, "bench/io: cannot make a scratch directory %s: %s (run it from the "
+					"repository root, or give --dir DIR)\n",
+				tmp, strerror(errno));
 			return 1;
 		}
 		dirs[n_dirs++] = tmp;

@@ -76,6 +76,8 @@ def main():
     data = prepared_corpus(work, "bench/plan")
     profile = os.path.join(work, "profile.json")
     results = []
+    if a.case and not all(0 <= i < len(CASES) for i in a.case):
+        ap.error("--case takes 0 to %d" % (len(CASES) - 1))
     cases = QUICK if a.quick else [c for i, c in enumerate(CASES) if not a.case or i in a.case]
     for name, preset, b, t, steps, dev, host in cases:
         init = os.path.join(work, "init-" + preset)

@@ -213,6 +213,20 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const int B = (int)lb, T = (int)lt, V = (int)lv, steps = (int)ls;
+	/* every name before anything is measured (a bad one came after minutes
+	 * of the good ones, and left the JSON's temporary file) */
+	char list[256];
+	snprintf(list, sizeof list, "%s", presets);
+	int named = 0;
+	for (char *p = strtok(list, ","); p; p = strtok(NULL, ","), named++) {
+		struct st_config cfg;
+		if (config_preset(&cfg, p) != ST_OK)
+			return 2;
+	}
+	if (!named) {
+		fprintf(stderr, "bench/train: --presets names none (have %s)\n", config_preset_names());
+		return 2;
+	}
 	printf("bench/train: %d threads, B=%d T=%d V=%d, matmul %s; OpenBLAS core %s\n",
 	       omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
 	printf("%-11s %8s %9s %9s %12s %12s %12s %7s\n", "preset", "params", "step s", "tok/s",
@@ -220,7 +234,6 @@ int main(int argc, char **argv)
 	if (jf)
 		fprintf(jf, "{\"threads\": %d, \"batch\": %d, \"seq\": %d, \"vocab\": %d, \"matmul\": \"%s\", \"openblas_core\": \"%s\", \"results\": [",
 			omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
-	char list[256];
 	snprintf(list, sizeof list, "%s", presets);
 	int first = 1;
 	for (char *p = strtok(list, ","); p; p = strtok(NULL, ",")) {
