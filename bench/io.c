@@ -16,8 +16,8 @@
  * file and fio end_fsync, which halved them on the build VM). dd and fio run
  * on the first --dir only: with several directories their rate is one
  * disk's, the store's all of them. */
-#include <fcntl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
