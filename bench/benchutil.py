@@ -10,14 +10,21 @@ STRATA = os.path.join(ROOT, "build", "strata")
 
 
 def cpu_name():
+    """The CPU's name, family, model and vector extensions: the name alone
+    ("AMD EPYC") named VMs of two CPU generations."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if ":" in line:
+                    k, v = (x.strip() for x in line.split(":", 1))
+                    info.setdefault(k, v)
     except OSError:
-        pass
-    return "unknown"
+        return "unknown"
+    simd = sorted(x for x in info.get("flags", "").split() if x in ("avx2", "fma") or x.startswith("avx512"))
+    return "%s (family %s model %s; %s; %d CPUs)" % (info.get("model name", "unknown"), info.get("cpu family", "?"),
+                                                   info.get("model", "?"), " ".join(simd) or "no AVX2",
+                                                   len(os.sched_getaffinity(0)))
 
 
 def load_json(path, what):

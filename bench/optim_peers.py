@@ -18,6 +18,8 @@ import statistics
 import sys
 import time
 
+from benchutil import cpu_name
+
 try:
     import torch
 except ImportError:
@@ -76,7 +78,7 @@ def main():
         sys.exit("optim_peers.py: --device cuda but PyTorch sees no GPU")
     n = a.params
     kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
-    res = {"params": n, "device": DEVICE, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    res = {"params": n, "device": DEVICE, "cpu": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
            "timing": "median" if DEVICE == "cuda" else "best", "peers": {}}
     if DEVICE == "cuda":
         res["gpu"] = torch.cuda.get_device_name(0)

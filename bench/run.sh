@@ -29,6 +29,17 @@ train | optim | io | offload | galore | plan | all) ;;
 esac
 mkdir -p bench/results
 stamp=$(date +%Y%m%d-%H%M)
+# the machine beside the figures: "AMD EPYC" alone named two VMs of other
+# CPU generations (Zen 3 with AVX2, Zen 5 with AVX-512)
+{
+	grep -m1 '^model name' /proc/cpuinfo
+	grep -m1 '^cpu family' /proc/cpuinfo
+	grep -m1 '^model[[:space:]]*:' /proc/cpuinfo
+	echo "simd: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512[a-z_]*)$' | sort | tr '\n' ' ')"
+	echo "cpus: $(nproc), $(grep MemTotal /proc/meminfo)"
+	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "strata: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} > "bench/results/machine-$stamp.txt"
 have_torch=0
 python3 -c 'import torch' 2>/dev/null && have_torch=1
 

@@ -15,6 +15,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 from torch_llama import forward, param_shapes  # noqa: E402
+from benchutil import cpu_name  # noqa: E402  (bench/ is this script's directory)
 
 PRESETS = {  # the GaLore paper's sizes (vocabulary set by --vocab)
     "llama-60m": dict(dim=512, layers=8, heads=8, kv=8, ffn=1376),
@@ -83,7 +84,7 @@ def main():
     res = [bench(p, a.batch, a.seq, a.steps, a.vocab) for p in names]
     for r in res:
         print(f"torch {r['preset']:<11} {r['params']/1e6:6.1f}M  step {r['step_s']:.3f} s  {r['tok_per_s']:.0f} tok/s")
-    out = {"torch": torch.__version__, "vocab": a.vocab, "threads": a.threads, "batch": a.batch, "seq": a.seq,
+    out = {"torch": torch.__version__, "cpu": cpu_name(), "vocab": a.vocab, "threads": a.threads, "batch": a.batch, "seq": a.seq,
            "results": res}
     if a.json:  # whole or not at all
         with open(a.json + ".tmp", "w") as f:
