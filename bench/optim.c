@@ -159,7 +159,9 @@ int main(int argc, char **argv)
 	const double gbs_axpy = 12.0 * (double)n / t_axpy / 1e9;
 	const double ceiling = fmax(gbs_triad, gbs_axpy);
 	/* Compute rate: each thread steps its own cache-resident slice (32K
-	 * params, about 320 KiB of 8-bit state + p + g, in L2) inside one
+	 * params: about 320 KiB of 8-bit state + p + g, in L2; fp32's p, g, m, v
+	 * take 512 KiB, the whole L2 of a Zen 3 core, so its figure there is
+	 * partly L3's) inside one
 	 * parallel region, so neither memory bandwidth nor a fork and join per
 	 * call bounds it (the kernels' own parallel regions nest to one thread).
 	 * A kernel whose in-cache rate is below its bandwidth-bound rate

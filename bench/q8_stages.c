@@ -1,5 +1,7 @@
 /* bench/q8_stages: where the CPU's 8-bit AdamW step spends its time, on one
- * core with everything in L1/L2. Times each stage of the fused kernel
+ * core near the caches (the stages' blocks in L1; the step's 64K parameters
+ * take 640 KiB with p and g, in L2 where it holds that much, L2 and L3 on a
+ * 512 KiB-L2 Zen 3). Times each stage of the fused kernel
  * (decode, absmax, encode: quant8.c's per-variant pieces) per element over a
  * 256-element quantization block, the encoder's bucket-table gather alone
  * (AVX-512: one vpgatherdd per 16 elements), and the whole fused step

@@ -139,8 +139,11 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 		if (it > 0 && dt < best) /* first step warms caches and allocators */
 			best = dt;
 	}
-	/* ceiling: the step's matmuls, each at its best measured rate (measured
-	 * after the step, so OpenBLAS's spinning threads cannot slow the step) */
+	/* ceiling: the step's matmuls, all of them by one library, the faster of
+	 * oneDNN's and OpenBLAS's totals (a step uses one library: the best
+	 * shape-by-shape mix of the two would be a slightly stricter ceiling no
+	 * single library reaches); measured after the step, so OpenBLAS's
+	 * spinning threads cannot slow the step */
 	struct shape sh[32];
 	int ns = step_shapes(m, N, sh);
 	size_t maxe = 0;
