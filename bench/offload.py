@@ -53,8 +53,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one small case (a smoke test)")
     ap.add_argument("--dir", help="work directory on the disk to offload to (default: a temp dir under bench/results)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="pairs of runs, the order reversed each round: a burst of this shared machine's "
+                         "noise on one run of a single pair decided the ratio [2]")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be >= 1")
     work = a.dir or tempfile.mkdtemp(prefix=".offload-", dir=os.path.join(ROOT, "bench", "results"))
     os.makedirs(work, exist_ok=True)
     data = prepared_corpus(work, "bench/offload")
@@ -66,33 +71,38 @@ def main():
         common = [STRATA, "train", "--model", init, "--data", data, "--micro-batch", str(b),
                   "--seq-len", str(t), "--steps", str(steps), "--eval-interval", "0",
                   "--eval-tokens", str(t), "--progress", "none", "--ckpt-interval", "0"]
-        rows = {}
-        for mode in ("memory", "offloaded"):
-            out = os.path.join(work, "run-%s-%d-%s" % (preset, b, mode))
-            shutil.rmtree(out, ignore_errors=True)
-            # prefetch 2: the depth these figures were first measured at (the
-            # planner chooses it by default now)
-            extra = [] if mode == "memory" else [
-                "--place", "weights=disk,gradients=disk,optimizer=disk", "--offload-dir", work,
-                "--prefetch", "2"]
-            t0 = time.time()
-            log = run(common + ["--out", out] + extra)
-            wall = time.time() - t0
-            st, q = metrics(out)
-            timed = [r["step_s"] for r in st[1:]] or [st[0]["step_s"]]
-            rows[mode] = {"step_s": statistics.median(timed), "loss": st[-1]["loss"],
-                          "queues": q, "wall_s": wall,
-                          "plan": [l for l in log.splitlines() if " on " in l or "tier" in l]}
-            shutil.rmtree(out, ignore_errors=True)
-        m, o = rows["memory"], rows["offloaded"]
+        rows, ratios = {}, []
+        for rnd in range(a.rounds):
+            for mode in (("memory", "offloaded") if rnd % 2 == 0 else ("offloaded", "memory")):
+                out = os.path.join(work, "run-%s-%d-%s" % (preset, b, mode))
+                shutil.rmtree(out, ignore_errors=True)
+                # prefetch 2: the depth these figures were first measured at (the
+                # planner chooses it by default now)
+                extra = [] if mode == "memory" else [
+                    "--place", "weights=disk,gradients=disk,optimizer=disk", "--offload-dir", work,
+                    "--prefetch", "2"]
+                t0 = time.time()
+                log = run(common + ["--out", out] + extra)
+                wall = time.time() - t0
+                st, q = metrics(out)
+                timed = [r["step_s"] for r in st[1:]] or [st[0]["step_s"]]
+                rows.setdefault(mode, []).append({"step_s": statistics.median(timed), "loss": st[-1]["loss"],
+                                                  "queues": q, "wall_s": wall,
+                                                  "plan": [l for l in log.splitlines() if " on " in l or "tier" in l]})
+                shutil.rmtree(out, ignore_errors=True)
+            ratios.append(rows["memory"][-1]["step_s"] / rows["offloaded"][-1]["step_s"])
+        # each mode's median over the rounds; the queues of the last offloaded run
+        m = {"step_s": statistics.median(r["step_s"] for r in rows["memory"]), "loss": rows["memory"][-1]["loss"]}
+        o = dict(rows["offloaded"][-1], step_s=statistics.median(r["step_s"] for r in rows["offloaded"]))
         q = o["queues"]
         share = {k: q[k + "_s"] / q["wall_s"] for k in ("compute", "copy", "disk", "optimizer")}
         res = {"case": name, "preset": preset, "micro_batch": b, "seq_len": t,
                "tokens_per_step": b * t, "memory_step_s": m["step_s"],
-               "offloaded_step_s": o["step_s"], "ratio": m["step_s"] / o["step_s"],
+               "offloaded_step_s": o["step_s"], "ratio": statistics.median(ratios), "round_ratios": ratios,
                "busy_share": share, "bound": q["bound"],
                "disk_gb_per_step": (q["disk_read_bytes"] + q["disk_write_bytes"]) / q["steps"] / 1e9,
-               "same_loss": m["loss"] == o["loss"], "plan": o["plan"]}
+               "same_loss": all(r["loss"] == m["loss"] for r in rows["memory"] + rows["offloaded"]),
+               "plan": o["plan"]}
         results.append(res)
         print("%-30s memory %6.2f s/step  offloaded %6.2f s/step  ratio %.2f  "
               "busy: compute %3.0f%% copy %3.0f%% disk %3.0f%% optimizer %3.0f%%  "
@@ -103,9 +113,10 @@ def main():
               flush=True)
     if not a.dir:
         shutil.rmtree(work, ignore_errors=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"bench": "offload", "cpu": cpu_name(), "cases": results}, f, indent=1)
+    if a.json:  # whole or not at all
+        with open(a.json + ".tmp", "w") as f:
+            json.dump({"bench": "offload", "cpu": cpu_name(), "rounds": a.rounds, "cases": results}, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
 
 
 if __name__ == "__main__":
