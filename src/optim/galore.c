@@ -103,7 +103,7 @@ int galore_plan(struct st_optim *o)
 	/* state per matrix against AdamW's 8 B per weight: the projector (fp32,
 	 * rank x smaller side) and two moments of rank x larger side (fp32, or
 	 * a byte each plus their blocks' absmax) */
-	int k = 0, n_over = 0, below = INT_MAX; /* the rank that saves memory on all of them */
+	int k = 0, n_over = 0, n_full = 0, below = INT_MAX; /* the rank that saves memory on all of them */
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		struct st_pstate *ps = &o->ps[i];
@@ -115,6 +115,7 @@ int galore_plan(struct st_optim *o)
 		const int small = ps->rows < ps->cols ? ps->rows : ps->cols;
 		ps->rank = want < small ? want : small;
 		ps->full = ps->rank == small;
+		n_full += ps->full;
 		ps->right = ps->rows >= ps->cols;
 		ps->phase = (int)((long)k * c->galore_gap / n_gal);
 		ps->state_numel = (size_t)ps->rank * (size_t)(ps->right ? ps->rows : ps->cols);
@@ -133,7 +134,13 @@ int galore_plan(struct st_optim *o)
 		}
 		k++;
 	}
-	if (n_over)
+	if (n_over && n_full == n_gal) /* P = I everywhere: AdamW with more state */
+		st_log_warn("--galore-rank %g is full rank on every projected matrix: GaLore is then "
+			    "AdamW with an identity projector kept as state; use --optimizer %s, or "
+			    "rank %d or less to save memory",
+			    c->galore_rank, c->kind == ST_OPT_GALORE_ADAMW8 ? "adamw8bit" : "adamw",
+			    below);
+	else if (n_over)
 		st_log_warn("--galore-rank %g keeps more state than AdamW's 8 B per weight on %d of "
 			    "the %d projected matrices (a projector and moments of that rank); rank %d "
 			    "or less saves memory on all of them",
