@@ -1565,6 +1565,43 @@ Test(faults, bad_values_named_before_anything_runs)
 		  "%s", out);
 }
 
+/* A --config file's value that fails the options' checks is named as the
+ * file's (it read as a flag's); a flag still fixes it, and a flag's bad
+ * value, or a length nobody gave, is not blamed on the file. */
+Test(faults, config_file_value_named)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "confval");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"echo '{\"beta1\": 1.5}' > %s/bad.json && %s train --model %s/init --data %s/data "
+			"--out %s/r --steps 1 --config %s/bad.json " SMALL,
+			dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "--beta1 must be in [0,1) (got 1.5)") &&
+			  strstr(out, "/bad.json: the value above is the --config file's"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --config %s/bad.json", cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/bad.json: the value above is the --config file's"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/init --data %s/data --out %s/r2 --steps 1 --eval-interval 0 "
+		    "--config %s/bad.json --beta1 0.8 " SMALL,
+		    cu_bin(), dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "a flag did not override the file's value: %s", out);
+	rc = cu_run(out, sizeof out,
+		    "echo '{\"steps\": 1}' > %s/ok.json && %s train --model %s/init --data %s/data "
+		    "--out %s/r3 --config %s/ok.json --beta2 2 " SMALL,
+		    dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "--beta2 must be in [0,1) (got 2)") &&
+			  !strstr(out, "--config file's"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "echo '{\"lr\": 0.001}' > %s/nolen.json && %s train --model %s/init --data %s/data "
+		    "--out %s/r4 --config %s/nolen.json " SMALL,
+		    dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "no training length") && !strstr(out, "--config file's"),
+		  "%s", out);
+}
+
 /* Plain SGD keeps a momentum buffer only with momentum: a resume that turns
  * it on is named as such (not as a missing tensor), while another non-zero
  * momentum is a hyperparameter change and resumes. */

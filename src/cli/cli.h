@@ -87,7 +87,13 @@ struct cli_train_src {
 	char conf_resume[ST_PATH];   /* that "resume" */
 	char dir[ST_PATH];           /* the checkpoint resumed from */
 	struct st_train_opts saved;  /* its saved options */
+	struct st_train_opts conf_only; /* defaults < --config alone */
 };
+/* A value the --config file gave that fails the options' checks: said with
+ * the file's name (the error read as if a flag had given it). ST_OK when
+ * the options pass, or the file is not what fails. */
+int cli_check_config_values(struct cli_args *a, const struct cli_train_src *src,
+			    const struct st_train_opts *o);
 /* o from the defaults, the checkpoint (o->resume cleared) and --config. For
  * train and plan alike; the flags come after (cli_train_flags). */
 int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train_src *src);

@@ -43,6 +43,7 @@ int cmd_plan(int argc, char **argv)
 	struct st_train_opts checked = o; /* checked as trainer_plan checks them */
 	if (checked.steps <= 0 && checked.max_tokens <= 0)
 		checked.steps = 1; /* a plan needs no training length */
+	ST_TRY(cli_check_config_values(&a, &src, &checked));
 	cli_note_unused_options(&a, conf, &checked);
 	/* train's resume checks: a plan of what train would refuse (another
 	 * GaLore rank, an optimizer whose state cannot convert) is no plan */

@@ -245,9 +245,54 @@ int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train
 		o->resume[0] = '\0';
 		src->saved = *o; /* the checkpoint's options: its schedule, its paths */
 	}
-	if (src->conf)
+	if (src->conf) {
 		ST_TRY(train_opts_load_json(o, src->conf));
+		train_opts_defaults(&src->conf_only);
+		ST_TRY(train_opts_load_json(&src->conf_only, src->conf));
+	}
 	return ST_OK;
+}
+
+/* The first error validating o would say ("" when it passes). */
+static void first_error(const struct st_train_opts *o, char *msg, size_t n)
+{
+	const int old = st_log_mute(1);
+	const int bad = train_opts_validate(o) != ST_OK;
+	snprintf(msg, n, "%s", bad ? st_log_muted_error() : "");
+	st_log_mute(old);
+}
+
+int cli_check_config_values(struct cli_args *a, const struct cli_train_src *src,
+			    const struct st_train_opts *o)
+{
+	if (!src->conf)
+		return ST_OK;
+	/* the file is to blame when its options alone fail as the merged ones
+	 * do, and the options without it do not (a length no source gave is
+	 * nobody's) */
+	char merged[512], alone[512], without[512];
+	first_error(o, merged, sizeof merged);
+	if (!*merged)
+		return ST_OK;
+	struct st_train_opts c = src->conf_only, w;
+	c.steps = o->steps, c.max_tokens = o->max_tokens; /* a length from elsewhere */
+	first_error(&c, alone, sizeof alone);
+	if (src->resume)
+		w = src->saved;
+	else
+		train_opts_defaults(&w);
+	const int old = st_log_mute(1);
+	const int flags_ok = cli_train_flags(a, &w, "config") == ST_OK;
+	st_log_mute(old);
+	if (flags_ok && !w.steps && !w.max_tokens)
+		w.steps = o->steps, w.max_tokens = o->max_tokens;
+	first_error(&w, without, sizeof without);
+	if (!flags_ok || strcmp(merged, alone) != 0 || !strcmp(merged, without))
+		return ST_OK;
+	train_opts_validate(o); /* said as it fails */
+	ST_ERROR("fix the value in the file, or give the option as a flag",
+		 "%s: the value above is the --config file's", src->conf);
+	return ST_FAIL;
 }
 
 int cli_train_model(struct cli_args *a, const char *conf, struct st_train_opts *o)
@@ -424,6 +469,7 @@ int cmd_train(int argc, char **argv)
 	if (o.steps > 0 && o.max_tokens > 0 && tokens_given)
 		st_log_warn("--max-tokens %.0f is not used: --steps %ld sets the run's length",
 			    o.max_tokens, o.steps);
+	ST_TRY(cli_check_config_values(&a, &src, &o));
 	cli_note_unused_options(&a, conf, &o);
 	if (resume)
 		ST_TRY(cli_check_resume(&a, conf, saved, &o, dir));
