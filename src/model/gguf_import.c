@@ -345,6 +345,47 @@ static enum pre_kind pre_kind(const char *name)
 	return PRE_NONE;
 }
 
+/* <bos> before every encoding where llama.cpp adds it
+ * (tokenizer.ggml.add_bos_token true): Hugging Face's tokenizers do that in
+ * a post-processor, as Llama 3's own tokenizer.json does; without one,
+ * transformers encodes without <bos>. NULL where none is wanted. (strata's
+ * own loader reads no post-processor: prepare and sample add <bos> where
+ * their options say.) */
+static cJSON *bos_post_processor(const struct st_gguf *g, const struct st_gguf_kv *tokens, int bos_id)
+{
+	const struct st_gguf_kv *kv = gguf_kv(g, "tokenizer.ggml.add_bos_token");
+	size_t len = 0;
+	const char *s = bos_id >= 0 ? gguf_arr_str(tokens, (uint64_t)bos_id, &len) : NULL;
+	char bos[256];
+	if (!kv || kv->type != GGUF_BOOL || !kv->value[0] || !s || !len || len >= sizeof bos ||
+	    memchr(s, 0, len))
+		return NULL;
+	memcpy(bos, s, len);
+	bos[len] = '\0';
+	cJSON *pp = cJSON_CreateObject();
+	cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+	const char *lists[2] = {"single", "pair"};
+	for (int l = 0; l < 2; l++) {
+		cJSON *arr = cJSON_AddArrayToObject(pp, lists[l]);
+		for (int part = 0; part <= l; part++) { /* <bos> A, then <bos> B for a pair */
+			cJSON *sp = cJSON_CreateObject(), *seq = cJSON_CreateObject();
+			cJSON *spi = cJSON_AddObjectToObject(sp, "SpecialToken");
+			cJSON_AddStringToObject(spi, "id", bos);
+			cJSON_AddNumberToObject(spi, "type_id", part);
+			cJSON *sqi = cJSON_AddObjectToObject(seq, "Sequence");
+			cJSON_AddStringToObject(sqi, "id", part ? "B" : "A");
+			cJSON_AddNumberToObject(sqi, "type_id", part);
+			cJSON_AddItemToArray(arr, sp);
+			cJSON_AddItemToArray(arr, seq);
+		}
+	}
+	cJSON *st = cJSON_AddObjectToObject(cJSON_AddObjectToObject(pp, "special_tokens"), bos);
+	cJSON_AddStringToObject(st, "id", bos);
+	cJSON_AddItemToObject(st, "ids", cJSON_CreateIntArray(&bos_id, 1));
+	cJSON_AddItemToObject(st, "tokens", cJSON_CreateStringArray((const char *const[]){bos}, 1));
+	return pp;
+}
+
 static int write_tokenizer(const struct st_gguf *g, const char *dir, const struct st_config *cfg)
 {
 	size_t n;
@@ -437,7 +478,11 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 		cJSON_AddBoolToObject(bl, "trim_offsets", 1);
 		cJSON_AddBoolToObject(bl, "use_regex", 1);
 	}
-	cJSON_AddNullToObject(root, "post_processor");
+	cJSON *pp = bos_post_processor(g, tokens, cfg->bos_id);
+	if (pp)
+		cJSON_AddItemToObject(root, "post_processor", pp);
+	else
+		cJSON_AddNullToObject(root, "post_processor");
 	cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
 	cJSON_AddStringToObject(dec, "type", "ByteLevel");
 	cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
