@@ -1565,6 +1565,25 @@ Test(faults, bad_values_named_before_anything_runs)
 		  "%s", out);
 }
 
+/* SIGBUS (a mapped input cut short by another program, or a disk error
+ * under the mapping) is said with what to do, and the process still ends
+ * by the signal (it printed only the shell's "Bus error"). */
+Test(faults, sigbus_said)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "sigbus");
+	cu_setup_run(dir, "");
+	/* the prompt read from a FIFO nobody writes: still running when signalled */
+	int rc = cu_run(out, sizeof out,
+			"mkfifo %s/fifo && { %s sample --model %s/init --prompt-file %s/fifo > /dev/null & "
+			"sleep 0.5; kill -BUS $!; wait $!; echo status $?; }",
+			dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "status 135") &&
+			  strstr(out, "strata: error: a file strata had mapped was cut short or changed by "
+				      "another program while being read (SIGBUS)"),
+		  "%s", out);
+}
+
 /* A --config file's value that fails the options' checks is named as the
  * file's (it read as a flag's); a flag still fixes it, and a flag's bad
  * value, or a length nobody gave, is not blamed on the file. */

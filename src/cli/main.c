@@ -1,7 +1,9 @@
 /* strata: train and fine-tune LLaMA-family models on one machine. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -57,12 +59,32 @@ static int finish(int status)
 	return status ? status : 1;
 }
 
+/* SIGBUS: a mapped input (weights, shards, a GGUF file) cut short or
+ * replaced by another program while strata reads it, or a disk error under
+ * the mapping. It ended the process with "Bus error" and nothing said. Said
+ * here (write(2) only: a signal handler), then the default action, so the
+ * status still tells the shell what ended it. What a command had saved is
+ * whole: every file is written to a temporary name and renamed. */
+static void on_sigbus(int sig)
+{
+	static const char msg[] =
+		"strata: error: a file strata had mapped was cut short or changed by another "
+		"program while being read (SIGBUS), or the disk under it failed\n"
+		"  hint: leave the command's input files alone while it runs (a copy that is "
+		"still being written, a checkpoint being replaced), then run it again\n";
+	const ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+	(void)w;
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) { /* a mistake, said where errors go */
 		usage(stderr);
 		return 2;
 	}
+	signal(SIGBUS, on_sigbus);
 	const int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
 			 !strcmp(argv[1], "help");
 	const int version = !strcmp(argv[1], "--version") || !strcmp(argv[1], "version");
