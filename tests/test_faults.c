@@ -1037,6 +1037,13 @@ Test(faults, paths_and_messages)
 	rc = cu_run(out, sizeof out, "%s plan --model %s/init --place weights=disk,weights=host", cu_bin(),
 		    dir);
 	cr_expect(rc != 0 && strstr(out, "--place names weights twice"), "%s", out);
+	/* sizes are powers of 1024, GB too: said where the options are listed */
+	for (int i = 0; i < 2; i++) {
+		rc = cu_run(out, sizeof out, "%s %s --help", cu_bin(), i ? "plan" : "train");
+		cr_expect(rc == 0 && strstr(out, "powers of") && strstr(out, "1024") &&
+				  strstr(out, "10GB is read as 10 GiB"),
+			  "%s --help: %s", i ? "plan" : "train", out);
+	}
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
 	/* extra words after --version or --help, and a bare `strata` (its usage
@@ -1502,6 +1509,10 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--device-mem 0 --seq-len 32", "--device-mem: '0' is not a size"},
 		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
 		{"--place ,, --seq-len 32", "--place ',,' names nothing"},
+		/* device-side updates exist: the message named a future backend */
+		{"--place optimizer=device --seq-len 32",
+		 "optimizer state is on the device for the units whose update runs there, which "
+		 "--device-updates N chooses"},
 		/* the device's parts named, the hint at the largest (it blamed the
 		 * staging buffers of slabs that were not streamed, and asked for a
 		 * smaller batch) */
