@@ -556,6 +556,88 @@ Test(offload, one_budget_sizes_the_other, .timeout = 120)
 	cr_expect(strstr(out, "of memory available: it may be killed"), "%s", out);
 }
 
+/* A fake root for STRATA_CGROUP_ROOT (engine/memavail.h): MemAvailable
+ * 32 GiB and the process in cgroup `cg` (a /proc/self/cgroup line). */
+static void fake_root(char *root, size_t n, const char *dir, const char *name, const char *cg)
+{
+	snprintf(root, n, "%s/%s", dir, name);
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/proc/self %s/sys/fs/cgroup/memory && echo '%s' > %s/proc/self/cgroup && "
+			"printf 'MemTotal: 67108864 kB\nMemAvailable: 33554432 kB\n' > %s/proc/meminfo && "
+			"touch %s/sys/fs/cgroup/cgroup.controllers",
+			root, root, cg, root, root, root);
+	cr_assert_eq(rc, 0, "%s", out);
+}
+
+/* One value into a file of a fake cgroup tree (made as needed). */
+static void fake_file(const char *root, const char *file, const char *value)
+{
+	int rc = cu_run(out, sizeof out, "f=%s/sys/fs/cgroup/%s && mkdir -p $(dirname $f) && printf '%s\n' > $f",
+			root, file, value);
+	cr_assert_eq(rc, 0, "%s", out);
+}
+
+/* The budgets and the memory warnings come from the smaller of MemAvailable
+ * and the cgroup's headroom (limit less use, reclaimable cache not counted
+ * as used), on the process's cgroup or an ancestor, v2 or v1, and plan says
+ * where the limit came from (a docker --memory run was sized from the host's
+ * RAM and killed for memory). */
+Test(offload, cgroup_limit_sizes_budgets, .timeout = 120)
+{
+	char dir[256], root[512];
+	cu_tmpdir(dir, sizeof dir, "cgroup");
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/m7 && printf '{\"vocab_size\":32000,\"hidden_size\":4096,"
+			"\"intermediate_size\":11008,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+			"\"max_position_embeddings\":2048}' > %s/m7/config.json",
+			dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const char *plan = "plan --model %s/m7 --micro-batch 1 --seq-len 64 --offload-dir %s";
+	char cmd[1024];
+	/* v2: 2 GiB on the job, 1 GiB used of which 512 MiB is inactive cache;
+	 * the step below it unlimited: 1.5 GiB available */
+	fake_root(root, sizeof root, dir, "v2", "0::/job/step");
+	fake_file(root, "job/memory.max", "2147483648");
+	fake_file(root, "job/memory.current", "1073741824");
+	fake_file(root, "job/memory.stat", "anon 1\ninactive_file 536870912");
+	fake_file(root, "job/step/memory.max", "max");
+	fake_file(root, "job/step/memory.current", "4096");
+	snprintf(cmd, sizeof cmd, plan, dir, dir);
+	rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s", root, cu_bin(), cmd);
+	cr_expect(strstr(out, "host memory: 1.5 GiB available (cgroup limit: 2.0 GiB, 512.0 MiB in "
+			      "use, ") && strstr(out, "/job/memory.max; MemAvailable 32.0 GiB)"),
+		  "%s", out);
+	/* the shares are the limit's: 30% and 60% of 1.5 GiB, not of 32 GiB */
+	cr_expect(strstr(out, "available memory (1.5 GiB, the cgroup limit): budgets device 460.8 MiB, "
+			      "host 921.6 MiB"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s --device-mem 1G --host-mem 2G", root,
+		    cu_bin(), cmd);
+	cr_expect(strstr(out, "more than the 1.5 GiB of memory available (the cgroup limit): it may be "
+			      "killed"),
+		  "%s", out);
+	/* v1: 1 GiB on the process's own memory cgroup */
+	fake_root(root, sizeof root, dir, "v1", "4:memory:/docker/abc\n0::/");
+	fake_file(root, "memory/docker/abc/memory.limit_in_bytes", "1073741824");
+	fake_file(root, "memory/docker/abc/memory.usage_in_bytes", "0");
+	fake_file(root, "memory/memory.limit_in_bytes", "9223372036854771712");
+	rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s", root, cu_bin(), cmd);
+	cr_expect(strstr(out, "host memory: 1.0 GiB available (cgroup limit") &&
+			  strstr(out, "budgets device 307.2 MiB, host 614.4 MiB"),
+		  "%s", out);
+	/* a limit above MemAvailable, and no limit ("max"): MemAvailable, unsaid */
+	const char *limits[2] = {"68719476736", "max"};
+	for (int i = 0; i < 2; i++) {
+		fake_root(root, sizeof root, dir, i ? "max" : "big", "0::/");
+		fake_file(root, "memory.max", limits[i]);
+		fake_file(root, "memory.current", "0");
+		rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s", root, cu_bin(), cmd);
+		cr_expect(!strstr(out, "cgroup limit") && !strstr(out, "host memory:") &&
+				  strstr(out, "available memory (32.0 GiB): budgets device 9.6 GiB, host 19.2 GiB"),
+			  "limit %s: %s", limits[i], out);
+	}
+}
+
 /* The end-of-run queue report takes the queues' busy times over the
  * training loop and divides by the loop's wall time (wall_s), not by the
  * steps' time alone (steps_s): evaluations stream weights too, and an update

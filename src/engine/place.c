@@ -315,17 +315,3 @@ int parse_place(const char *s, int force[ST_SLAB__COUNT])
 	}
 	return ST_OK;
 }
-
-size_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	if (!f)
-		return 0;
-	char line[256];
-	size_t kb = 0;
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb * 1024;
-}

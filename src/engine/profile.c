@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
+#include "engine/memavail.h"
 #include "engine/place.h"
 #include "engine/profile.h"
 #include "io/fsutil.h"

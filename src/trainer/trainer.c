@@ -24,6 +24,7 @@
 #include <cJSON.h>
 
 #include "io/fsutil.h"
+#include "engine/memavail.h"
 #include "engine/plan.h"
 #include "engine/profile.h"
 #include "store/io.h"
@@ -95,24 +96,37 @@ static int alloc_state(struct st_trainer *tr)
  * 30% and the host 60% of it (offload then needs --offload-dir). With one
  * budget given, the other tier gets its share of that rule (unlimited, it
  * would take the rest of the state, more than memory holds). Budgets above
- * the available memory are warned. */
+ * the available memory are warned. The available memory is the smaller of
+ * MemAvailable and the cgroup's headroom (engine/memavail.h): under a
+ * container's or a job's limit the host's RAM is not the run's; which one
+ * it is, is said. */
 static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT], size_t need)
 {
 	ST_TRY(parse_bytes(tr->o.device_mem, &budgets[ST_TIER_DEVICE], "--device-mem"));
 	ST_TRY(parse_bytes(tr->o.host_mem, &budgets[ST_TIER_HOST], "--host-mem"));
 	budgets[ST_TIER_DISK] = 0;
-	const size_t avail = mem_available();
+	struct st_mem_avail ma;
+	mem_avail_read(&ma);
+	const size_t avail = ma.bytes;
 	const int dev_given = budgets[ST_TIER_DEVICE] != 0, host_given = budgets[ST_TIER_HOST] != 0;
 	char b1[32], b2[32], b3[32], b4[32];
+	const char *src = ma.from_cgroup ? ", the cgroup limit" : "";
+	if (ma.from_cgroup)
+		st_log_info("host memory: %s available (cgroup limit: %s, %s in use, %s; MemAvailable "
+			    "%s)",
+			    fmt_bytes(b1, sizeof b1, (double)avail),
+			    fmt_bytes(b2, sizeof b2, (double)ma.cgroup_limit),
+			    fmt_bytes(b3, sizeof b3, (double)ma.cgroup_used), ma.cgroup_file,
+			    ma.meminfo ? fmt_bytes(b4, sizeof b4, (double)ma.meminfo) : "unknown");
 	if (avail && (double)need > 0.9 * (double)avail && (!dev_given || !host_given)) {
 		if (!dev_given)
 			budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
 		if (!host_given)
 			budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
-		st_log_info("training state %s exceeds 90%% of the available memory (%s): budgets "
+		st_log_info("training state %s exceeds 90%% of the available memory (%s%s): budgets "
 			    "device %s%s, host %s%s (set --device-mem / --host-mem to choose)",
 			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
-			    fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
+			    src, fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
 			    dev_given ? " (given)" : "",
 			    fmt_bytes(b4, sizeof b4, (double)budgets[ST_TIER_HOST]),
 			    host_given ? " (given)" : "");
@@ -126,9 +140,10 @@ static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT],
 				    : (double)need;
 	if (avail && (dev_given || host_given) && held > (double)avail)
 		st_log_warn("--device-mem and --host-mem let the run hold %s, more than the %s of "
-			    "memory available: it may be killed for memory (lower them, or leave "
+			    "memory available%s: it may be killed for memory (lower them, or leave "
 			    "them out to size them from the machine)",
-			    fmt_bytes(b1, sizeof b1, held), fmt_bytes(b2, sizeof b2, (double)avail));
+			    fmt_bytes(b1, sizeof b1, held), fmt_bytes(b2, sizeof b2, (double)avail),
+			    ma.from_cgroup ? " (the cgroup limit)" : "");
 	return ST_OK;
 }
 
