@@ -1082,6 +1082,41 @@ Test(offload, directory_faults, .timeout = 300)
 	cr_expect_eq(rc, 0, "the checkpoint no longer loads: %s", out);
 }
 
+/* A profile measured where it cannot be cached (a read-only file system,
+ * a ~/.cache under a $HOME that is a file) is warned and used: train and
+ * plan went on to refuse the run after measuring. */
+Test(offload, profile_cache_unwritable, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "profro");
+	cu_setup_run(dir, "");
+	/* weights streamed from the host: a plan, so a profile, and no disk */
+	const char *flags = "--micro-batch 2 --seq-len 32 --place weights=host";
+	char env[2][600];
+	int n = 0;
+	snprintf(env[n++], sizeof env[0], "STRATA_PROFILE= HOME=%s/homefile", dir);
+	cr_assert_eq(cu_run(out, sizeof out, "touch %s/homefile", dir), 0);
+	if (mount_small(mnt, sizeof mnt, "size=1m,ro"))
+		snprintf(env[n++], sizeof env[0], "STRATA_PROFILE=%s/profile.json", mnt);
+	for (int i = 0; i < n; i++) {
+		int rc = cu_run(out, sizeof out, "%s %s plan --model %s/init %s", env[i], cu_bin(), dir,
+				flags);
+		cr_expect(rc == 0 && strstr(out, "the measured profile could not be cached (") &&
+				  strstr(out, "predicted step"),
+			  "plan, %s: %s", env[i], out);
+		rc = cu_run(out, sizeof out,
+			    "%s %s train --model %s/init --data %s/data --out %s/r%d --steps 1 "
+			    "--eval-interval 0 --progress none %s",
+			    env[i], cu_bin(), dir, dir, dir, i, flags);
+		cr_expect(rc == 0 && strstr(out, "the measured profile could not be cached (") &&
+				  strstr(out, "done: step 1"),
+			  "train, %s: %s", env[i], out);
+		cr_expect(!strstr(out, "error:"), "train, %s: an error said: %s", env[i], out);
+	}
+	if (n == 2)
+		umount(mnt);
+}
+
 /* Run a command (exec'd by sh, so the measured process is the command) and
  * return its peak resident set in bytes. */
 static size_t peak_rss(const char *cmd, int *status)

@@ -227,15 +227,26 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
 		    ch->n_dirs ? ", the first offload directory" : "", path);
 	ST_TRY(profile_measure(&ch->prof, tr->s.ops, ch->n_dirs ? ch->dirs[0] : NULL));
+	ch->have_prof = 1;
+	/* the cache only saves the next run its measurement: a place that
+	 * cannot take it (a read-only home, a full disk) is said, not fatal */
 	char dir[ST_PATH + 64];
 	snprintf(dir, sizeof dir, "%s", path);
 	char *slash = strrchr(dir, '/');
+	const int old = st_log_mute(1);
+	int rc = ST_OK;
 	if (slash && slash != dir) {
 		*slash = '\0';
-		ST_TRY(fs_mkdir_p(dir));
+		rc = fs_mkdir_p(dir);
 	}
-	ST_TRY(profile_save(&ch->prof, path));
-	ch->have_prof = 1;
+	if (rc == ST_OK)
+		rc = profile_save(&ch->prof, path);
+	st_log_mute(old);
+	if (rc != ST_OK)
+		st_log_warn("the measured profile could not be cached (%s): this run uses it, and the "
+			    "next one measures again (give --profile FILE or $STRATA_PROFILE a writable "
+			    "path to keep it)",
+			    st_log_last_error());
 	return ST_OK;
 }
 

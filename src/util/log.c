@@ -6,6 +6,9 @@
 #include "util/check.h"
 
 static _Thread_local int muted;
+/* The last error of this thread, said or muted: a caller that muted a
+ * step it can do without (caching the profile) still names the cause. */
+static _Thread_local char last[512];
 
 int st_log_mute(int m)
 {
@@ -14,11 +17,16 @@ int st_log_mute(int m)
 	return old;
 }
 
+const char *st_log_last_error(void) { return last; }
+
 void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
 {
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(last, sizeof last, fmt, ap);
+	va_end(ap);
 	if (muted)
 		return;
-	va_list ap;
 	fputs("strata: error: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
