@@ -1082,6 +1082,97 @@ Test(offload, directory_faults, .timeout = 300)
 	cr_expect_eq(rc, 0, "the checkpoint no longer loads: %s", out);
 }
 
+/* plan and train check offload directories alike, writability first: a
+ * directory on /proc cannot hold files (plan passed it, train said "not
+ * writable: No such file or directory"), a small read-only tmpfs is
+ * read-only (train said it had too little free space, hint "free space
+ * there"), and a directory train creates (its --out) is not refused by plan. */
+Test(offload, directory_checks_alike, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "dirchk");
+	cu_setup_run(dir, "");
+	const char *all_disk = "--micro-batch 2 --seq-len 32 --place weights=disk,gradients=disk,"
+			       "optimizer=disk";
+	char cmd[2][2048];
+	for (int k = 0; k < 2; k++) {
+		const char *where = k ? mnt : "/proc";
+		if (k && !mount_small(mnt, sizeof mnt, "size=4m,ro"))
+			break;
+		snprintf(cmd[0], sizeof cmd[0], "%s plan --model %s/init %s --offload-dir %s", cu_bin(),
+			 dir, all_disk, where);
+		snprintf(cmd[1], sizeof cmd[1],
+			 "%s train --model %s/init --data %s/data --out %s/r%d --steps 1 --progress none "
+			 "%s --offload-dir %s",
+			 cu_bin(), dir, dir, dir, k, all_disk, where);
+		for (int c = 0; c < 2; c++) {
+			const char *what = c ? "train" : "plan";
+			int rc = cu_run(out, sizeof out, "%s", cmd[c]);
+			cr_expect_neq(rc, 0, "%s, %s: accepted: %s", what, where, out);
+			if (k == 0)
+				cr_expect(strstr(out, "offload directory /proc cannot hold files: it is on a proc "
+						      "file system") &&
+						  strstr(out, "hint: give a directory on a disk's file system"),
+					  "%s, /proc: %s", what, out);
+			else
+				cr_expect(strstr(out, "is not writable: Read-only file system") &&
+						  !strstr(out, "free but needs") && !strstr(out, "free space there"),
+					  "%s, a read-only tmpfs: %s", what, out);
+		}
+		if (k)
+			umount(mnt);
+	}
+	/* --out X --offload-dir X, X not there yet: train makes X, and plan
+	 * plans it (it said X does not exist); one below X train does not make */
+	for (int k = 0; k < 2; k++) {
+		int rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --out %s/new/run --offload-dir %s/new%s",
+				cu_bin(), dir, all_disk, dir, dir, k ? "" : "/run");
+		cr_expect(rc == 0 && strstr(out, "tier total"), "plan, the run directory%s: %s",
+			  k ? "'s parent" : "", out);
+	}
+	int rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --out %s/new/run --offload-dir %s/new/run/off",
+			cu_bin(), dir, all_disk, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "does not exist"), "plan, below the run directory: %s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/new/run --steps 1 "
+		    "--progress none %s --offload-dir %s/new/run",
+		    cu_bin(), dir, dir, dir, all_disk, dir);
+	cr_expect(rc == 0, "train, the run directory as --offload-dir: %s", out);
+}
+
+/* An offload directory on the run directory's file system leaves room for
+ * a checkpoint: on a 13 MiB tmpfs the 12 MiB of offload files fit, with a
+ * 1.1 MiB checkpoint they do not, refused before training by train and plan
+ * alike (the run trained, then failed at its first save with nothing
+ * saved); with --out elsewhere the same directory trains. */
+Test(offload, checkpoint_room_beside_offload, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "ckptroom");
+	cu_setup_run(dir, "");
+	if (!mount_small(mnt, sizeof mnt, "size=13m"))
+		return;
+	const char *all_disk = "--micro-batch 2 --seq-len 32 --place weights=disk,gradients=disk,"
+			       "optimizer=disk";
+	int rc = cu_run(out, sizeof out,
+			"mkdir %s/off && %s train --model %s/init --data %s/data --out %s/run --steps 2 "
+			"--progress none %s --offload-dir %s/off",
+			mnt, cu_bin(), dir, dir, mnt, all_disk, mnt);
+	cr_expect(rc != 0 && strstr(out, "is on the file system of the run directory") &&
+			  strstr(out, "take the offload files (12.0 MiB) but not a checkpoint besides (1.1 MiB;") &&
+			  strstr(out, "the run would train, then fail at its first save") &&
+			  !strstr(out, "queues over"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --out %s/run2 --offload-dir %s/off",
+		    cu_bin(), dir, all_disk, mnt, mnt);
+	cr_expect(rc != 0 && strstr(out, "but not a checkpoint besides (1.1 MiB;"), "plan: %s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/init --data %s/data --out %s/run --steps 2 --progress none %s "
+		    "--offload-dir %s/off",
+		    cu_bin(), dir, dir, dir, all_disk, mnt);
+	cr_expect(rc == 0 && strstr(out, "done: step 2"), "--out on another file system: %s", out);
+	umount(mnt);
+}
+
 /* A profile measured where it cannot be cached (a read-only file system,
  * a ~/.cache under a $HOME that is a file) is warned and used: train and
  * plan went on to refuse the run after measuring. */

@@ -29,6 +29,7 @@
 #include "engine/profile.h"
 #include "store/io.h"
 #include "trainer/interrupt.h"
+#include "trainer/offdirs.h"
 #include "trainer/planview.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
@@ -172,30 +173,6 @@ static void tier_choice_free(struct tier_choice *ch)
 	free(ch->flops);
 	free(ch->act);
 	memset(ch, 0, sizeof *ch);
-}
-
-/* The same directory twice is refused: it gains nothing, and each stripe's
- * free-space check counted the same space. Two on one file system are
- * allowed, with a warning: striping over them gains no bandwidth.
- * Directories that do not exist are left to the store's message. */
-static int check_offload_dirs(const char *const *dirs, int n)
-{
-	int warned = 0;
-	for (int i = 0; i < n; i++)
-		for (int j = i + 1; j < n; j++) {
-			struct stat a, b;
-			if (stat(dirs[i], &a) != 0 || stat(dirs[j], &b) != 0)
-				continue;
-			ST_CHECK(a.st_dev != b.st_dev || a.st_ino != b.st_ino,
-				 "give each directory once (one per SSD)",
-				 "--offload-dir %s and %s are the same directory", dirs[i], dirs[j]);
-			if (a.st_dev == b.st_dev && !warned++)
-				st_log_warn("--offload-dir %s and %s are on the same file system: "
-					    "striping over them gains no bandwidth (one directory per "
-					    "SSD)",
-					    dirs[i], dirs[j]);
-		}
-	return ST_OK;
 }
 
 /* The profile file: --profile, else $STRATA_PROFILE, else
@@ -360,13 +337,11 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->dirs[ch->n_dirs++] = d;
 	}
 	ch->po.place.n_dirs = ch->n_dirs;
-	/* each directory exists, needed or not: a mistyped one would show only
-	 * on a later resume with smaller budgets (plan checks as train does) */
-	for (int i = 0; i < ch->n_dirs; i++)
-		ST_TRY(io_check_dir(ch->dirs[i], 0));
+	/* plan checks as train does (trainer/offdirs.h), and passes a directory
+	 * train would make (its --out) */
+	ST_TRY(offdirs_check_exist(ch->dirs, ch->n_dirs, tr->o.out));
 	ST_CHECK(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
 		 "--io-depth %d must be between 1 and 4096 (0: 16)", tr->o.io_depth);
-	ST_TRY(check_offload_dirs(ch->dirs, ch->n_dirs));
 	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
 	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
 	if (!ch->po.place.io_block)
@@ -402,27 +377,16 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
 		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
 	const struct st_plan *p = &tr->plan;
-	if (tr->plan_only) {
-		/* the room the disk tier will reserve: whole stripes (io_open), each
-		 * file system's free space shared by its directories */
-		const size_t disk = p->place.bytes[ST_TIER_DISK], blk = ch->po.place.io_block;
-		const size_t stripe = blk * (size_t)(ch->n_dirs ? ch->n_dirs : 1);
-		const size_t per_dir = (disk + stripe - 1) / stripe * blk;
-		for (int i = 0; disk && i < ch->n_dirs; i++) {
-			/* what the store's file creation finds, said by plan too */
-			ST_TRY(io_check_writable(ch->dirs[i]));
-			struct stat a, b;
-			int sharing = 1, first = 1;
-			for (int j = 0; stat(ch->dirs[i], &a) == 0 && j < ch->n_dirs; j++)
-				if (j != i && stat(ch->dirs[j], &b) == 0 && a.st_dev == b.st_dev) {
-					sharing++;
-					first &= j > i;
-				}
-			if (first)
-				ST_TRY(io_check_dir(ch->dirs[i], per_dir * (size_t)sharing));
-		}
+	/* the directories the plan writes to, before anything is written */
+	size_t ckpt = 0;
+	for (int u = 0; u < n; u++)
+		ckpt += ch->wb[u] + tr->opt.unit_bytes[u];
+	const struct offdirs_need room = {.disk = p->place.bytes[ST_TIER_DISK],
+					  .io_block = ch->po.place.io_block, .ckpt = ckpt,
+					  .out = tr->o.out};
+	ST_TRY(offdirs_check_room(ch->dirs, ch->po.place.n_dirs, &room));
+	if (tr->plan_only)
 		return ST_OK;
-	}
 	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
 		char b1[32], b2[32];
 		st_log_info("activations: %d layers kept, %d recomputed in backward, %d swapped to the "
