@@ -1,5 +1,6 @@
 /* strata: train and fine-tune LLaMA-family models on one machine. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -80,6 +81,12 @@ int main(int argc, char **argv)
 		printf("strata %s (CUDA: %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
 		return finish(0);
 	}
+	/* A file-size limit (ulimit -f) kills a process with SIGXFSZ at the
+	 * write that passes it: exit 153 and not a word. Ignored, that write
+	 * fails with EFBIG, and the path that made it says which file (every
+	 * command: train, prepare, init and import write the large files, and
+	 * eval and sample write to a redirected stdout). */
+	signal(SIGXFSZ, SIG_IGN);
 	const char *cmd = argv[1];
 	struct {
 		const char *name;

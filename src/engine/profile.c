@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
@@ -142,11 +143,26 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 			 "measuring the disk for the planner needs %d MiB in %s, which has %s free", 2 * 16,
 			 dir, fmt_bytes(b1, sizeof b1, avail));
 	}
+	/* and no larger a file than the file-size limit lets it write */
+	const int room_n = N;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		while (N > 2 && (double)N * (double)slab > (double)rl.rlim_cur)
+			N /= 2;
+		char b1[32];
+		ST_CHECK((double)N * (double)slab <= (double)rl.rlim_cur,
+			 "raise the limit (ulimit -f), or give --profile FILE (a profile measured on this "
+			 "machine)",
+			 "measuring the disk for the planner needs a file of %d MiB in %s, more than this "
+			 "process's file-size limit of %s (ulimit -f)",
+			 2 * 16, dir, fmt_bytes(b1, sizeof b1, (double)rl.rlim_cur));
+	}
 	if (N < MAX_N)
-		st_log_warn("the disk is measured with %d MiB, not %d, for lack of room in %s: the "
-			    "profile's disk rates are rougher (the profile is cached; delete it, or give "
-			    "--profile, to measure again with room)",
-			    N * 16, MAX_N * 16, dir);
+		st_log_warn("the disk is measured with %d MiB, not %d, for lack of %s%s: the profile's "
+			    "disk rates are rougher (the profile is cached; delete it, or give --profile, "
+			    "to measure again with room)",
+			    N * 16, MAX_N * 16, N < room_n ? "a larger file-size limit" : "room in ",
+			    N < room_n ? "" : dir);
 	const size_t total = (size_t)N * slab;
 	void *buf = NULL; /* O_DIRECT needs page-aligned buffers */
 	if (posix_memalign(&buf, ST_IO_ALIGN, 2 * slab) != 0) {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -166,5 +167,19 @@ int offdirs_check_room(const char *const *dirs, int n, const struct offdirs_need
 			 fmt_bytes(b3, sizeof b3, (double)need->ckpt),
 			 fmt_bytes(b4, sizeof b4, (double)files + (double)need->ckpt - avail));
 	}
+	/* 3. the file-size limit: SIGXFSZ is ignored (main.c), so the
+	 * reservation would fail with EFBIG; said before, with the way round */
+	struct rlimit rl;
+	char where[64] = "the --offload-dir directory";
+	if (n > 1)
+		snprintf(where, sizeof where, "each of the %d --offload-dir directories", n);
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		ST_CHECK((double)per_dir <= (double)rl.rlim_cur,
+			 "give more --offload-dir directories (the offload file is striped over them: "
+			 "with N, each holds 1/N), or raise the limit (ulimit -f)",
+			 "the offload file in %s takes %s, more than this process's file-size limit of "
+			 "%s (ulimit -f)",
+			 where, fmt_bytes(b1, sizeof b1, (double)per_dir),
+			 fmt_bytes(b2, sizeof b2, (double)rl.rlim_cur));
 	return ST_OK;
 }

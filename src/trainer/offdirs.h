@@ -5,7 +5,8 @@
  * a file can be made there (the real cause when not: a read-only file
  * system, no permission, a virtual file system like /proc), each file
  * system has room for its directories' offload files and, where --out is on
- * it too, for a checkpoint besides. The store's own checks when it
+ * it too, for a checkpoint besides, and no offload file passes the
+ * process's file-size limit (ulimit -f). The store's own checks when it
  * creates the files (store/io.c) then find nothing new. */
 #ifndef ST_OFFDIRS_H
 #define ST_OFFDIRS_H
