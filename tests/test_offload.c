@@ -1139,6 +1139,45 @@ Test(offload, directory_checks_alike, .timeout = 120)
 	cr_expect(rc == 0, "train, the run directory as --offload-dir: %s", out);
 }
 
+/* A plan that puts nothing on disk needs no disk measurement: with no
+ * cached profile and a full offload file system, a run whose state fits in
+ * memory plans without the disk tier, warned, and trains (the measurement
+ * refused it); one that needs the disk is still refused, saying why. */
+Test(offload, full_offload_dir_unneeded, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "fullunneeded");
+	cu_setup_run(dir, "");
+	if (!mount_small(mnt, sizeof mnt, "size=8m"))
+		return;
+	int rc = cu_run(out, sizeof out, "dd if=/dev/zero of=%s/fill bs=1M count=8", mnt);
+	/* a device budget below the state: a plan (so a profile) with the
+	 * rest on the host */
+	const char *fits = "--micro-batch 2 --seq-len 32 --device-mem 1300K";
+	for (int c = 0; c < 2; c++) {
+		if (c)
+			rc = cu_run(out, sizeof out,
+				    "STRATA_PROFILE=%s/prof%d.json %s train --model %s/init --data %s/data "
+				    "--out %s/r --steps 1 --progress none %s --offload-dir %s",
+				    dir, c, cu_bin(), dir, dir, dir, fits, mnt);
+		else
+			rc = cu_run(out, sizeof out,
+				    "STRATA_PROFILE=%s/prof%d.json %s plan --model %s/init %s --offload-dir %s",
+				    dir, c, cu_bin(), dir, fits, mnt);
+		cr_expect(rc == 0 && strstr(out, "the disk could not be measured for the planner "
+						 "(measuring the disk for the planner needs 32 MiB in") &&
+				  strstr(out, "so it is planned with no disk tier") && !strstr(out, "error:"),
+			  "%s: %s", c ? "train" : "plan", out);
+	}
+	cr_expect(strstr(out, "done: step 1"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "STRATA_PROFILE=%s/prof2.json %s plan --model %s/init --micro-batch 2 --seq-len 32 "
+		    "--place weights=disk --offload-dir %s",
+		    dir, cu_bin(), dir, mnt);
+	cr_expect(rc != 0 && strstr(out, "measuring the disk for the planner needs 32 MiB in"), "%s", out);
+	umount(mnt);
+}
+
 /* An offload directory on the run directory's file system leaves room for
  * a checkpoint: on a 13 MiB tmpfs the 12 MiB of offload files fit, with a
  * 1.1 MiB checkpoint they do not, refused before training by train and plan

@@ -120,8 +120,7 @@ static double matmuls_s(struct mm_ctx *mm, int reps)
 /* The disk as training uses it: slabs of 16 MiB, written then read back,
  * then reads and writes interleaved (the optimizer's pattern); then how much
  * of the compute rate is lost while the disk streams (shared cores). */
-static int measure_disk(struct st_profile *p, const char *dir, const float *fill,
-			struct mm_ctx *mm)
+static int measure_disk(struct st_profile *p, const char *dir, struct mm_ctx *mm)
 {
 	const char *dirs[] = {dir};
 	struct st_io io;
@@ -169,7 +168,8 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 		ST_ERROR(NULL, "out of memory for the disk measurement");
 		return ST_FAIL;
 	}
-	memcpy(buf, fill, 2 * slab);
+	for (size_t i = 0; i < 2 * slab / sizeof(float); i++) /* data, not zeros a device may skip */
+		((float *)buf)[i] = (float)(i % 97) * 1e-3f;
 	int rc = io_open(&io, dirs, 1, 1u << 20, 16, total);
 	if (rc == ST_OK) {
 		struct st_io_item items[MAX_N];
@@ -215,7 +215,7 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 	return rc;
 }
 
-int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *dir)
+int profile_measure(struct st_profile *p, const struct st_ops *ops)
 {
 	memset(p, 0, sizeof *p);
 	const int n = 1024;          /* a square matmul: the backend's rate at model-sized shapes */
@@ -247,15 +247,31 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *
 		p->device_gib = p->host_gib; /* the CPU backend's device is host memory */
 		p->shared_cores = 1;
 	}
-	struct mm_ctx mm = {ops, a, b, c, 1024};
-	if (rc == ST_OK && dir && *dir)
-		rc = measure_disk(p, dir, a, &mm);
 	free(a);
 	free(b);
 	free(c);
 	free(d);
 	free(q);
 	free(a8);
+	return rc;
+}
+
+int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const char *dir)
+{
+	const int n = 1024; /* the matmuls the disk's CPU share is measured against */
+	float *a = st_aligned_alloc((size_t)n * n * sizeof(float));
+	float *b = st_aligned_alloc((size_t)n * n * sizeof(float));
+	float *c = st_aligned_alloc((size_t)n * n * sizeof(float));
+	int rc = a && b && c ? ST_OK : ST_FAIL;
+	if (rc == ST_OK) {
+		for (size_t i = 0; i < (size_t)n * n; i++)
+			a[i] = b[i] = (float)(i % 97) * 1e-3f;
+		struct mm_ctx mm = {ops, a, b, c, n};
+		rc = measure_disk(p, dir, &mm);
+	}
+	free(a);
+	free(b);
+	free(c);
 	return rc;
 }
 

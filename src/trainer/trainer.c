@@ -188,6 +188,41 @@ static void profile_path(const struct st_train_opts *o, char *buf, size_t n)
 		snprintf(buf, n, "%s/.cache/strata/profile.json", home && *home ? home : ".");
 }
 
+/* Whether the run has no plan without the disk tier (its state does not
+ * fit the budgets, or a kind or activations are placed there). */
+static int needs_disk(const struct tier_choice *ch)
+{
+	struct st_plan_opts po = ch->po;
+	po.place.n_dirs = 0;
+	struct st_plan p;
+	const int old = st_log_mute(1);
+	const int rc = plan_make(&p, &ch->pm, &ch->prof, &po);
+	st_log_mute(old);
+	if (rc == ST_OK)
+		plan_free(&p);
+	return rc != ST_OK;
+}
+
+/* The disk's rates for the profile, in the first offload directory. Where
+ * they cannot be measured (a full or read-only file system, or one too
+ * small for even the least measurement) and the run has a plan without the
+ * disk, that is said and the run goes on with no disk tier: the
+ * measurement must not stop a run whose state fits in memory. */
+static int measure_disk(struct st_trainer *tr, struct tier_choice *ch)
+{
+	const int needed = needs_disk(ch);
+	const int old = st_log_mute(!needed);
+	const int rc = profile_measure_disk(&ch->prof, tr->s.ops, ch->dirs[0]);
+	st_log_mute(old);
+	if (rc == ST_OK || needed)
+		return rc;
+	st_log_warn("the disk could not be measured for the planner (%s): the run's state fits "
+		    "without it, so it is planned with no disk tier",
+		    st_log_last_error());
+	ch->po.place.n_dirs = 0;
+	return ST_OK;
+}
+
 /* Load the profile, or measure this machine and cache it (a profile without
  * a disk rate is measured again once a run has an offload directory). */
 static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
@@ -203,8 +238,10 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
 		    ch->n_dirs ? ", the first offload directory" : "", path);
-	ST_TRY(profile_measure(&ch->prof, tr->s.ops, ch->n_dirs ? ch->dirs[0] : NULL));
+	ST_TRY(profile_measure(&ch->prof, tr->s.ops));
 	ch->have_prof = 1;
+	if (ch->n_dirs)
+		ST_TRY(measure_disk(tr, ch));
 	/* the cache only saves the next run its measurement: a place that
 	 * cannot take it (a read-only home, a full disk) is said, not fatal */
 	char dir[ST_PATH + 64];
