@@ -269,6 +269,8 @@ int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const c
 		struct mm_ctx mm = {ops, a, b, c, n};
 		rc = measure_disk(p, dir, &mm);
 	}
+	if (rc != ST_OK) /* rates from a measurement cut short would be cached as measured */
+		p->disk_read_gbs = p->disk_write_gbs = p->disk_cpu_share = 0;
 	free(a);
 	free(b);
 	free(c);
