@@ -1040,6 +1040,13 @@ Test(faults, paths_and_messages)
 	rc = cu_run(out, sizeof out, "%s plan --model %s/init --place weights=disk,weights=host", cu_bin(),
 		    dir);
 	cr_expect(rc != 0 && strstr(out, "--place names weights twice"), "%s", out);
+	/* sizes are powers of 1024, GB too: said where the options are listed */
+	for (int i = 0; i < 2; i++) {
+		rc = cu_run(out, sizeof out, "%s %s --help", cu_bin(), i ? "plan" : "train");
+		cr_expect(rc == 0 && strstr(out, "powers of") && strstr(out, "1024") &&
+				  strstr(out, "10GB is read as 10 GiB"),
+			  "%s --help: %s", i ? "plan" : "train", out);
+	}
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
 	/* extra words after --version or --help, and a bare `strata` (its usage
@@ -1505,6 +1512,10 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--device-mem 0 --seq-len 32", "--device-mem: '0' is not a size"},
 		{"--place weights=disk --seq-len 32", "--place weights=disk needs a disk tier"},
 		{"--place ,, --seq-len 32", "--place ',,' names nothing"},
+		/* device-side updates exist: the message named a future backend */
+		{"--place optimizer=device --seq-len 32",
+		 "optimizer state is on the device for the units whose update runs there, which "
+		 "--device-updates N chooses"},
 		/* the device's parts named, the hint at the largest (it blamed the
 		 * staging buffers of slabs that were not streamed, and asked for a
 		 * smaller batch) */
@@ -1619,6 +1630,51 @@ Test(faults, config_file_value_named)
 		    dir, cu_bin(), dir, dir, dir, dir);
 	cr_expect(rc != 0 && strstr(out, "no training length") && !strstr(out, "--config file's"),
 		  "%s", out);
+}
+
+/* A file-size limit (bash's ulimit -f, in KiB; SIGXFSZ not trapped): the
+ * commands that write large files say which write failed and why, exit 1
+ * (they were killed by SIGXFSZ: exit 153, no message), and train checks its offload
+ * files against the limit before training, plan as well, with striping as
+ * the way round (two directories halve the file and train). */
+Test(faults, file_size_limit_said)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "fsize");
+	cu_setup_run(dir, "");
+	const char *writes[] = {
+		"init --config %s/cfg.json --out %s/i",
+		"prepare --input %s/text.txt --out %s/p",
+		"import --gguf tests/data/gguf/model-F32.gguf --out %s/g%s",
+	};
+	for (int i = 0; i < 3; i++) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, writes[i], dir, i == 2 ? "" : dir);
+		int rc = cu_run(out, sizeof out, "bash -c 'ulimit -f 64; exec %s %s'", cu_bin(), cmd);
+		cr_expect(rc == 1 && strstr(out, "File too large") &&
+				  strstr(out, "the file passes this process's file-size limit"),
+			  "%s under a 64 KiB file-size limit (rc %d): %s", cmd, rc, out);
+	}
+	/* 12 MiB of offload files against an 8 MiB limit */
+	const char *all_disk = "--micro-batch 2 --seq-len 32 --place weights=disk,gradients=disk,"
+			       "optimizer=disk";
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/o1 %s/o2 && bash -c 'ulimit -f 8192; exec %s train --model %s/init --data %s/data "
+			"--out %s/r --steps 1 --progress none %s --offload-dir %s/o1'",
+			dir, dir, cu_bin(), dir, dir, dir, all_disk, dir);
+	cr_expect(rc == 1 && strstr(out, "the offload file in the --offload-dir directory takes 12.0 MiB, "
+					 "more than this process's file-size limit of 8.0 MiB (ulimit -f)") &&
+			  strstr(out, "hint: give more --offload-dir directories"),
+		  "train (rc %d): %s", rc, out);
+	rc = cu_run(out, sizeof out, "bash -c 'ulimit -f 8192; exec %s plan --model %s/init %s --offload-dir %s/o1'",
+		    cu_bin(), dir, all_disk, dir);
+	cr_expect(rc == 1 && strstr(out, "more than this process's file-size limit of 8.0 MiB"),
+		  "plan (rc %d): %s", rc, out);
+	rc = cu_run(out, sizeof out,
+		    "bash -c 'ulimit -f 8192; exec %s train --model %s/init --data %s/data --out %s/r2 --steps 1 "
+		    "--progress none %s --offload-dir %s/o1 --offload-dir %s/o2'",
+		    cu_bin(), dir, dir, dir, all_disk, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "done: step 1"), "striped over two (rc %d): %s", rc, out);
 }
 
 /* Plain SGD keeps a momentum buffer only with momentum: a resume that turns

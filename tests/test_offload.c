@@ -621,6 +621,88 @@ Test(offload, one_budget_sizes_the_other, .timeout = 120)
 	cr_expect(strstr(out, "of memory available: it may be killed"), "%s", out);
 }
 
+/* A fake root for STRATA_CGROUP_ROOT (engine/memavail.h): MemAvailable
+ * 32 GiB and the process in cgroup `cg` (a /proc/self/cgroup line). */
+static void fake_root(char *root, size_t n, const char *dir, const char *name, const char *cg)
+{
+	snprintf(root, n, "%s/%s", dir, name);
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/proc/self %s/sys/fs/cgroup/memory && echo '%s' > %s/proc/self/cgroup && "
+			"printf 'MemTotal: 67108864 kB\nMemAvailable: 33554432 kB\n' > %s/proc/meminfo && "
+			"touch %s/sys/fs/cgroup/cgroup.controllers",
+			root, root, cg, root, root, root);
+	cr_assert_eq(rc, 0, "%s", out);
+}
+
+/* One value into a file of a fake cgroup tree (made as needed). */
+static void fake_file(const char *root, const char *file, const char *value)
+{
+	int rc = cu_run(out, sizeof out, "f=%s/sys/fs/cgroup/%s && mkdir -p $(dirname $f) && printf '%s\n' > $f",
+			root, file, value);
+	cr_assert_eq(rc, 0, "%s", out);
+}
+
+/* The budgets and the memory warnings come from the smaller of MemAvailable
+ * and the cgroup's headroom (limit less use, reclaimable cache not counted
+ * as used), on the process's cgroup or an ancestor, v2 or v1, and plan says
+ * where the limit came from (a docker --memory run was sized from the host's
+ * RAM and killed for memory). */
+Test(offload, cgroup_limit_sizes_budgets, .timeout = 120)
+{
+	char dir[256], root[512];
+	cu_tmpdir(dir, sizeof dir, "cgroup");
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/m7 && printf '{\"vocab_size\":32000,\"hidden_size\":4096,"
+			"\"intermediate_size\":11008,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+			"\"max_position_embeddings\":2048}' > %s/m7/config.json",
+			dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	const char *plan = "plan --model %s/m7 --micro-batch 1 --seq-len 64 --offload-dir %s";
+	char cmd[1024];
+	/* v2: 2 GiB on the job, 1 GiB used of which 512 MiB is inactive cache;
+	 * the step below it unlimited: 1.5 GiB available */
+	fake_root(root, sizeof root, dir, "v2", "0::/job/step");
+	fake_file(root, "job/memory.max", "2147483648");
+	fake_file(root, "job/memory.current", "1073741824");
+	fake_file(root, "job/memory.stat", "anon 1\ninactive_file 536870912");
+	fake_file(root, "job/step/memory.max", "max");
+	fake_file(root, "job/step/memory.current", "4096");
+	snprintf(cmd, sizeof cmd, plan, dir, dir);
+	rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s", root, cu_bin(), cmd);
+	cr_expect(strstr(out, "host memory: 1.5 GiB available (cgroup limit: 2.0 GiB, 512.0 MiB in "
+			      "use, ") && strstr(out, "/job/memory.max; MemAvailable 32.0 GiB)"),
+		  "%s", out);
+	/* the shares are the limit's: 30% and 60% of 1.5 GiB, not of 32 GiB */
+	cr_expect(strstr(out, "available memory (1.5 GiB, the cgroup limit): budgets device 460.8 MiB, "
+			      "host 921.6 MiB"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s --device-mem 1G --host-mem 2G", root,
+		    cu_bin(), cmd);
+	cr_expect(strstr(out, "more than the 1.5 GiB of memory available (the cgroup limit): it may be "
+			      "killed"),
+		  "%s", out);
+	/* v1: 1 GiB on the process's own memory cgroup */
+	fake_root(root, sizeof root, dir, "v1", "4:memory:/docker/abc\n0::/");
+	fake_file(root, "memory/docker/abc/memory.limit_in_bytes", "1073741824");
+	fake_file(root, "memory/docker/abc/memory.usage_in_bytes", "0");
+	fake_file(root, "memory/memory.limit_in_bytes", "9223372036854771712");
+	rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s", root, cu_bin(), cmd);
+	cr_expect(strstr(out, "host memory: 1.0 GiB available (cgroup limit") &&
+			  strstr(out, "budgets device 307.2 MiB, host 614.4 MiB"),
+		  "%s", out);
+	/* a limit above MemAvailable, and no limit ("max"): MemAvailable, unsaid */
+	const char *limits[2] = {"68719476736", "max"};
+	for (int i = 0; i < 2; i++) {
+		fake_root(root, sizeof root, dir, i ? "max" : "big", "0::/");
+		fake_file(root, "memory.max", limits[i]);
+		fake_file(root, "memory.current", "0");
+		rc = cu_run(out, sizeof out, "STRATA_CGROUP_ROOT=%s %s %s", root, cu_bin(), cmd);
+		cr_expect(!strstr(out, "cgroup limit") && !strstr(out, "host memory:") &&
+				  strstr(out, "available memory (32.0 GiB): budgets device 9.6 GiB, host 19.2 GiB"),
+			  "limit %s: %s", limits[i], out);
+	}
+}
+
 /* The end-of-run queue report takes the queues' busy times over the
  * training loop and divides by the loop's wall time (wall_s), not by the
  * steps' time alone (steps_s): evaluations stream weights too, and an update
@@ -1063,6 +1145,171 @@ Test(offload, directory_faults, .timeout = 300)
 	cr_expect(strstr(out, "step-000003"), "latest moved: %s", out);
 	rc = cu_run(out, sizeof out, "%s eval --model %s/run --data %s/data", cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "the checkpoint no longer loads: %s", out);
+}
+
+/* plan and train check offload directories alike, writability first: a
+ * directory on /proc cannot hold files (plan passed it, train said "not
+ * writable: No such file or directory"), a small read-only tmpfs is
+ * read-only (train said it had too little free space, hint "free space
+ * there"), and a directory train creates (its --out) is not refused by plan. */
+Test(offload, directory_checks_alike, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "dirchk");
+	cu_setup_run(dir, "");
+	const char *all_disk = "--micro-batch 2 --seq-len 32 --place weights=disk,gradients=disk,"
+			       "optimizer=disk";
+	char cmd[2][2048];
+	for (int k = 0; k < 2; k++) {
+		const char *where = k ? mnt : "/proc";
+		if (k && !mount_small(mnt, sizeof mnt, "size=4m,ro"))
+			break;
+		snprintf(cmd[0], sizeof cmd[0], "%s plan --model %s/init %s --offload-dir %s", cu_bin(),
+			 dir, all_disk, where);
+		snprintf(cmd[1], sizeof cmd[1],
+			 "%s train --model %s/init --data %s/data --out %s/r%d --steps 1 --progress none "
+			 "%s --offload-dir %s",
+			 cu_bin(), dir, dir, dir, k, all_disk, where);
+		for (int c = 0; c < 2; c++) {
+			const char *what = c ? "train" : "plan";
+			int rc = cu_run(out, sizeof out, "%s", cmd[c]);
+			cr_expect_neq(rc, 0, "%s, %s: accepted: %s", what, where, out);
+			if (k == 0)
+				cr_expect(strstr(out, "offload directory /proc cannot hold files: it is on a proc "
+						      "file system") &&
+						  strstr(out, "hint: give a directory on a disk's file system"),
+					  "%s, /proc: %s", what, out);
+			else
+				cr_expect(strstr(out, "is not writable: Read-only file system") &&
+						  !strstr(out, "free but needs") && !strstr(out, "free space there"),
+					  "%s, a read-only tmpfs: %s", what, out);
+		}
+		if (k)
+			umount(mnt);
+	}
+	/* --out X --offload-dir X, X not there yet: train makes X, and plan
+	 * plans it (it said X does not exist); one below X train does not make */
+	for (int k = 0; k < 2; k++) {
+		int rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --out %s/new/run --offload-dir %s/new%s",
+				cu_bin(), dir, all_disk, dir, dir, k ? "" : "/run");
+		cr_expect(rc == 0 && strstr(out, "tier total"), "plan, the run directory%s: %s",
+			  k ? "'s parent" : "", out);
+	}
+	int rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --out %s/new/run --offload-dir %s/new/run/off",
+			cu_bin(), dir, all_disk, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "does not exist"), "plan, below the run directory: %s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/new/run --steps 1 "
+		    "--progress none %s --offload-dir %s/new/run",
+		    cu_bin(), dir, dir, dir, all_disk, dir);
+	cr_expect(rc == 0, "train, the run directory as --offload-dir: %s", out);
+}
+
+/* A plan that puts nothing on disk needs no disk measurement: with no
+ * cached profile and a full offload file system, a run whose state fits in
+ * memory plans without the disk tier, warned, and trains (the measurement
+ * refused it); one that needs the disk is still refused, saying why. */
+Test(offload, full_offload_dir_unneeded, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "fullunneeded");
+	cu_setup_run(dir, "");
+	if (!mount_small(mnt, sizeof mnt, "size=8m"))
+		return;
+	int rc = cu_run(out, sizeof out, "dd if=/dev/zero of=%s/fill bs=1M count=8", mnt);
+	/* a device budget below the state: a plan (so a profile) with the
+	 * rest on the host */
+	const char *fits = "--micro-batch 2 --seq-len 32 --device-mem 1300K";
+	for (int c = 0; c < 2; c++) {
+		if (c)
+			rc = cu_run(out, sizeof out,
+				    "STRATA_PROFILE=%s/prof%d.json %s train --model %s/init --data %s/data "
+				    "--out %s/r --steps 1 --progress none %s --offload-dir %s",
+				    dir, c, cu_bin(), dir, dir, dir, fits, mnt);
+		else
+			rc = cu_run(out, sizeof out,
+				    "STRATA_PROFILE=%s/prof%d.json %s plan --model %s/init %s --offload-dir %s",
+				    dir, c, cu_bin(), dir, fits, mnt);
+		cr_expect(rc == 0 && strstr(out, "the disk could not be measured for the planner "
+						 "(measuring the disk for the planner needs 32 MiB in") &&
+				  strstr(out, "so it is planned with no disk tier") && !strstr(out, "error:"),
+			  "%s: %s", c ? "train" : "plan", out);
+	}
+	cr_expect(strstr(out, "done: step 1"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "STRATA_PROFILE=%s/prof2.json %s plan --model %s/init --micro-batch 2 --seq-len 32 "
+		    "--place weights=disk --offload-dir %s",
+		    dir, cu_bin(), dir, mnt);
+	cr_expect(rc != 0 && strstr(out, "measuring the disk for the planner needs 32 MiB in"), "%s", out);
+	umount(mnt);
+}
+
+/* An offload directory on the run directory's file system leaves room for
+ * a checkpoint: on a 13 MiB tmpfs the 12 MiB of offload files fit, with a
+ * 1.1 MiB checkpoint they do not, refused before training by train and plan
+ * alike (the run trained, then failed at its first save with nothing
+ * saved); with --out elsewhere the same directory trains. */
+Test(offload, checkpoint_room_beside_offload, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "ckptroom");
+	cu_setup_run(dir, "");
+	if (!mount_small(mnt, sizeof mnt, "size=13m"))
+		return;
+	const char *all_disk = "--micro-batch 2 --seq-len 32 --place weights=disk,gradients=disk,"
+			       "optimizer=disk";
+	int rc = cu_run(out, sizeof out,
+			"mkdir %s/off && %s train --model %s/init --data %s/data --out %s/run --steps 2 "
+			"--progress none %s --offload-dir %s/off",
+			mnt, cu_bin(), dir, dir, mnt, all_disk, mnt);
+	cr_expect(rc != 0 && strstr(out, "is on the file system of the run directory") &&
+			  strstr(out, "take the offload files (12.0 MiB) but not a checkpoint besides (1.1 MiB;") &&
+			  strstr(out, "the run would train, then fail at its first save") &&
+			  !strstr(out, "queues over"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --out %s/run2 --offload-dir %s/off",
+		    cu_bin(), dir, all_disk, mnt, mnt);
+	cr_expect(rc != 0 && strstr(out, "but not a checkpoint besides (1.1 MiB;"), "plan: %s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s train --model %s/init --data %s/data --out %s/run --steps 2 --progress none %s "
+		    "--offload-dir %s/off",
+		    cu_bin(), dir, dir, dir, all_disk, mnt);
+	cr_expect(rc == 0 && strstr(out, "done: step 2"), "--out on another file system: %s", out);
+	umount(mnt);
+}
+
+/* A profile measured where it cannot be cached (a read-only file system,
+ * a ~/.cache under a $HOME that is a file) is warned and used: train and
+ * plan went on to refuse the run after measuring. */
+Test(offload, profile_cache_unwritable, .timeout = 120)
+{
+	char dir[256], mnt[256];
+	cu_tmpdir(dir, sizeof dir, "profro");
+	cu_setup_run(dir, "");
+	/* weights streamed from the host: a plan, so a profile, and no disk */
+	const char *flags = "--micro-batch 2 --seq-len 32 --place weights=host";
+	char env[2][600];
+	int n = 0;
+	snprintf(env[n++], sizeof env[0], "STRATA_PROFILE= HOME=%s/homefile", dir);
+	cr_assert_eq(cu_run(out, sizeof out, "touch %s/homefile", dir), 0);
+	if (mount_small(mnt, sizeof mnt, "size=1m,ro"))
+		snprintf(env[n++], sizeof env[0], "STRATA_PROFILE=%s/profile.json", mnt);
+	for (int i = 0; i < n; i++) {
+		int rc = cu_run(out, sizeof out, "%s %s plan --model %s/init %s", env[i], cu_bin(), dir,
+				flags);
+		cr_expect(rc == 0 && strstr(out, "the measured profile could not be cached (") &&
+				  strstr(out, "predicted step"),
+			  "plan, %s: %s", env[i], out);
+		rc = cu_run(out, sizeof out,
+			    "%s %s train --model %s/init --data %s/data --out %s/r%d --steps 1 "
+			    "--eval-interval 0 --progress none %s",
+			    env[i], cu_bin(), dir, dir, dir, i, flags);
+		cr_expect(rc == 0 && strstr(out, "the measured profile could not be cached (") &&
+				  strstr(out, "done: step 1"),
+			  "train, %s: %s", env[i], out);
+		cr_expect(!strstr(out, "error:"), "train, %s: an error said: %s", env[i], out);
+	}
+	if (n == 2)
+		umount(mnt);
 }
 
 /* Run a command (exec'd by sh, so the measured process is the command) and

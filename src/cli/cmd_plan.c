@@ -23,7 +23,8 @@ static void help(void)
 	       "--grad-accum, --optimizer, --device-mem, --host-mem, --offload-dir, --place,\n"
 	       "--prefetch, --activations, --recompute, --device-updates, ...), read as\n"
 	       "train reads them: a --resume run's saved options < --config FILE < flags; see\n"
-	       "`strata train --help`.\n");
+	       "`strata train --help`. Sizes count in powers of 1024: --device-mem 10G is\n"
+	       "10 GiB, and 10GB is read as 10 GiB too.\n");
 }
 
 int cmd_plan(int argc, char **argv)

@@ -23,7 +23,9 @@ static void help(void)
 	       "       strata train --config FILE.json [options]\n\n"
 	       "  --config FILE          JSON object with any of the keys below\n");
 	train_opts_help(stdout);
-	printf("\nOn --resume the checkpoint's saved options are the base; flags given\n"
+	printf("\nSizes (--device-mem, --host-mem, --io-block, --shard-size) count in powers of\n"
+	       "1024: 10G is 10 GiB, and 10GB is read as 10 GiB too; a bare number is bytes.\n"
+	       "\nOn --resume the checkpoint's saved options are the base; flags given\n"
 	       "override them (for example --steps to train further).\n");
 }
 
@@ -258,7 +260,7 @@ static void first_error(const struct st_train_opts *o, char *msg, size_t n)
 {
 	const int old = st_log_mute(1);
 	const int bad = train_opts_validate(o) != ST_OK;
-	snprintf(msg, n, "%s", bad ? st_log_muted_error() : "");
+	snprintf(msg, n, "%s", bad ? st_log_last_error() : "");
 	st_log_mute(old);
 }
 

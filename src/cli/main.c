@@ -102,6 +102,12 @@ int main(int argc, char **argv)
 		printf("strata %s (CUDA: %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
 		return finish(0);
 	}
+	/* A file-size limit (ulimit -f) kills a process with SIGXFSZ at the
+	 * write that passes it: exit 153 and not a word. Ignored, that write
+	 * fails with EFBIG, and the path that made it says which file (every
+	 * command: train, prepare, init and import write the large files, and
+	 * eval and sample write to a redirected stdout). */
+	signal(SIGXFSZ, SIG_IGN);
 	const char *cmd = argv[1];
 	struct {
 		const char *name;

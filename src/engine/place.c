@@ -304,24 +304,14 @@ int parse_place(const char *s, int force[ST_SLAB__COUNT])
 			 kind);
 		ST_CHECK(t >= 0, hint, "--place: unknown tier '%s' (device, host, disk)", tier);
 		ST_CHECK(force[k] == UNDECIDED, hint, "--place names %s twice", kind);
-		ST_CHECK(!(k == ST_SLAB_S && t == ST_TIER_DEVICE), hint,
-			 "--place: optimizer state on the device arrives with the CUDA backend and the "
-			 "planner (device-side updates)");
+		/* the state of a unit lives on the device exactly when its update
+		 * runs there, which --device-updates chooses per unit */
+		ST_CHECK(!(k == ST_SLAB_S && t == ST_TIER_DEVICE),
+			 "give --device-updates N instead (N units, up to all of the model's units, as "
+			 "`strata plan` counts them; auto: the planner chooses)",
+			 "--place optimizer=device: optimizer state is on the device for the units "
+			 "whose update runs there, which --device-updates N chooses, not --place");
 		force[k] = t;
 	}
 	return ST_OK;
-}
-
-size_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	if (!f)
-		return 0;
-	char line[256];
-	size_t kb = 0;
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb * 1024;
 }

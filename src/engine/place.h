@@ -65,7 +65,5 @@ static inline enum st_tier place_home(const struct st_place *p, int unit, enum s
 int parse_bytes(const char *s, size_t *out, const char *what);
 /* "weights=disk,gradients=host,optimizer=disk" -> force[]; "auto" or "" -> all -1. */
 int parse_place(const char *s, int force[ST_SLAB__COUNT]);
-/* MemAvailable from /proc/meminfo, in bytes (0 when unknown). */
-size_t mem_available(void);
 
 #endif

@@ -4,9 +4,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
+#include "engine/memavail.h"
 #include "engine/place.h"
 #include "engine/profile.h"
 #include "io/fsutil.h"
@@ -118,8 +120,7 @@ static double matmuls_s(struct mm_ctx *mm, int reps)
 /* The disk as training uses it: slabs of 16 MiB, written then read back,
  * then reads and writes interleaved (the optimizer's pattern); then how much
  * of the compute rate is lost while the disk streams (shared cores). */
-static int measure_disk(struct st_profile *p, const char *dir, const float *fill,
-			struct mm_ctx *mm)
+static int measure_disk(struct st_profile *p, const char *dir, struct mm_ctx *mm)
 {
 	const char *dirs[] = {dir};
 	struct st_io io;
@@ -141,18 +142,34 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 			 "measuring the disk for the planner needs %d MiB in %s, which has %s free", 2 * 16,
 			 dir, fmt_bytes(b1, sizeof b1, avail));
 	}
+	/* and no larger a file than the file-size limit lets it write */
+	const int room_n = N;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		while (N > 2 && (double)N * (double)slab > (double)rl.rlim_cur)
+			N /= 2;
+		char b1[32];
+		ST_CHECK((double)N * (double)slab <= (double)rl.rlim_cur,
+			 "raise the limit (ulimit -f), or give --profile FILE (a profile measured on this "
+			 "machine)",
+			 "measuring the disk for the planner needs a file of %d MiB in %s, more than this "
+			 "process's file-size limit of %s (ulimit -f)",
+			 2 * 16, dir, fmt_bytes(b1, sizeof b1, (double)rl.rlim_cur));
+	}
 	if (N < MAX_N)
-		st_log_warn("the disk is measured with %d MiB, not %d, for lack of room in %s: the "
-			    "profile's disk rates are rougher (the profile is cached; delete it, or give "
-			    "--profile, to measure again with room)",
-			    N * 16, MAX_N * 16, dir);
+		st_log_warn("the disk is measured with %d MiB, not %d, for lack of %s%s: the profile's "
+			    "disk rates are rougher (the profile is cached; delete it, or give --profile, "
+			    "to measure again with room)",
+			    N * 16, MAX_N * 16, N < room_n ? "a larger file-size limit" : "room in ",
+			    N < room_n ? "" : dir);
 	const size_t total = (size_t)N * slab;
 	void *buf = NULL; /* O_DIRECT needs page-aligned buffers */
 	if (posix_memalign(&buf, ST_IO_ALIGN, 2 * slab) != 0) {
 		ST_ERROR(NULL, "out of memory for the disk measurement");
 		return ST_FAIL;
 	}
-	memcpy(buf, fill, 2 * slab);
+	for (size_t i = 0; i < 2 * slab / sizeof(float); i++) /* data, not zeros a device may skip */
+		((float *)buf)[i] = (float)(i % 97) * 1e-3f;
 	int rc = io_open(&io, dirs, 1, 1u << 20, 16, total);
 	if (rc == ST_OK) {
 		struct st_io_item items[MAX_N];
@@ -198,7 +215,7 @@ static int measure_disk(struct st_profile *p, const char *dir, const float *fill
 	return rc;
 }
 
-int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *dir)
+int profile_measure(struct st_profile *p, const struct st_ops *ops)
 {
 	memset(p, 0, sizeof *p);
 	const int n = 1024;          /* a square matmul: the backend's rate at model-sized shapes */
@@ -230,15 +247,33 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *
 		p->device_gib = p->host_gib; /* the CPU backend's device is host memory */
 		p->shared_cores = 1;
 	}
-	struct mm_ctx mm = {ops, a, b, c, 1024};
-	if (rc == ST_OK && dir && *dir)
-		rc = measure_disk(p, dir, a, &mm);
 	free(a);
 	free(b);
 	free(c);
 	free(d);
 	free(q);
 	free(a8);
+	return rc;
+}
+
+int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const char *dir)
+{
+	const int n = 1024; /* the matmuls the disk's CPU share is measured against */
+	float *a = st_aligned_alloc((size_t)n * n * sizeof(float));
+	float *b = st_aligned_alloc((size_t)n * n * sizeof(float));
+	float *c = st_aligned_alloc((size_t)n * n * sizeof(float));
+	int rc = a && b && c ? ST_OK : ST_FAIL;
+	if (rc == ST_OK) {
+		for (size_t i = 0; i < (size_t)n * n; i++)
+			a[i] = b[i] = (float)(i % 97) * 1e-3f;
+		struct mm_ctx mm = {ops, a, b, c, n};
+		rc = measure_disk(p, dir, &mm);
+	}
+	if (rc != ST_OK) /* rates from a measurement cut short would be cached as measured */
+		p->disk_read_gbs = p->disk_write_gbs = p->disk_cpu_share = 0;
+	free(a);
+	free(b);
+	free(c);
 	return rc;
 }
 

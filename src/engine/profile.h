@@ -36,9 +36,14 @@ struct st_profile {
 	double disk_cpu_share;
 };
 
-/* Measure (a few seconds); the disk rates on the first of dirs (NULL: left
- * 0). shared_cores is 1: the only backend that runs here is the CPU. */
-int profile_measure(struct st_profile *p, const struct st_ops *ops, const char *dir);
+/* Measure (a few seconds) all but the disk, whose rates are left 0.
+ * shared_cores is 1: the only backend that runs here is the CPU. */
+int profile_measure(struct st_profile *p, const struct st_ops *ops);
+/* Measure the disk rates and disk_cpu_share in dir (with up to 256 MiB of
+ * slabs, fewer where there is less room; an error where even 32 MiB do
+ * not fit or no file can be made there). Apart from profile_measure, so
+ * that a run whose plan needs no disk can go on without it. */
+int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const char *dir);
 /* Read a profile file; a missing key is an error naming it. */
 int profile_load(struct st_profile *p, const char *path);
 int profile_save(const struct st_profile *p, const char *path);

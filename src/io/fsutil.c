@@ -30,6 +30,9 @@ static const char *space_hint(int err)
 {
 	if (err == ENOSPC || err == EDQUOT)
 		return "free some disk space (or raise the quota) and try again";
+	if (err == EFBIG) /* SIGXFSZ is ignored (main.c): the limit shows here */
+		return "the file passes this process's file-size limit: raise it (ulimit -f "
+		       "unlimited) and try again";
 	if (err == EACCES || err == EPERM || err == EROFS)
 		return "check that the directory exists and is writable";
 	return "check the path, its permissions and the free disk space";

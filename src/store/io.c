@@ -2,10 +2,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,19 +90,71 @@ int io_check_dir(const char *dir, size_t size)
 	return ST_OK;
 }
 
+/* The file systems the kernel fills itself: a directory there exists, and
+ * file creation fails with an errno (ENOENT for /proc) that says nothing
+ * of why. */
+static const char *virtual_fs(const char *dir)
+{
+	struct statfs sf;
+	if (statfs(dir, &sf) != 0)
+		return NULL;
+	switch ((unsigned long)sf.f_type) {
+	case PROC_SUPER_MAGIC: return "proc";
+	case SYSFS_MAGIC: return "sysfs";
+	case CGROUP_SUPER_MAGIC: return "cgroup";
+	case CGROUP2_SUPER_MAGIC: return "cgroup2";
+	case DEBUGFS_MAGIC: return "debugfs";
+	case TRACEFS_MAGIC: return "tracefs";
+	case SECURITYFS_MAGIC: return "securityfs";
+	case DEVPTS_SUPER_MAGIC: return "devpts";
+	case BPF_FS_MAGIC: return "bpf";
+	case EFIVARFS_MAGIC: return "efivarfs";
+	default: return NULL;
+	}
+}
+
+/* Why no file can be made in dir (errno err), said with what to do. */
+static int say_unwritable(const char *dir, int err)
+{
+	const char *vfs = virtual_fs(dir);
+	if (vfs) {
+		ST_ERROR("give a directory on a disk's file system (one per SSD)",
+			 "offload directory %s cannot hold files: it is on a %s file system, which the "
+			 "kernel fills itself (%s)",
+			 dir, vfs, strerror(err));
+		return ST_FAIL;
+	}
+	ST_ERROR(err == EROFS ? "give a directory on a writable file system, or remount this one "
+				"read-write (a resumed run uses the directories it was started with, "
+				"unless --offload-dir is given; --offload-dir '' drops them)"
+		 : err == EACCES || err == EPERM
+			 ? "give a directory this user may write to (a resumed run uses the directories "
+			   "it was started with, unless --offload-dir is given; --offload-dir '' drops them)"
+		 : err == ENOSPC || err == EDQUOT
+			 ? "free space (or inodes) there, or give another --offload-dir"
+			 : "choose another --offload-dir",
+		 "offload directory %s is not writable: %s", dir, strerror(err));
+	return ST_FAIL;
+}
+
 int io_check_writable(const char *dir)
 {
-	ST_CHECK(access(dir, W_OK | X_OK) == 0,
-		 "give a directory this user may write to (a resumed run uses the directories it "
-		 "was started with, unless --offload-dir is given; --offload-dir '' drops them)",
-		 "offload directory %s is not writable: %s", dir, strerror(errno));
+	/* a probe file, not access(2): root passes access on a read-only
+	 * mount's directory too, and /proc passes it; nameless, it leaves
+	 * nothing behind */
+	const int fd = create_unnamed(dir, 0);
+	if (fd < 0)
+		return say_unwritable(dir, errno);
+	close(fd);
 	return ST_OK;
 }
 
 static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 {
 	char b1[32];
-	ST_TRY(io_check_dir(dir, size));
+	/* as the trainer checks before it plans (trainer.c): there, then
+	 * writable (the file's creation says the real cause), then room */
+	ST_TRY(io_check_dir(dir, 0));
 	d->path = strdup(dir);
 	d->fd = -1;
 	d->size = size;
@@ -116,11 +170,12 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 	}
 	if (d->fd < 0) {
 		d->fd = create_unnamed(dir, 0);
-		ST_CHECK(d->fd >= 0, "choose a writable --offload-dir",
-			 "offload directory %s is not writable: %s", dir, strerror(errno));
+		if (d->fd < 0)
+			return say_unwritable(dir, errno);
 		st_log_warn("offload directory %s refuses O_DIRECT (ramfs, some FUSE or older tmpfs): using buffered I/O, "
 			    "so the page cache may hold RAM beyond --host-mem", dir);
 	}
+	ST_TRY(io_check_dir(dir, size));
 	int rc = posix_fallocate(d->fd, 0, (off_t)size);
 	if (rc == EOPNOTSUPP || rc == EINVAL) {
 		/* a file system without fallocate (ext2): glibc reserves the space

@@ -59,9 +59,12 @@ struct st_io {
  * it exists and is a directory, and (size > 0) its file system has size
  * bytes free. For the planner, which writes nothing. */
 int io_check_dir(const char *dir, size_t size);
-/* That this process may create files in dir: checked for the directories a
- * plan puts state in (not for every --offload-dir given: a resumed run's
- * saved ones may be read-only where nothing goes to disk now). */
+/* That this process can create files in dir, by making one (nameless, so
+ * nothing is left): the failure names the real cause (a read-only file
+ * system, no permission, a virtual file system like /proc that cannot hold
+ * files). Checked for the directories a plan puts state in (not for every
+ * --offload-dir given: a resumed run's saved ones may be read-only where
+ * nothing goes to disk now). */
 int io_check_writable(const char *dir);
 int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block, int depth,
 	    size_t capacity);

@@ -168,7 +168,7 @@ int data_check_tokenizer(const struct st_data *d, const char *model_dir)
 	const int old = st_log_mute(1);
 	const int loaded = tokenizer_load(&tk, path) == ST_OK;
 	char why[512];
-	snprintf(why, sizeof why, "%s", st_log_muted_error());
+	snprintf(why, sizeof why, "%s", st_log_last_error());
 	st_log_mute(old);
 	if (loaded) {
 		tokenizer_free(&tk);

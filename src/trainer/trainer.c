@@ -24,10 +24,12 @@
 #include <cJSON.h>
 
 #include "io/fsutil.h"
+#include "engine/memavail.h"
 #include "engine/plan.h"
 #include "engine/profile.h"
 #include "store/io.h"
 #include "trainer/interrupt.h"
+#include "trainer/offdirs.h"
 #include "trainer/planview.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
@@ -95,24 +97,37 @@ static int alloc_state(struct st_trainer *tr)
  * 30% and the host 60% of it (offload then needs --offload-dir). With one
  * budget given, the other tier gets its share of that rule (unlimited, it
  * would take the rest of the state, more than memory holds). Budgets above
- * the available memory are warned. */
+ * the available memory are warned. The available memory is the smaller of
+ * MemAvailable and the cgroup's headroom (engine/memavail.h): under a
+ * container's or a job's limit the host's RAM is not the run's; which one
+ * it is, is said. */
 static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT], size_t need)
 {
 	ST_TRY(parse_bytes(tr->o.device_mem, &budgets[ST_TIER_DEVICE], "--device-mem"));
 	ST_TRY(parse_bytes(tr->o.host_mem, &budgets[ST_TIER_HOST], "--host-mem"));
 	budgets[ST_TIER_DISK] = 0;
-	const size_t avail = mem_available();
+	struct st_mem_avail ma;
+	mem_avail_read(&ma);
+	const size_t avail = ma.bytes;
 	const int dev_given = budgets[ST_TIER_DEVICE] != 0, host_given = budgets[ST_TIER_HOST] != 0;
 	char b1[32], b2[32], b3[32], b4[32];
+	const char *src = ma.from_cgroup ? ", the cgroup limit" : "";
+	if (ma.from_cgroup)
+		st_log_info("host memory: %s available (cgroup limit: %s, %s in use, %s; MemAvailable "
+			    "%s)",
+			    fmt_bytes(b1, sizeof b1, (double)avail),
+			    fmt_bytes(b2, sizeof b2, (double)ma.cgroup_limit),
+			    fmt_bytes(b3, sizeof b3, (double)ma.cgroup_used), ma.cgroup_file,
+			    ma.meminfo ? fmt_bytes(b4, sizeof b4, (double)ma.meminfo) : "unknown");
 	if (avail && (double)need > 0.9 * (double)avail && (!dev_given || !host_given)) {
 		if (!dev_given)
 			budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
 		if (!host_given)
 			budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
-		st_log_info("training state %s exceeds 90%% of the available memory (%s): budgets "
+		st_log_info("training state %s exceeds 90%% of the available memory (%s%s): budgets "
 			    "device %s%s, host %s%s (set --device-mem / --host-mem to choose)",
 			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
-			    fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
+			    src, fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
 			    dev_given ? " (given)" : "",
 			    fmt_bytes(b4, sizeof b4, (double)budgets[ST_TIER_HOST]),
 			    host_given ? " (given)" : "");
@@ -126,9 +141,10 @@ static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT],
 				    : (double)need;
 	if (avail && (dev_given || host_given) && held > (double)avail)
 		st_log_warn("--device-mem and --host-mem let the run hold %s, more than the %s of "
-			    "memory available: it may be killed for memory (lower them, or leave "
+			    "memory available%s: it may be killed for memory (lower them, or leave "
 			    "them out to size them from the machine)",
-			    fmt_bytes(b1, sizeof b1, held), fmt_bytes(b2, sizeof b2, (double)avail));
+			    fmt_bytes(b1, sizeof b1, held), fmt_bytes(b2, sizeof b2, (double)avail),
+			    ma.from_cgroup ? " (the cgroup limit)" : "");
 	return ST_OK;
 }
 
@@ -159,30 +175,6 @@ static void tier_choice_free(struct tier_choice *ch)
 	memset(ch, 0, sizeof *ch);
 }
 
-/* The same directory twice is refused: it gains nothing, and each stripe's
- * free-space check counted the same space. Two on one file system are
- * allowed, with a warning: striping over them gains no bandwidth.
- * Directories that do not exist are left to the store's message. */
-static int check_offload_dirs(const char *const *dirs, int n)
-{
-	int warned = 0;
-	for (int i = 0; i < n; i++)
-		for (int j = i + 1; j < n; j++) {
-			struct stat a, b;
-			if (stat(dirs[i], &a) != 0 || stat(dirs[j], &b) != 0)
-				continue;
-			ST_CHECK(a.st_dev != b.st_dev || a.st_ino != b.st_ino,
-				 "give each directory once (one per SSD)",
-				 "--offload-dir %s and %s are the same directory", dirs[i], dirs[j]);
-			if (a.st_dev == b.st_dev && !warned++)
-				st_log_warn("--offload-dir %s and %s are on the same file system: "
-					    "striping over them gains no bandwidth (one directory per "
-					    "SSD)",
-					    dirs[i], dirs[j]);
-		}
-	return ST_OK;
-}
-
 /* The profile file: --profile, else $STRATA_PROFILE, else
  * ~/.cache/strata/profile.json. */
 static void profile_path(const struct st_train_opts *o, char *buf, size_t n)
@@ -194,6 +186,41 @@ static void profile_path(const struct st_train_opts *o, char *buf, size_t n)
 		snprintf(buf, n, "%s", env);
 	else
 		snprintf(buf, n, "%s/.cache/strata/profile.json", home && *home ? home : ".");
+}
+
+/* Whether the run has no plan without the disk tier (its state does not
+ * fit the budgets, or a kind or activations are placed there). */
+static int needs_disk(const struct tier_choice *ch)
+{
+	struct st_plan_opts po = ch->po;
+	po.place.n_dirs = 0;
+	struct st_plan p;
+	const int old = st_log_mute(1);
+	const int rc = plan_make(&p, &ch->pm, &ch->prof, &po);
+	st_log_mute(old);
+	if (rc == ST_OK)
+		plan_free(&p);
+	return rc != ST_OK;
+}
+
+/* The disk's rates for the profile, in the first offload directory. Where
+ * they cannot be measured (a full or read-only file system, or one too
+ * small for even the least measurement) and the run has a plan without the
+ * disk, that is said and the run goes on with no disk tier: the
+ * measurement must not stop a run whose state fits in memory. */
+static int measure_disk(struct st_trainer *tr, struct tier_choice *ch)
+{
+	const int needed = needs_disk(ch);
+	const int old = st_log_mute(!needed);
+	const int rc = profile_measure_disk(&ch->prof, tr->s.ops, ch->dirs[0]);
+	st_log_mute(old);
+	if (rc == ST_OK || needed)
+		return rc;
+	st_log_warn("the disk could not be measured for the planner (%s): the run's state fits "
+		    "without it, so it is planned with no disk tier",
+		    st_log_last_error());
+	ch->po.place.n_dirs = 0;
+	return ST_OK;
 }
 
 /* Load the profile, or measure this machine and cache it (a profile without
@@ -211,16 +238,29 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
 		    ch->n_dirs ? ", the first offload directory" : "", path);
-	ST_TRY(profile_measure(&ch->prof, tr->s.ops, ch->n_dirs ? ch->dirs[0] : NULL));
+	ST_TRY(profile_measure(&ch->prof, tr->s.ops));
+	ch->have_prof = 1;
+	if (ch->n_dirs)
+		ST_TRY(measure_disk(tr, ch));
+	/* the cache only saves the next run its measurement: a place that
+	 * cannot take it (a read-only home, a full disk) is said, not fatal */
 	char dir[ST_PATH + 64];
 	snprintf(dir, sizeof dir, "%s", path);
 	char *slash = strrchr(dir, '/');
+	const int old = st_log_mute(1);
+	int rc = ST_OK;
 	if (slash && slash != dir) {
 		*slash = '\0';
-		ST_TRY(fs_mkdir_p(dir));
+		rc = fs_mkdir_p(dir);
 	}
-	ST_TRY(profile_save(&ch->prof, path));
-	ch->have_prof = 1;
+	if (rc == ST_OK)
+		rc = profile_save(&ch->prof, path);
+	st_log_mute(old);
+	if (rc != ST_OK)
+		st_log_warn("the measured profile could not be cached (%s): this run uses it, and the "
+			    "next one measures again (give --profile FILE or $STRATA_PROFILE a writable "
+			    "path to keep it)",
+			    st_log_last_error());
 	return ST_OK;
 }
 
@@ -334,13 +374,11 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->dirs[ch->n_dirs++] = d;
 	}
 	ch->po.place.n_dirs = ch->n_dirs;
-	/* each directory exists, needed or not: a mistyped one would show only
-	 * on a later resume with smaller budgets (plan checks as train does) */
-	for (int i = 0; i < ch->n_dirs; i++)
-		ST_TRY(io_check_dir(ch->dirs[i], 0));
+	/* plan checks as train does (trainer/offdirs.h), and passes a directory
+	 * train would make (its --out) */
+	ST_TRY(offdirs_check_exist(ch->dirs, ch->n_dirs, tr->o.out));
 	ST_CHECK(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
 		 "--io-depth %d must be between 1 and 4096 (0: 16)", tr->o.io_depth);
-	ST_TRY(check_offload_dirs(ch->dirs, ch->n_dirs));
 	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
 	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
 	if (!ch->po.place.io_block)
@@ -376,27 +414,16 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
 		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
 	const struct st_plan *p = &tr->plan;
-	if (tr->plan_only) {
-		/* the room the disk tier will reserve: whole stripes (io_open), each
-		 * file system's free space shared by its directories */
-		const size_t disk = p->place.bytes[ST_TIER_DISK], blk = ch->po.place.io_block;
-		const size_t stripe = blk * (size_t)(ch->n_dirs ? ch->n_dirs : 1);
-		const size_t per_dir = (disk + stripe - 1) / stripe * blk;
-		for (int i = 0; disk && i < ch->n_dirs; i++) {
-			/* what the store's file creation finds, said by plan too */
-			ST_TRY(io_check_writable(ch->dirs[i]));
-			struct stat a, b;
-			int sharing = 1, first = 1;
-			for (int j = 0; stat(ch->dirs[i], &a) == 0 && j < ch->n_dirs; j++)
-				if (j != i && stat(ch->dirs[j], &b) == 0 && a.st_dev == b.st_dev) {
-					sharing++;
-					first &= j > i;
-				}
-			if (first)
-				ST_TRY(io_check_dir(ch->dirs[i], per_dir * (size_t)sharing));
-		}
+	/* the directories the plan writes to, before anything is written */
+	size_t ckpt = 0;
+	for (int u = 0; u < n; u++)
+		ckpt += ch->wb[u] + tr->opt.unit_bytes[u];
+	const struct offdirs_need room = {.disk = p->place.bytes[ST_TIER_DISK],
+					  .io_block = ch->po.place.io_block, .ckpt = ckpt,
+					  .out = tr->o.out};
+	ST_TRY(offdirs_check_room(ch->dirs, ch->po.place.n_dirs, &room));
+	if (tr->plan_only)
 		return ST_OK;
-	}
 	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
 		char b1[32], b2[32];
 		st_log_info("activations: %d layers kept, %d recomputed in backward, %d swapped to the "

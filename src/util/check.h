@@ -20,9 +20,9 @@ void st_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Errors of this thread are not printed while muted (> 0): the planner tries
  * candidate plans whose failures are expected. Returns the previous value. */
 int st_log_mute(int muted);
-/* The first error muted since muting began ("" if none): for a caller that
- * turns an expected failure into a warning naming its cause. */
-const char *st_log_muted_error(void);
+/* The message of this thread's last error, printed or muted ("" if none):
+ * for a caller that goes on without the failed step and says why. */
+const char *st_log_last_error(void);
 void st_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Report an error with a hint for the user (hint may be NULL). */

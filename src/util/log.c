@@ -6,34 +6,27 @@
 #include "util/check.h"
 
 static _Thread_local int muted;
-static _Thread_local char first_muted[512]; /* since the last st_log_mute(1) */
+/* The last error of this thread, said or muted: a caller that muted a
+ * step it can do without (caching the profile) still names the cause. */
+static _Thread_local char last[512];
 
 int st_log_mute(int m)
 {
 	int old = muted;
-	if (m && !old)
-		first_muted[0] = '\0';
 	muted = m;
 	return old;
 }
 
-const char *st_log_muted_error(void)
-{
-	return first_muted;
-}
+const char *st_log_last_error(void) { return last; }
 
 void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
 {
 	va_list ap;
-	if (muted) {
-		(void)file, (void)line, (void)hint;
-		if (!first_muted[0]) {
-			va_start(ap, fmt);
-			vsnprintf(first_muted, sizeof first_muted, fmt, ap);
-			va_end(ap);
-		}
+	va_start(ap, fmt);
+	vsnprintf(last, sizeof last, fmt, ap);
+	va_end(ap);
+	if (muted)
 		return;
-	}
 	fputs("strata: error: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
