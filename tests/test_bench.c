@@ -113,9 +113,16 @@ Test(bench_cli, full_disk_fails_the_run)
 	cr_expect(strstr(out, "No space left on device"), "%s", out);
 	cr_expect(cu_run(out, sizeof out, "cat %s/r.json", dir) == 0 && !strcmp(out, "{\"old\": 1}\n"),
 		  "the previous results file changed: %s", out);
+	/* the failed run's temporary file is gone, as is a refused run's (an
+	 * option checked after the file was opened) */
+	cr_expect(cu_run(NULL, 0, "test ! -e %s/r.json.tmp && test ! -L %s/r.json.tmp", dir, dir) == 0,
+		  "the failed run left r.json.tmp");
+	rc = cu_run(out, sizeof out, "%s --params 5 --json %s/q.json; test ! -e %s/q.json.tmp",
+		    bench_path("optim"), dir, dir);
+	cr_expect_eq(rc, 0, "a refused run left q.json.tmp: %s", out);
 	/* a run that completes replaces it */
-	rc = cu_run(out, sizeof out, "rm %s/r.json.tmp && %s --params 65536 --reps 1 --json %s/r.json",
-		    dir, bench_path("optim"), dir);
+	rc = cu_run(out, sizeof out, "%s --params 65536 --reps 1 --json %s/r.json",
+		    bench_path("optim"), dir);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(cu_run(out, sizeof out, "grep -c speedup_8bit_over_fp32 %s/r.json", dir) == 0,
 		  "results not written: %s", out);

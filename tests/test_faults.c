@@ -990,7 +990,9 @@ Test(faults, paths_and_messages)
 	 * (it advised a smaller rank only) */
 	cr_expect(rc == 0 && strstr(out, "--galore-rank 300 is full rank on every projected matrix: "
 					 "GaLore is then AdamW with an identity projector kept as "
-					 "state; use --optimizer adamw, or rank 25 or less"),
+					 "state (and those matrices' updates scaled by --galore-scale "
+					 "0.25); use --optimizer adamw (its --lr x 0.25 for the same "
+					 "updates there), or rank 25 or less"),
 		  "%s", out);
 	/* the break-even rank, 8·s·L / (4·s + 8·L) for an s x L matrix: 25.6
 	 * for the 32 x 64 k and v projections (4 of the 14), above 42 for the
@@ -1584,11 +1586,13 @@ Test(faults, sigbus_said)
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "sigbus");
 	cu_setup_run(dir, "");
-	/* the prompt read from a FIFO nobody writes: still running when signalled */
+	/* the prompt read from a FIFO: opening its other end returns once
+	 * sample has opened it (past main's handler), and sample then waits for
+	 * a prompt that does not come until it is signalled */
 	int rc = cu_run(out, sizeof out,
 			"mkfifo %s/fifo && { %s sample --model %s/init --prompt-file %s/fifo > /dev/null & "
-			"sleep 0.5; kill -BUS $!; wait $!; echo status $?; }",
-			dir, cu_bin(), dir, dir);
+			"exec 3> %s/fifo; kill -BUS $!; wait $!; echo status $?; exec 3>&-; }",
+			dir, cu_bin(), dir, dir, dir);
 	cr_expect(rc == 0 && strstr(out, "status 135") &&
 			  strstr(out, "strata: error: a file strata had mapped was cut short or changed by "
 				      "another program while being read (SIGBUS)"),
@@ -1609,6 +1613,14 @@ Test(faults, config_file_value_named)
 			dir, cu_bin(), dir, dir, dir, dir);
 	cr_expect(rc != 0 && strstr(out, "--beta1 must be in [0,1) (got 1.5)") &&
 			  strstr(out, "/bad.json: the value above is the --config file's"),
+		  "%s", out);
+	/* a bad length the file gave is the file's too */
+	rc = cu_run(out, sizeof out,
+		    "echo '{\"steps\": -5}' > %s/neg.json && %s train --model %s/init --data %s/data "
+		    "--out %s/r5 --config %s/neg.json " SMALL,
+		    dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "--steps must be >= 0 (got -5)") &&
+			  strstr(out, "/neg.json: the value above is the --config file's"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s plan --model %s/init --config %s/bad.json", cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "/bad.json: the value above is the --config file's"), "%s", out);

@@ -118,16 +118,18 @@ Test(gguf, dequantize_random_blocks)
 
 /* tokenizer.ggml.add_bos_token true: the tokenizer.json has Llama 3's
  * TemplateProcessing post-processor putting <bos> before every encoding (as
- * llama.cpp does; transformers encoded without it), false or absent: none;
+ * llama.cpp does; transformers encoded without it), false: none, absent:
+ * llama.cpp's default for the file's pre-tokenizer (llama-bpe here: true);
  * strata's own loader reads the file either way (prepare). */
 Test(gguf, add_bos_token_post_processor)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "ggufbos");
-	for (int v = 0; v <= 1; v++) {
+	for (int v = 0; v <= 2; v++) { /* 2: no key, and llama-bpe's default (true) */
 		int rc = cu_run(out, sizeof out,
 				"{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/b%d.gguf set "
-				"tokenizer.ggml.add_bos_token 7 %d && %s import --gguf %s/b%d.gguf --out %s/m%d && "
+				"tokenizer.ggml.add_bos_token 7 %d && if [ %d = 2 ]; then cp "
+				"tests/data/gguf/model-F32.gguf %s/b%d.gguf; fi && %s import --gguf %s/b%d.gguf --out %s/m%d && "
 				"python3 -c \"import json, sys; t = json.load(open(sys.argv[1])); p = t['post_processor']; "
 				"bos = [a['content'] for a in t['added_tokens'] if a['id'] == %d][0]; "
 				"print('none' if p is None else '%%s %%s %%s %%s' %% (p['type'], "
@@ -135,7 +137,8 @@ Test(gguf, add_bos_token_post_processor)
 				"p['single'][1]['Sequence']['id']))\" %s/m%d/tokenizer.json && "
 				"echo 'hello there' > %s/h.txt && %s prepare --input %s/h.txt --tokenizer %s/m%d "
 				"--out %s/d%d --val-fraction 0; }",
-				dir, v, v, cu_bin(), dir, v, dir, v, 0, dir, v, dir, cu_bin(), dir, dir, v, dir, v);
+				dir, v, v & 1, v, dir, v, cu_bin(), dir, v, dir, v, 0, dir, v, dir, cu_bin(), dir, dir, v,
+				dir, v);
 		cr_expect_eq(rc, 0, "%s", out);
 		cr_expect(strstr(out, v ? "TemplateProcessing True [0] A" : "none\n"), "add_bos_token %d: %s",
 			  v, out);

@@ -572,6 +572,10 @@ Test(offload, plan_reads_resume_and_config, .timeout = 120)
 	cr_expect(rc == 0 && strstr(out, "/cfg holds no weights (model.safetensors): planned from its "
 					 "config.json alone"),
 		  "%s", out);
+	/* PyTorch weights are weights train refuses, not none */
+	rc = cu_run(out, sizeof out, "touch %s/cfg/pytorch_model.bin && %s plan --model %s/cfg", dir,
+		    cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "/cfg holds PyTorch weights (pytorch_model.bin)"), "%s", out);
 }
 
 /* A 7B model's 101 GiB of state (a config.json alone: plan allocates

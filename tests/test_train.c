@@ -1498,7 +1498,8 @@ Test(train, optimizer_state_converted_on_resume)
 			   cu_bin(), dir, dir, dir, cu_bin(), dir, dir));
 	/* plain SGD has no momentum buffer to quantize */
 	expect_fail("plain sgd as sgd8bit",
-		    "(no momentum buffer), the run asks for --momentum 0.9",
+		    "the run trained with --optimizer sgd and no momentum: its checkpoint has no "
+		    "momentum buffer for sgd8bit to quantize",
 		    cu_run(out, sizeof out,
 			   "%s train --model %s/init --data %s/data --out %s/p --steps 1 --eval-interval 0 "
 			   "--optimizer sgd --momentum 0 " SMALL
@@ -1560,6 +1561,8 @@ Test(train, damaged_optimizer_state_refused)
 			continue;
 		}
 		expect_fail("damaged optimizer state", cases[i].needle, rc);
+		/* damage, not a setting: no advice to resume with other settings */
+		cr_expect(!strstr(out, "with the run's own settings"), "case %zu: %s", i, out);
 		cr_expect_eq(cu_run(NULL, 0, "md5sum -c --quiet %s/sums", dir), 0,
 			     "a refused resume changed the checkpoint");
 		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/o%zu", dir, i), 0,

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "trainer/options.h"
@@ -88,6 +89,19 @@ static void out_tmp(char *buf, size_t n, const char *path)
 	snprintf(buf, n, "%s.tmp", path);
 }
 
+/* The --json files being written and not yet renamed into place: removed
+ * at exit, so that a run refused or failed after opening one (a bad option
+ * value checked later, a measurement that failed) leaves no PATH.tmp. The
+ * only process-wide state here: exit is process-wide. */
+static char pending[4][4200];
+
+static void remove_pending(void)
+{
+	for (int i = 0; i < 4; i++)
+		if (pending[i][0])
+			unlink(pending[i]);
+}
+
 int cli_get_out(struct cli_args *a, const char *key, FILE **out)
 {
 	const char *path;
@@ -101,6 +115,14 @@ int cli_get_out(struct cli_args *a, const char *key, FILE **out)
 	*out = fopen(tmp, "w");
 	ST_CHECK(*out, "give a path in a directory that exists and is writable",
 		 "--%s: cannot write %s: %s", key, path, strerror(errno));
+	static int registered;
+	if (!registered)
+		registered = atexit(remove_pending) == 0;
+	for (int i = 0; i < 4; i++)
+		if (!pending[i][0]) {
+			snprintf(pending[i], sizeof pending[i], "%s", tmp);
+			break;
+		}
 	return ST_OK;
 }
 
@@ -114,6 +136,9 @@ int cli_close_out(struct cli_args *a, const char *key, FILE *f)
 		 "--%s: writing %s: %s", key, tmp, strerror(errno));
 	ST_CHECK(rename(tmp, path) == 0, NULL, "--%s: renaming %s to %s: %s", key, tmp, path,
 		 strerror(errno));
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(pending[i], tmp))
+			pending[i][0] = '\0';
 	return ST_OK;
 }
 

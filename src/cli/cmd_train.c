@@ -286,7 +286,10 @@ int cli_check_config_values(struct cli_args *a, const struct cli_train_src *src,
 	const int old = st_log_mute(1);
 	const int flags_ok = cli_train_flags(a, &w, "config") == ST_OK;
 	st_log_mute(old);
-	if (flags_ok && !w.steps && !w.max_tokens)
+	/* a length only the file gave is the file's to blame; none at all is
+	 * nobody's */
+	if (flags_ok && !w.steps && !w.max_tokens && !src->conf_only.steps &&
+	    !src->conf_only.max_tokens)
 		w.steps = o->steps, w.max_tokens = o->max_tokens;
 	first_error(&w, without, sizeof without);
 	if (!flags_ok || strcmp(merged, alone) != 0 || !strcmp(merged, without))

@@ -573,8 +573,10 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 		memcpy(p->dev_update, b.dev, (size_t)n);
 		if (b.step >= 1e300 && choose_act) /* nothing fits: the most frugal plan says why */
 			act_counts(p->act, L, 0, 0, L);
-		/* the chosen (or forced) plan, loud this time */
-		rc = layout(p, pm, o);
+		/* the chosen (or forced) plan, loud this time (not over a search
+		 * that ran out of memory) */
+		if (rc == ST_OK)
+			rc = layout(p, pm, o);
 		p->prefetch = w.place.prefetch;
 		if (!p->candidates)
 			p->candidates = 1;

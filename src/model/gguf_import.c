@@ -329,7 +329,8 @@ static enum pre_kind pre_kind(const char *name)
 		return PRE_LLAMA3;
 	/* GPT2: GPT-2's regex (llama.cpp's lacks the final \s+, which matches
 	 * only what it leaves as a piece of its own anyway). "gpt2" is none of
-	 * llama.cpp's names: it runs such a file with its default. */
+	 * llama.cpp's names: it refuses such a file ("unknown pre-tokenizer
+	 * type"), so there is no splitting of its to rebuild. */
 	if (!strcmp(name, "gpt-2"))
 		return PRE_GPT2;
 	/* SMOLLM: \p{N} split off one digit at a time, then GPT-2's regex:
@@ -337,8 +338,8 @@ static enum pre_kind pre_kind(const char *name)
 	 * with its regex) */
 	if (!strcmp(name, "smollm"))
 		return PRE_SMOLLM;
-	/* "default" (what llama.cpp also runs for a missing or unknown name)
-	 * splits off runs of punctuation before GPT-2's regex ("don't" becomes
+	/* "default" (what llama.cpp also runs for a missing name; an unknown
+	 * one it refuses) splits off runs of punctuation before GPT-2's regex ("don't" becomes
 	 * don ' t, not don 't) and then digits; no tokenizer.json strata writes
 	 * is checked to split like it, so none is written. The others (qwen2,
 	 * tekken, ...) have regexes of their own. */
@@ -346,19 +347,22 @@ static enum pre_kind pre_kind(const char *name)
 }
 
 /* <bos> before every encoding where llama.cpp adds it
- * (tokenizer.ggml.add_bos_token true): Hugging Face's tokenizers do that in
+ * (tokenizer.ggml.add_bos_token true; without the key, its default: true
+ * for LLaMA 3's pre-tokenizers, whose older GGUF files lack the key, false
+ * for the other BPE ones): Hugging Face's tokenizers do that in
  * a post-processor, as Llama 3's own tokenizer.json does; without one,
  * transformers encodes without <bos>. NULL where none is wanted. (strata's
  * own loader reads no post-processor: prepare and sample add <bos> where
  * their options say.) */
-static cJSON *bos_post_processor(const struct st_gguf *g, const struct st_gguf_kv *tokens, int bos_id)
+static cJSON *bos_post_processor(const struct st_gguf *g, const struct st_gguf_kv *tokens, int bos_id,
+				 int llama3)
 {
 	const struct st_gguf_kv *kv = gguf_kv(g, "tokenizer.ggml.add_bos_token");
+	const int add = kv ? kv->type == GGUF_BOOL && kv->value[0] : llama3;
 	size_t len = 0;
 	const char *s = bos_id >= 0 ? gguf_arr_str(tokens, (uint64_t)bos_id, &len) : NULL;
 	char bos[256];
-	if (!kv || kv->type != GGUF_BOOL || !kv->value[0] || !s || !len || len >= sizeof bos ||
-	    memchr(s, 0, len))
+	if (!add || !s || !len || len >= sizeof bos || memchr(s, 0, len))
 		return NULL;
 	memcpy(bos, s, len);
 	bos[len] = '\0';
@@ -478,7 +482,7 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 		cJSON_AddBoolToObject(bl, "trim_offsets", 1);
 		cJSON_AddBoolToObject(bl, "use_regex", 1);
 	}
-	cJSON *pp = bos_post_processor(g, tokens, cfg->bos_id);
+	cJSON *pp = bos_post_processor(g, tokens, cfg->bos_id, llama3);
 	if (pp)
 		cJSON_AddItemToObject(root, "post_processor", pp);
 	else

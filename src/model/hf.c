@@ -98,6 +98,16 @@ static int pytorch_weights(const char *dir, char *name, size_t n)
 	return found;
 }
 
+int weights_present(const char *dir)
+{
+	char path[2200], bin[256];
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	if (fs_exists(path))
+		return 1;
+	snprintf(path, sizeof path, "%s/" INDEX_NAME, dir);
+	return fs_exists(path) || pytorch_weights(dir, bin, sizeof bin);
+}
+
 int weights_open(struct st_weight_files *w, const char *dir)
 {
 	memset(w, 0, sizeof *w);

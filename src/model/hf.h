@@ -24,6 +24,9 @@ struct st_weight_files {
 	struct cJSON *index; /* the parsed index of a sharded model, else NULL */
 };
 int weights_open(struct st_weight_files *w, const char *dir);
+/* Whether dir holds weight files of any kind weights_open would look at
+ * (safetensors, their index, or PyTorch's, which it names and refuses). */
+int weights_present(const char *dir);
 void weights_close(struct st_weight_files *w);
 
 /* The same, a unit at a time, for weights that are not all in memory (the

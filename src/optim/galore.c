@@ -136,10 +136,12 @@ int galore_plan(struct st_optim *o)
 	}
 	if (n_over && n_full == n_gal) /* P = I everywhere: AdamW with more state */
 		st_log_warn("--galore-rank %g is full rank on every projected matrix: GaLore is then "
-			    "AdamW with an identity projector kept as state; use --optimizer %s, or "
-			    "rank %d or less to save memory",
-			    c->galore_rank, c->kind == ST_OPT_GALORE_ADAMW8 ? "adamw8bit" : "adamw",
-			    below);
+			    "AdamW with an identity projector kept as state (and those matrices' "
+			    "updates scaled by --galore-scale %g); use --optimizer %s (its --lr x %g "
+			    "for the same updates there), or rank %d or less to save memory",
+			    c->galore_rank, (double)c->galore_scale,
+			    c->kind == ST_OPT_GALORE_ADAMW8 ? "adamw8bit" : "adamw",
+			    (double)c->galore_scale, below);
 	else if (n_over)
 		st_log_warn("--galore-rank %g keeps more state than AdamW's 8 B per weight on %d of "
 			    "the %d projected matrices (a projector and moments of that rank); rank %d "

@@ -917,6 +917,7 @@ struct saved_state {
 	enum st_optim_kind kind;
 	int block;   /* the 8-bit kinds' quantization block */
 	int convert; /* laid out otherwise than this run's state: ckpt_convert_state */
+	int setting; /* a failed check was of a setting the run asks otherwise, not damage */
 };
 
 /* The settings the state was written with, against the run's: the
@@ -935,11 +936,13 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 	const char *kind = safetensors_meta(sf, "optimizer");
 	ST_CHECK(optim_parse_kind(&src->kind, kind) == ST_OK, "use a checkpoint strata wrote",
 		 "%s holds state of an unknown optimizer '%s'", path, kind);
+	src->setting = 1; /* for the checks of what the run asks, each reset once passed */
 	ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),
 		 "resume with the optimizer the run was started with (adamw and adamw8bit convert "
 		 "into each other, as do sgd and sgd8bit)",
 		 "%s holds %s state, but the run asks for --optimizer %s", path, kind,
 		 optim_kind_name(c->kind));
+	src->setting = 0;
 	src->convert = src->kind != c->kind;
 	src->block = c->quant_block;
 	long v;
@@ -958,6 +961,7 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 			 safetensors_meta(sf, "quant_min_size"));
 		if (src->kind == c->kind && (src->block != c->quant_block ||
 					     (got == 1 && v != c->quant_min_numel))) {
+			src->setting = 1;
 			ST_CHECK(ckpt_can_convert(src->kind, c->kind),
 				 "resume with the --quant-block and --quant-min-size the run was started "
 				 "with (GaLore's state is not converted)",
@@ -966,6 +970,7 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 				 path, src->block,
 				 got == 1 ? safetensors_meta(sf, "quant_min_size") : "(not recorded)",
 				 c->quant_block, c->quant_min_numel);
+			src->setting = 0;
 			src->convert = 1;
 		}
 	}
@@ -977,6 +982,7 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 	if ((c->kind == ST_OPT_SGD || c->kind == ST_OPT_SGD8) && mom) {
 		const int had = src->kind == ST_OPT_SGD8 || strtod(mom, NULL) != 0.0,
 			  has = c->momentum != 0.0f;
+		src->setting = had != has;
 		ST_CHECK(had == has,
 			 had ? "resume with a non-zero --momentum, as the run was started"
 			 : c->kind == ST_OPT_SGD8
@@ -1194,14 +1200,12 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;
 	ST_TRY(safetensors_open(&sf, path));
-	struct saved_state src;
-	*damaged = 0;
+	struct saved_state src = {0};
 	int rc = check_optimizer_meta(tr, &sf, path, &src);
-	if (rc == ST_OK) {
-		*damaged = 1;
+	*damaged = !src.setting; /* a setting: the same in earlier steps */
+	if (rc == ST_OK)
 		rc = src.convert ? ckpt_convert_state(tr, &sf, path, src.kind, src.block)
 				 : load_optimizer(tr, &sf, path);
-	}
 	safetensors_close(&sf);
 	if (rc != ST_OK) /* a setting the state disagrees with is the same in earlier steps */
 		ST_ERROR(*damaged ? "resume from an earlier checkpoint"
@@ -1216,7 +1220,7 @@ int ckpt_check_state_settings(const struct st_trainer *tr, const char *ckpt_dir)
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
 	struct st_safetensors sf;
 	ST_TRY(safetensors_open(&sf, path));
-	struct saved_state src;
+	struct saved_state src = {0};
 	const int rc = check_optimizer_meta(tr, &sf, path, &src);
 	safetensors_close(&sf);
 	return rc;

@@ -24,6 +24,7 @@
 #include <cJSON.h>
 
 #include "io/fsutil.h"
+#include "model/hf.h"
 #include "engine/memavail.h"
 #include "engine/plan.h"
 #include "engine/profile.h"
@@ -513,10 +514,7 @@ int trainer_plan(const struct st_train_opts *o)
 	built = rc == ST_OK;
 	/* the weights' headers against config.json, as train checks them (a
 	 * config.json alone plans a model not yet made: said) */
-	char wsingle[4200], windex[4200];
-	snprintf(wsingle, sizeof wsingle, "%s/model.safetensors", model_dir);
-	snprintf(windex, sizeof windex, "%s/model.safetensors.index.json", model_dir);
-	if (rc == ST_OK && (fs_exists(wsingle) || fs_exists(windex)))
+	if (rc == ST_OK && weights_present(model_dir))
 		rc = session_check_weights(&tr->s, model_dir);
 	else if (rc == ST_OK)
 		st_log_info("%s holds no weights (model.safetensors): planned from its config.json "
