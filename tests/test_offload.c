@@ -513,6 +513,38 @@ Test(offload, plan_disk_reads_match_train, .timeout = 300)
 		  "plan reads %.1f MiB per step, train %.1f", planned_mib, mib);
 }
 
+/* The profile's disk rates were measured with 1M requests 16 deep on one
+ * file system: a plan streaming from disk with other requests, or on
+ * another kind of file system, says so (a 4K, depth-1 run took 14.5x its
+ * predicted step, and a tmpfs profile was used for an ext4 directory in
+ * silence); the defaults on the same kind say nothing, and a measured
+ * profile records its file system. */
+Test(offload, profile_disk_conditions_said, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "profcond");
+	cu_setup_run(dir, "");
+	const char *all_disk = "--place weights=disk,gradients=disk,optimizer=disk";
+	int rc = cu_run(out, sizeof out,
+			"python3 -c \"import json; p = json.load(open('tests/data/profiles/ci.json')); "
+			"p['disk_fs_magic'] = 12345; json.dump(p, open('%s/p.json', 'w'))\" && "
+			"STRATA_PROFILE=%s/p.json %s plan --model %s/init --micro-batch 2 --seq-len 32 "
+			"--offload-dir %s %s --io-block 4K --io-depth 1",
+			dir, dir, cu_bin(), dir, dir, all_disk);
+	cr_expect(rc == 0 && strstr(out, "--io-block 4K and --io-depth 1: the profile's disk rates were "
+					 "measured with 1M requests 16 deep") &&
+			  strstr(out, "the profile's disk rates were measured on file system 0x3039, but "),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --micro-batch 2 --seq-len 32 --offload-dir %s %s",
+		    cu_bin(), dir, dir, all_disk);
+	cr_expect(rc == 0 && !strstr(out, "profile's disk rates"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "STRATA_PROFILE=%s/new.json %s plan --model %s/init --micro-batch 2 --seq-len 32 "
+		    "--offload-dir %s %s && grep -q '\"disk_fs_magic\":[[:space:]]*[1-9]' %s/new.json",
+		    dir, cu_bin(), dir, dir, all_disk, dir);
+	cr_expect(rc == 0 && !strstr(out, "profile's disk rates"), "%s", out);
+}
+
 /* plan takes train's option sources: --resume plans the run with its saved
  * options (it planned the defaults: micro-batch 8 x 256, adamw, no
  * budgets), and --config is read (it was an unknown option). */

@@ -2,10 +2,12 @@
 #include <cJSON.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <time.h>
 
 #include "engine/memavail.h"
@@ -170,7 +172,8 @@ static int measure_disk(struct st_profile *p, const char *dir, struct mm_ctx *mm
 	}
 	for (size_t i = 0; i < 2 * slab / sizeof(float); i++) /* data, not zeros a device may skip */
 		((float *)buf)[i] = (float)(i % 97) * 1e-3f;
-	int rc = io_open(&io, dirs, 1, 1u << 20, 16, total);
+	int rc = io_open(&io, dirs, 1, ST_PROFILE_IO_BLOCK, ST_PROFILE_IO_DEPTH, total);
+	p->disk_fs_magic = (double)profile_fs_magic(dir);
 	if (rc == ST_OK) {
 		struct st_io_item items[MAX_N];
 		for (int i = 0; i < N; i++)
@@ -288,7 +291,7 @@ static const struct {
 	K(cpu_adamw_mparams, 0),      K(cpu_adamw8bit_mparams, 0), K(dev_adamw_mparams, 0),
 	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
-	K(disk_cpu_share, 0),
+	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])
@@ -362,4 +365,26 @@ int profile_save(const struct st_profile *p, const char *path)
 	int rc = text ? fs_write_file_atomic(path, text, strlen(text)) : ST_FAIL;
 	free(text);
 	return rc;
+}
+
+unsigned long profile_fs_magic(const char *dir)
+{
+	struct statfs st;
+	return statfs(dir, &st) == 0 ? (unsigned long)st.f_type : 0;
+}
+
+const char *profile_fs_name(unsigned long magic, char *buf, size_t n)
+{
+	static const struct {
+		unsigned long magic;
+		const char *name;
+	} fs[] = {{0xEF53, "ext4/ext3/ext2"}, {0x58465342, "xfs"},	{0x9123683E, "btrfs"},
+		  {0x01021994, "tmpfs"},	 {0x858458F6, "ramfs"},	{0xF2F52010, "f2fs"},
+		  {0x2FC12FC1, "zfs"},		 {0x6969, "nfs"},	{0x794C7630, "overlayfs"},
+		  {0x65735546, "fuse"}};
+	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+		if (fs[i].magic == magic)
+			return fs[i].name;
+	snprintf(buf, n, "file system 0x%lx", magic);
+	return buf;
 }

@@ -19,6 +19,10 @@
  *                          lost while the disk queue streams (its io_uring and
  *                          checksum work), measured as matmuls with and
  *                          without a thread streaming slabs
+ * disk_fs_magic            the file system the disk rates were measured on
+ *                          (statfs's f_type; 0: not recorded), so that a run
+ *                          offloading to another kind is told its rates are
+ *                          another disk's
  *
  * An older file's "copy_gbs" and "adamw_mparams" are read as both copy
  * directions and both optimizer places. */
@@ -34,7 +38,17 @@ struct st_profile {
 	double device_gib, host_gib;
 	double shared_cores;
 	double disk_cpu_share;
+	double disk_fs_magic;
 };
+/* The disk measurement's request size and depth (io_open's block and
+ * queue depth in profile_measure_disk): a run with others is warned. */
+#define ST_PROFILE_IO_BLOCK (1u << 20)
+#define ST_PROFILE_IO_DEPTH 16
+/* A file system's name for a statfs f_type ("ext4/ext3/ext2", "tmpfs", ...),
+ * or its number in hex into buf. */
+const char *profile_fs_name(unsigned long magic, char *buf, size_t n);
+/* statfs f_type of the file system holding dir; 0 where it cannot be read. */
+unsigned long profile_fs_magic(const char *dir);
 
 /* Measure (a few seconds) all but the disk, whose rates are left 0.
  * shared_cores is 1: the only backend that runs here is the CPU. */

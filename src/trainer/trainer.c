@@ -224,6 +224,32 @@ static int measure_disk(struct st_trainer *tr, struct tier_choice *ch)
 	return ST_OK;
 }
 
+/* A plan that streams from disk predicts with the profile's disk rates:
+ * measured with 1 MiB requests 16 deep on one file system. Other request
+ * sizes or depths, or another kind of file system, are said, since the
+ * prediction (and the plan chosen by it) assumes those rates (a 4 KiB,
+ * depth-1 run took 14.5x its predicted step). */
+static void note_disk_rates(const struct st_trainer *tr, const struct tier_choice *ch)
+{
+	const int depth = tr->o.io_depth ? tr->o.io_depth : ST_PROFILE_IO_DEPTH;
+	if (ch->po.place.io_block != ST_PROFILE_IO_BLOCK || depth != ST_PROFILE_IO_DEPTH)
+		st_log_warn("--io-block %s and --io-depth %d: the profile's disk rates were measured "
+			    "with 1M requests 16 deep, and the plan predicts with them; the disk may "
+			    "be slower (or faster) than predicted",
+			    tr->o.io_block, depth);
+	const unsigned long was = (unsigned long)ch->prof.disk_fs_magic,
+			    now = profile_fs_magic(ch->dirs[0]);
+	if (was && now && was != now) {
+		char b1[40], b2[40], path[ST_PATH + 64];
+		profile_path(&tr->o, path, sizeof path);
+		st_log_warn("the profile's disk rates were measured on %s, but %s is on %s: the plan "
+			    "predicts with another disk's rates (delete %s, or give --profile NEW, to "
+			    "measure this one)",
+			    profile_fs_name(was, b1, sizeof b1), ch->dirs[0],
+			    profile_fs_name(now, b2, sizeof b2), path);
+	}
+}
+
 /* Load the profile, or measure this machine and cache it (a profile without
  * a disk rate is measured again once a run has an offload directory). */
 static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
@@ -423,6 +449,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 					  .io_block = ch->po.place.io_block, .ckpt = ckpt,
 					  .out = tr->o.out};
 	ST_TRY(offdirs_check_room(ch->dirs, ch->po.place.n_dirs, &room));
+	if (p->place.bytes[ST_TIER_DISK])
+		note_disk_rates(tr, ch);
 	if (tr->plan_only)
 		return ST_OK;
 	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
