@@ -513,6 +513,41 @@ Test(offload, plan_disk_reads_match_train, .timeout = 300)
 		  "plan reads %.1f MiB per step, train %.1f", planned_mib, mib);
 }
 
+/* The disk's "wrote" figure of a run, from its summary line. */
+static double disk_wrote_gib(const char *text)
+{
+	const char *at = strstr(text, "disk: read ");
+	at = at ? strstr(at, ", wrote ") : NULL;
+	return at ? atof(at + strlen(", wrote ")) : -1;
+}
+
+/* Evaluation runs no backward, so swapped activations are dropped, not
+ * written out: every zero-filled staging slot was written home when it was
+ * handed back (its discard could only cancel the writes not yet started),
+ * 0.45 GiB for a whole-val.bin evaluation of the small preset where its two
+ * training steps write 0.04. */
+Test(offload, evaluation_writes_no_activations, .timeout = 300)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "evalacts");
+	cu_setup_run(dir, "");
+	double wrote[2];
+	for (int k = 0; k < 2; k++) {
+		int rc = cu_run(out, sizeof out,
+				"{ test -e %s/small || %s init --config small --out %s/small; } && "
+				"%s train --model %s/small --data %s/data --out %s/r%d --micro-batch 2 "
+				"--seq-len 64 --offload-dir %s --activations disk --steps 2 --eval-interval 0 "
+				"--progress none --eval-tokens %d",
+				dir, cu_bin(), dir, cu_bin(), dir, dir, dir, k, dir, k ? 0 : 128);
+		cr_assert_eq(rc, 0, "%s", out);
+		wrote[k] = disk_wrote_gib(out);
+		cr_assert(wrote[k] >= 0, "%s", out);
+	}
+	cr_expect(wrote[1] <= wrote[0] + 0.011, "the whole val.bin's evaluation wrote %.2f GiB, 128 "
+						"tokens' %.2f",
+		  wrote[1], wrote[0]);
+}
+
 /* The profile's disk rates were measured with 1M requests 16 deep on one
  * file system: a plan streaming from disk with other requests, or on
  * another kind of file system, says so (a 4K, depth-1 run took 14.5x its

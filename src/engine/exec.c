@@ -83,9 +83,10 @@ static void act_close_forward(struct st_exec *ex, int l, int backward)
 {
 	if (!is_swapped(ex->act[l]))
 		return;
-	store_release(ex->store, 1 + l, ST_SLAB_A, backward);
-	if (!backward)
-		store_discard(ex->store, 1 + l, ST_SLAB_A);
+	if (backward)
+		store_release(ex->store, 1 + l, ST_SLAB_A, 1);
+	else /* evaluation: nothing written out (it wrote every zero-filled slot) */
+		store_release_discard(ex->store, 1 + l, ST_SLAB_A);
 }
 
 static void unit_done(struct st_exec *ex, int unit)

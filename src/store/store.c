@@ -573,6 +573,23 @@ static void cancel_writes(struct st_store *s, int idx)
 	q->tail = prev;
 }
 
+void store_release_discard(struct st_store *s, int unit, enum st_slab_kind kind)
+{
+	const int idx = slab_index(s, unit, kind);
+	struct st_slab *sl = &s->slabs[idx];
+	if (staged(sl, (enum st_slab_kind)(idx % ST_SLAB__COUNT))) {
+		pthread_mutex_lock(&s->mu);
+		if (sl->slot >= 0) {
+			struct st_slot *st = &s->slots[sl->slot];
+			st->refs--;
+			st->unsaved = 0; /* dropped: its home need not have it */
+			pthread_cond_broadcast(&s->cv);
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	store_discard(s, unit, kind);
+}
+
 void store_discard(struct st_store *s, int unit, enum st_slab_kind kind)
 {
 	const int idx = slab_index(s, unit, kind);

@@ -164,6 +164,11 @@ static inline void *store_acquire(struct st_store *s, int unit, enum st_slab_kin
 void store_release(struct st_store *s, int unit, enum st_slab_kind kind, int dirty);
 /* The slab's contents are no longer needed: it reads as zeros from now on. */
 void store_discard(struct st_store *s, int unit, enum st_slab_kind kind);
+/* store_release and store_discard in one: the caller's acquisition handed
+ * back and its data dropped, with nothing written home (a release of a slot
+ * that was zero-filled queues its write-back, which a discard after it
+ * could only cancel where it had not started). */
+void store_release_discard(struct st_store *s, int unit, enum st_slab_kind kind);
 /* Wait until every queued transfer has finished. */
 void store_drain(struct st_store *s);
 /* Which thread calls, for the wait accounting: 0 the main thread (default),
