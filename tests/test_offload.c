@@ -548,6 +548,37 @@ Test(offload, evaluation_writes_no_activations, .timeout = 300)
 		  wrote[1], wrote[0]);
 }
 
+/* Streamed weights stream once per evaluation micro-batch: where one
+ * evaluation moves more than a tenth of the weight traffic of the steps
+ * between two, it is said with its cost (the defaults' 131072 tokens at
+ * 2 x 64 are 1024 passes over the weights); a small --eval-tokens, or
+ * weights in memory, say nothing. */
+Test(offload, evaluation_weight_traffic_said, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "evaltraffic");
+	cu_setup_run(dir, "");
+	const char *needle = "streams the offloaded weights (";
+	/* weights on disk with the default --eval-tokens; with 64; in memory */
+	const char *extra[3] = {"--offload-dir %s --place weights=disk",
+				"--offload-dir %s --place weights=disk --eval-tokens 64", ""};
+	for (int k = 0; k < 3; k++) {
+		char flags[512];
+		snprintf(flags, sizeof flags, extra[k], dir);
+		int rc = cu_run(out, sizeof out,
+				"%s train --model %s/init --data %s/data --out %s/r%d --micro-batch 2 "
+				"--seq-len 32 --steps 20 --eval-interval 0 --progress none %s",
+				cu_bin(), dir, dir, dir, k, flags);
+		cr_expect_eq(rc, 0, "%s", out);
+		if (k == 0)
+			cr_expect(strstr(out, needle) && strstr(out, "training steps, every 20 steps; lower "
+								     "--eval-tokens or raise --eval-interval"),
+				  "%s", out);
+		else
+			cr_expect(!strstr(out, needle), "case %d: %s", k, out);
+	}
+}
+
 /* The profile's disk rates were measured with 1M requests 16 deep on one
  * file system: a plan streaming from disk with other requests, or on
  * another kind of file system, says so (a 4K, depth-1 run took 14.5x its

@@ -468,6 +468,44 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	return ST_OK;
 }
 
+/* A held-out evaluation runs the forward once per micro-batch of windows,
+ * so weights that stream from the host or disk stream once per micro-batch:
+ * with the defaults (131072 tokens at 2 x 64) that is 1024 passes over the
+ * weights, more than 100 training steps move. Said where an evaluation
+ * costs more than a tenth of the weight traffic of the steps between two. */
+static void note_eval_traffic(const struct st_trainer *tr)
+{
+	const struct st_model *m = &tr->s.model;
+	const struct st_place *pl = &tr->plan.place;
+	if (!tr->data.has_val || !pl->home)
+		return;
+	double streamed = 0;
+	for (int u = 0; u < m->n_units; u++) {
+		const enum st_tier h = place_home(pl, u, ST_SLAB_W);
+		if (h != ST_TIER_DEVICE && h != slab_work_tier(ST_SLAB_W))
+			streamed += (double)m->units[u].numel * sizeof(float);
+	}
+	if (!streamed)
+		return;
+	const long windows = data_eval_windows(&tr->data, tr->o.seq_len, tr->o.eval_tokens);
+	const long passes = (windows + tr->o.micro_batch - 1) / tr->o.micro_batch;
+	/* a training step streams them forward and backward per micro-batch */
+	const double steps = (double)passes / (2.0 * tr->o.grad_accum);
+	/* the steps between two evaluations: the interval, or what is left of
+	 * the run (one at its end) */
+	const long left = tr->total_steps - tr->step;
+	const long interval = tr->o.eval_interval > 0 && tr->o.eval_interval < left ? tr->o.eval_interval
+										     : left;
+	if (interval < 1 || steps < 0.1 * (double)interval)
+		return;
+	char b1[32], b2[32];
+	st_log_warn("each held-out evaluation (%ld micro-batches of %ld windows) streams the offloaded "
+		    "weights (%s) once per micro-batch: %s, the weight traffic of about %.0f training "
+		    "steps, every %ld steps; lower --eval-tokens or raise --eval-interval",
+		    passes, windows, fmt_bytes(b1, sizeof b1, streamed),
+		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), steps, interval);
+}
+
 /* Decide every slab's home, allocate the slabs and the executor, start the
  * store (staging pools, disk tier) and load the weights. */
 static int setup_tiers(struct st_trainer *tr, const char *model_dir, int grads)
@@ -854,6 +892,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		st_log_warn("--warmup %ld spans the whole run (%ld steps): the learning rate reaches "
 			    "--lr %g at step %ld and never decays",
 			    tr->warmup, tr->total_steps, tr->o.lr, tr->warmup);
+	note_eval_traffic(tr);
 
 	const size_t n = (size_t)tr->o.grad_accum * tr->o.micro_batch * tr->o.seq_len;
 	tr->tokens = st_malloc(n * sizeof *tr->tokens);
