@@ -472,6 +472,15 @@ Test(offload, plan_disk_total_is_the_files, .timeout = 120)
 	}
 }
 
+/* A figure of a run's "disk: read X GiB, wrote Y GiB" line: the number
+ * after `label` ("disk: read " or ", wrote "), or -1 without the line. */
+static double disk_gib(const char *text, const char *label)
+{
+	const char *at = strstr(text, "disk: read ");
+	at = at ? strstr(at, label) : NULL;
+	return at ? atof(at + strlen(label)) : -1;
+}
+
 /* The bytes a step reads from disk, against train's: the store keeps each
  * staged slab in its pool slot after use, so the forward's weights (the
  * update just wrote them), backward's first units and the gradients the
@@ -489,9 +498,9 @@ static double disk_read_gib(const char *dir, int steps)
 		 "--steps %d --eval-interval 0 --progress none",
 		 dir, cu_bin(), dir, dir, dir, dir, steps);
 	int rc = cu_run(out, sizeof out, "%s", cmd);
-	const char *at = strstr(out, "disk: read ");
-	cr_assert(rc == 0 && at, "%s", out);
-	return atof(at + strlen("disk: read "));
+	const double gib = disk_gib(out, "disk: read ");
+	cr_assert(rc == 0 && gib >= 0, "%s", out);
+	return gib;
 }
 
 Test(offload, plan_disk_reads_match_train, .timeout = 300)
@@ -513,14 +522,6 @@ Test(offload, plan_disk_reads_match_train, .timeout = 300)
 		  "plan reads %.1f MiB per step, train %.1f", planned_mib, mib);
 }
 
-/* The disk's "wrote" figure of a run, from its summary line. */
-static double disk_wrote_gib(const char *text)
-{
-	const char *at = strstr(text, "disk: read ");
-	at = at ? strstr(at, ", wrote ") : NULL;
-	return at ? atof(at + strlen(", wrote ")) : -1;
-}
-
 /* Evaluation runs no backward, so swapped activations are dropped, not
  * written out: every zero-filled staging slot was written home when it was
  * handed back (its discard could only cancel the writes not yet started),
@@ -540,7 +541,7 @@ Test(offload, evaluation_writes_no_activations, .timeout = 300)
 				"--progress none --eval-tokens %d",
 				dir, cu_bin(), dir, cu_bin(), dir, dir, dir, k, dir, k ? 0 : 128);
 		cr_assert_eq(rc, 0, "%s", out);
-		wrote[k] = disk_wrote_gib(out);
+		wrote[k] = disk_gib(out, ", wrote ");
 		cr_assert(wrote[k] >= 0, "%s", out);
 	}
 	cr_expect(wrote[1] <= wrote[0] + 0.011, "the whole val.bin's evaluation wrote %.2f GiB, 128 "
