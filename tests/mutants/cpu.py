@@ -15,6 +15,9 @@
 # added for convert.c. O9 OP3 OP4 CV1 were re-pointed when the moment names
 # and maps moved into optim_moment_name / optim_moment_map, and SF1 SF2 when
 # safetensors_load_raw became a copy of safetensors_view_raw (same bugs).
+# On 2026-11-24 the checkpoint loading moved into ckpt_load.c (CK1-CK5,
+# CK8-CK10, CK12-CK14) and the state tensors' fp32 count into ckpt_format.h
+# (CK11); F1 was re-pointed at the overflow check that joined its line.
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
@@ -24,7 +27,8 @@ QV = 'src/ops/cpu/quant8_vbmi.c'; AD = 'src/ops/cpu/adam8.c'; SG = 'src/ops/cpu/
 OP = 'src/optim/optim.c'; LN = 'src/ops/cpu/layernorm.c'; LL = 'src/model/llama.c'
 LY = 'src/model/layout.c'; LH = 'src/model/llama.h'; CF = 'src/model/config.c'
 CI = 'src/cli/cmd_init.c'; TR = 'src/trainer/trainer.c'; OT = 'src/trainer/options.c'
-CK = 'src/trainer/checkpoint.c'; SF = 'src/io/safetensors.c'; CV = 'src/trainer/convert.c'
+CK = 'src/trainer/checkpoint.c'; CL = 'src/trainer/ckpt_load.c'
+CH = 'src/trainer/ckpt_format.h'; SF = 'src/io/safetensors.c'; CV = 'src/trainer/convert.c'
 
 M = [
 # ======== run 1: the 8-bit quantizer and optimizer kernels
@@ -128,7 +132,7 @@ M = [
 ('O11', OP, 'return block >= 16 && block <= 65536', 'return block >= 8 && block <= 65536', 'quant-block lower bound 8'),
 ('O12', OP, ' && (block & (block - 1)) == 0;', ';', 'power-of-two check dropped'),
 # ---- extras (non-finite detection lives outside optim.c)
-('F1', 'src/trainer/trainer.c', 'if (!isfinite(gnorm) || !isfinite(loss)) {', 'if (!isfinite(loss)) {', 'non-finite gradient not detected'),
+('F1', 'src/trainer/trainer.c', 'if (!isfinite(gnorm) || !isfinite(loss) || overflow) {', 'if (!isfinite(loss) || overflow) {', 'non-finite gradient not detected'),
 ('F2', 'src/util/finite.h', '\t\t\tbad |= !(fabsf(x[i]) <= FLT_MAX);', '\t\t\tbad |= fabsf(x[i]) > FLT_MAX;', 'first_nonfinite misses NaN'),
 # ======== run 2: 8-bit plumbing (state layout, options, checkpoints, report)
 # and the stable embedding
@@ -207,19 +211,19 @@ M = [
 ('OT9', OT, 'ST_CHECK(o->momentum >= 0 && o->momentum < 1,', 'ST_CHECK(o->momentum >= 0 && o->momentum <= 1,', 'momentum 1 accepted'),
 ('OT10', OT, '{"quant-min-size", OT_LONG, F(quant_min_size)', '{"quant-min-size", OT_DOUBLE, F(quant_min_size)', 'quant-min-size parsed as double into a long'),
 # ---- checkpoint.c / safetensors load_raw
-('CK1', CK, '(src->block != c->quant_block ||', '(0 ||', 'another quant_block not converted on resume'),
-('CK2', CK, 'ST_CHECK(got == 1 && optim_quant_block_ok((int)v)', 'ST_CHECK(got != 0 && optim_quant_block_ok((int)v)', 'junk quant_block metadata accepted if its number is a block'),
-('CK3', CK, 'ST_CHECK(got != -1, "the checkpoint is damaged; use an earlier one",', 'ST_CHECK(1, "the checkpoint is damaged; use an earlier one",', 'junk quant_min_size metadata accepted'),
-('CK4', CK, '(got == 1 && v != c->quant_min_numel)', '(0)', 'another quant_min_size not converted'),
-('CK5', CK, '\tif (optim_kind_is_8bit(src->kind)) {\n\t\tST_TRY(require_meta(sf, path, "quant_block"));', '\tif (1) {\n\t\tST_TRY(require_meta(sf, path, "quant_block"));', 'quant settings checked (and converted) for fp32 too'),
+('CK1', CL, '(src->block != c->quant_block ||', '(0 ||', 'another quant_block not converted on resume'),
+('CK2', CL, 'ST_CHECK(got == 1 && optim_quant_block_ok((int)v)', 'ST_CHECK(got != 0 && optim_quant_block_ok((int)v)', 'junk quant_block metadata accepted if its number is a block'),
+('CK3', CL, 'ST_CHECK(got != -1, "the checkpoint is damaged; use an earlier one",', 'ST_CHECK(1, "the checkpoint is damaged; use an earlier one",', 'junk quant_min_size metadata accepted'),
+('CK4', CL, '(got == 1 && v != c->quant_min_numel)', '(0)', 'another quant_min_size not converted'),
+('CK5', CL, '\tif (optim_kind_is_8bit(src->kind)) {\n\t\tST_TRY(require_meta(sf, path, "quant_block"));', '\tif (1) {\n\t\tST_TRY(require_meta(sf, path, "quant_block"));', 'quant settings checked (and converted) for fp32 too'),
 ('CK6', CK, '"quant_block", block,\n\t\t\t      "quant_min_size", min_size,', '"quant_block", min_size,\n\t\t\t      "quant_min_size", block,', 'quant meta values swapped at save'),
 ('CK7', CK, '\t\t\t      "quant_min_size", min_size,\n', '', 'quant_min_size not recorded'),
-('CK8', CK, 'what && e < nf; e++)', 'what && e + 1 < nf; e++)', 'last absmax not checked for sign'),
-('CK9', CK, 'if (x[e] < 0) {', 'if (x[e] <= 0) {', 'zero absmax refused'),
-('CK10', CK, 'if (rc == ST_OK && sf->n != n) {', 'if (rc == ST_OK && sf->n < n) {', 'extra tensors in the file accepted'),
-('CK11', CK, 'return st->dtype == ST_DT_F32 ? st->bytes / sizeof(float) : 0;', 'return st->bytes / sizeof(float);', 'codes checked as floats for non-finite'),
-('CK12', CK, '\t\tif (!tr->opt.unit_bytes[u])\n\t\t\tcontinue;\n\t\tchar *state', '\t\tchar *state', 'units without state acquired on load'),
-('CK13', CK, 'ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),', 'ST_CHECK(1,', 'optimizer kind not checked on resume'),
+('CK8', CL, 'what && e < nf; e++)', 'what && e + 1 < nf; e++)', 'last absmax not checked for sign'),
+('CK9', CL, 'if (x[e] < 0) {', 'if (x[e] <= 0) {', 'zero absmax refused'),
+('CK10', CL, 'if (rc == ST_OK && sf->n != n) {', 'if (rc == ST_OK && sf->n < n) {', 'extra tensors in the file accepted'),
+('CK11', CH, 'return st->dtype == ST_DT_F32 ? st->bytes / sizeof(float) : 0;', 'return st->bytes / sizeof(float);', 'codes checked as floats for non-finite'),
+('CK12', CL, '\t\tif (!tr->opt.unit_bytes[u])\n\t\t\tcontinue;\n\t\tchar *state', '\t\tchar *state', 'units without state acquired on load'),
+('CK13', CL, 'ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),', 'ST_CHECK(1,', 'optimizer kind not checked on resume'),
 # ---- convert.c (state converted on resume)
 ('CV1', CV, 'const float *map = optim_moment_map(o, k);', 'const float *map = optim_moment_map(o, 0);', 'conversion quantizes v with the signed map'),
 ('CV2', CV, '\t\t\t\t\t\tlen, block, map);', '\t\t\t\t\t\tlen, from_block, map);', 'conversion requantizes at the file\'s block'),
@@ -228,7 +232,7 @@ M = [
 ('CV5', CV, '\t\t\t\t\t\t  len, from_block, map);', '\t\t\t\t\t\t  len, 256, map);', 'conversion decodes at block 256 whatever the file'),
 ('CV6', CV, '\t\t\telse if (m->f32)\n\t\t\t\tmemcpy(out32, x, len * sizeof *x);', '', 'fp32 state not copied on conversion'),
 ('CV7', CV, 'if (m->codes && ps->q8 && from_block == block) {', 'if (0) {', '8-bit state at the same block requantized, not copied'),
-('CK14', CK, 'sfx && !strcmp(sfx, ".absmax") ? "absmax"', 'sfx && !strcmp(sfx, ".codes") ? "absmax"', 'sign check on codes, not absmax'),
+('CK14', CL, 'sfx && !strcmp(sfx, ".absmax") ? "absmax"', 'sfx && !strcmp(sfx, ".codes") ? "absmax"', 'sign check on codes, not absmax'),
 ('SF1', SF, 'if (t->dtype != dtype) {', 'if (dtype_size(t->dtype) != dtype_size(dtype)) {', 'load_raw checks dtype size only'),
 ('SF2', SF, '\t\tsame = t->shape[i] == shape[i];\n\tchar got[256], want[256];\n\tif (!same ||', '\t\tsame = 1;\n\tchar got[256], want[256];\n\tif (!same ||', 'load_raw ignores dims (ndim + bytes only)'),
 ]

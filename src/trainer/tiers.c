@@ -1,0 +1,555 @@
+/* Where a run's slabs live (see tiers.h): the budgets from the flags or the
+ * machine, the choices the flags force, the hardware profile when anything
+ * must leave the device, the plan, and the store started on it; and
+ * `strata plan`, which stops after printing the plan. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/memavail.h"
+#include "engine/plan.h"
+#include "engine/profile.h"
+#include "io/fsutil.h"
+#include "model/hf.h"
+#include "store/io.h"
+#include "trainer/offdirs.h"
+#include "trainer/planview.h"
+#include "trainer/tiers.h"
+#include "util/check.h"
+
+static int alloc_state(struct st_trainer *tr)
+{
+	const struct st_model *m = &tr->s.model;
+	tr->state = st_calloc((size_t)m->n_units, sizeof *tr->state);
+	if (!tr->state)
+		return ST_FAIL;
+	for (int u = 0; u < m->n_units; u++) {
+		if (!tr->opt.unit_bytes[u])
+			continue;
+		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, place_home(&tr->plan.place, u, ST_SLAB_S),
+				   tr->opt.unit_bytes[u]));
+		if (!store_is_staged(&tr->s.store, u, ST_SLAB_S))
+			tr->state[u] = store_acquire(&tr->s.store, u, ST_SLAB_S);
+	}
+	return ST_OK;
+}
+
+/* Budgets: the flags, or from the machine. On the CPU backend the device
+ * tier is RAM too, so "auto" leaves both unlimited while the whole training
+ * state fits in 90% of the available memory, and otherwise gives the device
+ * 30% and the host 60% of it (offload then needs --offload-dir). With one
+ * budget given, the other tier gets its share of that rule (unlimited, it
+ * would take the rest of the state, more than memory holds). Budgets above
+ * the available memory are warned. The available memory is the smaller of
+ * MemAvailable and the cgroup's headroom (engine/memavail.h): under a
+ * container's or a job's limit the host's RAM is not the run's; which one
+ * it is, is said. */
+static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT], size_t need)
+{
+	ST_TRY(parse_bytes(tr->o.device_mem, &budgets[ST_TIER_DEVICE], "--device-mem"));
+	ST_TRY(parse_bytes(tr->o.host_mem, &budgets[ST_TIER_HOST], "--host-mem"));
+	budgets[ST_TIER_DISK] = 0;
+	struct st_mem_avail ma;
+	mem_avail_read(&ma);
+	const size_t avail = ma.bytes;
+	const int dev_given = budgets[ST_TIER_DEVICE] != 0, host_given = budgets[ST_TIER_HOST] != 0;
+	char b1[32], b2[32], b3[32], b4[32];
+	const char *src = ma.from_cgroup ? ", the cgroup limit" : "";
+	if (ma.from_cgroup)
+		st_log_info("host memory: %s available (cgroup limit: %s, %s in use, %s; MemAvailable "
+			    "%s)",
+			    fmt_bytes(b1, sizeof b1, (double)avail),
+			    fmt_bytes(b2, sizeof b2, (double)ma.cgroup_limit),
+			    fmt_bytes(b3, sizeof b3, (double)ma.cgroup_used), ma.cgroup_file,
+			    ma.meminfo ? fmt_bytes(b4, sizeof b4, (double)ma.meminfo) : "unknown");
+	if (avail && (double)need > 0.9 * (double)avail && (!dev_given || !host_given)) {
+		if (!dev_given)
+			budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
+		if (!host_given)
+			budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
+		st_log_info("training state %s exceeds 90%% of the available memory (%s%s): budgets "
+			    "device %s%s, host %s%s (set --device-mem / --host-mem to choose)",
+			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
+			    src, fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
+			    dev_given ? " (given)" : "",
+			    fmt_bytes(b4, sizeof b4, (double)budgets[ST_TIER_HOST]),
+			    host_given ? " (given)" : "");
+	}
+	/* what the budgets can take of RAM: both tiers on the CPU backend (a
+	 * given one and a share sized here alike; an unlimited one holds what
+	 * the other leaves), and no more than the state itself */
+	const double held = budgets[ST_TIER_DEVICE] && budgets[ST_TIER_HOST]
+				    ? fmin((double)budgets[ST_TIER_DEVICE] + (double)budgets[ST_TIER_HOST],
+					   (double)need)
+				    : (double)need;
+	if (avail && (dev_given || host_given) && held > (double)avail)
+		st_log_warn("--device-mem and --host-mem let the run hold %s, more than the %s of "
+			    "memory available%s: it may be killed for memory (lower them, or leave "
+			    "them out to size them from the machine)",
+			    fmt_bytes(b1, sizeof b1, held), fmt_bytes(b2, sizeof b2, (double)avail),
+			    ma.from_cgroup ? " (the cgroup limit)" : "");
+	return ST_OK;
+}
+
+/* What the tiers will hold: the plan (engine/plan.h) from the budgets, the
+ * choices forced by flags and, once anything must leave the device, the
+ * hardware profile. dirs point into dirbuf. */
+struct tier_choice {
+	struct st_plan_opts po;
+	struct st_plan_model pm;
+	size_t *wb, *numel;
+	size_t *gb;          /* per-layer GaLore's gradient slabs (else the weights' sizes) */
+	double *flops;
+	unsigned char *act;  /* forced activation policy, when po.act */
+	struct st_profile prof;
+	int have_prof;
+	char dirbuf[ST_PATH];
+	const char *dirs[64];
+	int n_dirs;
+};
+
+static void tier_choice_free(struct tier_choice *ch)
+{
+	free(ch->wb);
+	free(ch->gb);
+	free(ch->numel);
+	free(ch->flops);
+	free(ch->act);
+	memset(ch, 0, sizeof *ch);
+}
+
+/* The profile file: --profile, else $STRATA_PROFILE, else
+ * ~/.cache/strata/profile.json. */
+static void profile_path(const struct st_train_opts *o, char *buf, size_t n)
+{
+	const char *home = getenv("HOME"), *env = getenv("STRATA_PROFILE");
+	if (*o->profile)
+		snprintf(buf, n, "%s", o->profile);
+	else if (env && *env)
+		snprintf(buf, n, "%s", env);
+	else
+		snprintf(buf, n, "%s/.cache/strata/profile.json", home && *home ? home : ".");
+}
+
+/* Whether the run has no plan without the disk tier (its state does not
+ * fit the budgets, or a kind or activations are placed there). */
+static int needs_disk(const struct tier_choice *ch)
+{
+	struct st_plan_opts po = ch->po;
+	po.place.n_dirs = 0;
+	struct st_plan p;
+	const int old = st_log_mute(1);
+	const int rc = plan_make(&p, &ch->pm, &ch->prof, &po);
+	st_log_mute(old);
+	if (rc == ST_OK)
+		plan_free(&p);
+	return rc != ST_OK;
+}
+
+/* The disk's rates for the profile, in the first offload directory. Where
+ * they cannot be measured (a full or read-only file system, or one too
+ * small for even the least measurement) and the run has a plan without the
+ * disk, that is said and the run goes on with no disk tier: the
+ * measurement must not stop a run whose state fits in memory. */
+static int measure_disk(struct st_trainer *tr, struct tier_choice *ch)
+{
+	const int needed = needs_disk(ch);
+	const int old = st_log_mute(!needed);
+	const int rc = profile_measure_disk(&ch->prof, tr->s.ops, ch->dirs[0]);
+	st_log_mute(old);
+	if (rc == ST_OK || needed)
+		return rc;
+	st_log_warn("the disk could not be measured for the planner (%s): the run's state fits "
+		    "without it, so it is planned with no disk tier",
+		    st_log_last_error());
+	ch->po.place.n_dirs = 0;
+	return ST_OK;
+}
+
+/* A plan that streams from disk predicts with the profile's disk rates:
+ * measured with 1 MiB requests 16 deep on one file system. Other request
+ * sizes or depths, or another kind of file system, are said, since the
+ * prediction (and the plan chosen by it) assumes those rates (a 4 KiB,
+ * depth-1 run took 14.5x its predicted step). */
+static void note_disk_rates(const struct st_trainer *tr, const struct tier_choice *ch)
+{
+	const int depth = tr->o.io_depth ? tr->o.io_depth : ST_PROFILE_IO_DEPTH;
+	if (ch->po.place.io_block != ST_PROFILE_IO_BLOCK || depth != ST_PROFILE_IO_DEPTH)
+		st_log_warn("--io-block %s and --io-depth %d: the profile's disk rates were measured "
+			    "with 1M requests 16 deep, and the plan predicts with them; the disk may "
+			    "be slower (or faster) than predicted",
+			    tr->o.io_block, depth);
+	const unsigned long was = (unsigned long)ch->prof.disk_fs_magic,
+			    now = profile_fs_magic(ch->dirs[0]);
+	if (was && now && was != now) {
+		char b1[40], b2[40], path[ST_PATH + 64];
+		profile_path(&tr->o, path, sizeof path);
+		st_log_warn("the profile's disk rates were measured on %s, but %s is on %s: the plan "
+			    "predicts with another disk's rates (delete %s, or give --profile NEW, to "
+			    "measure this one)",
+			    profile_fs_name(was, b1, sizeof b1), ch->dirs[0],
+			    profile_fs_name(now, b2, sizeof b2), path);
+	}
+}
+
+/* Load the profile, or measure this machine and cache it (a profile without
+ * a disk rate is measured again once a run has an offload directory). */
+static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
+{
+	char path[ST_PATH + 64];
+	profile_path(&tr->o, path, sizeof path);
+	if (fs_exists(path)) {
+		ST_TRY(profile_load(&ch->prof, path));
+		if (!ch->n_dirs || ch->prof.disk_read_gbs > 0) {
+			ch->have_prof = 1;
+			return ST_OK;
+		}
+	}
+	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
+		    ch->n_dirs ? ", the first offload directory" : "", path);
+	ST_TRY(profile_measure(&ch->prof, tr->s.ops));
+	ch->have_prof = 1;
+	if (ch->n_dirs)
+		ST_TRY(measure_disk(tr, ch));
+	/* the cache only saves the next run its measurement: a place that
+	 * cannot take it (a read-only home, a full disk) is said, not fatal */
+	char dir[ST_PATH + 64];
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	const int old = st_log_mute(1);
+	int rc = ST_OK;
+	if (slash && slash != dir) {
+		*slash = '\0';
+		rc = fs_mkdir_p(dir);
+	}
+	if (rc == ST_OK)
+		rc = profile_save(&ch->prof, path);
+	st_log_mute(old);
+	if (rc != ST_OK)
+		st_log_warn("the measured profile could not be cached (%s): this run uses it, and the "
+			    "next one measures again (give --profile FILE or $STRATA_PROFILE a writable "
+			    "path to keep it)",
+			    st_log_last_error());
+	return ST_OK;
+}
+
+/* The flags' forced choices: --recompute N|all (the first N layers, the rest
+ * kept) or --activations; --device-updates. */
+static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
+{
+	const int L = tr->s.model.cfg.n_layers;
+	const int rc_set = strcmp(tr->o.recompute, "auto") != 0;
+	const int act_set = strcmp(tr->o.activations, "auto") != 0;
+	ST_CHECK(!(rc_set && act_set), "give one of --recompute and --activations",
+		 "--recompute %s and --activations %s both choose the activation policy",
+		 tr->o.recompute, tr->o.activations);
+	ch->act = st_calloc((size_t)L + 1, 1);
+	if (!ch->act)
+		return ST_FAIL;
+	if (rc_set) {
+		long v = L;
+		char *end = NULL;
+		if (strcmp(tr->o.recompute, "all"))
+			v = strtol(tr->o.recompute, &end, 10);
+		ST_CHECK(!end || (!*end && end != tr->o.recompute && v >= 0 && v <= L),
+			 "use --recompute N (0 to the number of layers), all, or auto",
+			 "--recompute '%s' is not a layer count between 0 and %d", tr->o.recompute, L);
+		for (int l = 0; l < L; l++)
+			ch->act[l] = l < v ? ST_ACT_RECOMPUTE : ST_ACT_KEEP;
+		ch->po.act = ch->act;
+	} else {
+		int forced;
+		ST_TRY(plan_parse_act(tr->o.activations, L, ch->act, &forced));
+		ch->po.act = forced ? ch->act : NULL;
+	}
+	ch->po.device_updates = -1;
+	if (strcmp(tr->o.device_updates, "auto")) {
+		char *end;
+		long v = strtol(tr->o.device_updates, &end, 10);
+		ST_CHECK(!*end && end != tr->o.device_updates && v >= 0 && v <= tr->s.model.n_units,
+			 "use --device-updates N (0 to the number of units) or auto",
+			 "--device-updates '%s' is not a unit count between 0 and %d", tr->o.device_updates,
+			 tr->s.model.n_units);
+		ST_CHECK(!(v && tr->per_layer), "give --galore-per-layer false for device updates",
+			 "GaLore's per-layer updates run as backward goes; they cannot move to the device");
+		ch->po.device_updates = (int)v;
+	}
+	return ST_OK;
+}
+
+static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
+{
+	struct st_session *s = &tr->s;
+	const struct st_model *m = &s->model;
+	const int n = m->n_units, B = tr->o.micro_batch, T = tr->o.seq_len;
+	memset(ch, 0, sizeof *ch);
+	ch->wb = st_calloc((size_t)n, sizeof *ch->wb);
+	ch->numel = st_calloc((size_t)n, sizeof *ch->numel);
+	ch->flops = st_calloc((size_t)n, sizeof *ch->flops);
+	ch->gb = st_calloc((size_t)n, sizeof *ch->gb);
+	if (!ch->wb || !ch->numel || !ch->flops || !ch->gb)
+		return ST_FAIL;
+	size_t need = 0;
+	for (int u = 0; u < n; u++) {
+		ch->numel[u] = m->units[u].numel;
+		ch->wb[u] = m->units[u].numel * sizeof(float);
+		ch->flops[u] = model_unit_fwd_flops(m, u, T) * B * T;
+		need += 2 * ch->wb[u] + tr->opt.unit_bytes[u];
+	}
+	/* Per-layer GaLore: the layers share one gradient slab of the largest
+	 * layer's size, held by the first layer (session_alloc), and the other
+	 * units keep their own; all on the device, where the session puts the
+	 * shared one. (Counting none let a plan that "fits" fail at setup.) */
+	int first_layer = -1;
+	for (int u = 0; u < n; u++) {
+		const int layer = m->units[u].kind == ST_UNIT_LAYER;
+		if (layer && first_layer < 0)
+			first_layer = u;
+		ch->gb[u] = layer && tr->per_layer ? 0 : ch->wb[u];
+		if (layer && tr->per_layer && ch->wb[u] > ch->gb[first_layer])
+			ch->gb[first_layer] = ch->wb[u];
+	}
+	need += acts_total_floats(m, B, T, 0) * sizeof(float);
+	ch->pm = (struct st_plan_model){
+		.n_units = n, .n_layers = m->cfg.n_layers, .w_bytes = ch->wb,
+		.g_bytes = ch->gb, .s_bytes = tr->opt.unit_bytes,
+		.numel = ch->numel, .fwd_flops = ch->flops,
+		.act_layer = acts_layer_floats(m, B, T) * sizeof(float),
+		.act_input = acts_input_floats(m, B, T) * sizeof(float),
+		.act_rest = acts_rest_floats(m, B, T) * sizeof(float),
+		.grad_accum = tr->o.grad_accum,
+		.quantized = tr->opt.cfg.kind == ST_OPT_ADAMW8 || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8};
+	ch->po.place.prefetch = tr->o.prefetch;
+	ch->po.threaded_updates = !tr->per_layer;
+	ST_TRY(choose_budgets(tr, ch->po.place.budget, need));
+	ST_TRY(forced_choices(tr, ch));
+	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
+	if (tr->per_layer) {
+		const int g = ch->po.place.force[ST_SLAB_G];
+		ST_CHECK(g < 0 || g == ST_TIER_DEVICE,
+			 "give --galore-per-layer false to place gradients elsewhere",
+			 "GaLore's per-layer updates keep their gradients on the device; --place "
+			 "gradients=%s cannot apply",
+			 g == ST_TIER_HOST ? "host" : "disk");
+		ch->po.place.force[ST_SLAB_G] = ST_TIER_DEVICE;
+		ch->po.device_updates = 0; /* its updates run in the backward's hook */
+	}
+	/* the directories, split at commas */
+	snprintf(ch->dirbuf, sizeof ch->dirbuf, "%s", tr->o.offload_dir);
+	for (char *save = NULL, *d = strtok_r(ch->dirbuf, ",", &save); d;
+	     d = strtok_r(NULL, ",", &save)) {
+		ST_CHECK(ch->n_dirs < 64, "give at most 64 --offload-dir directories",
+			 "too many offload directories");
+		ch->dirs[ch->n_dirs++] = d;
+	}
+	ch->po.place.n_dirs = ch->n_dirs;
+	/* plan checks as train does (trainer/offdirs.h), and passes a directory
+	 * train would make (its --out) */
+	ST_TRY(offdirs_check_exist(ch->dirs, ch->n_dirs, tr->o.out));
+	ST_CHECK(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
+		 "--io-depth %d must be between 1 and 4096 (0: 16)", tr->o.io_depth);
+	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
+	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
+	if (!ch->po.place.io_block)
+		ch->po.place.io_block = 1u << 20; /* "auto": the store's default */
+	ST_CHECK(ch->po.place.io_block % ST_IO_ALIGN == 0 && ch->po.place.io_block <= (64u << 20),
+		 "use e.g. --io-block 1M (a multiple of 4K, at most 64M)",
+		 "--io-block %s must be a multiple of %d bytes, at most 64 MiB", tr->o.io_block,
+		 ST_IO_ALIGN);
+
+	/* Everything on the device with nothing forced elsewhere needs no
+	 * prediction (and no profile): no plan moves fewer bytes. */
+	int all_keep = 1;
+	for (int l = 0; ch->po.act && l < m->cfg.n_layers; l++)
+		all_keep &= ch->po.act[l] == ST_ACT_KEEP;
+	if (all_keep && ch->po.device_updates <= 0) {
+		struct st_plan_opts keep = ch->po;
+		unsigned char *keep_all = st_calloc((size_t)m->cfg.n_layers + 1, 1);
+		if (!keep_all)
+			return ST_FAIL;
+		keep.act = keep_all;
+		keep.device_updates = 0;
+		const int old = st_log_mute(1);
+		int rc = plan_make(&tr->plan, &ch->pm, NULL, &keep);
+		st_log_mute(old);
+		free(keep_all);
+		if (rc == ST_OK && !tr->plan.place.offloaded)
+			return ST_OK;
+		plan_free(&tr->plan);
+	}
+	ST_TRY(get_profile(tr, ch));
+	ST_TRY(plan_make(&tr->plan, &ch->pm, &ch->prof, &ch->po));
+	ST_CHECK(!(tr->per_layer && tr->plan.place.offloaded),
+		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
+		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
+	const struct st_plan *p = &tr->plan;
+	/* the directories the plan writes to, before anything is written */
+	size_t ckpt = 0;
+	for (int u = 0; u < n; u++)
+		ckpt += ch->wb[u] + tr->opt.unit_bytes[u];
+	const struct offdirs_need room = {.disk = p->place.bytes[ST_TIER_DISK],
+					  .io_block = ch->po.place.io_block, .ckpt = ckpt,
+					  .out = tr->o.out};
+	ST_TRY(offdirs_check_room(ch->dirs, ch->po.place.n_dirs, &room));
+	if (p->place.bytes[ST_TIER_DISK])
+		note_disk_rates(tr, ch);
+	if (tr->plan_only)
+		return ST_OK;
+	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
+		char b1[32], b2[32];
+		st_log_info("activations: %d layers kept, %d recomputed in backward, %d swapped to the "
+			    "host, %d to disk (%s on the device instead of %s)",
+			    p->n_act[ST_ACT_KEEP], p->n_act[ST_ACT_RECOMPUTE], p->n_act[ST_ACT_HOST],
+			    p->n_act[ST_ACT_DISK], fmt_bytes(b1, sizeof b1, (double)p->act_device),
+			    fmt_bytes(b2, sizeof b2, (double)acts_total_floats(m, B, T, 0) * sizeof(float)));
+	}
+	if (p->n_dev_updates)
+		st_log_info("optimizer: %d of %d units update on the device", p->n_dev_updates, n);
+	st_log_info("plan: predicted %.3f s per step, bound by %s, prefetch %d (%d plans compared)",
+		    p->t.step_s, p->t.bound, p->prefetch, p->candidates);
+	return ST_OK;
+}
+
+/* A held-out evaluation runs the forward once per micro-batch of windows,
+ * so weights that stream from the host or disk stream once per micro-batch:
+ * with the defaults (131072 tokens at 2 x 64) that is 1024 passes over the
+ * weights, more than 100 training steps move. Said where an evaluation
+ * costs more than a tenth of the weight traffic of the steps between two. */
+void tiers_note_eval_traffic(const struct st_trainer *tr)
+{
+	const struct st_model *m = &tr->s.model;
+	const struct st_place *pl = &tr->plan.place;
+	if (!tr->data.has_val || !pl->home)
+		return;
+	double streamed = 0;
+	for (int u = 0; u < m->n_units; u++) {
+		const enum st_tier h = place_home(pl, u, ST_SLAB_W);
+		if (h != ST_TIER_DEVICE && h != slab_work_tier(ST_SLAB_W))
+			streamed += (double)m->units[u].numel * sizeof(float);
+	}
+	if (!streamed)
+		return;
+	const long windows = data_eval_windows(&tr->data, tr->o.seq_len, tr->o.eval_tokens);
+	const long passes = (windows + tr->o.micro_batch - 1) / tr->o.micro_batch;
+	/* a training step streams them forward and backward per micro-batch */
+	const double steps = (double)passes / (2.0 * tr->o.grad_accum);
+	/* the steps between two evaluations: the interval, or what is left of
+	 * the run (one at its end) */
+	const long left = tr->total_steps - tr->step;
+	const long interval = tr->o.eval_interval > 0 && tr->o.eval_interval < left ? tr->o.eval_interval
+										     : left;
+	if (interval < 1 || steps < 0.1 * (double)interval)
+		return;
+	char b1[32], b2[32];
+	st_log_warn("each held-out evaluation (%ld micro-batches of %ld windows) streams the offloaded "
+		    "weights (%s) once per micro-batch: %s, the weight traffic of about %.0f training "
+		    "steps, every %ld steps; lower --eval-tokens or raise --eval-interval",
+		    passes, windows, fmt_bytes(b1, sizeof b1, streamed),
+		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), steps, interval);
+}
+
+/* Decide every slab's home, allocate the slabs and the executor, start the
+ * store (staging pools, disk tier) and load the weights. */
+int tiers_setup(struct st_trainer *tr, const char *model_dir, int grads)
+{
+	struct st_session *s = &tr->s;
+	struct tier_choice ch;
+	int rc = decide_tiers(tr, &ch);
+	for (int t = 0; rc == ST_OK && t < ST_TIER__COUNT; t++)
+		s->store.tiers[t].budget = ch.po.place.budget[t];
+	if (rc == ST_OK)
+		rc = session_alloc(s, &tr->plan.place, grads);
+	if (rc == ST_OK)
+		rc = alloc_state(tr);
+	if (rc == ST_OK)
+		rc = session_exec_policy(s, tr->o.micro_batch, tr->o.seq_len, tr->plan.act);
+	size_t block = 0;
+	if (rc == ST_OK)
+		rc = parse_bytes(tr->o.io_block, &block, "--io-block");
+	struct st_offload_cfg oc = {.dirs = ch.dirs, .n_dirs = ch.n_dirs, .io_block = block,
+				    .io_depth = tr->o.io_depth};
+	memcpy(oc.pool_slots, tr->plan.place.pool_slots, sizeof oc.pool_slots);
+	if (rc == ST_OK)
+		rc = store_start(&s->store, &oc);
+	tier_choice_free(&ch);
+	ST_TRY(rc);
+	s->exec.prefetch = tr->plan.prefetch;
+	rc = session_load_weights(s, model_dir);
+	if (rc != ST_OK && *tr->o.resume)
+		ckpt_name_earlier(model_dir);
+	return rc;
+}
+
+int trainer_plan(const struct st_train_opts *o)
+{
+	struct st_trainer *tr = st_calloc(1, sizeof *tr);
+	if (!tr)
+		return ST_FAIL;
+	tr->o = *o;
+	tr->plan_only = 1;
+	if (tr->o.steps <= 0 && tr->o.max_tokens <= 0)
+		tr->o.steps = 1; /* a plan needs no training length */
+	const struct st_ops *ops;
+	enum st_optim_kind kind;
+	char model_dir[4096], path[4200];
+	struct st_config cfg;
+	int rc = train_opts_validate(&tr->o);
+	if (rc == ST_OK)
+		rc = session_backend(&ops, tr->o.device, tr->o.threads);
+	if (rc == ST_OK)
+		rc = optim_parse_kind(&kind, tr->o.optimizer);
+	if (rc == ST_OK && *tr->o.resume)
+		rc = ckpt_resolve(model_dir, sizeof model_dir, tr->o.resume);
+	else if (rc == ST_OK && !*tr->o.model) {
+		ST_ERROR("pass --model DIR", "strata plan: no model (--model DIR)");
+		rc = ST_FAIL;
+	} else if (rc == ST_OK)
+		snprintf(model_dir, sizeof model_dir, "%s", tr->o.model);
+	tr->per_layer = (kind == ST_OPT_GALORE_ADAMW || kind == ST_OPT_GALORE_ADAMW8) &&
+			tr->o.galore_per_layer;
+	if (rc == ST_OK) {
+		snprintf(path, sizeof path, "%s/config.json", model_dir);
+		rc = config_load(&cfg, path);
+	}
+	int built = 0, optim = 0;
+	if (rc == ST_OK && tr->o.seq_len > cfg.max_seq) { /* train refuses it: see trainer_open */
+		ST_ERROR("lower --seq-len", "--seq-len %d exceeds the model's max_position_embeddings %d",
+			 tr->o.seq_len, cfg.max_seq);
+		rc = ST_FAIL;
+	}
+	if (rc == ST_OK)
+		rc = session_build(&tr->s, ops, &cfg, NULL);
+	built = rc == ST_OK;
+	/* the weights' headers against config.json, as train checks them (a
+	 * config.json alone plans a model not yet made: said) */
+	if (rc == ST_OK && weights_present(model_dir))
+		rc = session_check_weights(&tr->s, model_dir);
+	else if (rc == ST_OK)
+		st_log_info("%s holds no weights (model.safetensors): planned from its config.json "
+			    "alone", model_dir);
+	struct st_optim_cfg oc = {.kind = kind, .beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
+				  .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
+				  .weight_decay = (float)tr->o.weight_decay,
+				  .quant_block = tr->o.quant_block, .quant_min_numel = tr->o.quant_min_size,
+				  .galore_rank = tr->o.galore_rank, .galore_gap = tr->o.galore_update_gap,
+				  .galore_spread = tr->o.galore_start_spread,
+				  .galore_scale = (float)tr->o.galore_scale, .seed = (uint64_t)tr->o.seed};
+	if (rc == ST_OK)
+		rc = optim_init(&tr->opt, &oc, &tr->s.model);
+	optim = rc == ST_OK;
+	if (rc == ST_OK && *tr->o.resume)
+		rc = ckpt_check_state_settings(tr, model_dir);
+	struct tier_choice ch = {0};
+	if (rc == ST_OK)
+		rc = decide_tiers(tr, &ch);
+	if (rc == ST_OK)
+		plan_print(&tr->s.model, &tr->plan, &ch.pm, &tr->o, ch.have_prof ? &ch.prof : NULL);
+	tier_choice_free(&ch);
+	plan_free(&tr->plan);
+	if (optim)
+		optim_free(&tr->opt);
+	if (built)
+		session_close(&tr->s);
+	free(tr);
+	return rc;
+}
