@@ -189,6 +189,63 @@ Test(trainer, lr_schedule)
 	cr_expect(lr_at(&o, 100, 100, 0) > 0, "the last step's rate is 0");
 }
 
+/* --schedule linear, wsd and constant, written out from their definitions:
+ * warmup as cosine's, then linear over the same path; wsd holding the full
+ * rate until the last ceil(decay_frac * (total - warmup)) steps, the first
+ * of those a (d+1)th of the way to the floor and the last just above it;
+ * constant at the full rate to the end. */
+Test(trainer, lr_schedule_kinds)
+{
+	struct st_train_opts o;
+	train_opts_defaults(&o);
+	cr_expect_str_eq(o.schedule, "cosine");
+	cr_expect_float_eq(o.decay_frac, 0.2, 1e-15);
+	o.lr = 1.0;
+	o.min_lr_ratio = 0.1;
+
+	snprintf(o.schedule, sizeof o.schedule, "linear");
+	cr_expect_float_eq(lr_at(&o, 5, 100, 10), 0.5, 1e-12); /* warmup unchanged */
+	cr_expect_float_eq(lr_at(&o, 11, 100, 10), 1.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 56, 100, 10), 0.55, 1e-12); /* halfway: 1 - 0.9 * 45/90 */
+	cr_expect_float_eq(lr_at(&o, 41, 100, 10), 1.0 - 0.9 * 30.0 / 90.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 100, 100, 10), 0.1 + 0.9 / 90.0, 1e-12);
+
+	snprintf(o.schedule, sizeof o.schedule, "wsd");
+	/* 90 steps after warmup, d = ceil(0.2 * 90) = 18: steps 83..100 decay */
+	cr_expect_float_eq(lr_at(&o, 5, 100, 10), 0.5, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 11, 100, 10), 1.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 82, 100, 10), 1.0, 1e-12); /* the last stable step */
+	cr_expect_float_eq(lr_at(&o, 83, 100, 10), 1.0 - 0.9 / 19.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 91, 100, 10), 1.0 - 0.9 * 9.0 / 19.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 100, 100, 10), 1.0 - 0.9 * 18.0 / 19.0, 1e-12);
+	cr_expect(lr_at(&o, 100, 100, 10) > 0.1);
+	for (long s = 83; s < 100; s++)
+		cr_expect(lr_at(&o, s + 1, 100, 10) < lr_at(&o, s, 100, 10), "wsd did not fall at %ld", s);
+	o.decay_frac = 0.013; /* ceil(0.013 * 90) = 2: the last two steps */
+	cr_expect_float_eq(lr_at(&o, 98, 100, 10), 1.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 99, 100, 10), 1.0 - 0.9 / 3.0, 1e-12);
+	o.decay_frac = 1; /* the whole run after warmup: linear, one step later */
+	cr_expect_float_eq(lr_at(&o, 11, 100, 10), 1.0 - 0.9 / 91.0, 1e-12);
+	o.decay_frac = 0.2;
+	cr_expect_float_eq(lr_at(&o, 1, 1, 0), 1.0 - 0.9 / 2.0, 1e-12); /* one step: it decays */
+
+	snprintf(o.schedule, sizeof o.schedule, "constant");
+	cr_expect_float_eq(lr_at(&o, 5, 100, 10), 0.5, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 11, 100, 10), 1.0, 1e-12);
+	cr_expect_float_eq(lr_at(&o, 100, 100, 10), 1.0, 1e-12);
+
+	/* the option checks */
+	snprintf(o.schedule, sizeof o.schedule, "cosin");
+	cr_expect_eq(train_opts_validate(&o), ST_FAIL, "an unknown schedule was taken");
+	snprintf(o.schedule, sizeof o.schedule, "wsd");
+	o.steps = 10;
+	cr_expect_eq(train_opts_validate(&o), ST_OK);
+	o.decay_frac = 0;
+	cr_expect_eq(train_opts_validate(&o), ST_FAIL, "--decay-frac 0 was taken");
+	o.decay_frac = 1.5;
+	cr_expect_eq(train_opts_validate(&o), ST_FAIL, "--decay-frac 1.5 was taken");
+}
+
 /* The ETA the progress line shows, for given step and evaluation times:
  * the mean step time times the steps left, plus the last evaluation's time
  * times the evaluations left (at multiples of the interval, and the last

@@ -1019,6 +1019,56 @@ Test(train, unwritable_out_and_existing_run)
 
 /* A non-finite gradient skips the update (weights and moments untouched),
  * is counted, and stops training once more than --max-skipped-steps. */
+/* The lr each step of metrics.jsonl records against lr_at's, at %.6g. */
+static void expect_lrs(const char *metrics, const struct st_train_opts *o, long from, long to,
+		       long total, long warmup)
+{
+	for (long step = from; step <= to; step++) {
+		char want[64];
+		snprintf(want, sizeof want, "\"lr\": %.6g,", lr_at(o, step, total, warmup));
+		const int rc = cu_run(out, sizeof out,
+				      "grep -E '^.\"step\": %ld, \"loss\"' %s | tail -n 1 | grep -qF '%s'",
+				      step, metrics, want);
+		cr_expect_eq(rc, 0, "step %ld of %s does not record %s", step, metrics, want);
+	}
+}
+
+/* --schedule wsd end to end: the rate each step trains at is the schedule's,
+ * trainer.json keeps it, and a resume with a longer --steps (no --schedule
+ * given) holds the full rate longer and decays at the new end. */
+Test(train, schedule_wsd_trains_and_resumes)
+{
+	char dir[256], m[512];
+	cu_tmpdir(dir, sizeof dir, "wsd");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/r --steps 10 --warmup 2 "
+			"--schedule wsd --decay-frac 0.25 --lr 2e-3 --min-lr-ratio 0.05 --ckpt-interval 5 "
+			"--eval-interval 0 %s",
+			cu_bin(), dir, dir, dir, SMALL);
+	cr_assert_eq(rc, 0, "wsd run failed: %s", out);
+	struct st_train_opts o;
+	train_opts_defaults(&o);
+	snprintf(o.schedule, sizeof o.schedule, "wsd");
+	o.decay_frac = 0.25;
+	o.lr = 2e-3;
+	o.min_lr_ratio = 0.05;
+	snprintf(m, sizeof m, "%s/r/metrics.jsonl", dir);
+	/* 8 steps after warmup: ceil(0.25 * 8) = 2 decay (9 and 10) */
+	cr_expect_gt(lr_at(&o, 8, 10, 2), lr_at(&o, 9, 10, 2));
+	expect_lrs(m, &o, 1, 10, 10, 2);
+	rc = cu_run(out, sizeof out, "grep -q '\"schedule\":.*\"wsd\"' %s/r/step-000005/trainer.json",
+		    dir);
+	cr_expect_eq(rc, 0, "trainer.json does not keep the schedule");
+	rc = cu_run(out, sizeof out, "%s train --resume %s/r/step-000005 --out %s/s --steps 20 %s",
+		    cu_bin(), dir, dir, "--progress lines");
+	cr_assert_eq(rc, 0, "resume failed: %s", out);
+	snprintf(m, sizeof m, "%s/s/metrics.jsonl", dir);
+	/* 18 steps after warmup: ceil(0.25 * 18) = 5 decay (16 to 20) */
+	cr_expect_eq(lr_at(&o, 15, 20, 2), 2e-3);
+	expect_lrs(m, &o, 6, 20, 20, 2);
+}
+
 Test(train, nonfinite_gradient_skips_step)
 {
 	char dir[256];

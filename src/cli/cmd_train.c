@@ -38,10 +38,12 @@ static int first_spread(const struct st_train_opts *o)
 }
 
 /* An option given for another optimizer than the one the run uses
- * (--galore-rank under adamw, --quant-block under sgd), as a flag or a key of
- * the --config file conf: said, since it changes nothing. */
-static void note_unused(const char *key, const char *opt, const char *conf)
+ * (--galore-rank under adamw, --quant-block under sgd), or another schedule
+ * (--decay-frac under cosine, --min-lr-ratio under constant), as a flag or a
+ * key of the --config file conf: said, since it changes nothing. */
+static void note_unused(const char *key, const struct st_train_opts *o, const char *conf)
 {
+	const char *opt = o->optimizer;
 	const int galore = !strncmp(opt, "galore", 6), q8 = strstr(opt, "8bit") != NULL,
 		  sgd = !strncmp(opt, "sgd", 3);
 	char k[64];
@@ -55,6 +57,12 @@ static void note_unused(const char *key, const char *opt, const char *conf)
 		st_log_warn("%s: \"%s\" is not used by --optimizer %s", conf, key, opt);
 	else if (unused)
 		st_log_warn("--%s is not used by --optimizer %s", k, opt);
+	const int sched = (!strcmp(k, "decay-frac") && strcmp(o->schedule, "wsd")) ||
+			  (!strcmp(k, "min-lr-ratio") && !strcmp(o->schedule, "constant"));
+	if (sched && conf)
+		st_log_warn("%s: \"%s\" is not used by --schedule %s", conf, key, o->schedule);
+	else if (sched)
+		st_log_warn("--%s is not used by --schedule %s", k, o->schedule);
 }
 
 void cli_note_unused_options(const struct cli_args *a, const char *conf,
@@ -68,9 +76,8 @@ void cli_note_unused_options(const struct cli_args *a, const char *conf,
 	st_log_mute(muted);
 	if (bad)
 		return;
-	const char *opt = o->optimizer;
 	for (int i = 0; i < a->n; i++)
-		note_unused(a->key[i], opt, NULL);
+		note_unused(a->key[i], o, NULL);
 	cJSON *root = NULL;
 	const int old = st_log_mute(1); /* read once already: its errors were said */
 	const int rc = conf ? fs_read_json(conf, &root, NULL) : ST_FAIL;
@@ -80,7 +87,7 @@ void cli_note_unused_options(const struct cli_args *a, const char *conf,
 	const cJSON *it;
 	cJSON_ArrayForEach(it, root)
 		if (!cli_get((struct cli_args *)a, it->string, NULL)) /* a flag overrides it */
-			note_unused(it->string, opt, conf);
+			note_unused(it->string, o, conf);
 	cJSON_Delete(root);
 }
 
@@ -151,7 +158,7 @@ static int run_dir_of(char *out, size_t n, const char *dir)
 }
 
 /* A resume whose length or schedule options differ from the run's: the
- * warmup and cosine are a function of the whole run, so the learning rate
+ * warmup and decay are a function of the whole run, so the learning rate
  * from here on follows the new curve, not the one the run was on. Said once. */
 static void note_new_schedule(const struct st_train_opts *saved, const struct st_trainer *tr)
 {
@@ -162,14 +169,17 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 		return; /* nothing to train */
 	const double was = lr_at(saved, next, total, warmup),
 		     now = lr_at(&tr->o, next, tr->total_steps, tr->warmup);
-	if (total == tr->total_steps && warmup == tr->warmup && was == now)
+	const int same_kind = !strcmp(saved->schedule, tr->o.schedule) &&
+			      saved->decay_frac == tr->o.decay_frac;
+	if (total == tr->total_steps && warmup == tr->warmup && was == now && same_kind)
 		return;
 	if (total != tr->total_steps || warmup != tr->warmup)
 		st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld): the "
 			    "learning rate at step %ld is %.3g, where the run's own schedule had %.3g",
 			    tr->total_steps, tr->warmup, total, warmup, next, now, was);
 	else
-		st_log_info("the learning-rate schedule changed (--lr or --min-lr-ratio): at step %ld "
+		st_log_info("the learning-rate schedule changed (--lr, --min-lr-ratio, --schedule or "
+			    "--decay-frac): at step %ld "
 			    "it is %.3g, where the run's own schedule had %.3g",
 			    next, now, was);
 }

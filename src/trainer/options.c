@@ -37,8 +37,10 @@ const struct st_opt_desc train_opt_table[] = {
 	{"seq-len", OT_INT, F(seq_len), "256", "tokens per sequence"},
 	{"grad-accum", OT_INT, F(grad_accum), "1", "micro-batches per optimizer step"},
 	{"lr", OT_DOUBLE, F(lr), "1e-3", "peak learning rate"},
-	{"min-lr-ratio", OT_DOUBLE, F(min_lr_ratio), "0.1", "cosine decay floor, as a fraction of lr"},
+	{"min-lr-ratio", OT_DOUBLE, F(min_lr_ratio), "0.1", "the decay's floor, as a fraction of lr (not with --schedule constant)"},
 	{"warmup", OT_LONG, F(warmup), "-1", "linear warmup steps (-1: 10% of the steps)"},
+	{"schedule", OT_STR, F(schedule), "cosine", "after warmup: cosine | linear (decay to the floor over the run) | wsd (constant, then a linear decay over the last --decay-frac of it) | constant"},
+	{"decay-frac", OT_DOUBLE, F(decay_frac), "0.2", "--schedule wsd: the share of the steps after warmup that decay (0 < f <= 1)"},
 	{"weight-decay", OT_DOUBLE, F(weight_decay), "0.1", "weight decay on matrices (decoupled for AdamW, L2 for SGD)"},
 	{"decay-norms", OT_BOOL, F(decay_norms), "0", "also decay the norms' gains (and the stable embedding's LayerNorm bias)"},
 	{"decay-embeddings", OT_BOOL, F(decay_embed), "0", "also decay the token embedding"},
@@ -359,6 +361,12 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK(o->steps >= 0, h, "--steps must be >= 0 (got %ld)", o->steps);
 	ST_CHECK(o->warmup >= -1, "give 0 or more steps, or -1 for a tenth of the run",
 		 "--warmup must be >= -1 (got %ld)", o->warmup);
+	ST_CHECK(!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "linear") ||
+			 !strcmp(o->schedule, "wsd") || !strcmp(o->schedule, "constant"),
+		 "use --schedule cosine, linear, wsd or constant", "unknown --schedule '%s'",
+		 o->schedule);
+	ST_CHECK(o->decay_frac > 0 && o->decay_frac <= 1, "0.2 decays over the last fifth of the run",
+		 "--decay-frac must be in (0, 1] (got %g)", o->decay_frac);
 	ST_CHECK(o->max_tokens >= 0 && o->max_tokens <= 9007199254740992.0,
 		 "give a token count up to 2^53 (9e15)", "--max-tokens must be in [0, 2^53] (got %g)",
 		 o->max_tokens);

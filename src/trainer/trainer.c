@@ -50,15 +50,32 @@ double lr_at(const struct st_train_opts *o, long step, long total, long warmup)
 {
 	if (warmup > 0 && step <= warmup)
 		return o->lr * (double)step / (double)warmup;
-	/* llm.c's cosine: the first step after warmup takes the full rate and
-	 * the decay runs toward the floor over the rest, the last step just
-	 * above it (a step at the floor itself would, at --min-lr-ratio 0, do
-	 * nothing; a one-step run took the floor) */
+	if (!strcmp(o->schedule, "constant"))
+		return o->lr;
+	const double lo = o->lr * o->min_lr_ratio;
+	/* Every decay ends one step past the run: its last step just above the
+	 * floor (a step at the floor itself would, at --min-lr-ratio 0, do
+	 * nothing; a one-step run took the floor). */
+	if (!strcmp(o->schedule, "wsd")) {
+		/* warmup-stable-decay: the full rate, then the last d steps of the
+		 * run step down linearly, the first of them already below it */
+		const long span = total - warmup;
+		long d = (long)ceil(o->decay_frac * (double)span);
+		d = d < 1 ? 1 : d > span ? span : d;
+		const long into = step - (total - d); /* 1 at the first decayed step */
+		if (span <= 0 || into <= 0)
+			return o->lr;
+		const double frac = fmin((double)into / (double)(d + 1), 1.0);
+		return o->lr - (o->lr - lo) * frac;
+	}
+	/* cosine (llm.c's) and linear: the first step after warmup takes the
+	 * full rate and the decay runs toward the floor over the rest */
 	double span = (double)(total - warmup);
 	double frac = span > 0 ? (double)(step - 1 - warmup) / span : 1.0;
 	if (frac > 1)
 		frac = 1;
-	double lo = o->lr * o->min_lr_ratio;
+	if (!strcmp(o->schedule, "linear"))
+		return o->lr - (o->lr - lo) * frac;
 	return lo + 0.5 * (o->lr - lo) * (1.0 + cos(M_PI * frac));
 }
 
@@ -162,12 +179,14 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	if (resuming)
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
 	train_schedule(&tr->o, tr->step, tr->tokens_seen, &tr->total_steps, &tr->warmup);
+	const int decays = strcmp(tr->o.schedule, "constant") != 0;
 	if (tr->warmup > tr->total_steps)
 		st_log_warn("--warmup %ld is longer than the run (%ld steps): the learning rate ends "
-			    "at %.3g, never reaching --lr %g, and never decays",
+			    "at %.3g, never reaching --lr %g%s",
 			    tr->warmup, tr->total_steps,
-			    lr_at(&tr->o, tr->total_steps, tr->total_steps, tr->warmup), tr->o.lr);
-	else if (tr->warmup > 0 && tr->warmup >= tr->total_steps - 1 && tr->total_steps > 2)
+			    lr_at(&tr->o, tr->total_steps, tr->total_steps, tr->warmup), tr->o.lr,
+			    decays ? ", and never decays" : "");
+	else if (decays && tr->warmup > 0 && tr->warmup >= tr->total_steps - 1 && tr->total_steps > 2)
 		/* the step after warmup takes the full rate: the decay would begin
 		 * only after the last step */
 		st_log_warn("--warmup %ld spans the whole run (%ld steps): the learning rate reaches "

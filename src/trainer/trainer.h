@@ -113,8 +113,16 @@ void trainer_close(struct st_trainer *tr);
 void train_schedule(const struct st_train_opts *o, long done, double tokens_seen, long *total,
 		    long *warmup);
 /* Learning rate at 1-based step: linear warmup to lr over `warmup` steps,
- * then cosine decay from lr (at step warmup + 1) toward lr * min_lr_ratio,
- * which step total_steps + 1 would reach (llm.c's schedule). */
+ * then o->schedule's:
+ *   cosine    decay from lr (at step warmup + 1) toward lr * min_lr_ratio,
+ *             which step total + 1 would reach (llm.c's schedule);
+ *   linear    the same path as a straight line;
+ *   wsd       lr, then over the last d = ceil(decay_frac * (total - warmup))
+ *             steps a straight line toward the floor, the first of them a
+ *             (d+1)th of the way down, step total + 1 at the floor
+ *             (warmup-stable-decay: the decay can be run from any stable
+ *             checkpoint by resuming with a longer or shorter --steps);
+ *   constant  lr. */
 double lr_at(const struct st_train_opts *o, long step, long total, long warmup);
 
 /* Mean loss over the validation windows (up to max_tokens; 0: all); NaN
