@@ -948,6 +948,13 @@ Test(faults, paths_and_messages)
 	cr_expect(strstr(out, "--quant-block is not used by --optimizer adamw") &&
 			  strstr(out, "--galore-rank is not used by --optimizer adamw"),
 		  "%s", out);
+	rc = cu_run(out, sizeof out, "(%s train --model %s/init --data %s/data --out %s/ns --steps 1 "
+			"--decay-frac 0.5 " SMALL " && %s train --model %s/init --data %s/data --out %s/ns2 "
+			"--steps 1 --schedule constant --min-lr-ratio 0.2 " SMALL ")",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--decay-frac is not used by --schedule cosine") &&
+			  strstr(out, "--min-lr-ratio is not used by --schedule constant"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "echo '{\"momentum\": 0.9, \"lr\": 0.001}' > %s/cu.json && %s train "
 			"--model %s/init --data %s/data --out %s/nv2 --steps 1 --config %s/cu.json " SMALL,
 		    dir, cu_bin(), dir, dir, dir, dir);
