@@ -580,6 +580,83 @@ Test(offload, evaluation_weight_traffic_said, .timeout = 120)
 	}
 }
 
+static double jnum(const cJSON *o, const char *a, const char *b)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, a), b);
+	cr_assert(cJSON_IsNumber(x), "no number %s.%s", a, b);
+	return x->valuedouble;
+}
+
+/* `plan --json`: stdout is one JSON object, and it says what the table says:
+ * every slab's bytes add up to its kind's total (weights and gradients 4 B a
+ * parameter), the tier totals and budgets are the table's, the step the
+ * table predicts, the layer letters; nothing predicted where everything
+ * fits on the device. */
+Test(offload, plan_json_matches_table, .timeout = 120)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "planjson");
+	cu_setup_run(dir, "");
+	const char *flags = "--micro-batch 4 --seq-len 32 --profile tests/data/profiles/ci.json "
+			    "--place weights=disk,optimizer=host --device-mem 8M --host-mem 8M "
+			    "--activations kr";
+	int rc = cu_run(out, sizeof out, "mkdir -p %s/o && %s plan --model %s/init %s --offload-dir %s/o "
+			"--json 2>%s/err >%s/plan.json", dir, cu_bin(), dir, flags, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(path, sizeof path, "%s/plan.json", dir);
+	cJSON *j = tu_read_json(path); /* the whole of stdout: no table, no message */
+	const double params = jnum(j, "model", "parameters");
+	const char *kinds[] = {"weights", "gradients", "optimizer"};
+	const cJSON *slabs = cJSON_GetObjectItemCaseSensitive(j, "slabs");
+	for (int k = 0; k < 2; k++)
+		cr_expect_eq(jnum(slabs, kinds[k], "device") + jnum(slabs, kinds[k], "host") +
+				     jnum(slabs, kinds[k], "disk"),
+			     4 * params, "%s", kinds[k]);
+	cr_expect_eq(jnum(slabs, "weights", "disk"), 4 * params, "weights=disk");
+	cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(slabs, "weights"), "streamed")));
+	cr_expect_eq(jnum(slabs, "optimizer", "host"), 8 * params, "optimizer=host");
+	const cJSON *tiers = cJSON_GetObjectItemCaseSensitive(j, "tiers");
+	cr_expect_eq(jnum(tiers, "budget", "device"), 8 << 20);
+	cr_expect_eq(jnum(tiers, "budget", "host"), 8 << 20);
+	const cJSON *pol = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "layers"),
+							     "policy");
+	cr_expect(cJSON_IsString(pol) && !strcmp(pol->valuestring, "kr"), "%s",
+		  cJSON_IsString(pol) ? pol->valuestring : "(none)");
+	const double step = jnum(j, "predicted", "step_s");
+	cr_expect_gt(jnum(j, "predicted", "disk_read_bytes"), 0);
+
+	/* the table of the same plan */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --offload-dir %s/o", cu_bin(), dir,
+		    flags, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	char want[64];
+	snprintf(want, sizeof want, "predicted step: %.3f s", step);
+	cr_expect(strstr(out, want), "the table does not say '%s': %s", want, out);
+	char b[3][32], line[160];
+	snprintf(line, sizeof line, "tier total   %12s %12s %12s",
+		 fmt_bytes(b[0], 32, jnum(tiers, "bytes", "device")),
+		 fmt_bytes(b[1], 32, jnum(tiers, "bytes", "host")),
+		 fmt_bytes(b[2], 32, jnum(tiers, "bytes", "disk")));
+	cr_expect(strstr(out, line), "the table does not say '%s': %s", line, out);
+	cJSON_Delete(j);
+
+	/* all on the device: nothing predicted, no profile read */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --micro-batch 4 --seq-len 32 --json "
+			"2>/dev/null >%s/fits.json", cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(path, sizeof path, "%s/fits.json", dir);
+	j = tu_read_json(path);
+	cr_expect(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "predicted")));
+	cr_expect(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "profile")));
+	cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(j, "tiers"), "offloaded")));
+	cJSON_Delete(j);
+	/* a bad value for it is refused as a bool */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --json maybe", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "--json"), "%s", out);
+}
+
 /* The profile's disk rates were measured with 1M requests 16 deep on one
  * file system: a plan streaming from disk with other requests, or on
  * another kind of file system, says so (a 4K, depth-1 run took 14.5x its

@@ -62,7 +62,8 @@ int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
-/* Apply every flag but `skip` to train options (--offload-dir may repeat: the
+/* Apply every flag but those of `skip` (comma-separated keys: "config",
+ * plan's "config,json") to train options (--offload-dir may repeat: the
  * values are joined with commas). */
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip);
 /* A new run's --model: a run or checkpoint names its weights (said); the

@@ -24,7 +24,10 @@ static void help(void)
 	       "--prefetch, --activations, --recompute, --device-updates, ...), read as\n"
 	       "train reads them: a --resume run's saved options < --config FILE < flags; see\n"
 	       "`strata train --help`. Sizes count in powers of 1024: --device-mem 10G is\n"
-	       "10 GiB, and 10GB is read as 10 GiB too.\n");
+	       "10 GiB, and 10GB is read as 10 GiB too.\n\n"
+	       "  --json    print the plan as one JSON object instead of the table (bytes as\n"
+	       "            whole numbers, null where nothing is predicted); messages go to\n"
+	       "            stderr as always\n");
 }
 
 int cmd_plan(int argc, char **argv)
@@ -35,12 +38,14 @@ int cmd_plan(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
+	int json;
+	ST_TRY(cli_get_bool(&a, "json", &json));
 	/* train's order: defaults < the checkpoint's options < --config < flags */
 	struct st_train_opts o;
 	struct cli_train_src src;
 	ST_TRY(cli_train_read(&a, &o, &src));
 	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
-	ST_TRY(cli_train_flags(&a, &o, "config"));
+	ST_TRY(cli_train_flags(&a, &o, "config,json"));
 	struct st_train_opts checked = o; /* checked as trainer_plan checks them */
 	if (checked.steps <= 0 && checked.max_tokens <= 0)
 		checked.steps = 1; /* a plan needs no training length */
@@ -54,5 +59,5 @@ int cmd_plan(int argc, char **argv)
 	} else {
 		ST_TRY(cli_train_model(&a, conf, &o));
 	}
-	return trainer_plan(&o);
+	return trainer_plan(&o, json);
 }

@@ -111,13 +111,24 @@ static int given(struct cli_args *a, const char *conf, const char *key)
 	return in_conf;
 }
 
+/* Whether key is one of the comma-separated keys of skip. */
+static int skipped(const char *skip, const char *key)
+{
+	const size_t n = strlen(key);
+	for (const char *s = skip; *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) {
+		if (strcspn(s, ",") == n && !strncmp(s, key, n))
+			return 1;
+	}
+	return 0;
+}
+
 int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *skip)
 {
 	/* --offload-dir may repeat (one per SSD): the flags' values are joined */
 	char dirs[sizeof o->offload_dir] = "";
 	int dirs_given = 0;
 	for (int i = 0; i < a->n; i++) {
-		if (skip && !strcmp(a->key[i], skip))
+		if (skip && skipped(skip, a->key[i]))
 			continue;
 		ST_CHECK(a->val[i] != cli_bare || !train_opts_needs_value(a->key[i]),
 			 "give the value after it; strata train --help lists each option's values",
@@ -294,7 +305,7 @@ int cli_check_config_values(struct cli_args *a, const struct cli_train_src *src,
 	else
 		train_opts_defaults(&w);
 	const int old = st_log_mute(1);
-	const int flags_ok = cli_train_flags(a, &w, "config") == ST_OK;
+	const int flags_ok = cli_train_flags(a, &w, "config,json") == ST_OK;
 	st_log_mute(old);
 	/* a length only the file gave is the file's to blame; none at all is
 	 * nobody's */

@@ -480,7 +480,7 @@ int tiers_setup(struct st_trainer *tr, const char *model_dir, int grads)
 	return rc;
 }
 
-int trainer_plan(const struct st_train_opts *o)
+int trainer_plan(const struct st_train_opts *o, int json)
 {
 	struct st_trainer *tr = st_calloc(1, sizeof *tr);
 	if (!tr)
@@ -542,7 +542,10 @@ int trainer_plan(const struct st_train_opts *o)
 	struct tier_choice ch = {0};
 	if (rc == ST_OK)
 		rc = decide_tiers(tr, &ch);
-	if (rc == ST_OK)
+	if (rc == ST_OK && json)
+		rc = plan_print_json(&tr->s.model, &tr->plan, &ch.pm, &tr->o,
+				     ch.have_prof ? &ch.prof : NULL);
+	else if (rc == ST_OK)
 		plan_print(&tr->s.model, &tr->plan, &ch.pm, &tr->o, ch.have_prof ? &ch.prof : NULL);
 	tier_choice_free(&ch);
 	plan_free(&tr->plan);

@@ -100,10 +100,11 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o);
  * the end. */
 int trainer_run(struct st_trainer *tr);
 /* `strata plan`: the plan training would make with these options (engine/
- * plan.h) and its predicted step, printed; nothing is allocated or trained.
- * The hardware profile is --profile's file (or the per-user cache), measured
- * and written there when missing. */
-int trainer_plan(const struct st_train_opts *o);
+ * plan.h) and its predicted step, printed as a table (json 0) or as JSON
+ * (planview.h); nothing is allocated or trained. The hardware profile is
+ * --profile's file (or the per-user cache), measured and written there when
+ * missing. */
+int trainer_plan(const struct st_train_opts *o, int json);
 void trainer_close(struct st_trainer *tr);
 
 /* The run's length in steps and its warmup (--warmup, else a tenth of the
