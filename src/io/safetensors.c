@@ -7,10 +7,7 @@
  * inside the data section, matches its dtype and shape, and overlaps no other.
  * F16/BF16/F64 are converted to fp32 by hand (subnormals, inf and NaN exact).
  *
- * Writing builds the JSON header with cJSON, pads it with spaces to a multiple
- * of 8 bytes (so the data is 8-byte aligned), lays the tensors out in the given
- * order with contiguous offsets, and goes through fs_atomic (temp file, fsync,
- * rename), so a crash never leaves a torn file under the final name.
+ * (Writing: safetensors_write.c.)
  *
  * Checksums: every file written carries "strata_xxh3" in its metadata, the
  * XXH3-64 of each tensor's bytes as 16 hex digits, in the order of the
@@ -36,14 +33,7 @@
 #include "io/safetensors.h"
 #include "util/check.h"
 
-/* The reference implementation's limit; a bigger header is an attack or junk. */
-#define ST_HEADER_MAX (100u * 1000u * 1000u)
-/* Largest integer a JSON number (a double in cJSON) holds exactly: 2^53. */
-#define JSON_INT_MAX 9007199254740992.0
-
 #define CORRUPT "the file is damaged or is not a safetensors file; re-download or re-export it"
-#define SUM_KEY "strata_xxh3"
-#define SUM_HEX 16 /* digits per tensor */
 
 static const struct {
 	const char *name;
@@ -145,7 +135,7 @@ static int json_count(const cJSON *v, uint64_t *out)
 	if (!cJSON_IsNumber(v))
 		return 0;
 	double d = v->valuedouble;
-	if (!(d >= 0 && d <= JSON_INT_MAX) || d != (double)(uint64_t)d)
+	if (!(d >= 0 && d <= ST_SF_JSON_INT_MAX) || d != (double)(uint64_t)d)
 		return 0;
 	*out = (uint64_t)d;
 	return 1;
@@ -214,7 +204,7 @@ static int parse_entry(const struct st_safetensors *sf, const cJSON *e,
 			 "%s: tensor '%s': \"shape\" must be an array of integers (entry %d is not)",
 			 path, name, i);
 		t->shape[i++] = (int64_t)v;
-		if (v && bytes > (uint64_t)JSON_INT_MAX / v)
+		if (v && bytes > (uint64_t)ST_SF_JSON_INT_MAX / v)
 			overflow = 1;
 		else
 			bytes *= v;
@@ -231,7 +221,7 @@ static int parse_entry(const struct st_safetensors *sf, const cJSON *e,
 		 "%s: tensor '%s' has data_offsets [%llu, %llu) with begin after end", path, name,
 		 (unsigned long long)t->begin, (unsigned long long)t->end);
 	char sbuf[256];
-	unsigned long long shown = overflow ? (unsigned long long)JSON_INT_MAX : bytes;
+	unsigned long long shown = overflow ? (unsigned long long)ST_SF_JSON_INT_MAX : bytes;
 	ST_CHECK(!overflow && bytes == t->end - t->begin, CORRUPT,
 		 "%s: tensor '%s': byte size mismatch: shape %s of %s is %s%llu bytes but data_offsets [%llu, %llu) span %llu",
 		 path, name, shape_str(sbuf, sizeof sbuf, t->ndim, t->shape), dtype_name(t->dtype),
@@ -291,12 +281,6 @@ static int cmp_info_name(const void *a, const void *b)
 		      (*(const struct st_tensor_info *const *)b)->name);
 }
 
-static int cmp_out_name(const void *a, const void *b)
-{
-	return strcmp((*(const struct st_tensor_out *const *)a)->name,
-		      (*(const struct st_tensor_out *const *)b)->name);
-}
-
 static int parse_header(struct st_safetensors *sf, const cJSON *root)
 {
 	ST_CHECK(cJSON_IsObject(root), CORRUPT, "%s: the header is not a JSON object", sf->path);
@@ -323,15 +307,15 @@ static int parse_header(struct st_safetensors *sf, const cJSON *root)
 	return parse_sums(sf);
 }
 
-/* The per-tensor checksums of SUM_KEY into sf->sums (indexed like
+/* The per-tensor checksums of ST_SF_SUM_KEY into sf->sums (indexed like
  * sf->tensors), when the file has them. */
 static int parse_sums(struct st_safetensors *sf)
 {
-	const char *hex = safetensors_meta(sf, SUM_KEY);
+	const char *hex = safetensors_meta(sf, ST_SF_SUM_KEY);
 	if (!hex)
 		return ST_OK;
-	ST_CHECK(strlen(hex) == (size_t)sf->n * SUM_HEX, CORRUPT,
-		 "%s: \"" SUM_KEY "\" holds %zu digits for %d tensors (16 each)", sf->path,
+	ST_CHECK(strlen(hex) == (size_t)sf->n * ST_SF_SUM_HEX, CORRUPT,
+		 "%s: \"" ST_SF_SUM_KEY "\" holds %zu digits for %d tensors (16 each)", sf->path,
 		 strlen(hex), sf->n);
 	/* name order (names are unique: open_mapped refuses repeats) */
 	const struct st_tensor_info **by = st_malloc((size_t)(sf->n ? sf->n : 1) * sizeof *by);
@@ -345,12 +329,12 @@ static int parse_sums(struct st_safetensors *sf)
 	qsort(by, (size_t)sf->n, sizeof *by, cmp_info_name);
 	int rc = ST_OK;
 	for (int k = 0; k < sf->n && rc == ST_OK; k++) {
-		char digits[SUM_HEX + 1], *end;
-		memcpy(digits, hex + (size_t)k * SUM_HEX, SUM_HEX);
-		digits[SUM_HEX] = '\0';
+		char digits[ST_SF_SUM_HEX + 1], *end;
+		memcpy(digits, hex + (size_t)k * ST_SF_SUM_HEX, ST_SF_SUM_HEX);
+		digits[ST_SF_SUM_HEX] = '\0';
 		sf->sums[by[k] - sf->tensors] = strtoull(digits, &end, 16);
-		if (*end || strspn(digits, "0123456789abcdef") != SUM_HEX) {
-			ST_ERROR(CORRUPT, "%s: \"" SUM_KEY "\" is not hex digits", sf->path);
+		if (*end || strspn(digits, "0123456789abcdef") != ST_SF_SUM_HEX) {
+			ST_ERROR(CORRUPT, "%s: \"" ST_SF_SUM_KEY "\" is not hex digits", sf->path);
 			rc = ST_FAIL;
 		}
 	}
@@ -383,7 +367,7 @@ static int open_mapped(struct st_safetensors *sf)
 	uint64_t hlen = 0;
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | p[i];
-	ST_CHECK(hlen <= ST_HEADER_MAX, CORRUPT,
+	ST_CHECK(hlen <= ST_SF_HEADER_MAX, CORRUPT,
 		 "%s: header length %llu exceeds the 100 MB limit", path, (unsigned long long)hlen);
 	ST_CHECK(hlen <= sf->file_size - 8, "the file is truncated or damaged; re-download or re-export it",
 		 "%s: header length %llu is larger than the rest of the file (%zu bytes): truncated or not a safetensors file",
@@ -635,202 +619,4 @@ int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum
 	memcpy(dst, v, bytes);
 	safetensors_view_done(sf, v);
 	return ST_OK;
-}
-
-/* ---- writing -------------------------------------------------------------- */
-
-/* Validate the inputs and compute each tensor's byte size into bytes[]. */
-static int check_outputs(const char *path, const struct st_tensor_out *t, int n,
-			 const char *const *meta, int n_meta, int have_source, uint64_t *bytes)
-{
-	ST_CHECK(n >= 0 && n_meta >= 0 && (n == 0 || t) && (n_meta == 0 || meta),
-		 "this is a bug in the caller", "cannot write %s: bad tensor or metadata list", path);
-	for (int i = 0; i < n; i++) {
-		const struct st_tensor_out *o = &t[i];
-		ST_CHECK(o->name && strcmp(o->name, "__metadata__"), "this is a bug in the caller",
-			 "cannot write %s: tensor %d has no name or a reserved one", path, i);
-		ST_CHECK((unsigned)o->dtype < ST_DT__COUNT && o->ndim >= 0 && o->ndim <= ST_MAX_DIMS,
-			 "this is a bug in the caller",
-			 "cannot write %s: tensor '%s' has an invalid dtype or rank", path, o->name);
-		uint64_t b = dtype_size(o->dtype);
-		for (int d = 0; d < o->ndim; d++) {
-			ST_CHECK(o->shape[d] >= 0 && o->shape[d] < (int64_t)JSON_INT_MAX,
-				 "this is a bug in the caller",
-				 "cannot write %s: tensor '%s' has dimension %d = %lld", path, o->name,
-				 d, (long long)o->shape[d]);
-			uint64_t v = (uint64_t)o->shape[d];
-			ST_CHECK(!v || b <= (uint64_t)JSON_INT_MAX / v, "this is a bug in the caller",
-				 "cannot write %s: tensor '%s' is too large", path, o->name);
-			b *= v;
-		}
-		ST_CHECK(b == 0 || o->data || have_source, "this is a bug in the caller",
-			 "cannot write %s: tensor '%s' has no data", path, o->name);
-		bytes[i] = b;
-	}
-	for (int i = 0; i < 2 * n_meta; i++)
-		ST_CHECK(meta[i], "this is a bug in the caller",
-			 "cannot write %s: metadata entry %d is NULL", path, i);
-
-	const char **names = st_malloc(((size_t)n + (size_t)n_meta) * sizeof *names);
-	if (!names)
-		return ST_FAIL;
-	for (int i = 0; i < n; i++)
-		names[i] = t[i].name;
-	const char *dup = fs_first_duplicate(names, (size_t)n);
-	for (int i = 0; !dup && i < n_meta; i++)
-		names[i] = meta[2 * i];
-	if (!dup)
-		dup = fs_first_duplicate(names, (size_t)n_meta);
-	if (dup)
-		ST_ERROR("this is a bug in the caller", "cannot write %s: duplicate name '%s'", path,
-			 dup);
-	free(names);
-	return dup ? ST_FAIL : ST_OK;
-}
-
-static cJSON *json_u64_pair(uint64_t a, uint64_t b)
-{
-	cJSON *arr = cJSON_CreateArray();
-	if (!arr || !cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)a)) ||
-	    !cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)b))) {
-		cJSON_Delete(arr);
-		return NULL;
-	}
-	return arr;
-}
-
-/* The header JSON; NULL when out of memory. cJSON_AddItemTo* refuses a NULL
- * item, so one check per add catches every failed allocation. */
-static cJSON *build_header(const struct st_tensor_out *t, int n, const char *const *meta,
-			   int n_meta, const uint64_t *bytes, const char *zeros)
-{
-	cJSON *root = cJSON_CreateObject();
-	if (!root)
-		return NULL;
-	if (n_meta > 0 || n > 0) {
-		cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-		for (int i = 0; m && i < n_meta; i++) /* a checksum copied from a read file is stale */
-			if (strcmp(meta[2 * i], SUM_KEY) != 0 &&
-			    !cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1]))
-				m = NULL;
-		if (!m || (n > 0 && !cJSON_AddStringToObject(m, SUM_KEY, zeros)))
-			goto fail;
-	}
-	uint64_t off = 0;
-	for (int i = 0; i < n; i++) {
-		cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
-		cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
-		if (!shape || !cJSON_AddStringToObject(e, "dtype", dtype_name(t[i].dtype)))
-			goto fail;
-		for (int d = 0; d < t[i].ndim; d++)
-			if (!cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d])))
-				goto fail;
-		cJSON *offs = json_u64_pair(off, off + bytes[i]);
-		if (!offs || !cJSON_AddItemToObject(e, "data_offsets", offs)) {
-			cJSON_Delete(offs);
-			goto fail;
-		}
-		off += bytes[i];
-	}
-	return root;
-fail:
-	cJSON_Delete(root);
-	return NULL;
-}
-
-int safetensors_write(const char *path, const struct st_tensor_out *t, int n,
-		      const char *const *meta, int n_meta)
-{
-	return safetensors_write_from(path, t, n, meta, n_meta, NULL);
-}
-
-int safetensors_write_from(const char *path, const struct st_tensor_out *t, int n,
-			   const char *const *meta, int n_meta, const struct st_tensor_source *src)
-{
-	uint64_t *bytes = st_calloc((size_t)(n > 0 ? n : 1), sizeof *bytes);
-	char *zeros = st_malloc((size_t)(n > 0 ? n : 0) * SUM_HEX + 1);
-	const struct st_tensor_out **by = st_malloc((size_t)(n > 0 ? n : 1) * sizeof *by);
-	int *rank = st_malloc((size_t)(n > 0 ? n : 1) * sizeof *rank); /* tensor i's digits */
-	if (!bytes || !zeros || !by || !rank) {
-		free(bytes);
-		free(zeros);
-		free(by);
-		free(rank);
-		return ST_FAIL;
-	}
-	for (int i = 0; i < n; i++)
-		by[i] = &t[i];
-	qsort(by, (size_t)(n > 0 ? n : 0), sizeof *by, cmp_out_name);
-	for (int k = 0; k < n; k++)
-		rank[by[k] - t] = k;
-	memset(zeros, '0', (size_t)(n > 0 ? n : 0) * SUM_HEX);
-	zeros[(size_t)(n > 0 ? n : 0) * SUM_HEX] = '\0';
-	char *json = NULL, *head = NULL;
-	cJSON *root = NULL;
-	int rc = check_outputs(path, t, n, meta, n_meta, src != NULL, bytes);
-	if (rc == ST_OK) {
-		root = build_header(t, n, meta, n_meta, bytes, zeros);
-		json = root ? cJSON_PrintUnformatted(root) : NULL;
-		if (!json) {
-			ST_ERROR("add memory", "cannot write %s: out of memory building the header",
-				 path);
-			rc = ST_FAIL;
-		}
-	}
-	size_t hlen = 0;
-	if (rc == ST_OK) {
-		/* Pad with spaces so the data section starts 8-byte aligned. */
-		hlen = (strlen(json) + 7) & ~(size_t)7;
-		if (hlen > ST_HEADER_MAX) {
-			ST_ERROR("write fewer tensors per file",
-				 "cannot write %s: header of %zu bytes exceeds the 100 MB limit", path,
-				 hlen);
-			rc = ST_FAIL;
-		}
-	}
-	if (rc == ST_OK && !(head = st_malloc(8 + hlen)))
-		rc = ST_FAIL;
-	struct fs_atomic a;
-	if (rc == ST_OK) {
-		for (int i = 0; i < 8; i++)
-			head[i] = (char)(unsigned char)((uint64_t)hlen >> (8 * i));
-		size_t jl = strlen(json);
-		memcpy(head + 8, json, jl);
-		memset(head + 8 + jl, ' ', hlen - jl);
-		rc = fs_atomic_begin(&a, path);
-	}
-	if (rc == ST_OK)
-		rc = fs_atomic_write(&a, head, 8 + hlen); /* every fs_atomic failure aborts */
-	/* where the checksum digits go: the value of SUM_KEY in the header */
-	const char *at = rc == ST_OK ? strstr(json, "\"" SUM_KEY "\":\"") : NULL;
-	const off_t sums_off = at ? (off_t)(8 + (size_t)(at - json) + strlen(SUM_KEY) + 4) : 0;
-	for (int i = 0; i < n && rc == ST_OK; i++) {
-		const void *d = t[i].data || !bytes[i] ? t[i].data : src->get(src->ctx, i);
-		char digits[SUM_HEX + 1];
-		snprintf(digits, sizeof digits, "%016" PRIx64, XXH3_64bits(d, (size_t)bytes[i]));
-		memcpy(zeros + (size_t)rank[i] * SUM_HEX, digits, SUM_HEX);
-		rc = fs_atomic_write(&a, d, (size_t)bytes[i]);
-		if (d != t[i].data)
-			src->put(src->ctx, i);
-	}
-	if (rc == ST_OK && n > 0) {
-		const size_t len = (size_t)n * SUM_HEX;
-		const ssize_t w = at ? pwrite(a.fd, zeros, len, sums_off) : -1;
-		if (w != (ssize_t)len) {
-			ST_ERROR("check the disk", "cannot write the checksums of %s: %s", path,
-				 w < 0 && at ? strerror(errno) : "short write");
-			fs_atomic_abort(&a);
-			rc = ST_FAIL;
-		}
-	}
-	if (rc == ST_OK)
-		rc = fs_atomic_commit(&a);
-	free(head);
-	cJSON_free(json);
-	cJSON_Delete(root);
-	free(bytes);
-	free(zeros);
-	free(by);
-	free(rank);
-	return rc;
 }

@@ -19,6 +19,17 @@ enum st_dtype { ST_DT_F32, ST_DT_F16, ST_DT_BF16, ST_DT_F64, ST_DT_I32, ST_DT_I6
 
 #define ST_MAX_DIMS 8
 
+/* The format's limits and strata's checksum key, for the reader
+ * (safetensors.c) and the writer (safetensors_write.c): the reference
+ * implementation's header limit (a bigger one is an attack or junk); the
+ * largest integer a JSON number (a double in cJSON) holds exactly, 2^53;
+ * "strata_xxh3", each tensor's XXH3-64 as 16 hex digits in the order of the
+ * tensor names. */
+#define ST_SF_HEADER_MAX (100u * 1000u * 1000u)
+#define ST_SF_JSON_INT_MAX 9007199254740992.0
+#define ST_SF_SUM_KEY "strata_xxh3"
+#define ST_SF_SUM_HEX 16
+
 struct st_tensor_info {
 	char *name;
 	enum st_dtype dtype;

@@ -17,7 +17,8 @@
 # safetensors_load_raw became a copy of safetensors_view_raw (same bugs).
 # On 2026-11-24 the checkpoint loading moved into ckpt_load.c (CK1-CK5,
 # CK8-CK10, CK12-CK14) and the state tensors' fp32 count into ckpt_format.h
-# (CK11); F1 was re-pointed at the overflow check that joined its line.
+# (CK11); F1 was re-pointed at the overflow check that joined its line, and
+# A6 A7 at moments_tail, the one scalar tail of the vector passes since fbfdaf2.
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
@@ -97,8 +98,8 @@ M = [
 ('A3', AD, '.eps_hat = a->eps * c2,', '.eps_hat = a->eps,', 'eps not scaled by sqrt(bc2)'),
 ('A4', AD, '.decay = 1.0f - a->lr * a->weight_decay,', '.decay = 1.0f - a->weight_decay,', 'decoupled decay not scaled by lr'),
 ('A5', AD, '\t\tfloat pi = p[i] - k->step * (m[i] / (sqrtf(v[i]) + k->eps_hat));\n\t\tp[i] = pi * k->decay;', '\t\tp[i] = p[i] * k->decay - k->step * (m[i] / (sqrtf(v[i]) + k->eps_hat));', 'decay applied before update (scalar path)'),
-('A6', AD, '\t\ttm = q8_absmax1(m[i], tm);\n', '', 'avx512 moments tail left out of m absmax'),
-('A7', AD, 'update(p + tail, m + tail, v + tail, n - tail, k);', 'update(p + tail, m + tail, v + tail, n - tail - (n > tail), k);', 'avx512 tail update misses last element'),
+('A6', AD, '\t\txm = q8_absmax1(m[i], xm);\n', '', 'vector passes\' moments tail left out of m absmax'),
+('A7', AD, 'update(p + i0, m + i0, v + i0, n - i0, k);', 'update(p + i0, m + i0, v + i0, n - i0 - (n > i0), k);', 'vector passes\' tail update misses last element'),
 ('A8', AD, 'if (q->simd >= Q8_AVX512) {', 'if (q->simd > Q8_AVX512) {', 'avx512 variant takes the generic moments path'),
 ('A9', AD, '\t\t\tif (len > Q8_CHUNK)\n\t\t\t\tfor', '\t\t\tif (len >= Q8_CHUNK)\n\t\t\t\tfor', 'two-pass path also for len == CHUNK'),
 ('A10', AD, '\t\t\t\tif (len <= Q8_CHUNK)\n\t\t\t\t\tam = x, av = y;', '\t\t\t\tif (len < Q8_CHUNK)\n\t\t\t\t\tam = x, av = y;', 'one-pass absmax skipped for len == CHUNK'),
