@@ -549,35 +549,74 @@ Test(offload, evaluation_writes_no_activations, .timeout = 300)
 		  wrote[1], wrote[0]);
 }
 
-/* Streamed weights stream once per evaluation micro-batch: where one
- * evaluation moves more than a tenth of the weight traffic of the steps
- * between two, it is said with its cost (the defaults' 131072 tokens at
- * 2 x 64 are 1024 passes over the weights); a small --eval-tokens, or
- * weights in memory, say nothing. */
+/* Streamed weights stream once per group of evaluation micro-batches:
+ * where one evaluation moves more than a tenth of the weight traffic of
+ * the steps between two (here with groups of one, STRATA_EVAL_GROUP=1, as
+ * where memory is short: the defaults' 131072 tokens at 2 x 32 are 2048
+ * passes over the weights), it is said with its cost; a small
+ * --eval-tokens, weights in memory, or the groups memory allows (here all
+ * 2048 micro-batches at once) say nothing. */
 Test(offload, evaluation_weight_traffic_said, .timeout = 120)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "evaltraffic");
 	cu_setup_run(dir, "");
 	const char *needle = "streams the offloaded weights (";
-	/* weights on disk with the default --eval-tokens; with 64; in memory */
-	const char *extra[3] = {"--offload-dir %s --place weights=disk",
-				"--offload-dir %s --place weights=disk --eval-tokens 64", ""};
-	for (int k = 0; k < 3; k++) {
+	/* weights on disk with the default --eval-tokens, one micro-batch at a
+	 * time; with 64; in memory; grouped */
+	const char *extra[4] = {"--offload-dir %s --place weights=disk",
+				"--offload-dir %s --place weights=disk --eval-tokens 64", "",
+				"--offload-dir %s --place weights=disk"};
+	for (int k = 0; k < 4; k++) {
 		char flags[512];
 		snprintf(flags, sizeof flags, extra[k], dir);
 		int rc = cu_run(out, sizeof out,
-				"%s train --model %s/init --data %s/data --out %s/r%d --micro-batch 2 "
+				"%s %s train --model %s/init --data %s/data --out %s/r%d --micro-batch 2 "
 				"--seq-len 32 --steps 20 --eval-interval 0 --progress none %s",
-				cu_bin(), dir, dir, dir, k, flags);
+				k < 3 ? "STRATA_EVAL_GROUP=1" : "", cu_bin(), dir, dir, dir, k, flags);
 		cr_expect_eq(rc, 0, "%s", out);
 		if (k == 0)
-			cr_expect(strstr(out, needle) && strstr(out, "training steps, every 20 steps; lower "
-								     "--eval-tokens or raise --eval-interval"),
+			cr_expect(strstr(out, needle) && strstr(out, "once per micro-batch: ") &&
+					  strstr(out, "training steps, every 20 steps; lower "
+						      "--eval-tokens or raise --eval-interval"),
 				  "%s", out);
 		else
 			cr_expect(!strstr(out, needle), "case %d: %s", k, out);
 	}
+}
+
+/* An evaluation with the weights on disk reads each unit's weights once
+ * per group of micro-batches (all 16 here), not once per micro-batch: 16
+ * micro-batches read what one does (0.07 GiB for the small preset's step
+ * and evaluation, 0.68 one at a time), and score the same loss. */
+Test(offload, evaluation_reads_weights_once_per_group, .timeout = 300)
+{
+	char dir[256], loss[3][64];
+	cu_tmpdir(dir, sizeof dir, "evalgroup");
+	cu_setup_run(dir, "");
+	double read[3];
+	const char *env[3] = {"", "STRATA_EVAL_GROUP=1", ""};
+	const int tokens[3] = {2048, 2048, 128}; /* 16 micro-batches of 2 x 64, and one */
+	for (int k = 0; k < 3; k++) {
+		int rc = cu_run(out, sizeof out,
+				"{ test -e %s/small || %s init --config small --out %s/small; } && "
+				"%s %s train --model %s/small --data %s/data --out %s/r%d --micro-batch 2 "
+				"--seq-len 64 --offload-dir %s --place weights=disk --steps 1 "
+				"--eval-interval 0 --progress none --eval-tokens %d",
+				dir, cu_bin(), dir, env[k], cu_bin(), dir, dir, dir, k, dir, tokens[k]);
+		cr_assert_eq(rc, 0, "%s", out);
+		read[k] = disk_gib(out, "disk: read ");
+		cr_assert(read[k] >= 0, "%s", out);
+		const char *v = strstr(out, "val loss ");
+		cr_assert(v, "%s", out);
+		snprintf(loss[k], sizeof loss[k], "%.20s", v);
+	}
+	cr_expect_str_eq(loss[0], loss[1], "grouped and one at a time differ: %s vs %s", loss[0],
+			 loss[1]);
+	cr_expect(read[0] <= read[2] + 0.011, "16 grouped micro-batches read %.2f GiB, one %.2f",
+		  read[0], read[2]);
+	cr_expect(read[1] > read[0] + 0.3, "one at a time read %.2f GiB, grouped %.2f", read[1],
+		  read[0]);
 }
 
 static double jnum(const cJSON *o, const char *a, const char *b)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "engine/exec.h"
+#include "engine/memavail.h"
 #include "util/check.h"
 
 static int is_swapped(unsigned char p) { return p == ST_ACT_HOST || p == ST_ACT_DISK; }
@@ -221,4 +222,97 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 	release_g(ex, 0, dwte);
 	unit_done(ex, 0);
 	return loss;
+}
+
+size_t exec_eval_row_floats(const struct st_exec *ex)
+{
+	const size_t nc = (size_t)ex->b * ex->t * (size_t)ex->model->cfg.dim;
+	return (nc + 15) & ~(size_t)15; /* rows 64-byte aligned, as the activations */
+}
+
+int exec_eval_group_max(const struct st_exec *ex)
+{
+	const char *env = getenv("STRATA_EVAL_GROUP"); /* test hook */
+	if (env && *env) {
+		const long v = strtol(env, NULL, 10);
+		return v < 1 ? 1 : v > 4096 ? 4096 : (int)v;
+	}
+	int streamed = 0;
+	for (int u = 0; u < ex->model->n_units && !streamed; u++)
+		streamed = store_is_staged(ex->store, u, ST_SLAB_W);
+	if (!streamed)
+		return 1; /* the weights stay put: one pass costs nothing to repeat */
+	/* the group's residual streams live in host memory beside the tiers'
+	 * budgets: at most 1 GiB and an eighth of what is available */
+	const double one = (double)exec_eval_row_floats(ex) * sizeof(float);
+	double cap = (double)(1u << 30);
+	const size_t avail = mem_available();
+	if (avail && (double)avail / 8 < cap)
+		cap = (double)avail / 8;
+	const double k = cap / one;
+	return k < 1 ? 1 : k > 4096 ? 4096 : (int)k;
+}
+
+void exec_eval_group(struct st_exec *ex, const int32_t *tokens, const int32_t *targets, int k,
+		     float *hidden, double *loss_sum, long *n_targets)
+{
+	const struct st_ops *ops = ex->ops;
+	const struct st_model *m = ex->model;
+	struct st_store *s = ex->store;
+	struct st_acts *a = &ex->acts;
+	const int L = m->cfg.n_layers, head = model_head_unit(m);
+	const size_t n = (size_t)ex->b * ex->t, nc = n * (size_t)m->cfg.dim;
+	const size_t row = exec_eval_row_floats(ex);
+
+	/* embed: each micro-batch's residual stream into its row of hidden */
+	prefetch_next(ex, -1, 1, 0);
+	const float *wte = acquire_w(ex, 0);
+	prefetch_next(ex, 0, 1, 0);
+	float *const x0 = a->layers[0].x; /* a swapped layer 0's slot is not open: not used */
+	double t0 = trace_now();
+	for (int j = 0; j < k; j++) {
+		a->layers[0].x = hidden + j * row;
+		llama_embed_forward(ops, m, a, wte, tokens + j * n);
+	}
+	a->layers[0].x = x0;
+	trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "eval embed x%d", k);
+	if (!m->cfg.tied)
+		store_release(s, 0, ST_SLAB_W, 0);
+	/* each layer over the group: its input copied into its own activations
+	 * (so the layer reads what the per-micro-batch pass would), its output
+	 * written over that row */
+	for (int l = 0; l < L; l++) {
+		const float *w = acquire_w(ex, 1 + l);
+		prefetch_next(ex, 1 + l, 1, 0);
+		act_open(ex, l);
+		float **out = l + 1 < L ? &a->layers[l + 1].x : &a->x_final;
+		float *const kept = *out;
+		t0 = trace_now();
+		for (int j = 0; j < k; j++) {
+			memcpy(a->layers[l].x, hidden + j * row, nc * sizeof(float));
+			*out = hidden + j * row;
+			llama_layer_forward(ops, m, a, l, w);
+		}
+		*out = kept;
+		trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "eval layer %d x%d", l, k);
+		store_release(s, 1 + l, ST_SLAB_W, 0);
+		act_close_forward(ex, l, 0);
+	}
+	/* the head, each micro-batch's loss added to the caller's sum in turn,
+	 * as k passes would add them */
+	const float *wh = acquire_w(ex, head);
+	float *const xl = a->x_final;
+	t0 = trace_now();
+	for (int j = 0; j < k; j++) {
+		a->x_final = hidden + j * row;
+		*loss_sum += llama_head_forward(ops, m, a, wh, m->cfg.tied ? wte : NULL, targets + j * n,
+						0.0f);
+		for (size_t i = 0; i < n; i++)
+			*n_targets += targets[j * n + i] >= 0;
+	}
+	a->x_final = xl;
+	trace_span(ex->trace, ST_TRACK_COMPUTE, t0, trace_now(), "eval head x%d", k);
+	store_release(s, head, ST_SLAB_W, 0);
+	if (m->cfg.tied)
+		store_release(s, 0, ST_SLAB_W, 0);
 }

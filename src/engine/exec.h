@@ -77,4 +77,23 @@ void exec_free(struct st_exec *ex);
 double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t *targets,
 		       float loss_scale, long *n_targets);
 
+/* Evaluation, layer-major: the forward of k micro-batches (tokens, targets:
+ * k x (B,T)) unit by unit, each unit's weights acquired once for the group,
+ * where exec_micro_step would stream every offloaded weight once per
+ * micro-batch. hidden (k rows of exec_eval_row_floats, 64-byte aligned)
+ * holds the group's residual streams between units. Each micro-batch runs the same kernels on the same
+ * inputs as exec_micro_step with loss_scale 0, and its loss is added to
+ * *loss_sum in turn (its counted tokens to *n_targets), as k calls of it
+ * would add them: the sum is bit-identical. */
+void exec_eval_group(struct st_exec *ex, const int32_t *tokens, const int32_t *targets, int k,
+		     float *hidden, double *loss_sum, long *n_targets);
+/* The micro-batches an evaluation groups: 1 when no weights stream (a
+ * repeated pass moves nothing), else as many as fit in the smaller of 1 GiB
+ * and an eighth of the available memory (engine/memavail.h). Test hook:
+ * STRATA_EVAL_GROUP=K sets it. */
+int exec_eval_group_max(const struct st_exec *ex);
+/* One micro-batch's residual stream (B x T x dim floats), rounded up to 64
+ * bytes: a row of exec_eval_group's hidden. */
+size_t exec_eval_row_floats(const struct st_exec *ex);
+
 #endif

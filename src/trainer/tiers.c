@@ -410,11 +410,13 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	return ST_OK;
 }
 
-/* A held-out evaluation runs the forward once per micro-batch of windows,
- * so weights that stream from the host or disk stream once per micro-batch:
- * with the defaults (131072 tokens at 2 x 64) that is 1024 passes over the
- * weights, more than 100 training steps move. Said where an evaluation
- * costs more than a tenth of the weight traffic of the steps between two. */
+/* A held-out evaluation streams the offloaded weights once per group of
+ * micro-batches (engine/exec.h: as many as 1 GiB or an eighth of the
+ * available memory holds); where memory allows only small groups that can
+ * be more than training moves (one micro-batch at a time, the defaults'
+ * 131072 tokens at 2 x 64 are 1024 passes over the weights). Said where an
+ * evaluation costs more than a tenth of the weight traffic of the steps
+ * between two. */
 void tiers_note_eval_traffic(const struct st_trainer *tr)
 {
 	const struct st_model *m = &tr->s.model;
@@ -430,7 +432,9 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 	if (!streamed)
 		return;
 	const long windows = data_eval_windows(&tr->data, tr->o.seq_len, tr->o.eval_tokens);
-	const long passes = (windows + tr->o.micro_batch - 1) / tr->o.micro_batch;
+	const long batches = (windows + tr->o.micro_batch - 1) / tr->o.micro_batch;
+	const long group = exec_eval_group_max(&tr->s.exec);
+	const long passes = (batches + group - 1) / group;
 	/* a training step streams them forward and backward per micro-batch */
 	const double steps = (double)passes / (2.0 * tr->o.grad_accum);
 	/* the steps between two evaluations: the interval, or what is left of
@@ -441,10 +445,13 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 	if (interval < 1 || steps < 0.1 * (double)interval)
 		return;
 	char b1[32], b2[32];
+	char per[64] = "micro-batch";
+	if (group > 1)
+		snprintf(per, sizeof per, "group of %ld micro-batches (all memory allows)", group);
 	st_log_warn("each held-out evaluation (%ld micro-batches of %ld windows) streams the offloaded "
-		    "weights (%s) once per micro-batch: %s, the weight traffic of about %.0f training "
-		    "steps, every %ld steps; lower --eval-tokens or raise --eval-interval",
-		    passes, windows, fmt_bytes(b1, sizeof b1, streamed),
+		    "weights (%s) once per %s: %s, the weight traffic of about %.0f training steps, "
+		    "every %ld steps; lower --eval-tokens or raise --eval-interval",
+		    batches, windows, fmt_bytes(b1, sizeof b1, streamed), per,
 		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), steps, interval);
 }
 

@@ -245,25 +245,55 @@ int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long m
 	ST_CHECK(d->has_val, "give a validation shard", "no validation data");
 	ST_TRY(session_exec(s, b, t));
 	const long windows = data_eval_windows(d, t, max_tokens);
-	int32_t *tok = st_malloc((size_t)b * t * sizeof *tok);
-	int32_t *tgt = st_malloc((size_t)b * t * sizeof *tgt);
+	/* micro-batches in groups, each unit's weights read once per group
+	 * where they stream (engine/exec.h); one at a time where they do not,
+	 * or where the group's memory cannot be had */
+	const long batches = (windows + b - 1) / b;
+	int k = exec_eval_group_max(&s->exec);
+	if (k > batches)
+		k = batches > 0 ? (int)batches : 1;
+	float *hidden = NULL;
+	if (k > 1) {
+		const int old = st_log_mute(1);
+		hidden = st_aligned_alloc((size_t)k * exec_eval_row_floats(&s->exec) * sizeof(float));
+		st_log_mute(old);
+		if (!hidden) {
+			st_log_warn("no memory for a group of %d evaluation micro-batches: each streams "
+				    "the offloaded weights on its own", k);
+			k = 1;
+		}
+	}
+	const size_t n = (size_t)b * t;
+	int32_t *tok = st_malloc((size_t)k * n * sizeof *tok);
+	int32_t *tgt = st_malloc((size_t)k * n * sizeof *tgt);
 	if (!tok || !tgt) {
 		free(tok);
 		free(tgt);
+		free(hidden);
 		return ST_FAIL;
 	}
 	double sum = 0;
 	long count = 0;
-	for (long w = 0; w < windows; w += b) {
-		data_val_batch(d, tok, tgt, b, t, w);
-		for (int r = 0; r < b; r++) /* rows past the requested windows are ignored */
-			if (w + r >= windows)
-				for (int i = 0; i < t; i++)
-					tgt[(size_t)r * t + i] = -1;
-		long c = 0;
-		sum += exec_micro_step(&s->exec, tok, tgt, 0.0f, &c);
-		count += c;
+	for (long w = 0; w < windows; w += (long)k * b) {
+		int g = 0;
+		for (; g < k && w + (long)g * b < windows; g++) {
+			const long w0 = w + (long)g * b;
+			int32_t *gt = tgt + g * n;
+			data_val_batch(d, tok + g * n, gt, b, t, w0);
+			for (int r = 0; r < b; r++) /* rows past the requested windows are ignored */
+				if (w0 + r >= windows)
+					for (int i = 0; i < t; i++)
+						gt[(size_t)r * t + i] = -1;
+		}
+		if (hidden) {
+			exec_eval_group(&s->exec, tok, tgt, g, hidden, &sum, &count);
+		} else {
+			long c = 0;
+			sum += exec_micro_step(&s->exec, tok, tgt, 0.0f, &c);
+			count += c;
+		}
 	}
+	free(hidden);
 	free(tok);
 	free(tgt);
 	*loss = count ? sum / (double)count : NAN; /* none: every target masked (prompts) */
