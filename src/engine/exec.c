@@ -1,4 +1,5 @@
-/* Executor for one micro-batch; see exec.h. */
+/* The executor: a micro-batch's training pass, and evaluation's grouped
+ * forward; see exec.h. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,5 +1,6 @@
 /* The executor: walks the model's units through forward, loss and backward
- * for one micro-batch, asking the store for each unit's slabs just before the
+ * for one micro-batch (and, for evaluation, through the forward of a group
+ * of micro-batches, exec_eval_group), asking the store for each unit's slabs just before the
  * unit runs and handing them back right after: on_unit_grad is called the
  * moment a unit's gradient for the micro-batch is complete, before_unit
  * before a unit's forward (the updater's per-unit wait).
