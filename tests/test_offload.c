@@ -1597,3 +1597,61 @@ Test(offload, peak_memory_within_budgets, .timeout = 600)
 	snprintf(b, sizeof b, "%s/mem/step-000002", dir);
 	cu_expect_same_state(a, b, "60M offloaded vs in memory");
 }
+
+/* eval and sample within budgets: a 40-layer model (121 MiB of fp32
+ * weights) scored with 40 MiB of budgets, most of its weights on disk, gives
+ * the loss it gives in memory, greedy sampling the same text, with a peak
+ * resident set inside the budgets + RSS_OVERHEAD (the in-memory eval's is
+ * above it); budgets that hold too little without a disk tier say so; the
+ * offload files are gone after. */
+Test(offload, eval_and_sample_within_budgets, .timeout = 600)
+{
+	char dir[256], a[512], b[512];
+	cu_tmpdir(dir, sizeof dir, "fwdmem");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s init --config tiny --out %s/t && sed -i 's/\"num_hidden_layers\":\t4,/"
+			"\"num_hidden_layers\":\t40,/' %s/t/config.json && %s init --config %s/t/config.json "
+			"--out %s/big && mkdir %s/off",
+			cu_bin(), dir, dir, cu_bin(), dir, dir, dir);
+	cr_assert(rc == 0 && strstr(out, "40 layers"), "%s", out);
+	const size_t dev = 32u << 20, host = 8u << 20;
+	char mem[768], cmd[2048];
+	snprintf(mem, sizeof mem, "--device-mem %zu --host-mem %zu --offload-dir %s/off", dev, host, dir);
+	const char *eval = "{ %s eval --model %s/big --data %s/data --seq-len 64 --micro-batch 2 "
+			   "--max-tokens 1024 --json --threads 2 %s; }";
+	rc = cu_run(a, sizeof a, eval, cu_bin(), dir, dir, "2>/dev/null");
+	cr_assert_eq(rc, 0, "%s", a);
+	rc = cu_run(out, sizeof out, eval, cu_bin(), dir, dir, mem);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "on disk, streamed through"), "%s", out);
+	rc = cu_run(b, sizeof b, eval, cu_bin(), dir, dir, strcat(strcpy(cmd, mem), " 2>/dev/null"));
+	cr_expect_str_eq(a, b, "in memory %s, within budgets %s", a, b);
+
+	const char *bare = "%s eval --model %s/big --data %s/data --seq-len 64 --micro-batch 2 "
+			   "--max-tokens 1024 --threads 2 %s";
+	snprintf(cmd, sizeof cmd, bare, cu_bin(), dir, dir, mem);
+	int status;
+	const size_t rss = peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", cmd);
+	cr_expect_leq(rss, dev + host + RSS_OVERHEAD, "peak RSS %.1f MiB over the budgets %.0f MiB + %.0f",
+		      rss / 1048576.0, (dev + host) / 1048576.0, RSS_OVERHEAD / 1048576.0);
+	snprintf(cmd, sizeof cmd, bare, cu_bin(), dir, dir, "");
+	const size_t rss_mem = peak_rss(cmd, &status);
+	cr_expect_gt(rss_mem, dev + host + RSS_OVERHEAD, "in memory %.1f MiB: the test proves nothing",
+		     rss_mem / 1048576.0);
+
+	const char *sample = "{ %s sample --model %s/big --prompt ab --tokens 12 --temperature 0 "
+			     "--context 32 --threads 2 %s 2>/dev/null; }";
+	rc = cu_run(a, sizeof a, sample, cu_bin(), dir, "");
+	cr_assert_eq(rc, 0, "%s", a);
+	rc = cu_run(b, sizeof b, sample, cu_bin(), dir, mem);
+	cr_assert_eq(rc, 0, "%s", b);
+	cr_expect(strlen(a) > 3 && !strcmp(a, b), "greedy text differs within budgets");
+
+	rc = cu_run(out, sizeof out, "%s eval --model %s/big --data %s/data --seq-len 64 "
+			"--micro-batch 2 --device-mem 32M --host-mem 8M", cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "give --offload-dir"), "%s", out);
+	rc = cu_run(out, sizeof out, "ls -A %s/off | wc -l", dir);
+	cr_expect(rc == 0 && atoi(out) == 0, "offload files left: %s", out);
+}

@@ -51,6 +51,20 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
  * message ("strata eval", "bench/optim"). */
 int cli_check_unused(const struct cli_args *a, const char *prog);
 
+/* eval's and sample's memory options, as train takes them: --device-mem,
+ * --host-mem, and --offload-dir (repeated, or comma-separated: the values
+ * joined). */
+struct st_forward_mem;
+int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem);
+/* Their lines of --help. */
+#define CLI_FORWARD_MEM_HELP                                                                       \
+	"  --device-mem S     device budget for the weights and activations, e.g. 2G\n"          \
+	"                     (auto: from the machine, as train) [auto]\n"                       \
+	"  --host-mem S       host budget for the weights that leave the device [auto]\n"        \
+	"  --offload-dir DIR  disk tier for the weights that fit neither (repeat or use\n"       \
+	"                     commas for several SSDs); what does not fit on the device\n"       \
+	"                     streams from the host or disk\n"
+
 /* A model directory, a checkpoint, or a run directory (its latest
  * checkpoint): the directory holding the model (cmd_eval.c). */
 int resolve_model_dir(char *out, size_t n, const char *path);

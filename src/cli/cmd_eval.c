@@ -6,6 +6,8 @@
 
 #include "cli/cli.h"
 #include "io/fsutil.h"
+#include "model/config.h"
+#include "trainer/forward.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
 #include "util/finite.h"
@@ -22,7 +24,33 @@ static void help(void)
 	       "                     (131072 by default) at its --seq-len: give the same to compare\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
+	       CLI_FORWARD_MEM_HELP
 	       "  --json             print the result as JSON\n");
+}
+
+int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem)
+{
+	forward_mem_defaults(mem);
+	const char *v;
+	ST_TRY(cli_get_str(a, "device-mem", "auto", &v));
+	ST_CHECK(strlen(v) < sizeof mem->device_mem, "give a size such as 2G", "--device-mem '%s' is too long", v);
+	snprintf(mem->device_mem, sizeof mem->device_mem, "%s", v);
+	ST_TRY(cli_get_str(a, "host-mem", "auto", &v));
+	ST_CHECK(strlen(v) < sizeof mem->host_mem, "give a size such as 4G", "--host-mem '%s' is too long", v);
+	snprintf(mem->host_mem, sizeof mem->host_mem, "%s", v);
+	for (int i = 0; i < a->n; i++) {
+		if (strcmp(a->key[i], "offload-dir") != 0)
+			continue;
+		a->used[i] = 1;
+		ST_CHECK(a->val[i] != cli_bare, "give the directory after it", "--offload-dir needs a value");
+		const size_t len = strlen(mem->offload_dir);
+		ST_CHECK(len + strlen(a->val[i]) + 2 < sizeof mem->offload_dir, "use shorter paths",
+			 "--offload-dir: too many or too long directories");
+		if (*a->val[i])
+			snprintf(mem->offload_dir + len, sizeof mem->offload_dir - len, "%s%s",
+				 len ? "," : "", a->val[i]);
+	}
+	return ST_OK;
 }
 
 int resolve_model_dir(char *out, size_t n, const char *path)
@@ -64,6 +92,8 @@ int cmd_eval(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "threads", 0, 0, ST_MAX_THREADS, &threads));
 	int json;
 	ST_TRY(cli_get_bool(&a, "json", &json));
+	struct st_forward_mem mem;
+	ST_TRY(cli_get_forward_mem(&a, &mem));
 	ST_TRY(cli_check_unused(&a, "strata eval"));
 	ST_CHECK(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
 	ST_CHECK(b * t <= INT_MAX / 2, "lower --micro-batch or --seq-len",
@@ -73,22 +103,26 @@ int cmd_eval(int argc, char **argv)
 	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, device, (int)threads));
-	struct st_session s;
-	ST_TRY(session_open(&s, ops, dir, 0));
-	if (t > s.model.cfg.max_seq) {
+	char path[4200];
+	struct st_config cfg;
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	ST_TRY(config_load(&cfg, path));
+	if (t > cfg.max_seq) {
 		if (cli_get(&a, "seq-len", NULL))
 			st_log_warn("--seq-len %ld exceeds the model's max_position_embeddings %d: "
 				    "using %d",
-				    t, s.model.cfg.max_seq, s.model.cfg.max_seq);
+				    t, cfg.max_seq, cfg.max_seq);
 		else
 			st_log_info("--seq-len %d: the model's max_position_embeddings (the default "
 				    "%ld is longer)",
-				    s.model.cfg.max_seq, t);
-		t = s.model.cfg.max_seq;
+				    cfg.max_seq, t);
+		t = cfg.max_seq;
 	}
 	struct st_data d = {0};
+	struct st_session s = {0};
+	int opened = 0;
 	const char *val = fs_is_dir(data) ? NULL : data;
-	int rc = data_open(&d, fs_is_dir(data) ? data : NULL, val, s.model.cfg.vocab_size, 0);
+	int rc = data_open(&d, fs_is_dir(data) ? data : NULL, val, cfg.vocab_size, 0);
 	if (rc == ST_OK && !d.has_val) {
 		ST_ERROR("prepare it with a --val-fraction above 0, or give a shard file (such as "
 			 "its train.bin)",
@@ -104,8 +138,11 @@ int cmd_eval(int argc, char **argv)
 		const long windows = data_eval_windows(&d, (int)t, max_tokens);
 		if (windows > 0 && b > windows)
 			b = windows;
-		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
+		rc = forward_open(&s, ops, dir, &mem, (int)b, (int)t);
+		opened = 1; /* closed whatever came of it: a half-open session frees what it holds */
 	}
+	if (rc == ST_OK)
+		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
 	if (rc == ST_OK && !n) {
 		ST_ERROR("give a larger --max-tokens (0: the whole shard)",
 			 "the tokens scored hold no loss targets (prompts only, under the loss mask)");
@@ -127,6 +164,7 @@ int cmd_eval(int argc, char **argv)
 		rc = ST_FAIL;
 	}
 	data_close(&d); /* safe after a failed open: data_open zeroes d */
-	session_close(&s);
+	if (opened)
+		session_close(&s);
 	return rc;
 }

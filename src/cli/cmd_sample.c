@@ -9,6 +9,8 @@
 #include "engine/generate.h"
 #include "io/fsutil.h"
 #include "io/tokenizer.h"
+#include "model/config.h"
+#include "trainer/forward.h"
 #include "util/check.h"
 
 
@@ -29,12 +31,14 @@ static void help(void)
 	       "  --context N        tokens of context per step (<= max_position_embeddings) [256]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
+	       CLI_FORWARD_MEM_HELP
 	       "  --tokenizer T      byte, a tokenizer.json, or a model, checkpoint or run\n"
 	       "                     directory [the model's, else byte]\n"
 	       "\nGeneration stops at the <eos>, which is not printed: the --model directory's\n"
 	       "config.json eos_token_id where it names one of the tokenizer's added tokens\n"
 	       "(whatever --tokenizer is), else the tokenizer's own. It also stops when the\n"
-	       "output cannot be written (a closed pipe, a full disk), an error.\n");
+	       "output cannot be written (a closed pipe, a full disk), an error. With the\n"
+	       "weights streamed from the host or disk, every token reads them all once.\n");
 }
 
 struct out_ctx {
@@ -80,6 +84,8 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(cli_get_double(&a, "temperature", 0.8, &temp));
 	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
 	ST_TRY(cli_get_long(&a, "top-k", 0, 0, INT_MAX, &top_k));
+	struct st_forward_mem mem;
+	ST_TRY(cli_get_forward_mem(&a, &mem));
 	ST_TRY(cli_check_unused(&a, "strata sample"));
 	ST_CHECK(!prompt_file || !cli_get(&a, "prompt", NULL), "give one of them",
 		 "strata sample: both --prompt and --prompt-file");
@@ -107,8 +113,14 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, device, (int)threads));
-	struct st_session s;
-	ST_TRY(session_open(&s, ops, dir, 0));
+	/* the model's shape first: its weights are opened for the window the
+	 * prompt needs (forward_open), once the prompt is read */
+	char conf_path[4200];
+	struct st_config cfg;
+	snprintf(conf_path, sizeof conf_path, "%s/config.json", dir);
+	ST_TRY(config_load(&cfg, conf_path));
+	struct st_session s = {0};
+	int opened = 0;
 	/* the model directory's own tokenizer.json when it has one */
 	char tk_path[4200];
 	snprintf(tk_path, sizeof tk_path, "%s/tokenizer.json", dir);
@@ -137,21 +149,20 @@ int cmd_sample(int argc, char **argv)
 	if (tokenizer_load(&tk, tok_name) != ST_OK ||
 	    (!same_dir && tokenizer_model_ids(&tk, dir) != ST_OK)) {
 		tokenizer_free(&tk);
-		session_close(&s);
 		return ST_FAIL;
 	}
 	int rc = ST_OK;
-	if (s.model.cfg.vocab_size < tk.vocab_size) {
+	if (cfg.vocab_size < tk.vocab_size) {
 		ST_ERROR("sample with the tokenizer the model was trained with (--tokenizer)",
 			 "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
-			 s.model.cfg.vocab_size, tk.vocab_size);
+			 cfg.vocab_size, tk.vocab_size);
 		rc = ST_FAIL;
 	}
-	if (rc == ST_OK && fallback && s.model.cfg.vocab_size > tk.vocab_size)
+	if (rc == ST_OK && fallback && cfg.vocab_size > tk.vocab_size)
 		st_log_warn("%s has no tokenizer.json: sampling with the byte tokenizer, whose %d ids "
 			    "are not this model's %d (the prompt's ids may mean other tokens to it, and "
 			    "ids past %d print nothing); give --tokenizer",
-			    dir, tk.vocab_size, s.model.cfg.vocab_size, tk.vocab_size - 1);
+			    dir, tk.vocab_size, cfg.vocab_size, tk.vocab_size - 1);
 	if (rc == ST_OK && bos && tk.bos_id < 0) {
 		ST_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
 		rc = ST_FAIL;
@@ -161,12 +172,12 @@ int cmd_sample(int argc, char **argv)
 			 "has none", tok_name);
 		rc = ST_FAIL;
 	}
-	if (ctx_len > s.model.cfg.max_seq) {
+	if (ctx_len > cfg.max_seq) {
 		if (cli_get(&a, "context", NULL))
 			st_log_warn("--context %ld exceeds the model's max_position_embeddings %d: "
 				    "using %d",
-				    ctx_len, s.model.cfg.max_seq, s.model.cfg.max_seq);
-		ctx_len = s.model.cfg.max_seq;
+				    ctx_len, cfg.max_seq, cfg.max_seq);
+		ctx_len = cfg.max_seq;
 	}
 	size_t plen = strlen(prompt);
 	uint32_t *ids = st_malloc(tokenizer_max_ids(plen) * sizeof *ids);
@@ -189,7 +200,9 @@ int cmd_sample(int argc, char **argv)
 		/* no longer a window than the text will be: padding past it costs
 		 * as much as text */
 		const size_t need = n + (size_t)n_tok;
-		rc = session_exec(&s, 1, need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len);
+		rc = forward_open(&s, ops, dir, &mem, 1,
+				  need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len);
+		opened = 1;
 	}
 	if (rc == ST_OK && ids && ctx) {
 		fwrite(prompt, 1, plen, stdout);
@@ -208,6 +221,7 @@ int cmd_sample(int argc, char **argv)
 	free(ctx);
 	free(file_text);
 	tokenizer_free(&tk);
-	session_close(&s);
+	if (opened)
+		session_close(&s);
 	return rc;
 }

@@ -96,9 +96,11 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		dev = keep ? keep_need : stream_need;
 		const size_t placed = dev - act_bytes - dev_state - (keep ? forced_pools : pw + pg);
 		const size_t part[4] = {act_bytes, placed, dev_state, keep ? forced_pools : pw + pg};
-		const char *what[4] = {"activations of one micro-batch", "weights and gradients placed there",
+		const char *what[4] = {"activations of one micro-batch",
+				       g_bytes ? "weights and gradients placed there" : "weights placed there",
 				       "state of the units updated there",
-				       "staging buffers of the streamed weights and gradients"};
+				       g_bytes ? "staging buffers of the streamed weights and gradients"
+					       : "staging buffers of the streamed weights"};
 		char parts[320] = "", num[32];
 		int big = 0;
 		for (int i = 0; i < 4; i++) {

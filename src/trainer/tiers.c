@@ -34,20 +34,11 @@ static int alloc_state(struct st_trainer *tr)
 	return ST_OK;
 }
 
-/* Budgets: the flags, or from the machine. On the CPU backend the device
- * tier is RAM too, so "auto" leaves both unlimited while the whole training
- * state fits in 90% of the available memory, and otherwise gives the device
- * 30% and the host 60% of it (offload then needs --offload-dir). With one
- * budget given, the other tier gets its share of that rule (unlimited, it
- * would take the rest of the state, more than memory holds). Budgets above
- * the available memory are warned. The available memory is the smaller of
- * MemAvailable and the cgroup's headroom (engine/memavail.h): under a
- * container's or a job's limit the host's RAM is not the run's; which one
- * it is, is said. */
-static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT], size_t need)
+int tiers_budgets(const char *device_mem, const char *host_mem, size_t need,
+		  size_t budgets[ST_TIER__COUNT])
 {
-	ST_TRY(parse_bytes(tr->o.device_mem, &budgets[ST_TIER_DEVICE], "--device-mem"));
-	ST_TRY(parse_bytes(tr->o.host_mem, &budgets[ST_TIER_HOST], "--host-mem"));
+	ST_TRY(parse_bytes(device_mem, &budgets[ST_TIER_DEVICE], "--device-mem"));
+	ST_TRY(parse_bytes(host_mem, &budgets[ST_TIER_HOST], "--host-mem"));
 	budgets[ST_TIER_DISK] = 0;
 	struct st_mem_avail ma;
 	mem_avail_read(&ma);
@@ -67,7 +58,7 @@ static int choose_budgets(struct st_trainer *tr, size_t budgets[ST_TIER__COUNT],
 			budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
 		if (!host_given)
 			budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
-		st_log_info("training state %s exceeds 90%% of the available memory (%s%s): budgets "
+		st_log_info("the run's state, %s, exceeds 90%% of the available memory (%s%s): budgets "
 			    "device %s%s, host %s%s (set --device-mem / --host-mem to choose)",
 			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
 			    src, fmt_bytes(b3, sizeof b3, (double)budgets[ST_TIER_DEVICE]),
@@ -321,7 +312,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		.quantized = tr->opt.cfg.kind == ST_OPT_ADAMW8 || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8};
 	ch->po.place.prefetch = tr->o.prefetch;
 	ch->po.threaded_updates = !tr->per_layer;
-	ST_TRY(choose_budgets(tr, ch->po.place.budget, need));
+	ST_TRY(tiers_budgets(tr->o.device_mem, tr->o.host_mem, need, ch->po.place.budget));
 	ST_TRY(forced_choices(tr, ch));
 	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
 	if (tr->per_layer) {

@@ -1,0 +1,126 @@
+/* Forward-only sessions within memory budgets; see forward.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/place.h"
+#include "model/config.h"
+#include "store/io.h"
+#include "trainer/forward.h"
+#include "trainer/offdirs.h"
+#include "trainer/tiers.h"
+#include "util/check.h"
+
+/* The staging pool streams the next units' weights while one computes. */
+#define FORWARD_PREFETCH 2
+
+void forward_mem_defaults(struct st_forward_mem *mem)
+{
+	memset(mem, 0, sizeof *mem);
+	snprintf(mem->device_mem, sizeof mem->device_mem, "auto");
+	snprintf(mem->host_mem, sizeof mem->host_mem, "auto");
+}
+
+/* Weights and activations on the device tier, with nothing to stream. */
+static int place_all(struct st_session *s, int b, int t, const unsigned char *act)
+{
+	ST_TRY(session_alloc(s, NULL, ST_GRADS_NONE));
+	return session_exec_policy(s, b, t, act);
+}
+
+/* Where the budgets do not hold them: placed, the store started on the
+ * offload directories. */
+static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem, int b, int t,
+			  const unsigned char *act, size_t act_bytes, const size_t budgets[])
+{
+	const struct st_model *m = &s->model;
+	const int n = m->n_units;
+	size_t *wb = st_calloc((size_t)n, sizeof *wb);
+	char dirbuf[ST_PATH];
+	const char *dirs[64];
+	int n_dirs = 0;
+	if (!wb)
+		return ST_FAIL;
+	for (int u = 0; u < n; u++)
+		wb[u] = m->units[u].numel * sizeof(float);
+	snprintf(dirbuf, sizeof dirbuf, "%s", mem->offload_dir);
+	int rc = ST_OK;
+	for (char *save = NULL, *d = strtok_r(dirbuf, ",", &save); d && rc == ST_OK;
+	     d = strtok_r(NULL, ",", &save)) {
+		if (n_dirs == 64) {
+			ST_ERROR("give at most 64 --offload-dir directories", "too many offload directories");
+			rc = ST_FAIL;
+		} else
+			dirs[n_dirs++] = d;
+	}
+	if (rc == ST_OK)
+		rc = offdirs_check_exist(dirs, n_dirs, "");
+	struct st_place_opts po = {.prefetch = FORWARD_PREFETCH, .n_dirs = n_dirs,
+				   .io_block = 1u << 20};
+	memcpy(po.budget, budgets, sizeof po.budget);
+	for (int k = 0; k < ST_SLAB__COUNT; k++)
+		po.force[k] = -1;
+	struct st_place pl = {0};
+	if (rc == ST_OK)
+		rc = place_make(&pl, n, wb, NULL, NULL, act_bytes, &po);
+	const struct offdirs_need room = {.disk = pl.bytes[ST_TIER_DISK], .io_block = po.io_block,
+					  .out = ""};
+	if (rc == ST_OK)
+		rc = offdirs_check_room(dirs, n_dirs, &room);
+	for (int k = 0; rc == ST_OK && k < ST_TIER__COUNT; k++)
+		s->store.tiers[k].budget = budgets[k];
+	if (rc == ST_OK)
+		rc = session_alloc(s, &pl, ST_GRADS_NONE);
+	if (rc == ST_OK)
+		rc = session_exec_policy(s, b, t, act);
+	struct st_offload_cfg oc = {.dirs = dirs, .n_dirs = n_dirs, .io_block = po.io_block,
+				    .io_depth = 16};
+	memcpy(oc.pool_slots, pl.pool_slots, sizeof oc.pool_slots);
+	if (rc == ST_OK)
+		rc = store_start(&s->store, &oc);
+	if (rc == ST_OK && pl.offloaded) {
+		double w[ST_TIER__COUNT] = {0};
+		for (int u = 0; u < n; u++)
+			w[place_home(&pl, u, ST_SLAB_W)] += (double)wb[u];
+		char b1[32], b2[32], b3[32];
+		st_log_info("weights: %s on the device, %s on the host, %s on disk, streamed through "
+			    "%d staging buffers",
+			    fmt_bytes(b1, sizeof b1, w[ST_TIER_DEVICE]),
+			    fmt_bytes(b2, sizeof b2, w[ST_TIER_HOST]),
+			    fmt_bytes(b3, sizeof b3, w[ST_TIER_DISK]), pl.pool_slots[ST_SLAB_W]);
+	}
+	s->exec.prefetch = FORWARD_PREFETCH;
+	place_free(&pl);
+	free(wb);
+	return rc;
+}
+
+int forward_open(struct st_session *s, const struct st_ops *ops, const char *dir,
+		 const struct st_forward_mem *mem, int b, int t)
+{
+	char path[4200];
+	struct st_config cfg;
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	ST_TRY(config_load(&cfg, path));
+	ST_TRY(session_build(s, ops, &cfg, NULL));
+	ST_TRY(session_check_weights(s, dir));
+	const struct st_model *m = &s->model;
+	const int L = m->cfg.n_layers;
+	unsigned char *act = st_calloc((size_t)L + 1, 1);
+	if (!act)
+		return ST_FAIL;
+	for (int l = 0; l < L; l++)
+		act[l] = ST_ACT_RECOMPUTE; /* no backward: only each layer's input is kept */
+	const size_t act_bytes = acts_total_floats(m, b, t, L) * sizeof(float);
+	size_t need = act_bytes;
+	for (int u = 0; u < m->n_units; u++)
+		need += m->units[u].numel * sizeof(float);
+	size_t budgets[ST_TIER__COUNT] = {0};
+	int rc = tiers_budgets(mem->device_mem, mem->host_mem, need, budgets);
+	if (rc == ST_OK && !budgets[ST_TIER_DEVICE] && !budgets[ST_TIER_HOST] && !*mem->offload_dir)
+		rc = place_all(s, b, t, act);
+	else if (rc == ST_OK)
+		rc = place_budgeted(s, mem, b, t, act, act_bytes, budgets);
+	free(act);
+	ST_TRY(rc);
+	return session_load_weights(s, dir);
+}
