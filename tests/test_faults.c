@@ -339,8 +339,8 @@ Test(faults, resume_from_another_directory)
 	cr_expect(strstr(out, "the schedule now spans 8 steps (warmup 0), not 4 (warmup 0)"), "%s", out);
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/lr --lr 2e-3 " SMALL,
 		    bin, dir, dir);
-	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed (--lr or --min-lr-ratio): "
-					 "at step 3 it is "),
+	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed (--lr, --min-lr-ratio, "
+					 "--schedule or --decay-frac): at step 3 it is "),
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/mo --model /nowhere " SMALL,
 		    bin, dir, dir);

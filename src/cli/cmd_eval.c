@@ -6,7 +6,6 @@
 
 #include "cli/cli.h"
 #include "io/fsutil.h"
-#include "model/config.h"
 #include "trainer/forward.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
@@ -103,10 +102,12 @@ int cmd_eval(int argc, char **argv)
 	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, device, (int)threads));
-	char path[4200];
-	struct st_config cfg;
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	ST_TRY(config_load(&cfg, path));
+	struct st_session s;
+	if (forward_build(&s, ops, dir) != ST_OK) {
+		session_close(&s);
+		return ST_FAIL;
+	}
+	const struct st_config cfg = s.model.cfg;
 	if (t > cfg.max_seq) {
 		if (cli_get(&a, "seq-len", NULL))
 			st_log_warn("--seq-len %ld exceeds the model's max_position_embeddings %d: "
@@ -119,8 +120,6 @@ int cmd_eval(int argc, char **argv)
 		t = cfg.max_seq;
 	}
 	struct st_data d = {0};
-	struct st_session s = {0};
-	int opened = 0;
 	const char *val = fs_is_dir(data) ? NULL : data;
 	int rc = data_open(&d, fs_is_dir(data) ? data : NULL, val, cfg.vocab_size, 0);
 	if (rc == ST_OK && !d.has_val) {
@@ -138,8 +137,7 @@ int cmd_eval(int argc, char **argv)
 		const long windows = data_eval_windows(&d, (int)t, max_tokens);
 		if (windows > 0 && b > windows)
 			b = windows;
-		rc = forward_open(&s, ops, dir, &mem, (int)b, (int)t);
-		opened = 1; /* closed whatever came of it: a half-open session frees what it holds */
+		rc = forward_place(&s, dir, &mem, (int)b, (int)t);
 	}
 	if (rc == ST_OK)
 		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
@@ -164,7 +162,6 @@ int cmd_eval(int argc, char **argv)
 		rc = ST_FAIL;
 	}
 	data_close(&d); /* safe after a failed open: data_open zeroes d */
-	if (opened)
-		session_close(&s);
+	session_close(&s);
 	return rc;
 }

@@ -9,7 +9,6 @@
 #include "engine/generate.h"
 #include "io/fsutil.h"
 #include "io/tokenizer.h"
-#include "model/config.h"
 #include "trainer/forward.h"
 #include "util/check.h"
 
@@ -113,14 +112,15 @@ int cmd_sample(int argc, char **argv)
 	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, device, (int)threads));
-	/* the model's shape first: its weights are opened for the window the
-	 * prompt needs (forward_open), once the prompt is read */
-	char conf_path[4200];
-	struct st_config cfg;
-	snprintf(conf_path, sizeof conf_path, "%s/config.json", dir);
-	ST_TRY(config_load(&cfg, conf_path));
-	struct st_session s = {0};
-	int opened = 0;
+	/* the model first; its weights are placed and loaded for the window
+	 * the prompt needs, once the prompt is read (forward_place) */
+	struct st_session s;
+	if (forward_build(&s, ops, dir) != ST_OK) {
+		free(file_text);
+		session_close(&s);
+		return ST_FAIL;
+	}
+	const struct st_config cfg = s.model.cfg;
 	/* the model directory's own tokenizer.json when it has one */
 	char tk_path[4200];
 	snprintf(tk_path, sizeof tk_path, "%s/tokenizer.json", dir);
@@ -149,6 +149,8 @@ int cmd_sample(int argc, char **argv)
 	if (tokenizer_load(&tk, tok_name) != ST_OK ||
 	    (!same_dir && tokenizer_model_ids(&tk, dir) != ST_OK)) {
 		tokenizer_free(&tk);
+		session_close(&s);
+		free(file_text);
 		return ST_FAIL;
 	}
 	int rc = ST_OK;
@@ -200,9 +202,8 @@ int cmd_sample(int argc, char **argv)
 		/* no longer a window than the text will be: padding past it costs
 		 * as much as text */
 		const size_t need = n + (size_t)n_tok;
-		rc = forward_open(&s, ops, dir, &mem, 1,
-				  need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len);
-		opened = 1;
+		rc = forward_place(&s, dir, &mem, 1,
+				   need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len);
 	}
 	if (rc == ST_OK && ids && ctx) {
 		fwrite(prompt, 1, plen, stdout);
@@ -221,7 +222,6 @@ int cmd_sample(int argc, char **argv)
 	free(ctx);
 	free(file_text);
 	tokenizer_free(&tk);
-	if (opened)
-		session_close(&s);
+	session_close(&s);
 	return rc;
 }

@@ -94,15 +94,20 @@ static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem
 	return rc;
 }
 
-int forward_open(struct st_session *s, const struct st_ops *ops, const char *dir,
-		 const struct st_forward_mem *mem, int b, int t)
+int forward_build(struct st_session *s, const struct st_ops *ops, const char *dir)
 {
 	char path[4200];
 	struct st_config cfg;
+	memset(s, 0, sizeof *s);
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	ST_TRY(config_load(&cfg, path));
 	ST_TRY(session_build(s, ops, &cfg, NULL));
-	ST_TRY(session_check_weights(s, dir));
+	return session_check_weights(s, dir);
+}
+
+int forward_place(struct st_session *s, const char *dir, const struct st_forward_mem *mem, int b,
+		  int t)
+{
 	const struct st_model *m = &s->model;
 	const int L = m->cfg.n_layers;
 	unsigned char *act = st_calloc((size_t)L + 1, 1);

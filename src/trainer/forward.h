@@ -27,10 +27,15 @@ struct st_forward_mem {
 
 /* The options' defaults: "auto", "auto", none. */
 void forward_mem_defaults(struct st_forward_mem *mem);
-/* Open model directory dir on ops for forward passes of b x t tokens
- * within mem's budgets: config, weights' headers, placement, the executor,
- * the store started and the weights loaded. */
-int forward_open(struct st_session *s, const struct st_ops *ops, const char *dir,
-		 const struct st_forward_mem *mem, int b, int t);
+/* Open model directory dir on ops, in two steps: its config and the
+ * weights' headers checked against it (nothing allocated: a model that
+ * does not match its weights fails before the data is read); then, once the
+ * micro-batch shape is known, the placement within mem's budgets for
+ * forward passes of b x t tokens, the executor, the store started and the
+ * weights loaded. session_close the session after forward_build, whatever
+ * came of either. */
+int forward_build(struct st_session *s, const struct st_ops *ops, const char *dir);
+int forward_place(struct st_session *s, const char *dir, const struct st_forward_mem *mem, int b,
+		  int t);
 
 #endif
