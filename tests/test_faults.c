@@ -924,7 +924,22 @@ Test(faults, paths_and_messages)
 		 "/init holds a model (config.json); a run directory keeps its checkpoints"},
 		{"prepare --input %s/text.txt --out %s/data --val-fraction 0%.0s",
 		 "/data already holds token shards (train.bin)"},
+		/* a misspelt option is named with the one it most likely is, as a
+		 * flag of any command or a --config key; one near nothing is not */
+		{"train --model %s/init --data %s/data --out %s/r --stesp 5",
+		 "hint: did you mean 'steps'? `strata train --help` lists the options"},
+		{"train --model %s/init --data %s/data --out %s/r --steps 1 --seq_lne 8",
+		 "hint: did you mean 'seq-len'?"},
+		{"train --config %s/typo.json --data %s/data --out %s/r",
+		 "hint: did you mean 'micro-batch'?"},
+		{"train --model %s/init --data %s/data --out %s/r --steps 1 --zzz 8",
+		 "hint: run `strata train --help` for the list of options"},
+		{"init --config %s/cfg.json --out %s/x --sed 3",
+		 "hint: did you mean --seed? `strata init --help` lists the options"},
+		{"eval --modle %s/init --data %s/data%.0s", "hint: did you mean --model?"},
+		{"sample --model %s/init --temprature 0.5%.0s%.0s", "hint: did you mean --temperature?"},
 	};
+	cu_run(NULL, 0, "printf '{\"micro_bach\": 2, \"steps\": 1}' > %s/typo.json", dir);
 	cu_run(NULL, 0, "md5sum %s/init/* %s/data/* > %s/sums", dir, dir, dir);
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
 		char cmd[1024];
