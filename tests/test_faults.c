@@ -1072,6 +1072,15 @@ Test(faults, paths_and_messages)
 	cr_expect(rc == 2 && strstr(out, "unexpected argument 'extra' after --version"), "%s", out);
 	rc = cu_run(out, sizeof out, "{ %s 2>/dev/null; }", cu_bin());
 	cr_expect(rc == 2 && !*out, "bare strata: %s", out);
+	/* an unknown command is an error as every other is worded, with a hint */
+	rc = cu_run(out, sizeof out, "%s trian --steps 5", cu_bin());
+	cr_expect(rc == 2 && strstr(out, "strata: error: unknown command 'trian'") &&
+			  strstr(out, "hint: did you mean train?") && strstr(out, "usage: strata COMMAND"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s --steps 5 train", cu_bin());
+	cr_expect(rc == 2 && strstr(out, "error: unknown command '--steps'") &&
+			  strstr(out, "the command comes first"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt --dash", cu_bin(), dir);
 	cr_expect(rc != 0 && strstr(out, "as --name=VALUE"), "%s", out);
 }
