@@ -1437,6 +1437,12 @@ Test(faults, other_commands_check_their_numbers)
 		 "--micro-batch 65536 x --seq-len 65536 tokens is more than one batch can hold"},
 		{"eval --model %s/init --data %s/data --device bogus", "unknown device 'bogus'"},
 		{"sample --model %s/init --device gpu", "unknown device 'gpu'"},
+		/* there is no CUDA backend at all yet: the message said "or no GPU
+		 * found" and its hint that one needs "a GPU and a CUDA build" */
+		{"eval --model %s/init --data %s/data --device cuda",
+		 "--device cuda: strata has no CUDA backend yet"},
+		{"train --model %s/init --data %s/data --out /nonexistent/o --steps 1 --device cuda",
+		 "--device cuda: strata has no CUDA backend yet"},
 		{"sample --model %s/init --tokens 2147483649",
 		 "--tokens must be in [0, 1073741824] (got 2147483649)"},
 		{"init --vocab 4294967554 --out %s/v", "--vocab must be in [1, 2147483647]"},
