@@ -850,6 +850,44 @@ Test(faults, init_config_directory_or_preset)
 		  "%s", out);
 }
 
+/* init's on/off flags given false set the config's value, as given true
+ * does: `--tied false` on a tied config.json left the model tied, and
+ * `--stable-embedding false` kept the config's stable embedding. The helps
+ * of init and import say the flags' defaults, as train's and sample's do. */
+Test(faults, init_flags_set_either_way)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "initflags");
+	const char *tied = "grep -qE '\"tie_word_embeddings\":[[:space:]]*%s' %s/%s/config.json";
+	const char *stable = "grep -qE '\"stable_embedding\":[[:space:]]*true' %s/%s/config.json";
+	int rc = cu_run(out, sizeof out, "%s init --out %s/a --tied --stable-embedding", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, tied, "true", dir, "a"), 0, "not tied: %s", out);
+	rc = cu_run(out, sizeof out, "%s init --config %s/a --out %s/b --tied false", cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, tied, "false", dir, "b"), 0,
+		     "--tied false left the model tied: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, stable, dir, "b"), 0, "stable embedding lost: %s", out);
+	rc = cu_run(out, sizeof out, "%s init --config %s/a --out %s/c --stable-embedding=no", cu_bin(),
+		    dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect_neq(cu_run(out, sizeof out, stable, dir, "c"), 0,
+		      "--stable-embedding=no kept the stable embedding: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, tied, "true", dir, "c"), 0, "tie lost: %s", out);
+	/* not given: the config's */
+	rc = cu_run(out, sizeof out, "%s init --config %s/a --out %s/d", cu_bin(), dir, dir);
+	cr_expect(rc == 0 && cu_run(NULL, 0, tied, "true", dir, "d") == 0 &&
+			  cu_run(NULL, 0, stable, dir, "d") == 0,
+		  "%s", out);
+	const char *helps[][2] = {{"init", "--force"}, {"init", "--tied"}, {"init", "--stable-embedding"},
+				  {"import", "--force"}};
+	for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+		rc = cu_run(out, sizeof out, "%s %s --help | grep -A1 -e '^  %s ' | grep -q 'false'",
+			    cu_bin(), helps[i][0], helps[i][1]);
+		cr_expect_eq(rc, 0, "%s --help says no default for %s", helps[i][0], helps[i][1]);
+	}
+}
+
 /* config.json values that would size the model wrongly are named before
  * anything is allocated by them; Llama 3.1's list of end tokens is read. */
 Test(faults, config_values_checked_before_sizing)
