@@ -850,6 +850,44 @@ Test(faults, init_config_directory_or_preset)
 		  "%s", out);
 }
 
+/* init's on/off flags given false set the config's value, as given true
+ * does: `--tied false` on a tied config.json left the model tied, and
+ * `--stable-embedding false` kept the config's stable embedding. The helps
+ * of init and import say the flags' defaults, as train's and sample's do. */
+Test(faults, init_flags_set_either_way)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "initflags");
+	const char *tied = "grep -qE '\"tie_word_embeddings\":[[:space:]]*%s' %s/%s/config.json";
+	const char *stable = "grep -qE '\"stable_embedding\":[[:space:]]*true' %s/%s/config.json";
+	int rc = cu_run(out, sizeof out, "%s init --out %s/a --tied --stable-embedding", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, tied, "true", dir, "a"), 0, "not tied: %s", out);
+	rc = cu_run(out, sizeof out, "%s init --config %s/a --out %s/b --tied false", cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, tied, "false", dir, "b"), 0,
+		     "--tied false left the model tied: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, stable, dir, "b"), 0, "stable embedding lost: %s", out);
+	rc = cu_run(out, sizeof out, "%s init --config %s/a --out %s/c --stable-embedding=no", cu_bin(),
+		    dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect_neq(cu_run(out, sizeof out, stable, dir, "c"), 0,
+		      "--stable-embedding=no kept the stable embedding: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, tied, "true", dir, "c"), 0, "tie lost: %s", out);
+	/* not given: the config's */
+	rc = cu_run(out, sizeof out, "%s init --config %s/a --out %s/d", cu_bin(), dir, dir);
+	cr_expect(rc == 0 && cu_run(NULL, 0, tied, "true", dir, "d") == 0 &&
+			  cu_run(NULL, 0, stable, dir, "d") == 0,
+		  "%s", out);
+	const char *helps[][2] = {{"init", "--force"}, {"init", "--tied"}, {"init", "--stable-embedding"},
+				  {"import", "--force"}};
+	for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+		rc = cu_run(out, sizeof out, "%s %s --help | grep -A1 -e '^  %s ' | grep -q 'false'",
+			    cu_bin(), helps[i][0], helps[i][1]);
+		cr_expect_eq(rc, 0, "%s --help says no default for %s", helps[i][0], helps[i][1]);
+	}
+}
+
 /* config.json values that would size the model wrongly are named before
  * anything is allocated by them; Llama 3.1's list of end tokens is read. */
 Test(faults, config_values_checked_before_sizing)
@@ -924,7 +962,22 @@ Test(faults, paths_and_messages)
 		 "/init holds a model (config.json); a run directory keeps its checkpoints"},
 		{"prepare --input %s/text.txt --out %s/data --val-fraction 0%.0s",
 		 "/data already holds token shards (train.bin)"},
+		/* a misspelt option is named with the one it most likely is, as a
+		 * flag of any command or a --config key; one near nothing is not */
+		{"train --model %s/init --data %s/data --out %s/r --stesp 5",
+		 "hint: did you mean 'steps'? `strata train --help` lists the options"},
+		{"train --model %s/init --data %s/data --out %s/r --steps 1 --seq_lne 8",
+		 "hint: did you mean 'seq-len'?"},
+		{"train --config %s/typo.json --data %s/data --out %s/r",
+		 "hint: did you mean 'micro-batch'?"},
+		{"train --model %s/init --data %s/data --out %s/r --steps 1 --zzz 8",
+		 "hint: run `strata train --help` for the list of options"},
+		{"init --config %s/cfg.json --out %s/x --sed 3",
+		 "hint: did you mean --seed? `strata init --help` lists the options"},
+		{"eval --modle %s/init --data %s/data%.0s", "hint: did you mean --model?"},
+		{"sample --model %s/init --temprature 0.5%.0s%.0s", "hint: did you mean --temperature?"},
 	};
+	cu_run(NULL, 0, "printf '{\"micro_bach\": 2, \"steps\": 1}' > %s/typo.json", dir);
 	cu_run(NULL, 0, "md5sum %s/init/* %s/data/* > %s/sums", dir, dir, dir);
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
 		char cmd[1024];
@@ -1064,6 +1117,15 @@ Test(faults, paths_and_messages)
 	cr_expect(rc == 2 && strstr(out, "unexpected argument 'extra' after --version"), "%s", out);
 	rc = cu_run(out, sizeof out, "{ %s 2>/dev/null; }", cu_bin());
 	cr_expect(rc == 2 && !*out, "bare strata: %s", out);
+	/* an unknown command is an error as every other is worded, with a hint */
+	rc = cu_run(out, sizeof out, "%s trian --steps 5", cu_bin());
+	cr_expect(rc == 2 && strstr(out, "strata: error: unknown command 'trian'") &&
+			  strstr(out, "hint: did you mean train?") && strstr(out, "usage: strata COMMAND"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s --steps 5 train", cu_bin());
+	cr_expect(rc == 2 && strstr(out, "error: unknown command '--steps'") &&
+			  strstr(out, "the command comes first"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt --dash", cu_bin(), dir);
 	cr_expect(rc != 0 && strstr(out, "as --name=VALUE"), "%s", out);
 }
@@ -1420,6 +1482,12 @@ Test(faults, other_commands_check_their_numbers)
 		 "--micro-batch 65536 x --seq-len 65536 tokens is more than one batch can hold"},
 		{"eval --model %s/init --data %s/data --device bogus", "unknown device 'bogus'"},
 		{"sample --model %s/init --device gpu", "unknown device 'gpu'"},
+		/* there is no CUDA backend at all yet: the message said "or no GPU
+		 * found" and its hint that one needs "a GPU and a CUDA build" */
+		{"eval --model %s/init --data %s/data --device cuda",
+		 "--device cuda: strata has no CUDA backend yet"},
+		{"train --model %s/init --data %s/data --out /nonexistent/o --steps 1 --device cuda",
+		 "--device cuda: strata has no CUDA backend yet"},
 		{"sample --model %s/init --tokens 2147483649",
 		 "--tokens must be in [0, 1073741824] (got 2147483649)"},
 		{"init --vocab 4294967554 --out %s/v", "--vocab must be in [1, 2147483647]"},

@@ -51,6 +51,12 @@ int cli_start(struct cli_args *a, int argc, char **argv, const char *usage)
 const char *cli_get(struct cli_args *a, const char *key, const char *def)
 {
 	const char *v = def;
+	int known = 0;
+	for (int i = 0; i < a->n_asked && !known; i++)
+		known = !strcmp(a->asked[i], key);
+	if (!known && a->n_asked < (int)(sizeof a->asked / sizeof a->asked[0]) &&
+	    strlen(key) < sizeof a->asked[0])
+		snprintf(a->asked[a->n_asked++], sizeof a->asked[0], "%s", key);
 	for (int i = 0; i < a->n; i++)
 		if (!strcmp(a->key[i], key)) {
 			v = a->val[i];
@@ -177,9 +183,20 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
 int cli_check_unused(const struct cli_args *a, const char *prog)
 {
 	for (int i = 0; i < a->n; i++) {
-		char hint[128];
-		snprintf(hint, sizeof hint, "run `%s --help` for its options", prog);
-		ST_CHECK(a->used[i], hint, "%s: unknown option --%s", prog, a->key[i]);
+		if (a->used[i])
+			continue;
+		const char *near = NULL;
+		for (int k = 0; k < a->n_asked && !near; k++)
+			if (strcmp(a->asked[k], "help") != 0 && st_is_near(a->key[i], a->asked[k]))
+				near = a->asked[k];
+		char hint[256];
+		if (near)
+			snprintf(hint, sizeof hint, "did you mean --%s? `%s --help` lists the options",
+				 near, prog);
+		else
+			snprintf(hint, sizeof hint, "run `%s --help` for its options", prog);
+		ST_ERROR(hint, "%s: unknown option --%s", prog, a->key[i]);
+		return ST_FAIL;
 	}
 	return ST_OK;
 }

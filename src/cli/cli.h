@@ -19,6 +19,10 @@ struct cli_args {
 	const char *key[CLI_MAX_ARGS];
 	const char *val[CLI_MAX_ARGS];
 	int used[CLI_MAX_ARGS];
+	/* the keys the command looked for (cli_get), for the "did you mean"
+	 * of an unknown option (copies: some callers pass keys they free) */
+	char asked[64][48];
+	int n_asked;
 };
 
 int cli_parse(struct cli_args *a, int argc, char **argv);
@@ -48,7 +52,8 @@ int cli_close_out(struct cli_args *a, const char *key, FILE *f);
 int cli_get_long(struct cli_args *a, const char *key, long def, long lo, long hi, long *out);
 int cli_get_double(struct cli_args *a, const char *key, double def, double *out);
 /* Error for any flag no command looked at; prog names the command in the
- * message ("strata eval", "bench/optim"). */
+ * message ("strata eval", "bench/optim"), and the hint the option it looked
+ * for that the flag is a slip for, if one is near (--sed: --seed). */
 int cli_check_unused(const struct cli_args *a, const char *prog);
 
 /* eval's and sample's memory options, as train takes them: --device-mem,

@@ -22,7 +22,7 @@ static void help(void)
 	       "  --gguf FILE    a llama-architecture GGUF file\n"
 	       "  --out DIR      the model directory to write\n"
 	       "  --shard-size S shard the weights above S (e.g. 2G) [5 GB]\n"
-	       "  --force        overwrite a model already in DIR\n");
+	       "  --force        overwrite a model already in DIR [false]\n");
 }
 
 int cmd_import(int argc, char **argv)

@@ -18,12 +18,14 @@ static void help(void)
 	       "  --config S     a config.json (HF LLaMA) or a preset: %s [tiny]\n"
 	       "  --out DIR      model directory to write (config.json, model.safetensors)\n"
 	       "  --seed N       initialization seed [1]\n"
-	       "  --vocab N      override the vocabulary size\n"
-	       "  --max-seq N    override max_position_embeddings\n"
-	       "  --tied         tie the output projection to the embedding\n"
-	       "  --stable-embedding  LayerNorm after the embedding, Xavier init (for 8-bit optimizers)\n"
+	       "  --vocab N      override the vocabulary size [the config's: 258 in every preset]\n"
+	       "  --max-seq N    override max_position_embeddings [the config's]\n"
+	       "  --tied         tie the output projection to the embedding (false: untie)\n"
+	       "                 [the config's: false in every preset]\n"
+	       "  --stable-embedding  LayerNorm after the embedding, Xavier init (for 8-bit\n"
+	       "                 optimizers; false: none) [the config's: false in every preset]\n"
 	       "  --shard-size S write the weights as shards of at most S (e.g. 2G) with an index [5 GB]\n"
-	       "  --force        overwrite an existing model in DIR\n",
+	       "  --force        overwrite an existing model in DIR [false]\n",
 	       config_preset_names());
 }
 
@@ -72,10 +74,12 @@ int cmd_init(int argc, char **argv)
 		cfg.vocab_size = (int)vocab;
 	if (max_seq > 0)
 		cfg.max_seq = (int)max_seq;
-	if (tied)
-		cfg.tied = 1;
-	if (stable)
-		cfg.stable_embedding = 1;
+	/* given, either way, they set the config's value: `--tied false` on a
+	 * tied config.json unties it (it was taken as "not given") */
+	if (cli_has(&a, "tied"))
+		cfg.tied = tied;
+	if (cli_has(&a, "stable-embedding"))
+		cfg.stable_embedding = stable;
 	ST_TRY(config_validate(&cfg));
 
 	ST_CHECK(force || !model_dir_holds_model(out),

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/parse.h"
 
 #define STRATA_VERSION "0.1.0"
 /* The CUDA optimizer kernels are compiled where nvcc is found; the CUDA
@@ -117,7 +118,18 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))
 			return finish(cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : 1);
-	fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
+	/* worded as every other error, so a script that looks for "error:"
+	 * finds it; an option before the command (`strata --out x init`) is
+	 * the likely slip, and said */
+	const char *near = NULL;
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0] && !near; i++)
+		if (st_is_near(cmd, cmds[i].name))
+			near = cmds[i].name;
+	fprintf(stderr, "strata: error: unknown command '%s'\n  hint: %s%s%s\n\n", cmd,
+		near ? "did you mean " : "", near ? near : "",
+		near ? "? the commands are listed below"
+		: cmd[0] == '-' ? "the command comes first: strata COMMAND [--option value ...]"
+				: "the commands are listed below");
 	usage(stderr);
 	return 2;
 }

@@ -23,8 +23,14 @@ int session_backend(const struct st_ops **ops, const char *device, int threads)
 	if (strcmp(device, "cpu") != 0)
 		cuda = ops_cuda();
 	if (!strcmp(device, "cuda")) {
-		ST_CHECK(cuda, "use --device cpu; the CUDA backend needs a GPU and a CUDA build",
-			 "--device cuda: no usable CUDA backend in this build or no GPU found");
+		/* ops_cuda() has no kernel table yet (src/ops/cuda/ops_cuda.cu): a
+		 * GPU or nvcc changes nothing, so the message must not send the
+		 * user looking for one. The CUDA backend's issue rewords this. */
+		ST_CHECK(cuda,
+			 "use --device cpu, or auto (which runs on the CPU until the CUDA backend "
+			 "exists); `strata --version` says what this build holds",
+			 "--device cuda: strata has no CUDA backend yet (a build with nvcc holds only "
+			 "the CUDA optimizer kernels, which the commands do not use)");
 		*ops = cuda;
 		return ST_OK;
 	}

@@ -111,7 +111,22 @@ int train_opts_needs_value(const char *key)
 int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 {
 	const struct st_opt_desc *d = find(key);
-	ST_CHECK(d, "run `strata train --help` for the list of options", "unknown option '%s'", key);
+	if (!d) {
+		/* a slip of the keyboard (--stesp, "seq_lne") named with the option
+		 * it most likely is: the first near one in the table's order */
+		const char *near = NULL;
+		for (int i = 0; i < train_opt_count && !near; i++)
+			if (st_is_near(key, train_opt_table[i].key))
+				near = train_opt_table[i].key;
+		char hint[160];
+		if (near)
+			snprintf(hint, sizeof hint,
+				 "did you mean '%s'? `strata train --help` lists the options", near);
+		else
+			snprintf(hint, sizeof hint, "run `strata train --help` for the list of options");
+		ST_ERROR(hint, "unknown option '%s'", key);
+		return ST_FAIL;
+	}
 	char *field = (char *)o + d->offset;
 	switch (d->type) {
 	case OT_INT:

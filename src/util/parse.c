@@ -44,3 +44,33 @@ enum st_parse st_parse_whole(const char *s, long *out)
 	*out = (long)d;
 	return ST_PARSE_OK;
 }
+
+/* The optimal string alignment distance (Levenshtein plus swaps of
+ * neighbours), '_' and '-' alike; option names are short, so beyond 63
+ * letters a name is simply not near. */
+int st_is_near(const char *typed, const char *name)
+{
+	const size_t n = strlen(typed), m = strlen(name);
+	if (n > 63 || m > 63 || n == 0)
+		return 0;
+	int d[64][64];
+	for (size_t i = 0; i <= n; i++)
+		d[i][0] = (int)i;
+	for (size_t j = 0; j <= m; j++)
+		d[0][j] = (int)j;
+	for (size_t i = 1; i <= n; i++)
+		for (size_t j = 1; j <= m; j++) {
+			const char a = typed[i - 1] == '_' ? '-' : typed[i - 1];
+			const char b = name[j - 1];
+			int v = d[i - 1][j - 1] + (a != b);
+			if (d[i - 1][j] + 1 < v)
+				v = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < v)
+				v = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a == name[j - 2] &&
+			    (typed[i - 2] == '_' ? '-' : typed[i - 2]) == b && d[i - 2][j - 2] + 1 < v)
+				v = d[i - 2][j - 2] + 1;
+			d[i][j] = v;
+		}
+	return d[n][m] <= (m <= 5 ? 1 : 2);
+}

@@ -19,4 +19,10 @@ enum st_parse st_parse_whole(const char *s, long *out);
  * *out then holds what strtod made of it). */
 enum st_parse st_parse_real(const char *s, double *out);
 
+/* Whether `typed` is probably a slip for `name`: at most one edit (a letter
+ * added, dropped, changed, or two neighbours swapped) for names of up to 5
+ * letters, two for longer ones, '_' counting as '-'. For "did you mean"
+ * hints on unknown options. */
+int st_is_near(const char *typed, const char *name);
+
 #endif
