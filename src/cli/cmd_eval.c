@@ -37,6 +37,7 @@ int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem)
 	ST_TRY(cli_get_str(a, "host-mem", "auto", &v));
 	ST_CHECK(strlen(v) < sizeof mem->host_mem, "give a size such as 4G", "--host-mem '%s' is too long", v);
 	snprintf(mem->host_mem, sizeof mem->host_mem, "%s", v);
+	cli_get(a, "offload-dir", NULL); /* looked for: a slip of it is named */
 	for (int i = 0; i < a->n; i++) {
 		if (strcmp(a->key[i], "offload-dir") != 0)
 			continue;
