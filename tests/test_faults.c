@@ -445,9 +445,9 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 	cu_tmpdir(dir, sizeof dir, "atend");
 	two_steps(dir, "");
 	cu_run(NULL, 0, "md5sum %s/run/step-000002/* > %s/sums", dir, dir);
+	int rc;
 	for (int steps = 1; steps <= 2; steps++) {
-		int rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps %d", cu_bin(), dir,
-				steps);
+		rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps %d", cu_bin(), dir, steps);
 		cr_expect_eq(rc, 0, "--steps %d: %s", steps, out);
 		char want[128];
 		snprintf(want, sizeof want, "the checkpoint is at step 2 and this run ends at step %d: "
@@ -460,8 +460,14 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/run/step-000001",
 			    dir, dir),
 		     0, "the checkpoint changed: %s", out);
+	/* into a new --out: no directory is left behind (it held a lock file
+	 * and an empty metrics.jsonl); its own run directory keeps both */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 2 --out %s/idle && test ! -e "
+			"%s/idle && test -e %s/run/metrics.jsonl && test -e %s/run/.lock",
+		    cu_bin(), dir, dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
 	/* a run whose `latest` names a removed step says so */
-	int rc = cu_run(out, sizeof out, "cp -a %s/run %s/dl && rm -r %s/dl/step-000002 && "
+	rc = cu_run(out, sizeof out, "cp -a %s/run %s/dl && rm -r %s/dl/step-000002 && "
 			"%s eval --model %s/dl --data %s/data --seq-len 32",
 			dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect_neq(rc, 0, "%s", out);

@@ -24,7 +24,7 @@ static void help(void)
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       CLI_FORWARD_MEM_HELP
-	       "  --json             print the result as JSON\n");
+	       "  --json             print the result as JSON [false]\n");
 }
 
 int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem)
@@ -96,6 +96,8 @@ int cmd_eval(int argc, char **argv)
 	ST_TRY(cli_get_forward_mem(&a, &mem));
 	ST_TRY(cli_check_unused(&a, "strata eval"));
 	ST_CHECK(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
+	ST_CHECK(*model && *data, "pass --model DIR and --data PATH",
+		 "strata eval: an empty path was given for --%s", *model ? "data" : "model");
 	ST_CHECK(b * t <= INT_MAX / 2, "lower --micro-batch or --seq-len",
 		 "--micro-batch %ld x --seq-len %ld tokens is more than one batch can hold", b, t);
 

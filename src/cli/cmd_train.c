@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -506,6 +507,7 @@ int cmd_train(int argc, char **argv)
 	ST_TRY(interrupt_catch()); /* before trainer_open starts any thread */
 	int rc = trainer_open(&tr, &o);
 	const int opened = rc == ST_OK;
+	const long start_step = opened ? tr.step : 0;
 	if (rc == ST_OK && resume)
 		note_new_schedule(saved, &tr);
 	if (rc == ST_OK)
@@ -523,9 +525,16 @@ int cmd_train(int argc, char **argv)
 		       tr.step, tr.skipped, train, val);
 	else if (rc == ST_OK && !interrupted)
 		printf("done: step %ld, train loss %s, %s\n", tr.step, train, val);
-	char lock[sizeof o.out + 8];
+	char lock[sizeof o.out + 8], metrics[sizeof o.out + 16];
 	snprintf(lock, sizeof lock, "%s/.lock", o.out);
-	if (!opened && !out_existed && tr.lock_fd >= 0)
+	snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o.out);
+	/* a resume with nothing to train (said) into a new directory leaves
+	 * none: its empty metrics.jsonl and lock go with it */
+	struct stat mst;
+	const int idle = opened && rc == ST_OK && tr.step == start_step && !out_existed;
+	if (idle && stat(metrics, &mst) == 0 && mst.st_size == 0)
+		unlink(metrics);
+	if ((!opened || idle) && !out_existed && tr.lock_fd >= 0)
 		unlink(lock); /* ours, made with the directory; removed while still held */
 	/* a checkpoint still being written is finished first; one that went
 	 * into place without `latest` moved to it (said by the save) is the
@@ -561,9 +570,9 @@ int cmd_train(int argc, char **argv)
 			st_log_info("the run saved no checkpoint");
 		}
 	}
-	if (!opened && !out_existed)
-		rmdir(o.out); /* a run that could not start leaves no empty directory (rmdir
-			       * removes only an empty one) */
+	if ((!opened || idle) && !out_existed)
+		rmdir(o.out); /* a run that could not start, or had nothing to do, leaves no
+			       * empty directory (rmdir removes only an empty one) */
 	if (interrupted)
 		interrupt_reraise(interrupted); /* saved and closed: end as the signal would */
 	return rc;

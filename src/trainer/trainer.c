@@ -181,9 +181,9 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	train_schedule(&tr->o, tr->step, tr->tokens_seen, &tr->total_steps, &tr->warmup);
 	const int decays = strcmp(tr->o.schedule, "constant") != 0;
 	if (tr->warmup > tr->total_steps)
-		st_log_warn("--warmup %ld is longer than the run (%ld steps): the learning rate ends "
+		st_log_warn("--warmup %ld is longer than the run (%ld step%s): the learning rate ends "
 			    "at %.3g, never reaching --lr %g%s",
-			    tr->warmup, tr->total_steps,
+			    tr->warmup, tr->total_steps, tr->total_steps == 1 ? "" : "s",
 			    lr_at(&tr->o, tr->total_steps, tr->total_steps, tr->warmup), tr->o.lr,
 			    decays ? ", and never decays" : "");
 	else if (decays && tr->warmup > 0 && tr->warmup >= tr->total_steps - 1 && tr->total_steps > 2)
