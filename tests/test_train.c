@@ -1846,6 +1846,11 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --seq-len 32 --max-tokens 64 "
 			"--micro-batch 16777216 --json", cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "\"tokens\": 64"), "%s", out);
+	/* the largest --max-tokens scores the whole shard, as 0 does (rounding
+	 * it up to whole windows overflowed into none: "hold no loss targets") */
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s --seq-len 32 "
+			"--max-tokens 9223372036854775807 --json", cu_bin(), dir, shard);
+	cr_expect(rc == 0 && strstr(out, "\"tokens\": 99}"), "%s", out);
 	/* --prompt-file (a file, or - for standard input) is --prompt with the
 	 * file's text; both at once are refused; --top-k 1 at any temperature
 	 * is greedy */
