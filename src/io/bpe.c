@@ -567,8 +567,15 @@ const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len)
 	return b->raw[id];
 }
 
-/* One pre-tokenized piece: bytes -> ids, appended at out; returns the count.
- * sym is scratch for n ids. */
+size_t bpe_max_token_len(const struct st_bpe *b)
+{
+	size_t m = 1;
+	for (int i = 0; i < b->n_vocab; i++)
+		if (b->raw[i] && b->raw_len[i] > m)
+			m = b->raw_len[i];
+	return m;
+}
+
 /* Scratch for encoding one text: BPE symbols and their links, the merge
  * heap, the mapped piece, one match data per pre-tokenizer stage. */
 struct merge_cand {

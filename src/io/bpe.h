@@ -36,5 +36,7 @@ size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_
 int bpe_is_added(const struct st_bpe *b, int id);
 /* The bytes of one token (its text for added tokens); NULL for an unknown id. */
 const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len);
+/* The length of the longest token's bytes (at least 1). */
+size_t bpe_max_token_len(const struct st_bpe *b);
 
 #endif
