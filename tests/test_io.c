@@ -1140,6 +1140,45 @@ Test(io, tokenizer_dir_config_read_strictly)
 	rmdir(dir);
 }
 
+/* A normalizer Sequence of no normalizers (DeepSeek-V3's tokenizer.json has
+ * one) changes no text: loaded, with the ids the file gives without it; one
+ * that holds a normalizer is refused naming that one (it was refused as
+ * "normalizer Sequence", the empty one too). */
+Test(io, bpe_empty_normalizer_sequence)
+{
+	cJSON *root = tu_read_json("tests/data/tokenizers/gpt2/tokenizer.json");
+	cJSON_DeleteItemFromObjectCaseSensitive(root, "normalizer");
+	cJSON *norm = cJSON_AddObjectToObject(root, "normalizer");
+	cJSON_AddStringToObject(norm, "type", "Sequence");
+	cJSON *list = cJSON_AddArrayToObject(norm, "normalizers");
+	char path[256];
+	tpath(path, "tokenizer.json");
+	char *text = cJSON_PrintUnformatted(root);
+	cr_assert_eq(fs_write_file_atomic(path, text, strlen(text)), ST_OK);
+	free(text);
+	struct st_tokenizer tk, ref;
+	cr_assert_eq(tokenizer_load(&tk, path), ST_OK, "an empty normalizer Sequence was refused");
+	cr_assert_eq(tokenizer_load(&ref, "tests/data/tokenizers/gpt2"), ST_OK);
+	const char *s = "caf\xc3\xa9 e\xcc\x81 <|endoftext|> don't  123\n";
+	uint32_t a[128], b[128];
+	const size_t na = tokenizer_encode(&tk, a, s, strlen(s)), nb = tokenizer_encode(&ref, b, s, strlen(s));
+	cr_expect(na == nb && !memcmp(a, b, na * sizeof *a), "other ids with an empty normalizer Sequence");
+	tokenizer_free(&tk);
+	tokenizer_free(&ref);
+	cJSON *nfc = cJSON_CreateObject();
+	cJSON_AddStringToObject(nfc, "type", "NFC");
+	cJSON_AddItemToArray(list, nfc);
+	text = cJSON_PrintUnformatted(root);
+	cr_assert_eq(fs_write_file_atomic(path, text, strlen(text)), ST_OK);
+	free(text);
+	cJSON_Delete(root);
+	const int old = st_log_mute(1);
+	cr_expect_eq(tokenizer_load(&tk, path), ST_FAIL, "a Sequence holding NFC was accepted");
+	st_log_mute(old);
+	cr_expect(strstr(st_log_last_error(), "normalizer NFC is not supported"), "%s",
+		  st_log_last_error());
+}
+
 Test(io, bpe_bad_files)
 {
 	char dir[] = "/tmp/strata-bpe-XXXXXX";

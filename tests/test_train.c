@@ -1896,6 +1896,11 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --seq-len 32 --max-tokens 64 "
 			"--micro-batch 16777216 --json", cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "\"tokens\": 64"), "%s", out);
+	/* the largest --max-tokens scores the whole shard, as 0 does (rounding
+	 * it up to whole windows overflowed into none: "hold no loss targets") */
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s --seq-len 32 "
+			"--max-tokens 9223372036854775807 --json", cu_bin(), dir, shard);
+	cr_expect(rc == 0 && strstr(out, "\"tokens\": 99}"), "%s", out);
 	/* --prompt-file (a file, or - for standard input) is --prompt with the
 	 * file's text; both at once are refused; --top-k 1 at any temperature
 	 * is greedy */
@@ -1966,6 +1971,49 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/data --data %s/data", cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "/data holds no model: no config.json, and it is not a run"),
 		  "%s", out);
+}
+
+/* A token longer than 1024 bytes is printed whole by sample (it was cut at
+ * 1024). The tokenizer's id 0
+ * is 1200 bytes ('a' x 1100, a line break, 'b' x 99) and the model's final
+ * norm gains are 0, so every score is 0 and greedy picks id 0. */
+Test(train, long_tokens_whole)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "longtok");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "cp -r %s/init %s/zero && python3 -c \"\n"
+			"import json, struct\n"
+			"p = '%s/zero/model.safetensors'\n"
+			"b = bytearray(open(p, 'rb').read())\n"
+			"n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop('__metadata__', None)\n"
+			"a, z = h['model.norm.weight']['data_offsets']\n"
+			"b[8 + n + a:8 + n + z] = bytes(z - a)\n"
+			"s = json.dumps(h).encode(); b[8:8 + n] = s + b' ' * (n - len(s))\n"
+			"open(p, 'wb').write(b)\n"
+			"cs = [x for x in range(256) if 33 <= x <= 126 or 161 <= x <= 172 or x >= 174]\n"
+			"m = {x: chr(x) for x in cs}\n"
+			"k = 0\n"
+			"for x in range(256):\n"
+			"    if x not in m: m[x] = chr(256 + k); k += 1\n"
+			"v = {m[x]: x + 1 for x in range(256)}\n"
+			"v['a' * 1100 + m[10] + 'b' * 99] = 0\n"
+			"t = {'model': {'type': 'BPE', 'vocab': v, 'merges': []}, 'normalizer': None,\n"
+			"     'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': False}, 'added_tokens': []}\n"
+			"json.dump(t, open('%s/long.json', 'w'))\"",
+			dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/zero --tokenizer %s/long.json --prompt x "
+			"--temperature 0 --tokens 2 2>/dev/null", cu_bin(), dir, dir);
+	char want[2600] = "x";
+	for (int k = 0; k < 2; k++) {
+		memset(want + strlen(want), 'a', 1100);
+		strcat(want, "\n");
+		memset(want + strlen(want), 'b', 99);
+	}
+	strcat(want, "\n");
+	cr_expect(rc == 0 && !strcmp(out, want), "sample printed %zu bytes, want %zu", strlen(out),
+		  strlen(want));
 }
 
 /* train --model RUN starts a new run from the run's latest weights (said;

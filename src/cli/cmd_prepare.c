@@ -440,6 +440,12 @@ int cmd_prepare(int argc, char **argv)
 			text_max = lens[f];
 	const size_t ids_bytes = tokenizer_max_ids(text_max) * sizeof(uint32_t);
 	uint32_t *ids = NULL;
+	/* one token's text, whole: a line break past a fixed buffer's end
+	 * would not count as one */
+	const size_t piece_cap = tokenizer_max_token_len(&tk);
+	char *piece = rc == ST_OK ? st_malloc(piece_cap) : NULL;
+	if (!piece)
+		rc = ST_FAIL;
 	if (rc == ST_OK) {
 		void *map = mmap(NULL, ids_bytes, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -474,8 +480,7 @@ int cmd_prepare(int argc, char **argv)
 		size_t start = 0, bytes = 0;
 		int split = 0; /* of the chunk last cut */
 		for (size_t i = 0; i < n && rc == ST_OK; i++) {
-			char piece[1024];
-			const size_t b = tokenizer_decode_one(&tk, piece, sizeof piece, ids[i]);
+			const size_t b = tokenizer_decode_one(&tk, piece, piece_cap, ids[i]);
 			bytes += b;
 			/* GPT-2's tokens join a line break to the next line's indent */
 			const int line_end = b > 0 && memchr(piece, '\n', b);
@@ -497,6 +502,7 @@ int cmd_prepare(int argc, char **argv)
 	}
 	if (ids)
 		munmap(ids, ids_bytes);
+	free(piece);
 	for (int f = 0; texts && f < n_in; f++)
 		free(texts[f]);
 	free(texts);

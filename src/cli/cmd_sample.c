@@ -42,6 +42,8 @@ static void help(void)
 
 struct out_ctx {
 	const struct st_tokenizer *tk;
+	char *buf; /* tokenizer_max_token_len bytes: a long token is printed whole */
+	size_t cap;
 };
 
 /* One token's text, at once (a reader sees the text as it comes); nonzero,
@@ -50,9 +52,8 @@ struct out_ctx {
 static int emit(int32_t tok, void *arg)
 {
 	const struct out_ctx *o = arg;
-	char buf[1024];
-	size_t n = tokenizer_decode_one(o->tk, buf, sizeof buf, (uint32_t)tok);
-	if (fwrite(buf, 1, n, stdout) == n && fflush(stdout) == 0)
+	size_t n = tokenizer_decode_one(o->tk, o->buf, o->cap, (uint32_t)tok);
+	if (fwrite(o->buf, 1, n, stdout) == n && fflush(stdout) == 0)
 		return 0;
 	cli_stdout_errno = errno;
 	return 1;
@@ -205,13 +206,15 @@ int cmd_sample(int argc, char **argv)
 		rc = forward_place(&s, dir, &mem, 1,
 				   need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len);
 	}
+	struct out_ctx oc = {&tk, NULL, tokenizer_max_token_len(&tk)};
+	if (rc == ST_OK && !(oc.buf = st_malloc(oc.cap)))
+		rc = ST_FAIL;
 	if (rc == ST_OK && ids && ctx) {
 		fwrite(prompt, 1, plen, stdout);
 		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
 					.top_k = (int)top_k,
 					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,
 					.eos_id = tk.eos_id};
-		struct out_ctx oc = {&tk};
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
 		if (rc == ST_OK)
 			printf("\n");
@@ -220,6 +223,7 @@ int cmd_sample(int argc, char **argv)
 	}
 	free(ids);
 	free(ctx);
+	free(oc.buf);
 	free(file_text);
 	tokenizer_free(&tk);
 	session_close(&s);

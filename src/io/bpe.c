@@ -210,6 +210,23 @@ static const char *type_of(const cJSON *o)
 	return cJSON_IsString(t) ? t->valuestring : "?";
 }
 
+/* The first normalizer in norm that changes text, or NULL: none, null, or a
+ * Sequence of none changes nothing (DeepSeek-V3's files, and files others
+ * derive from them, carry {"type": "Sequence", "normalizers": []}, which the
+ * tokenizers library applies as no normalizer). */
+static const cJSON *active_normalizer(const cJSON *norm)
+{
+	if (!norm || cJSON_IsNull(norm))
+		return NULL;
+	const cJSON *seq = cJSON_GetObjectItemCaseSensitive(norm, "normalizers"), *it;
+	if (strcmp(type_of(norm), "Sequence") || !cJSON_IsArray(seq))
+		return norm;
+	cJSON_ArrayForEach(it, seq)
+		if (active_normalizer(it))
+			return active_normalizer(it);
+	return NULL;
+}
+
 /* One pre-tokenizer of the sequence as regex stages. */
 static int load_stage(struct st_bpe *b, const cJSON *pt, int last, const char *path)
 {
@@ -269,7 +286,7 @@ int bpe_load(struct st_bpe **out, const char *path)
 	b->json = root;
 	*out = b;
 	const char **vstr = NULL; /* per id, the vocabulary's text (below) */
-	const char *hint = "strata reads byte-level BPE tokenizers (GPT-2, LLaMA-3, Qwen, SmolLM style)";
+	const char *hint = "strata reads byte-level BPE tokenizers (GPT-2, LLaMA-3, SmolLM style) without a normalizer";
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
 	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
 	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
@@ -280,8 +297,9 @@ int bpe_load(struct st_bpe **out, const char *path)
 		ST_ERROR(hint, "%s: the model is not a BPE model with a vocab and merges (type %s)", path,
 			 cJSON_IsObject(model) ? type_of(model) : "missing");
 		rc = ST_FAIL;
-	} else if (norm && !cJSON_IsNull(norm)) {
-		ST_ERROR(hint, "%s: normalizer %s is not supported", path, type_of(norm));
+	} else if (active_normalizer(norm)) {
+		ST_ERROR(hint, "%s: normalizer %s is not supported", path,
+			 type_of(active_normalizer(norm)));
 		rc = ST_FAIL;
 	} else if (is_true(model, "byte_fallback", 0)) {
 		ST_ERROR(hint, "%s: byte_fallback (SentencePiece-style BPE) is not supported", path);
@@ -549,8 +567,15 @@ const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len)
 	return b->raw[id];
 }
 
-/* One pre-tokenized piece: bytes -> ids, appended at out; returns the count.
- * sym is scratch for n ids. */
+size_t bpe_max_token_len(const struct st_bpe *b)
+{
+	size_t m = 1;
+	for (int i = 0; i < b->n_vocab; i++)
+		if (b->raw[i] && b->raw_len[i] > m)
+			m = b->raw_len[i];
+	return m;
+}
+
 /* Scratch for encoding one text: BPE symbols and their links, the merge
  * heap, the mapped piece, one match data per pre-tokenizer stage. */
 struct merge_cand {

@@ -1,5 +1,6 @@
-/* Byte-level BPE from a Hugging Face tokenizer.json: the GPT-2, LLaMA-3,
- * Qwen and SmolLM family of tokenizers. Encoding gives exactly the ids the
+/* Byte-level BPE from a Hugging Face tokenizer.json: the GPT-2, LLaMA-3
+ * and SmolLM family of tokenizers (Qwen2's pre-tokenizes as LLaMA-3's, but
+ * its NFC normalizer is refused). Encoding gives exactly the ids the
  * Hugging Face tokenizers library gives (tests/test_io.c against its output):
  *   1. added tokens (special or not) are cut out of the text first, longest
  *      match at the leftmost position;
@@ -11,7 +12,8 @@
  *      merged pair by pair, the lowest merge rank first (leftmost on ties);
  *      with ignore_merges a piece that is itself in the vocabulary is one id.
  * Decoding maps the byte alphabet back, so decode(encode(x)) == x.
- * Anything else in the file (another model type, a normalizer, byte
+ * Anything else in the file (another model type, a normalizer other than
+ * an empty Sequence of them, byte
  * fallback, another pre-tokenizer) is refused with a message naming it. */
 #ifndef ST_BPE_H
 #define ST_BPE_H
@@ -34,5 +36,7 @@ size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_
 int bpe_is_added(const struct st_bpe *b, int id);
 /* The bytes of one token (its text for added tokens); NULL for an unknown id. */
 const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len);
+/* The length of the longest token's bytes (at least 1). */
+size_t bpe_max_token_len(const struct st_bpe *b);
 
 #endif

@@ -178,3 +178,8 @@ size_t tokenizer_decode_one(const struct st_tokenizer *tk, char *buf, size_t cap
 	buf[0] = (char)(unsigned char)id;
 	return 1;
 }
+
+size_t tokenizer_max_token_len(const struct st_tokenizer *tk)
+{
+	return tk->bpe ? bpe_max_token_len(tk->bpe) : 1;
+}

@@ -43,5 +43,8 @@ size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char
  * returns the bytes written (0 for the byte tokenizer's specials and for ids
  * outside the vocabulary). */
 size_t tokenizer_decode_one(const struct st_tokenizer *tk, char *buf, size_t cap, uint32_t id);
+/* The most bytes one id decodes to: a buffer of this size holds any token
+ * whole (a vocabulary may hold tokens longer than any fixed buffer). */
+size_t tokenizer_max_token_len(const struct st_tokenizer *tk);
 
 #endif

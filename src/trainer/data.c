@@ -235,8 +235,10 @@ long data_val_windows(const struct st_data *d, int t)
 long data_eval_windows(const struct st_data *d, int t, long max_tokens)
 {
 	const long windows = data_val_windows(d, t);
-	return max_tokens > 0 && windows > (max_tokens + t - 1) / t ? (max_tokens + t - 1) / t
-								     : windows;
+	/* rounded up without max_tokens + t - 1, which overflowed for a
+	 * --max-tokens near LONG_MAX into no window at all */
+	const long want = max_tokens / t + (max_tokens % t != 0);
+	return max_tokens > 0 && windows > want ? want : windows;
 }
 
 void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
