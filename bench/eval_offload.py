@@ -6,10 +6,10 @@ Three runs over the same windows: in memory; within budgets with most of the
 weights on disk, layer-major (each unit's weights read once per group of
 micro-batches, the default); and the same budgets one micro-batch at a time
 (STRATA_EVAL_GROUP=1, how evaluation streamed weights before 2026-11-24).
-Each gives its wall time, peak resident set (getrusage of the child) and the
-disk tier's reads, and all three must print the same loss. The ratios are
-the point: what the budgets cost against memory, and what layer-major saves
-against one micro-batch at a time.
+Each gives its wall time and peak resident set (getrusage of the child); all
+three must print the same loss, or the benchmark fails (after writing its
+figures). The ratios are the point: what the budgets cost against memory, and
+what layer-major saves against one micro-batch at a time.
 
 usage: bench/eval_offload.py [--quick] [--dir DIR] [--json FILE]
 """
@@ -111,6 +111,8 @@ def main():
         with open(a.json + ".tmp", "w") as f:
             json.dump({"bench": "eval_offload", "cpu": cpu_name(), "cases": results}, f, indent=1)
         os.replace(a.json + ".tmp", a.json)
+    if not all(r["same_loss"] for r in results):
+        raise SystemExit("bench/eval_offload: the three evaluations printed different losses")
 
 
 if __name__ == "__main__":

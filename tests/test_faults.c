@@ -340,7 +340,8 @@ Test(faults, resume_from_another_directory)
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/lr --lr 2e-3 " SMALL,
 		    bin, dir, dir);
 	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed (--lr, --min-lr-ratio, "
-					 "--schedule or --decay-frac): at step 3 it is "),
+					 "--schedule or --decay-frac): the rest of the run follows "
+					 "the new curve; at step 3 it is "),
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/mo --model /nowhere " SMALL,
 		    bin, dir, dir);

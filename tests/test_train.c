@@ -1017,8 +1017,6 @@ Test(train, unwritable_out_and_existing_run)
 	cr_expect(strstr(out, "step-000002"), "latest moved: %s", out);
 }
 
-/* A non-finite gradient skips the update (weights and moments untouched),
- * is counted, and stops training once more than --max-skipped-steps. */
 /* The lr each step of metrics.jsonl records against lr_at's, at %.6g. */
 static void expect_lrs(const char *metrics, const struct st_train_opts *o, long from, long to,
 		       long total, long warmup)
@@ -1067,8 +1065,24 @@ Test(train, schedule_wsd_trains_and_resumes)
 	/* 18 steps after warmup: ceil(0.25 * 18) = 5 decay (16 to 20) */
 	cr_expect_eq(lr_at(&o, 15, 20, 2), 2e-3);
 	expect_lrs(m, &o, 6, 20, 20, 2);
+	/* a new floor changes no rate of the stable phase, but the decay's: said */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/r/step-000005 --out %s/f "
+			"--min-lr-ratio 0.5 --progress lines", cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed"), "%s", out);
+	/* and a warmup up to the last step still leaves wsd a decayed last step:
+	 * not warned as never decaying (it was, as cosine's is) */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/w --steps 4 "
+			"--warmup 3 --schedule wsd --eval-interval 0 %s",
+		    cu_bin(), dir, dir, dir, SMALL);
+	cr_expect(rc == 0 && !strstr(out, "never decays"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/c --steps 4 "
+			"--warmup 3 --eval-interval 0 %s",
+		    cu_bin(), dir, dir, dir, SMALL);
+	cr_expect(rc == 0 && strstr(out, "never decays"), "%s", out);
 }
 
+/* A non-finite gradient skips the update (weights and moments untouched),
+ * is counted, and stops training once more than --max-skipped-steps. */
 Test(train, nonfinite_gradient_skips_step)
 {
 	char dir[256];

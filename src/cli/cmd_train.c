@@ -181,9 +181,14 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 		return; /* nothing to train */
 	const double was = lr_at(saved, next, total, warmup),
 		     now = lr_at(&tr->o, next, tr->total_steps, tr->warmup);
-	const int same_kind = !strcmp(saved->schedule, tr->o.schedule) &&
-			      saved->decay_frac == tr->o.decay_frac;
-	if (total == tr->total_steps && warmup == tr->warmup && was == now && same_kind)
+	/* the same curve: the same rate, floor (where the schedule has one)
+	 * and kind, and wsd's share of decay */
+	const int wsd = !strcmp(tr->o.schedule, "wsd");
+	const int same_curve = saved->lr == tr->o.lr && !strcmp(saved->schedule, tr->o.schedule) &&
+			       (!strcmp(tr->o.schedule, "constant") ||
+				saved->min_lr_ratio == tr->o.min_lr_ratio) &&
+			       (!wsd || saved->decay_frac == tr->o.decay_frac);
+	if (total == tr->total_steps && warmup == tr->warmup && same_curve)
 		return;
 	if (total != tr->total_steps || warmup != tr->warmup)
 		st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld): the "
@@ -191,7 +196,7 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 			    tr->total_steps, tr->warmup, total, warmup, next, now, was);
 	else
 		st_log_info("the learning-rate schedule changed (--lr, --min-lr-ratio, --schedule or "
-			    "--decay-frac): at step %ld "
+			    "--decay-frac): the rest of the run follows the new curve; at step %ld "
 			    "it is %.3g, where the run's own schedule had %.3g",
 			    next, now, was);
 }

@@ -243,13 +243,19 @@ int exec_eval_group_max(const struct st_exec *ex)
 		streamed = store_is_staged(ex->store, u, ST_SLAB_W);
 	if (!streamed)
 		return 1; /* the weights stay put: one pass costs nothing to repeat */
-	/* the group's residual streams live in host memory beside the tiers'
-	 * budgets: at most 1 GiB and an eighth of what is available */
+	/* the group's residual streams live in host memory: at most 1 GiB, an
+	 * eighth of what is available, and what the host budget leaves (a run
+	 * within budgets stays within them) */
 	const double one = (double)exec_eval_row_floats(ex) * sizeof(float);
 	double cap = (double)(1u << 30);
 	const size_t avail = mem_available();
 	if (avail && (double)avail / 8 < cap)
 		cap = (double)avail / 8;
+	const struct st_tier_use *host = &ex->store->tiers[ST_TIER_HOST];
+	if (host->budget) {
+		const double left = host->budget > host->used ? (double)(host->budget - host->used) : 0;
+		cap = left < cap ? left : cap;
+	}
 	const double k = cap / one;
 	return k < 1 ? 1 : k > 4096 ? 4096 : (int)k;
 }

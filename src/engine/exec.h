@@ -89,9 +89,10 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
 void exec_eval_group(struct st_exec *ex, const int32_t *tokens, const int32_t *targets, int k,
 		     float *hidden, double *loss_sum, long *n_targets);
 /* The micro-batches an evaluation groups: 1 when no weights stream (a
- * repeated pass moves nothing), else as many as fit in the smaller of 1 GiB
- * and an eighth of the available memory (engine/memavail.h). Test hook:
- * STRATA_EVAL_GROUP=K sets it. */
+ * repeated pass moves nothing), else as many as fit in the smallest of
+ * 1 GiB, an eighth of the available memory (engine/memavail.h) and what
+ * the host tier's budget leaves unused. Test hook: STRATA_EVAL_GROUP=K
+ * sets it. */
 int exec_eval_group_max(const struct st_exec *ex);
 /* One micro-batch's residual stream (B x T x dim floats), rounded up to 64
  * bytes: a row of exec_eval_group's hidden. */

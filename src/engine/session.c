@@ -147,7 +147,10 @@ int session_exec_policy(struct st_session *s, int b, int t, const unsigned char 
 			 "internal: executor shape changed (%dx%d -> %dx%d)", s->exec.b, s->exec.t, b, t);
 		return ST_OK;
 	}
-	ST_TRY(exec_init(&s->exec, s->ops, &s->model, &s->store, b, t, act));
+	if (exec_init(&s->exec, s->ops, &s->model, &s->store, b, t, act) != ST_OK) {
+		exec_free(&s->exec); /* what it allocated before it failed */
+		return ST_FAIL;
+	}
 	s->exec_ready = 1;
 	return ST_OK;
 }

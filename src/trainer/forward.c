@@ -115,7 +115,11 @@ int forward_place(struct st_session *s, const char *dir, const struct st_forward
 		return ST_FAIL;
 	for (int l = 0; l < L; l++)
 		act[l] = ST_ACT_RECOMPUTE; /* no backward: only each layer's input is kept */
-	const size_t act_bytes = acts_total_floats(m, b, t, L) * sizeof(float);
+	/* the inputs, one shared block, the head's tensors, and the executor's
+	 * sink for a recomputed layer's output (exec_init; as the planner
+	 * counts it) */
+	const size_t act_bytes =
+		(acts_total_floats(m, b, t, L) + (L ? acts_input_floats(m, b, t) : 0)) * sizeof(float);
 	size_t need = act_bytes;
 	for (int u = 0; u < m->n_units; u++)
 		need += m->units[u].numel * sizeof(float);

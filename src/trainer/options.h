@@ -18,7 +18,7 @@ struct st_train_opts {
 	int micro_batch, seq_len, grad_accum;
 	double lr, min_lr_ratio;
 	long warmup;
-	char schedule[12];       /* "cosine" | "linear" | "wsd" | "constant" */
+	char schedule[24];       /* "cosine" | "linear" | "wsd" | "constant" */
 	double decay_frac;       /* wsd: the share of the steps after warmup that decay */
 	double weight_decay, grad_clip, beta1, beta2, eps, momentum;
 	int quant_block;

@@ -157,7 +157,7 @@ int rundir_check(struct st_trainer *tr, int resuming)
  * power loss, or a full disk where the cut back failed) is cut back to its
  * last complete line, warned: the next record, a resume marker, would
  * otherwise be glued onto it and both lost to a JSON reader. */
-void metrics_trim_partial(int fd, const char *path)
+void rundir_metrics_trim(int fd, const char *path)
 {
 	const off_t size = lseek(fd, 0, SEEK_END);
 	char buf[4096];
@@ -192,7 +192,7 @@ void metrics_trim_partial(int fd, const char *path)
  * file is cut back to its last complete line and one warning says the
  * records stop there; training goes on (a checkpoint that cannot be written
  * stops it with its own error). */
-void metrics_write(struct st_trainer *tr, const char *fmt, ...)
+void rundir_metrics_write(struct st_trainer *tr, const char *fmt, ...)
 {
 	if (!tr->metrics || tr->metrics_lost)
 		return;
@@ -234,14 +234,14 @@ void metrics_write(struct st_trainer *tr, const char *fmt, ...)
  * an earlier run in the same directory may follow a step past from_step
  * (the resumed run does those steps again), so a reader keeps, at each
  * start record, only the records before it with step <= from_step. */
-void metrics_run_start(struct st_trainer *tr)
+void rundir_metrics_start(struct st_trainer *tr)
 {
 	char when[32];
 	const time_t t = time(NULL);
 	struct tm tm;
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
 	if (!tr->step) {
-		metrics_write(tr, "{\"event\": \"start\", \"from_step\": 0, \"to_step\": %ld, "
+		rundir_metrics_write(tr, "{\"event\": \"start\", \"from_step\": 0, \"to_step\": %ld, "
 				  "\"time\": \"%s\"}\n",
 			      tr->total_steps, when);
 		return;
@@ -249,7 +249,7 @@ void metrics_run_start(struct st_trainer *tr)
 	cJSON *path = cJSON_CreateString(tr->ckpt_loaded); /* quoted and escaped */
 	char *quoted = path ? cJSON_PrintUnformatted(path) : NULL;
 	cJSON_Delete(path);
-	metrics_write(tr, "{\"event\": \"resume\", \"from_step\": %ld, \"to_step\": %ld, "
+	rundir_metrics_write(tr, "{\"event\": \"resume\", \"from_step\": %ld, \"to_step\": %ld, "
 			  "\"checkpoint\": %s, \"time\": \"%s\"}\n",
 		      tr->step, tr->total_steps, quoted ? quoted : "null", when);
 	free(quoted);

@@ -15,13 +15,13 @@ int rundir_check(struct st_trainer *tr, int resuming);
 int rundir_absolute_paths(struct st_train_opts *o, int resuming);
 
 /* Cut metrics.jsonl (open on fd) back to its last complete line, warned. */
-void metrics_trim_partial(int fd, const char *path);
+void rundir_metrics_trim(int fd, const char *path);
 /* One record, written whole or not at all; a failed write stops the
  * records (warned once) and training goes on. */
-void metrics_write(struct st_trainer *tr, const char *fmt, ...)
+void rundir_metrics_write(struct st_trainer *tr, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* The first record of a run that trains: a start, or a resume naming its
  * checkpoint. */
-void metrics_run_start(struct st_trainer *tr);
+void rundir_metrics_start(struct st_trainer *tr);
 
 #endif

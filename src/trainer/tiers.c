@@ -402,8 +402,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 }
 
 /* A held-out evaluation streams the offloaded weights once per group of
- * micro-batches (engine/exec.h: as many as 1 GiB or an eighth of the
- * available memory holds); where memory allows only small groups that can
+ * micro-batches (engine/exec.h: as many as 1 GiB, an eighth of the
+ * available memory and the host budget's headroom hold); where memory allows only small groups that can
  * be more than training moves (one micro-batch at a time, the defaults'
  * 131072 tokens at 2 x 64 are 1024 passes over the weights). Said where an
  * evaluation costs more than a tenth of the weight traffic of the steps
@@ -438,7 +438,7 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 	char b1[32], b2[32];
 	char per[64] = "micro-batch";
 	if (group > 1)
-		snprintf(per, sizeof per, "group of %ld micro-batches (all memory allows)", group);
+		snprintf(per, sizeof per, "group of %ld micro-batches", group);
 	st_log_warn("each held-out evaluation (%ld micro-batches of %ld windows) streams the offloaded "
 		    "weights (%s) once per %s: %s, the weight traffic of about %.0f training steps, "
 		    "every %ld steps; lower --eval-tokens or raise --eval-interval",

@@ -186,9 +186,11 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 			    tr->warmup, tr->total_steps, tr->total_steps == 1 ? "" : "s",
 			    lr_at(&tr->o, tr->total_steps, tr->total_steps, tr->warmup), tr->o.lr,
 			    decays ? ", and never decays" : "");
-	else if (decays && tr->warmup > 0 && tr->warmup >= tr->total_steps - 1 && tr->total_steps > 2)
-		/* the step after warmup takes the full rate: the decay would begin
-		 * only after the last step */
+	else if (decays && strcmp(tr->o.schedule, "wsd") != 0 && tr->warmup > 0 &&
+		 tr->warmup >= tr->total_steps - 1 && tr->total_steps > 2)
+		/* cosine and linear: the step after warmup takes the full rate, so
+		 * the decay would begin only after the last step (wsd's last steps
+		 * decay whatever the warmup) */
 		st_log_warn("--warmup %ld spans the whole run (%ld steps): the learning rate reaches "
 			    "--lr %g at step %ld and never decays",
 			    tr->warmup, tr->total_steps, tr->o.lr, tr->warmup);
@@ -205,10 +207,10 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		tr->trace_until = tr->step + tr->o.trace_steps;
 	}
 	snprintf(path, sizeof path, "%s/metrics.jsonl", tr->o.out);
-	tr->metrics = fopen(path, "a+"); /* read too: metrics_trim_partial */
+	tr->metrics = fopen(path, "a+"); /* read too: rundir_metrics_trim */
 	ST_CHECK(tr->metrics, "choose a writable --out directory", "cannot open %s: %s", path,
 		 strerror(errno));
-	metrics_trim_partial(fileno(tr->metrics), path);
+	rundir_metrics_trim(fileno(tr->metrics), path);
 	return ST_OK;
 }
 
@@ -325,7 +327,7 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 				    "--seq-len fits more completions",
 				    tr->o.seq_len);
 		tr->no_val_targets_said = 1;
-		metrics_write(tr, "{\"step\": %ld, \"val_loss\": null, \"val_ppl\": null, "
+		rundir_metrics_write(tr, "{\"step\": %ld, \"val_loss\": null, \"val_ppl\": null, "
 				  "\"val_tokens\": 0, \"elapsed_s\": %.3f}\n",
 			      tr->step, now_s() - tr->loop_t0);
 		return ST_OK;
@@ -335,7 +337,7 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 		st_log_warn("the held-out loss at step %ld is not finite: the model's outputs "
 			    "overflow", tr->step);
 	char l[32], p[32];
-	metrics_write(tr, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %ld, "
+	rundir_metrics_write(tr, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %ld, "
 			  "\"elapsed_s\": %.3f}\n",
 		      tr->step, st_json_num(l, sizeof l, "%.6f", loss),
 		      st_json_num(p, sizeof p, "%.4f", exp(loss)), n, now_s() - tr->loop_t0);
@@ -459,7 +461,7 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 					       : "gradient too large for fp32 (its square overflows)",
 			    loss, gnorm, tr->skipped, tr->o.max_skipped_steps);
 		char ls[32], gs[32]; /* numbers, null where not finite (JSON has no nan) */
-		metrics_write(tr, "{\"step\": %ld, \"skipped\": true, \"loss\": %s, \"grad_norm\": %s}\n",
+		rundir_metrics_write(tr, "{\"step\": %ld, \"skipped\": true, \"loss\": %s, \"grad_norm\": %s}\n",
 			      step, st_json_num(ls, sizeof ls, "%g", loss),
 			      st_json_num(gs, sizeof gs, "%g", gnorm));
 		ST_CHECK(tr->skipped <= tr->o.max_skipped_steps,
@@ -564,7 +566,7 @@ static void report_queues(struct st_trainer *tr)
 			    s->io.busy_s > 0 ? (double)(s->io.bytes_read + s->io.bytes_written) /
 						   s->io.busy_s / 1e9
 					     : 0.0);
-	metrics_write(tr,
+	rundir_metrics_write(tr,
 		"{\"queues\": {\"steps\": %ld, \"steps_s\": %.4f, \"wall_s\": %.4f, \"compute_s\": %.4f, \"copy_s\": %.4f, "
 		"\"disk_s\": %.4f, \"optimizer_s\": %.4f, \"wait_transfer_s\": %.4f, "
 		"\"wait_update_s\": %.4f, \"disk_read_bytes\": %llu, \"disk_write_bytes\": %llu, "
@@ -713,7 +715,7 @@ int trainer_run(struct st_trainer *tr)
 	if (tr->step < tr->total_steps && *tr->ckpt_loaded)
 		ST_TRY(ckpt_mark_resumed(tr));
 	if (tr->step < tr->total_steps)
-		metrics_run_start(tr);
+		rundir_metrics_start(tr);
 	struct st_progress *pg = &tr->pg;
 	progress_init(pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval,
 		      tr->o.eval_interval, tr->data.has_val);
@@ -741,7 +743,7 @@ int trainer_run(struct st_trainer *tr)
 			if (!isnan(loss)) /* NaN: no loss target in the step */
 				tr->last_loss = loss;
 			char ls[32];
-			metrics_write(tr,
+			rundir_metrics_write(tr,
 				"{\"step\": %ld, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %.6g, "
 				"\"tokens\": %.0f, \"step_s\": %.4f, \"predicted_s\": %.4f, \"tok_per_s\": %.1f, "
 				"\"gflops\": %.2f, \"elapsed_s\": %.3f}\n",

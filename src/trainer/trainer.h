@@ -71,7 +71,7 @@ struct st_trainer {
 	long total_steps, warmup;
 	double tokens_seen;
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
-	FILE *metrics;          /* metrics.jsonl, written through its fd (metrics_write) */
+	FILE *metrics;          /* metrics.jsonl, written through its fd (rundir_metrics_write) */
 	int metrics_lost;       /* a write failed: no more records */
 	int no_val_targets_said; /* an evaluation found no target: warned once */
 	int no_targets_said;     /* a training step had no target: warned once */

@@ -18,7 +18,8 @@
 # On 2026-11-24 the checkpoint loading moved into ckpt_load.c (CK1-CK5,
 # CK8-CK10, CK12-CK14) and the state tensors' fp32 count into ckpt_format.h
 # (CK11); F1 was re-pointed at the overflow check that joined its line, and
-# A6 A7 at moments_tail, the one scalar tail of the vector passes since fbfdaf2.
+# A6 A7 at moments_tail, the one scalar tail of the vector passes since fbfdaf2,
+# and CI1 at init's on/off --stable-embedding (6e6368f).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
@@ -180,7 +181,7 @@ M = [
 ('CF5', CF, 'cJSON_CreateString(c->stable_embedding ? ST_ARCH_STABLE\n\t\t\t\t\t\t\t\t\t  : "LlamaForCausalLM")', 'cJSON_CreateString("LlamaForCausalLM")', 'architectures always LlamaForCausalLM'),
 ('CF6', CF, 'ST_CHECK(cJSON_IsBool(it), "write true or false', 'ST_CHECK(1, "write true or false', 'non-boolean flag read as false'),
 ('CF7', CF, '\tST_CHECK(!marked_stable || cfg->stable_embedding,', '\tif (marked_stable)\n\t\tcfg->stable_embedding = 1;\n\tST_CHECK(!marked_stable || cfg->stable_embedding,', 'strata_llama forces stable (false overridden)'),
-('CI1', CI, '\tif (stable)\n\t\tcfg.stable_embedding = 1;\n', '', 'init --stable-embedding ignored'),
+('CI1', CI, '\tif (cli_has(&a, "stable-embedding"))\n\t\tcfg.stable_embedding = stable;\n', '', 'init --stable-embedding ignored'),
 # ---- optim.c accounting / state tensors
 ('OP1', OP, '*cur = align64(*cur + ps->state_numel * (ps->q8 ? 1 : sizeof(float)));', '*cur = align64(*cur + ps->state_numel * sizeof(float));', '8-bit codes region sized as fp32'),
 ('OP2', OP, 'for (int u = 0; u < m->n_units; u++)\n\t\to->total_bytes += o->unit_bytes[u];', 'for (int u = 0; u < m->n_units - 1; u++)\n\t\to->total_bytes += o->unit_bytes[u];', 'total_bytes misses the head unit'),
