@@ -1655,3 +1655,30 @@ Test(offload, eval_and_sample_within_budgets, .timeout = 600)
 	rc = cu_run(out, sizeof out, "ls -A %s/off | wc -l", dir);
 	cr_expect(rc == 0 && atoi(out) == 0, "offload files left: %s", out);
 }
+
+/* eval's device budget, from 1200 to 1600 KiB in 8 KiB steps (the test
+ * model's weights and activations at 2 x 64 need about 1.3 MiB): each either
+ * runs or is refused by the placement saying what the budget cannot hold,
+ * never accepted by the placement and then failing in the store (the
+ * executor's recompute sink was not counted: "device tier budget exceeded
+ * allocating 4.4 MiB for the activations of unit 5"). */
+Test(offload, eval_device_budgets_placed_or_refused, .timeout = 300)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "fwdbudget");
+	cu_setup_run(dir, "");
+	int ran = 0, refused = 0;
+	for (long kib = 1200; kib <= 1600; kib += 8) {
+		int rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --micro-batch 2 "
+				"--seq-len 64 --max-tokens 256 --threads 2 --host-mem 100M --device-mem %ldK",
+				cu_bin(), dir, dir, kib);
+		if (rc == 0) {
+			ran++;
+			continue;
+		}
+		refused++;
+		cr_expect(strstr(out, "the device budget") && !strstr(out, "tier budget exceeded"),
+			  "--device-mem %ldK: %s", kib, out);
+	}
+	cr_expect(ran > 0 && refused > 0, "ran %d, refused %d: the range missed the edge", ran, refused);
+}
