@@ -1987,6 +1987,25 @@ Test(train, eval_and_sample_cli)
 		  "%s", out);
 }
 
+/* prepare --tokenizer RUN (a run directory, as sample takes one): the
+ * tokenizer.json its latest checkpoint carries, the same shards as naming
+ * the file (it said "no tokenizer at RUN/tokenizer.json"). */
+Test(train, prepare_tokenizer_from_a_run)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "preptok");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/run/step-000001 && cp %s/init/* tests/data/tokenizers/gpt2/tokenizer.json "
+			"%s/run/step-000001/ && echo '{}' > %s/run/step-000001/trainer.json && "
+			"ln -s step-000001 %s/run/latest && "
+			"%s prepare --input %s/text.txt --out %s/a --tokenizer %s/run && "
+			"%s prepare --input %s/text.txt --out %s/b --tokenizer tests/data/tokenizers/gpt2/tokenizer.json && "
+			"cmp %s/a/train.bin %s/b/train.bin",
+			dir, dir, dir, dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+}
+
 /* A token longer than 1024 bytes is printed whole by sample (it was cut at
  * 1024). The tokenizer's id 0
  * is 1200 bytes ('a' x 1100, a line break, 'b' x 99) and the model's final

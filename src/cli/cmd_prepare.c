@@ -376,6 +376,16 @@ int cmd_prepare(int argc, char **argv)
 			a.used[i] = 1;
 		}
 	ST_TRY(cli_check_unused(&a, "strata prepare"));
+	/* --tokenizer RUN (a run or a checkpoint, as sample takes them): the
+	 * tokenizer its checkpoint carries */
+	char tk_dir[4096], probe[4200];
+	snprintf(probe, sizeof probe, "%s/tokenizer.json", tok_name);
+	if (strcmp(tok_name, "byte") != 0 && fs_is_dir(tok_name) && !fs_exists(probe)) {
+		const int old = st_log_mute(1);
+		if (resolve_model_dir(tk_dir, sizeof tk_dir, tok_name) == ST_OK)
+			tok_name = tk_dir;
+		st_log_mute(old);
+	}
 	ST_CHECK(out, "pass --out DIR", "strata prepare: no output directory (--out)");
 	ST_CHECK(n_in > 0, "pass --input FILE", "strata prepare: no input text (--input)");
 	char path[4096];
@@ -533,9 +543,9 @@ int cmd_prepare(int argc, char **argv)
 			    chunk_idx, chunk_idx == 1 ? "" : "s", period);
 	if (rc == ST_OK && val_frac > 0 && val.n == 0 && masked) {
 		ST_ERROR("give more examples, a larger --val-fraction, or --val-fraction 0",
-			 "strata prepare: %ld examples are too few to hold out %g%% for validation "
+			 "strata prepare: %ld example%s too few to hold out %g%% for validation "
 			 "(one example in %ld is held out)",
-			 example, 100 * val_frac, period);
+			 example, example == 1 ? " is" : "s are", 100 * val_frac, period);
 		rc = ST_FAIL;
 	} else if (rc == ST_OK && val_frac > 0 && val.n == 0) {
 		ST_ERROR("give more text, a smaller --chunk, or --val-fraction 0",
