@@ -82,7 +82,10 @@ double exec_micro_step(struct st_exec *ex, const int32_t *tokens, const int32_t 
  * k x (B,T)) unit by unit, each unit's weights acquired once for the group,
  * where exec_micro_step would stream every offloaded weight once per
  * micro-batch. hidden (k rows of exec_eval_row_floats, 64-byte aligned)
- * holds the group's residual streams between units. Each micro-batch runs the same kernels on the same
+ * holds the group's residual streams between units (host memory the
+ * kernels read and write directly, as the CPU backend's activations are; a
+ * device backend would keep the rows in the device's memory, or copy them
+ * through its queues). Each micro-batch runs the same kernels on the same
  * inputs as exec_micro_step with loss_scale 0, and its loss is added to
  * *loss_sum in turn (its counted tokens to *n_targets), as k calls of it
  * would add them: the sum is bit-identical. */
