@@ -19,7 +19,8 @@
 # CK8-CK10, CK12-CK14) and the state tensors' fp32 count into ckpt_format.h
 # (CK11); F1 was re-pointed at the overflow check that joined its line, and
 # A6 A7 at moments_tail, the one scalar tail of the vector passes since fbfdaf2,
-# and CI1 at init's on/off --stable-embedding (6e6368f).
+# and CI1 at init's on/off --stable-embedding (6e6368f). Run then: F1, RP1-RP4,
+# CK1, CK2, CK11, CK13, A6, A7 and CI1 all killed (verify-20261124-split.log).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
