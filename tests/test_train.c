@@ -2004,6 +2004,16 @@ Test(train, prepare_tokenizer_from_a_run)
 			"cmp %s/a/train.bin %s/b/train.bin",
 			dir, dir, dir, dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
+	/* --input - is standard input: the same shards as the file; twice is
+	 * refused; a slip of --input is named */
+	rc = cu_run(out, sizeof out, "%s prepare --input - --out %s/s < %s/text.txt && "
+			"%s prepare --input %s/text.txt --out %s/f && cmp %s/s/train.bin %s/f/train.bin",
+		    cu_bin(), dir, dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --input - --input - --out %s/t < /dev/null", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "--input - is given twice"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --inptu x --out %s/u", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "did you mean --input?"), "%s", out);
 }
 
 /* A token longer than 1024 bytes is printed whole by sample (it was cut at

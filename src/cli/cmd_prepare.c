@@ -35,7 +35,8 @@ static void help(void)
 {
 	printf("usage: strata prepare --input FILE [--input FILE ...] --out DIR [options]\n\n"
 	       "  --input FILE        UTF-8 text, or .jsonl with {\"prompt\",\"completion\"} or {\"text\"}\n"
-	       "                      per line (repeat for several files)\n"
+	       "                      per line (repeat for several files; - reads plain text\n"
+	       "                      from standard input)\n"
 	       "  --out DIR           writes DIR/train.bin and DIR/val.bin\n"
 	       "  --val-fraction X    share of chunks held out for validation [0.05]\n"
 	       "  --chunk N           split granularity in bytes [16384]\n"
@@ -368,11 +369,16 @@ int cmd_prepare(int argc, char **argv)
 	int force;
 	ST_TRY(cli_get_bool(&a, "force", &force));
 	const char *inputs[CLI_MAX_ARGS];
-	int n_in = 0;
+	int n_in = 0, stdin_given = 0;
+	cli_get(&a, "input", NULL); /* looked for: a slip of it is named */
 	for (int i = 0; i < a.n; i++)
 		if (!strcmp(a.key[i], "input")) {
 			ST_CHECK(a.val[i] != cli_bare, "give the file after it", "--input needs a value");
-			inputs[n_in++] = a.val[i];
+			/* - is standard input, as sample's --prompt-file - (plain text) */
+			const int is_stdin = !strcmp(a.val[i], "-");
+			ST_CHECK(!(is_stdin && stdin_given++), "give - once",
+				 "--input - is given twice: standard input is read once");
+			inputs[n_in++] = is_stdin ? "/dev/stdin" : a.val[i];
 			a.used[i] = 1;
 		}
 	ST_TRY(cli_check_unused(&a, "strata prepare"));
