@@ -266,8 +266,19 @@ int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long m
 		}
 	}
 	const size_t n = (size_t)b * t;
+	const int old = st_log_mute(k > 1); /* a group's tokens may not fit: one then */
 	int32_t *tok = st_malloc((size_t)k * n * sizeof *tok);
 	int32_t *tgt = st_malloc((size_t)k * n * sizeof *tgt);
+	st_log_mute(old);
+	if ((!tok || !tgt) && k > 1) {
+		free(tok);
+		free(tgt);
+		free(hidden);
+		hidden = NULL;
+		k = 1;
+		tok = st_malloc(n * sizeof *tok);
+		tgt = st_malloc(n * sizeof *tgt);
+	}
 	if (!tok || !tgt) {
 		free(tok);
 		free(tgt);
