@@ -587,6 +587,51 @@ Test(ops, attention_long_sequence)
 	check_attention(1, 131, 4, 2, 8, 13, 0x54);
 }
 
+/* A decoder's attention over a key/value cache: n queries at positions
+ * p0 .. p0+n-1 against the cache's first p0+n keys give the float64
+ * reference's rows p0 .. p0+n-1 of the full causal attention, at splits on
+ * and off the 64-row blocks (one new token, a chunk crossing a block, a
+ * whole prompt); the whole sequence from position 0 is the training forward
+ * bit for bit (the same code). */
+static void check_attention_cached(int t, int h, int hkv, int hd, uint64_t seed)
+{
+	const size_t qd = (size_t)h * hd, kd = (size_t)hkv * hd;
+	float *q = frand((size_t)t * qd, 1, &seed), *k = frand((size_t)t * kd, 1, &seed);
+	float *v = frand((size_t)t * kd, 1, &seed);
+	double *ref = dmalloc((size_t)t * qd);
+	double *dq = todouble(q, (size_t)t * qd), *dk = todouble(k, (size_t)t * kd);
+	double *dv = todouble(v, (size_t)t * kd);
+	ref_attention_full(dq, dk, dv, ref, NULL, 1, t, h, hkv, hd);
+	const int splits[][2] = {{0, t}, {0, 1}, {1, 1}, {t - 1, 1}, {t / 2, 1}, {3, t - 3},
+				 {60, 10 < t - 60 ? 10 : t - 60}, {t - 5, 5}};
+	char what[128];
+	for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+		const int p0 = splits[i][0], n = splits[i][1];
+		if (p0 < 0 || n < 1 || p0 + n > t)
+			continue;
+		float *out = fnan((size_t)n * qd);
+		ops()->attention_cached(out, q + (size_t)p0 * qd, k, v, n, p0, h, hkv, hd);
+		snprintf(what, sizeof what, "attention_cached T=%d H=%d Hkv=%d hd=%d p0=%d n=%d", t, h,
+			 hkv, hd, p0, n);
+		expect_close_f(what, out, ref + (size_t)p0 * qd, (size_t)n * qd, 1, FWD_TOL, SUM_FLOOR);
+		free(out);
+	}
+	float *full = fnan((size_t)t * qd), *lse = fnan((size_t)h * t), *cached = fnan((size_t)t * qd);
+	ops()->attention_forward(full, lse, q, k, v, 1, t, h, hkv, hd);
+	ops()->attention_cached(cached, q, k, v, t, 0, h, hkv, hd);
+	cr_expect(memcmp(full, cached, (size_t)t * qd * sizeof(float)) == 0,
+		  "attention_cached from position 0 differs from attention_forward");
+	free(q), free(k), free(v), free(ref), free(dq), free(dk), free(dv);
+	free(full), free(lse), free(cached);
+}
+
+Test(ops, attention_cached_matches_causal_rows)
+{
+	check_attention_cached(9, 4, 2, 16, 0x61);
+	check_attention_cached(131, 4, 1, 8, 0x62);
+	check_attention_cached(70, 3, 3, 6, 0x63);
+}
+
 /* ---- swiglu ---------------------------------------------------------------- */
 
 static void ref_swiglu(const struct ref_op *op, double *out)

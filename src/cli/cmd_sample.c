@@ -27,7 +27,8 @@ static void help(void)
 	       "  --top-p X          nucleus sampling mass [0.95]\n"
 	       "  --top-k N          at most the N most likely tokens (0: no limit) [0]\n"
 	       "  --seed N           sampling seed [1]\n"
-	       "  --context N        tokens of context per step (<= max_position_embeddings) [256]\n"
+	       "  --context N        the most tokens the model sees, its key/value cache\n"
+	       "                     (<= max_position_embeddings) [256]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       CLI_FORWARD_MEM_HELP
@@ -36,7 +37,11 @@ static void help(void)
 	       "\nGeneration stops at the <eos>, which is not printed: the --model directory's\n"
 	       "config.json eos_token_id where it names one of the tokenizer's added tokens\n"
 	       "(whatever --tokenizer is), else the tokenizer's own. It also stops when the\n"
-	       "output cannot be written (a closed pipe, a full disk), an error. With the\n"
+	       "output cannot be written (a closed pipe, a full disk), an error.\n"
+	       "\nEach layer keeps the keys and values of the text so far (a key/value cache\n"
+	       "of --context tokens), so a new token costs one token's pass. When the text\n"
+	       "outgrows the cache, the cache is refilled with the last half of it and\n"
+	       "generation goes on: every token sees at least --context/2 tokens. With the\n"
 	       "weights streamed from the host or disk, every token reads them all once.\n");
 }
 
@@ -203,8 +208,11 @@ int cmd_sample(int argc, char **argv)
 		/* no longer a window than the text will be: padding past it costs
 		 * as much as text */
 		const size_t need = n + (size_t)n_tok;
-		rc = forward_place(&s, dir, &mem, 1,
-				   need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len);
+		const int t = need < (size_t)ctx_len ? (int)(need < 2 ? 2 : need) : (int)ctx_len;
+		/* test and benchmark hook: the windowed recompute the decoder replaced */
+		const char *win = getenv("STRATA_SAMPLE_WINDOW");
+		rc = win && *win && strcmp(win, "0") ? forward_place(&s, dir, &mem, 1, t)
+						     : forward_place_decoder(&s, dir, &mem, t);
 	}
 	struct out_ctx oc = {&tk, NULL, tokenizer_max_token_len(&tk)};
 	if (rc == ST_OK && !(oc.buf = st_malloc(oc.cap)))

@@ -56,13 +56,33 @@ int32_t sample_logits(const float *logits, int v, double temperature, double top
 	return pi[n - 1].i;
 }
 
+/* The windowed recompute: the last min(n, T) tokens at positions 0..w-1
+ * through the executor; the rest of the window is padding, which causal
+ * attention keeps from influencing position w-1. */
+static const float *window_logits(struct st_exec *ex, const int32_t *hist, int n, int32_t *tok,
+				  int32_t *tgt)
+{
+	const int T = ex->t, w = n < T ? n : T;
+	for (int i = 0; i < T; i++) {
+		tok[i] = i < w ? hist[n - w + i] : 0;
+		tgt[i] = -1;
+	}
+	long unused;
+	exec_micro_step(ex, tok, tgt, 0.0f, &unused);
+	return ex->acts.logits + (size_t)(w - 1) * ex->model->cfg.vocab_size;
+}
+
 int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct st_gen_opts *g,
 	     int (*emit)(int32_t tok, void *arg), void *arg)
 {
+	struct st_decoder *dec = s->dec_ready ? &s->dec : NULL;
 	struct st_exec *ex = &s->exec;
-	const int T = ex->t, V = s->model.cfg.vocab_size;
-	ST_CHECK(ex->b == 1, NULL, "internal: generate needs a batch-1 executor");
+	ST_CHECK(dec || (s->exec_ready && ex->b == 1), NULL,
+		 "internal: generate needs a decoder or a batch-1 executor");
 	ST_CHECK(n_ctx > 0, "give a prompt", "empty prompt");
+	const int T = dec ? dec->t_max : ex->t, V = s->model.cfg.vocab_size;
+	/* a full cache goes on from its last half (ceil(T/2) tokens re-read) */
+	const int keep = T - T / 2;
 	int32_t *hist = st_malloc((size_t)(n_ctx + g->max_new) * sizeof *hist);
 	int32_t *tok = st_malloc((size_t)T * sizeof *tok), *tgt = st_malloc((size_t)T * sizeof *tgt);
 	float *scratch = st_malloc((size_t)V * 2 * sizeof *scratch);
@@ -71,20 +91,17 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 		return ST_FAIL;
 	}
 	memcpy(hist, ctx, (size_t)n_ctx * sizeof *hist);
-	int n = n_ctx;
+	int n = n_ctx, start = n > T ? n - T : 0; /* the cache holds hist[start..n) */
 	struct st_rng r;
 	rng_seed(&r, g->seed, 0x5a3e);
+	const float *logits = NULL;
+	if (dec) {
+		decoder_reset(dec);
+		logits = decoder_feed(dec, hist + start, n - start);
+	}
 	for (int k = 0; k < g->max_new; k++) {
-		/* window: the last min(n, T) tokens at positions 0..w-1; the rest is
-		 * padding that causal attention keeps from influencing position w-1 */
-		int w = n < T ? n : T;
-		for (int i = 0; i < T; i++) {
-			tok[i] = i < w ? hist[n - w + i] : 0;
-			tgt[i] = -1;
-		}
-		long unused;
-		exec_micro_step(ex, tok, tgt, 0.0f, &unused);
-		const float *logits = ex->acts.logits + (size_t)(w - 1) * V;
+		if (!dec)
+			logits = window_logits(ex, hist, n, tok, tgt);
 		if (st_first_nonfinite(logits, (size_t)V) >= 0) {
 			ST_ERROR("sample an earlier checkpoint: this one's weights make the outputs "
 				 "overflow",
@@ -99,6 +116,15 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 		hist[n++] = next;
 		if (emit(next, arg))
 			break; /* nowhere to write the rest */
+		if (!dec || k + 1 == g->max_new)
+			continue;
+		if (n - start > T) { /* the cache is full: re-read its last half */
+			start = n - keep;
+			decoder_reset(dec);
+			logits = decoder_feed(dec, hist + start, n - start);
+		} else {
+			logits = decoder_feed(dec, &next, 1);
+		}
 	}
 	free(hist), free(tok), free(tgt), free(scratch);
 	return ST_OK;

@@ -147,11 +147,28 @@ int session_exec_policy(struct st_session *s, int b, int t, const unsigned char 
 			 "internal: executor shape changed (%dx%d -> %dx%d)", s->exec.b, s->exec.t, b, t);
 		return ST_OK;
 	}
+	ST_CHECK(!s->dec_ready, NULL, "internal: an executor beside a decoder");
 	if (exec_init(&s->exec, s->ops, &s->model, &s->store, b, t, act) != ST_OK) {
 		exec_free(&s->exec); /* what it allocated before it failed */
 		return ST_FAIL;
 	}
 	s->exec_ready = 1;
+	return ST_OK;
+}
+
+int session_decoder(struct st_session *s, int t_max)
+{
+	if (s->dec_ready) {
+		ST_CHECK(s->dec.t_max == t_max, NULL, "internal: decoder size changed (%d -> %d)",
+			 s->dec.t_max, t_max);
+		return ST_OK;
+	}
+	ST_CHECK(!s->exec_ready, NULL, "internal: a decoder beside an executor");
+	if (decoder_init(&s->dec, s->ops, &s->model, &s->store, t_max) != ST_OK) {
+		decoder_free(&s->dec); /* its slabs are freed with the store */
+		return ST_FAIL;
+	}
+	s->dec_ready = 1;
 	return ST_OK;
 }
 
@@ -184,6 +201,8 @@ void session_close(struct st_session *s)
 {
 	if (s->exec_ready)
 		exec_free(&s->exec);
+	if (s->dec_ready)
+		decoder_free(&s->dec);
 	store_free(&s->store);
 	model_free(&s->model);
 	free(s->w);

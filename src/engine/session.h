@@ -4,6 +4,7 @@
 #ifndef ST_SESSION_H
 #define ST_SESSION_H
 
+#include "engine/decode.h"
 #include "engine/exec.h"
 #include "engine/place.h"
 #include "model/llama.h"
@@ -16,6 +17,8 @@ struct st_session {
 	struct st_store store;
 	struct st_exec exec;
 	int exec_ready;
+	struct st_decoder dec; /* sample's key/value-cache forward */
+	int dec_ready;
 	float **w;  /* per-unit W slab pointers where resident (NULL where staged) */
 	size_t shard_bytes; /* saving: weight files above this are sharded (0: 5 GB) */
 };
@@ -55,6 +58,10 @@ void session_init_random(struct st_session *s, unsigned long seed);
 int session_exec(struct st_session *s, int b, int t);
 /* The same with an activation policy per layer (engine/exec.h; NULL: keep). */
 int session_exec_policy(struct st_session *s, int b, int t, const unsigned char *act);
+/* Allocate the decoder for a t_max-position key/value cache (once; its
+ * slabs are the layers' and the head's A slabs, so a session has either an
+ * executor or a decoder). */
+int session_decoder(struct st_session *s, int t_max);
 /* Write config.json + model.safetensors (sharded above shard_bytes) into
  * dir (which must exist). */
 int session_save_model(struct st_session *s, const char *dir);

@@ -295,3 +295,104 @@ void llama_head_backward(const struct st_ops *ops, const struct st_model *m,
 	ops->rmsnorm_backward(a->dx, PG(m, u, 0, g), a->dxn, a->x_final, P(m, u, 0, w), a->rstd_f,
 			      N, C);
 }
+
+size_t decode_cache_floats(const struct st_model *m, int t_max)
+{
+	return 2 * R16((size_t)t_max * m->cfg.n_kv_heads * m->cfg.head_dim);
+}
+
+size_t decode_rest_floats(const struct st_model *m, int rows, int t_max)
+{
+	const struct st_config *c = &m->cfg;
+	const size_t N = (size_t)rows, C = c->dim, F = c->ffn_dim;
+	const size_t QD = (size_t)c->n_heads * c->head_dim;
+	return 2 * R16(N * C) + R16(N) + 2 * R16(N * QD) + 3 * R16(N * F) + R16(C) + R16(1) +
+	       R16(c->vocab_size) + 2 * R16((size_t)t_max * c->head_dim / 2) +
+	       (c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0);
+}
+
+#define TAKE(n) (cur += R16(n), cur - R16(n))
+void decode_bind(struct st_decode_acts *d, const struct st_model *m, int rows, int t_max,
+		 float *block)
+{
+	const struct st_config *c = &m->cfg;
+	const size_t N = (size_t)rows, C = c->dim, F = c->ffn_dim;
+	const size_t QD = (size_t)c->n_heads * c->head_dim;
+	float *cur = block;
+	memset(d, 0, sizeof *d);
+	d->rows = rows;
+	d->t_max = t_max;
+	d->x = TAKE(N * C);
+	d->xn = TAKE(N * C);
+	d->rstd = TAKE(N);
+	d->q = TAKE(N * QD);
+	d->att = TAKE(N * QD);
+	d->gate = TAKE(N * F);
+	d->up = TAKE(N * F);
+	d->h = TAKE(N * F);
+	d->xf = TAKE(C);
+	d->rstd_f = TAKE(1);
+	d->logits = TAKE(c->vocab_size);
+	d->rope_cos = TAKE((size_t)t_max * c->head_dim / 2);
+	d->rope_sin = TAKE((size_t)t_max * c->head_dim / 2);
+	if (c->stable_embedding) {
+		d->emb = TAKE(N * C);
+		d->emb_mean = TAKE(N);
+		d->emb_rstd = TAKE(N);
+	}
+	rope_table(d->rope_cos, d->rope_sin, t_max, c->head_dim, c->rope_theta);
+}
+#undef TAKE
+
+void llama_embed_decode(const struct st_ops *ops, const struct st_model *m,
+			struct st_decode_acts *d, const float *w, const int32_t *tokens, int n)
+{
+	const int C = m->cfg.dim;
+	if (!m->cfg.stable_embedding) {
+		ops->embedding_forward(d->x, tokens, w, n, C);
+		return;
+	}
+	ops->embedding_forward(d->emb, tokens, w, n, C);
+	ops->layernorm_forward(d->x, d->emb_mean, d->emb_rstd, d->emb, P(m, 0, 1, w), P(m, 0, 2, w), n,
+			       C, ST_EMBED_NORM_EPS);
+}
+
+void llama_layer_decode(const struct st_ops *ops, const struct st_model *m,
+			struct st_decode_acts *d, int l, const float *w, float *cache, int pos,
+			int n)
+{
+	const struct st_config *c = &m->cfg;
+	const int u = 1 + l, C = c->dim, F = c->ffn_dim;
+	const int H = c->n_heads, KH = c->n_kv_heads, hd = c->head_dim;
+	const size_t KD = (size_t)KH * hd;
+	float *kc = cache, *vc = cache + decode_cache_floats(m, d->t_max) / 2;
+	float *k = kc + (size_t)pos * KD, *v = vc + (size_t)pos * KD;
+	const float *cos_tab = d->rope_cos + (size_t)pos * hd / 2;
+	const float *sin_tab = d->rope_sin + (size_t)pos * hd / 2;
+
+	ops->rmsnorm_forward(d->xn, d->rstd, d->x, P(m, u, LP_ATTN_NORM, w), n, C, c->norm_eps);
+	linear_forward(ops, d->q, d->xn, P(m, u, LP_WQ, w), n, C, H * hd);
+	linear_forward(ops, k, d->xn, P(m, u, LP_WK, w), n, C, KH * hd);
+	linear_forward(ops, v, d->xn, P(m, u, LP_WV, w), n, C, KH * hd);
+	ops->rope(d->q, cos_tab, sin_tab, 1, n, H, hd, +1);
+	ops->rope(k, cos_tab, sin_tab, 1, n, KH, hd, +1);
+	ops->attention_cached(d->att, d->q, kc, vc, n, pos, H, KH, hd);
+	/* x += att @ Wo^T, then x += h @ Wdown^T: the forward's residual adds */
+	ops->matmul(d->x, d->att, P(m, u, LP_WO, w), n, C, H * hd, 0, 1, 1.0f, 1.0f, H * hd, H * hd,
+		    C);
+	ops->rmsnorm_forward(d->xn, d->rstd, d->x, P(m, u, LP_MLP_NORM, w), n, C, c->norm_eps);
+	linear_forward(ops, d->gate, d->xn, P(m, u, LP_WGATE, w), n, C, F);
+	linear_forward(ops, d->up, d->xn, P(m, u, LP_WUP, w), n, C, F);
+	ops->swiglu_forward(d->h, d->gate, d->up, (size_t)n * F);
+	ops->matmul(d->x, d->h, P(m, u, LP_WDOWN, w), n, C, F, 0, 1, 1.0f, 1.0f, F, F, C);
+}
+
+void llama_head_decode(const struct st_ops *ops, const struct st_model *m,
+		       struct st_decode_acts *d, const float *w, const float *wte, int n)
+{
+	const struct st_config *c = &m->cfg;
+	const int C = c->dim, u = model_head_unit(m);
+	ops->rmsnorm_forward(d->xf, d->rstd_f, d->x + (size_t)(n - 1) * C, P(m, u, 0, w), 1, C,
+			     c->norm_eps);
+	linear_forward(ops, d->logits, d->xf, head_proj(m, w, wte), 1, C, c->vocab_size);
+}

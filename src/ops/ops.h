@@ -114,6 +114,13 @@ struct st_ops {
 				   const float *out, const float *lse, int b, int t, int h,
 				   int hkv, int hd);
 
+	/* The same attention for a decoder with a key/value cache (one
+	 * sequence): n query rows at positions p0 .. p0+n-1 against the cache's
+	 * first p0 + n rows, row i seeing keys 0 .. p0+i. q, out (n,H,hd);
+	 * k, v (p0+n, Hkv,hd), k after RoPE. No lse: nothing runs backward. */
+	void (*attention_cached)(float *out, const float *q, const float *k, const float *v, int n,
+				 int p0, int h, int hkv, int hd);
+
 	/* out = silu(gate) * up, silu(x) = x / (1 + exp(-x)) */
 	void (*swiglu_forward)(float *out /* (N,F) */, const float *gate /* (N,F) */,
 			       const float *up /* (N,F) */, size_t n);

@@ -20,17 +20,33 @@ void forward_mem_defaults(struct st_forward_mem *mem)
 	snprintf(mem->host_mem, sizeof mem->host_mem, "auto");
 }
 
+/* What runs the forward: an executor for micro-batches of b x t with the
+ * activation policy act, or (t_max > 0) a decoder with a t_max-position
+ * key/value cache. */
+struct fwd_shape {
+	int b, t;
+	const unsigned char *act;
+	int t_max;
+};
+
+static int shape_alloc(struct st_session *s, const struct fwd_shape *sh)
+{
+	if (sh->t_max)
+		return session_decoder(s, sh->t_max);
+	return session_exec_policy(s, sh->b, sh->t, sh->act);
+}
+
 /* Weights and activations on the device tier, with nothing to stream. */
-static int place_all(struct st_session *s, int b, int t, const unsigned char *act)
+static int place_all(struct st_session *s, const struct fwd_shape *sh)
 {
 	ST_TRY(session_alloc(s, NULL, ST_GRADS_NONE));
-	return session_exec_policy(s, b, t, act);
+	return shape_alloc(s, sh);
 }
 
 /* Where the budgets do not hold them: placed, the store started on the
  * offload directories. */
-static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem, int b, int t,
-			  const unsigned char *act, size_t act_bytes, const size_t budgets[])
+static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem,
+			  const struct fwd_shape *sh, size_t act_bytes, const size_t budgets[])
 {
 	const struct st_model *m = &s->model;
 	const int n = m->n_units;
@@ -71,7 +87,7 @@ static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem
 	if (rc == ST_OK)
 		rc = session_alloc(s, &pl, ST_GRADS_NONE);
 	if (rc == ST_OK)
-		rc = session_exec_policy(s, b, t, act);
+		rc = shape_alloc(s, sh);
 	struct st_offload_cfg oc = {.dirs = dirs, .n_dirs = n_dirs, .io_block = po.io_block,
 				    .io_depth = 16};
 	memcpy(oc.pool_slots, pl.pool_slots, sizeof oc.pool_slots);
@@ -89,6 +105,7 @@ static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem
 			    fmt_bytes(b3, sizeof b3, w[ST_TIER_DISK]), pl.pool_slots[ST_SLAB_W]);
 	}
 	s->exec.prefetch = FORWARD_PREFETCH;
+	s->dec.prefetch = FORWARD_PREFETCH;
 	place_free(&pl);
 	free(wb);
 	return rc;
@@ -103,6 +120,23 @@ int forward_build(struct st_session *s, const struct st_ops *ops, const char *di
 	ST_TRY(config_load(&cfg, path));
 	ST_TRY(session_build(s, ops, &cfg, NULL));
 	return session_check_weights(s, dir);
+}
+
+/* Place for sh, whose activations take act_bytes, and load the weights. */
+static int place(struct st_session *s, const char *dir, const struct st_forward_mem *mem,
+		 const struct fwd_shape *sh, size_t act_bytes)
+{
+	const struct st_model *m = &s->model;
+	size_t need = act_bytes;
+	for (int u = 0; u < m->n_units; u++)
+		need += m->units[u].numel * sizeof(float);
+	size_t budgets[ST_TIER__COUNT] = {0};
+	ST_TRY(tiers_budgets(mem->device_mem, mem->host_mem, need, budgets));
+	if (!budgets[ST_TIER_DEVICE] && !budgets[ST_TIER_HOST] && !*mem->offload_dir)
+		ST_TRY(place_all(s, sh));
+	else
+		ST_TRY(place_budgeted(s, mem, sh, act_bytes, budgets));
+	return session_load_weights(s, dir);
 }
 
 int forward_place(struct st_session *s, const char *dir, const struct st_forward_mem *mem, int b,
@@ -120,16 +154,15 @@ int forward_place(struct st_session *s, const char *dir, const struct st_forward
 	 * counts it) */
 	const size_t act_bytes =
 		(acts_total_floats(m, b, t, L) + (L ? acts_input_floats(m, b, t) : 0)) * sizeof(float);
-	size_t need = act_bytes;
-	for (int u = 0; u < m->n_units; u++)
-		need += m->units[u].numel * sizeof(float);
-	size_t budgets[ST_TIER__COUNT] = {0};
-	int rc = tiers_budgets(mem->device_mem, mem->host_mem, need, budgets);
-	if (rc == ST_OK && !budgets[ST_TIER_DEVICE] && !budgets[ST_TIER_HOST] && !*mem->offload_dir)
-		rc = place_all(s, b, t, act);
-	else if (rc == ST_OK)
-		rc = place_budgeted(s, mem, b, t, act, act_bytes, budgets);
+	const struct fwd_shape sh = {.b = b, .t = t, .act = act};
+	const int rc = place(s, dir, mem, &sh, act_bytes);
 	free(act);
-	ST_TRY(rc);
-	return session_load_weights(s, dir);
+	return rc;
+}
+
+int forward_place_decoder(struct st_session *s, const char *dir, const struct st_forward_mem *mem,
+			  int t_max)
+{
+	const struct fwd_shape sh = {.t_max = t_max};
+	return place(s, dir, mem, &sh, decoder_bytes(&s->model, t_max));
 }

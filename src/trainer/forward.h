@@ -13,7 +13,8 @@
  * forward keeps no activations for a backward: every layer keeps only its
  * input, and its other tensors live in one block shared by all layers (the
  * executor's recompute policy; the same kernels on the same inputs, so the
- * numbers are those of keeping them all). */
+ * numbers are those of keeping them all). Generation keeps each layer's
+ * keys and values instead (forward_place_decoder). */
 #ifndef ST_FORWARD_H
 #define ST_FORWARD_H
 
@@ -37,5 +38,10 @@ void forward_mem_defaults(struct st_forward_mem *mem);
 int forward_build(struct st_session *s, const struct st_ops *ops, const char *dir);
 int forward_place(struct st_session *s, const char *dir, const struct st_forward_mem *mem, int b,
 		  int t);
+
+/* The same for generation: a decoder with a t_max-position key/value cache
+ * (engine/decode.h) in place of the executor. */
+int forward_place_decoder(struct st_session *s, const char *dir, const struct st_forward_mem *mem,
+			  int t_max);
 
 #endif

@@ -62,11 +62,15 @@ static int att_ld(int t)
 	return (t + 15) & ~15;
 }
 
-void cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
-			   const float *v, int b, int t, int h, int hkv, int hd)
+/* The forward for queries at positions q_off .. q_off+tq-1 of sequences
+ * whose keys are rows 0 .. q_off+tq-1: training's pass (q_off 0, tq = T)
+ * and a decoder's step over a key/value cache (B = 1). q/out rows are tq
+ * per sequence, k/v rows q_off + tq; lse (B,H,tq) may be NULL. */
+static void att_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+			int b, int tq, int q_off, int h, int hkv, int hd)
 {
-	const int rep = h / hkv, nqb = (t + ATT_BQ - 1) / ATT_BQ;
-	const int qs = h * hd, ks = hkv * hd, lds = att_ld(t);
+	const int tk = q_off + tq, rep = h / hkv, nqb = (tq + ATT_BQ - 1) / ATT_BQ;
+	const int qs = h * hd, ks = hkv * hd, lds = att_ld(tk);
 	const float scale = 1.0f / sqrtf((float)hd);
 	const int items = b * h * nqb;
 #pragma omp parallel
@@ -75,18 +79,18 @@ void cpu_attention_forward(float *out, float *lse, const float *q, const float *
 #pragma omp for schedule(dynamic)
 		for (int it = 0; it < items; it++) {
 			int qb = it % nqb, bh = it / nqb, hh = bh % h, bb = bh / h, g = hh / rep;
-			int q0 = qb * ATT_BQ, q1 = q0 + ATT_BQ < t ? q0 + ATT_BQ : t;
-			int bq = q1 - q0, nk = q1;
-			const float *Q = q + ((size_t)(bb * t + q0) * h + hh) * hd;
-			const float *K = k + ((size_t)bb * t * hkv + g) * hd;
-			const float *V = v + ((size_t)bb * t * hkv + g) * hd;
-			float *O = out + ((size_t)(bb * t + q0) * h + hh) * hd;
-			float *L = lse + ((size_t)bb * h + hh) * t + q0;
+			int q0 = qb * ATT_BQ, q1 = q0 + ATT_BQ < tq ? q0 + ATT_BQ : tq;
+			int bq = q1 - q0, nk = q_off + q1;
+			const float *Q = q + ((size_t)(bb * tq + q0) * h + hh) * hd;
+			const float *K = k + ((size_t)bb * tk * hkv + g) * hd;
+			const float *V = v + ((size_t)bb * tk * hkv + g) * hd;
+			float *O = out + ((size_t)(bb * tq + q0) * h + hh) * hd;
+			float *L = lse ? lse + ((size_t)bb * h + hh) * tq + q0 : NULL;
 
 			cpu_matmul(s, Q, K, bq, nk, hd, 0, 1, scale, 0.0f, qs, ks, lds);
 			for (int r = 0; r < bq; r++) {
 				float *row = s + (size_t)r * lds;
-				int nv = q0 + r + 1; /* keys 0..q0+r are visible */
+				int nv = q_off + q0 + r + 1; /* keys 0..q_off+q0+r are visible */
 				float m = -INFINITY;
 #pragma omp simd reduction(max : m)
 				for (int j = 0; j < nv; j++)
@@ -103,12 +107,25 @@ void cpu_attention_forward(float *out, float *lse, const float *q, const float *
 					row[j] *= inv;
 				for (int j = nv; j < nk; j++)
 					row[j] = 0.0f;
-				L[r] = m + logf(sum);
+				if (L)
+					L[r] = m + logf(sum);
 			}
 			cpu_matmul(O, s, V, bq, hd, nk, 0, 0, 1.0f, 0.0f, lds, ks, qs);
 		}
 		free(s);
 	}
+}
+
+void cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
+			   const float *v, int b, int t, int h, int hkv, int hd)
+{
+	att_forward(out, lse, q, k, v, b, t, 0, h, hkv, hd);
+}
+
+void cpu_attention_cached(float *out, const float *q, const float *k, const float *v, int n,
+			  int p0, int h, int hkv, int hd)
+{
+	att_forward(out, NULL, q, k, v, 1, n, p0, h, hkv, hd);
 }
 
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,

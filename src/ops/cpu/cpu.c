@@ -18,6 +18,7 @@ static const struct st_ops cpu_table = {
 	.rope = cpu_rope,
 	.attention_forward = cpu_attention_forward,
 	.attention_backward = cpu_attention_backward,
+	.attention_cached = cpu_attention_cached,
 	.swiglu_forward = cpu_swiglu_forward,
 	.swiglu_backward = cpu_swiglu_backward,
 	.add_inplace = cpu_add_inplace,

@@ -86,6 +86,8 @@ void cpu_rope(float *x, const float *cos_tab, const float *sin_tab, int b, int t
 
 void cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
 			   const float *v, int b, int t, int h, int hkv, int hd);
+void cpu_attention_cached(float *out, const float *q, const float *k, const float *v, int n,
+			  int p0, int h, int hkv, int hd);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
 			    const float *k, const float *v, const float *out, const float *lse,
 			    int b, int t, int h, int hkv, int hd);
