@@ -392,7 +392,7 @@ static int gen_emit(int32_t tok, void *arg)
  * scores (a diverged model used to print token 0, NUL bytes). With every
  * weight zero each score is 0, and greedy picks token 0: as <eos>, nothing
  * is emitted; as any other id, every token is. */
-Test(generate, eos_not_emitted_nonfinite_refused)
+static void check_generate_stops(int decoder)
 {
 	struct st_config c;
 	cr_assert_eq(config_preset(&c, "tiny"), 0);
@@ -401,7 +401,7 @@ Test(generate, eos_not_emitted_nonfinite_refused)
 	cr_assert_eq(session_create(&s, ops_cpu(), &c, ST_GRADS_NONE), ST_OK);
 	for (int u = 0; u < s.model.n_units; u++)
 		memset(s.w[u], 0, s.model.units[u].numel * sizeof(float));
-	cr_assert_eq(session_exec(&s, 1, 8), ST_OK);
+	cr_assert_eq(decoder ? session_decoder(&s, 8) : session_exec(&s, 1, 8), ST_OK);
 	const int32_t prompt[2] = {65, 66};
 	struct st_gen_opts g = {.max_new = 5, .temperature = 0, .top_p = 1, .seed = 1,
 				.stop_at_eos = 1, .eos_id = 0};
@@ -425,6 +425,12 @@ Test(generate, eos_not_emitted_nonfinite_refused)
 	st_log_mute(old);
 	cr_expect_eq(gen_count, 0, "a token was emitted from NaN scores");
 	session_close(&s);
+}
+
+Test(generate, eos_not_emitted_nonfinite_refused)
+{
+	check_generate_stops(1); /* the decoder, as sample runs it */
+	check_generate_stops(0); /* the windowed recompute */
 }
 
 /* The stable embedding (Dettmers et al. 2021, section 2.3): the config key

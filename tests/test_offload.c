@@ -1641,8 +1641,9 @@ Test(offload, eval_and_sample_within_budgets, .timeout = 600)
 	cr_expect_gt(rss_mem, dev + host + RSS_OVERHEAD, "in memory %.1f MiB: the test proves nothing",
 		     rss_mem / 1048576.0);
 
-	const char *sample = "{ %s sample --model %s/big --prompt ab --tokens 12 --temperature 0 "
-			     "--context 32 --threads 2 %s 2>/dev/null; }";
+	/* past --context: the key/value cache refilled twice, streaming */
+	const char *sample = "{ %s sample --model %s/big --prompt ab --tokens 30 --temperature 0 "
+			     "--context 12 --threads 2 %s 2>/dev/null; }";
 	rc = cu_run(a, sizeof a, sample, cu_bin(), dir, "");
 	cr_assert_eq(rc, 0, "%s", a);
 	rc = cu_run(b, sizeof b, sample, cu_bin(), dir, mem);
@@ -1661,7 +1662,8 @@ Test(offload, eval_and_sample_within_budgets, .timeout = 600)
  * runs or is refused by the placement saying what the budget cannot hold,
  * never accepted by the placement and then failing in the store (the
  * executor's recompute sink was not counted: "device tier budget exceeded
- * allocating 4.4 MiB for the activations of unit 5"). */
+ * allocating 4.4 MiB for the activations of unit 5"); and sample's around
+ * its decoder's need. */
 Test(offload, eval_device_budgets_placed_or_refused, .timeout = 300)
 {
 	char dir[256];
@@ -1681,4 +1683,26 @@ Test(offload, eval_device_budgets_placed_or_refused, .timeout = 300)
 			  "--device-mem %ldK: %s", kib, out);
 	}
 	cr_expect(ran > 0 && refused > 0, "ran %d, refused %d: the range missed the edge", ran, refused);
+	/* sample's key/value cache and scratch, counted as the decoder
+	 * allocates them (the edge is near 565 KiB), its refusals naming them
+	 * and --context */
+	ran = refused = 0;
+	for (long kib = 540; kib <= 590; kib += 1) {
+		int rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt ab --tokens 100 "
+				"--context 128 --temperature 0 --threads 2 --host-mem 100M --device-mem %ldK",
+				cu_bin(), dir, kib);
+		if (rc == 0) {
+			ran++;
+			continue;
+		}
+		refused++;
+		cr_expect(strstr(out, "the device budget") && strstr(out, "key/value cache") &&
+				  !strstr(out, "tier budget exceeded"),
+			  "sample --device-mem %ldK: %s", kib, out);
+	}
+	cr_expect(ran > 0 && refused > 0, "sample: ran %d, refused %d: the range missed the edge", ran,
+		  refused);
+	int rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt ab --context 128 "
+			"--device-mem 100K", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "lower --context"), "%s", out);
 }

@@ -1936,6 +1936,21 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 "
 			"--temperature 5 --top-k 1 --seed 7", cu_bin(), dir);
 	cr_expect(rc == 0 && !strcmp(out, a), "--top-k 1 is not greedy: %s\ngreedy: %s", out, a);
+	/* the key/value-cache decoder picks what recomputing the window for
+	 * every token picks (test hook STRATA_SAMPLE_WINDOW), while the text
+	 * fits in --context (the 8 bytes of the prompt and 16 new ones); past
+	 * it, the decoder goes on from the cache's last half */
+	rc = cu_run(out, sizeof out, "STRATA_SAMPLE_WINDOW=1 %s sample --model %s/init --prompt "
+			"'the lord' --tokens 20 --temperature 0", cu_bin(), dir);
+	cr_expect(rc == 0 && !strcmp(out, a), "the windowed recompute: %s\ndecoder: %s", out, a);
+	char w[4096];
+	rc = cu_run(w, sizeof w, "STRATA_SAMPLE_WINDOW=1 %s sample --model %s/init --prompt "
+			"'the lord' --tokens 60 --context 24 --temperature 0", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", w);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 60 "
+			"--context 24 --temperature 0", cu_bin(), dir);
+	cr_expect(rc == 0 && strlen(out) > 8 + 16 && !strncmp(out, w, 8 + 16),
+		  "past --context: %s\nwindowed: %s", out, w);
 	/* --bos puts <bos> before the prompt: another continuation, same seed */
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3",
 		    cu_bin(), dir);

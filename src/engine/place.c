@@ -55,9 +55,12 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	const size_t D = o->budget[ST_TIER_DEVICE], H = o->budget[ST_TIER_HOST];
 	char b1[32], b2[32], b3[32];
 	ST_TRY(place_check_disk(o->force, o->n_dirs));
-	ST_CHECK(!D || act_bytes <= D, "raise --device-mem, or lower --micro-batch / --seq-len",
-		 "the device budget %s cannot hold the activations of one micro-batch (%s)",
-		 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)act_bytes));
+	const char *act_what = o->act_what ? o->act_what : "activations of one micro-batch";
+	char act_hint[96];
+	snprintf(act_hint, sizeof act_hint, "raise --device-mem, or lower %s",
+		 o->act_options ? o->act_options : "--micro-batch / --seq-len");
+	ST_CHECK(!D || act_bytes <= D, act_hint, "the device budget %s cannot hold the %s (%s)",
+		 fmt_bytes(b1, sizeof b1, (double)D), act_what, fmt_bytes(b2, sizeof b2, (double)act_bytes));
 
 	/* 1. the device: all weights and gradients, or pools plus what fits */
 	size_t dev = act_bytes, undecided = 0, dev_state = 0;
@@ -96,7 +99,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		dev = keep ? keep_need : stream_need;
 		const size_t placed = dev - act_bytes - dev_state - (keep ? forced_pools : pw + pg);
 		const size_t part[4] = {act_bytes, placed, dev_state, keep ? forced_pools : pw + pg};
-		const char *what[4] = {"activations of one micro-batch",
+		const char *what[4] = {act_what,
 				       g_bytes ? "weights and gradients placed there" : "weights placed there",
 				       "state of the units updated there",
 				       g_bytes ? "staging buffers of the streamed weights and gradients"
@@ -112,7 +115,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		}
 		const int forced_on = o->force[ST_SLAB_W] == ST_TIER_DEVICE ||
 				      o->force[ST_SLAB_G] == ST_TIER_DEVICE;
-		ST_ERROR(big == 0   ? "raise --device-mem, or lower --micro-batch / --seq-len"
+		ST_ERROR(big == 0   ? act_hint
 			 : big == 1 && forced_on ? "raise --device-mem, or place fewer kinds on the device (--place)"
 			 : big == 1 ? "raise --device-mem"
 			 : big == 2 ? "raise --device-mem, or lower --device-updates"

@@ -36,6 +36,9 @@ struct st_place_opts {
 	size_t host_reserved;          /* host bytes already taken (swapped activations) */
 	const unsigned char *dev_unit; /* per unit, may be NULL: units updated on the device
 					* (their state and gradients live there) */
+	/* what act_bytes is and the options that size it, for the messages
+	 * (NULL: "activations of one micro-batch", "--micro-batch / --seq-len") */
+	const char *act_what, *act_options;
 };
 
 struct st_place {

@@ -73,6 +73,10 @@ static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem
 	struct st_place_opts po = {.prefetch = FORWARD_PREFETCH, .n_dirs = n_dirs,
 				   .io_block = 1u << 20};
 	memcpy(po.budget, budgets, sizeof po.budget);
+	if (sh->t_max) {
+		po.act_what = "key/value cache and scratch of generation";
+		po.act_options = "--context";
+	}
 	for (int k = 0; k < ST_SLAB__COUNT; k++)
 		po.force[k] = -1;
 	struct st_place pl = {0};
