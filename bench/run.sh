@@ -12,10 +12,12 @@
 #   bench/eval_offload.py: `strata eval` within memory budgets (weights on
 #     disk) vs in memory, and layer-major vs one micro-batch at a time: wall
 #     time and peak RSS (same run).
+#   bench/sample.py: `strata sample` with its key/value cache vs recomputing
+#     the window for every token (same run, same greedy text): tokens/s.
 #   bench/galore: GaLore-AdamW(8bit) vs AdamW step times on the paper's 60M
 #     and 130M presets, projector costs, the worst step against the median.
 #   bench/plan.py: the planner's plan vs fixed policies, measured/predicted.
-# usage: bench/run.sh [train|optim|io|offload|eval|galore|plan|all]   (default all)
+# usage: bench/run.sh [train|optim|io|offload|eval|sample|galore|plan|all]   (default all)
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -e
 cd "$(dirname "$0")/.."
@@ -24,9 +26,9 @@ cd "$(dirname "$0")/.."
 if grep -q avx512f /proc/cpuinfo && [ -z "$OPENBLAS_CORETYPE" ]; then export OPENBLAS_CORETYPE=SkylakeX; fi
 which=${1:-all}
 case "$which" in
-train | optim | io | offload | eval | galore | plan | all) ;;
+train | optim | io | offload | eval | sample | galore | plan | all) ;;
 *)
-	echo "bench/run.sh: unknown benchmark '$which': give train, optim, io, offload, eval, galore, plan or all" >&2
+	echo "bench/run.sh: unknown benchmark '$which': give train, optim, io, offload, eval, sample, galore, plan or all" >&2
 	exit 2
 	;;
 esac
@@ -76,6 +78,10 @@ fi
 
 if [ "$which" = all ] || [ "$which" = eval ]; then
 	python3 bench/eval_offload.py --json "bench/results/eval-offload-$stamp.json"
+fi
+
+if [ "$which" = all ] || [ "$which" = sample ]; then
+	python3 bench/sample.py --json "bench/results/sample-$stamp.json"
 fi
 
 if [ "$which" = all ] || [ "$which" = galore ]; then
