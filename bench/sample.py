@@ -98,16 +98,26 @@ def main():
             wall, text = timed(cmd, env)
             runs[mode] = {"wall_s": wall, "tokens_per_s": n_new / max(wall - load_s, 1e-9), "text": text.decode(errors="replace")}
         c, w = runs["kv-cache"], runs["window"]
+        # every token reads every weight once but the embedding's other rows
+        # (fp32 files: their size, less the embedding where it is not the head)
+        wbytes = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model) if f.endswith(".safetensors"))
+        with open(os.path.join(model, "config.json")) as f:
+            conf = json.load(f)
+        if not conf.get("tie_word_embeddings", False):
+            wbytes -= 4 * conf["vocab_size"] * conf["hidden_size"]
         same = c["text"] == w["text"]
         res = {"case": name, "new_tokens": n_new, "context": ctx, "load_s": load_s,
                "kv_cache_tokens_per_s": c["tokens_per_s"], "window_tokens_per_s": w["tokens_per_s"],
                "kv_cache_over_window_speed": c["tokens_per_s"] / w["tokens_per_s"], "same_text": same,
-               "wall_s": {"kv-cache": c["wall_s"], "window": w["wall_s"]}}
+               "wall_s": {"kv-cache": c["wall_s"], "window": w["wall_s"]},
+               "weight_bytes": wbytes, "kv_cache_weight_read_gbs": c["tokens_per_s"] * wbytes / 1e9}
         results.append(res)
         print("%s: %d new tokens, --context %d (opening the model: %.2f s, not counted)" % (name, n_new, ctx, load_s))
         print("  key/value cache %7.2f tokens/s   windowed recompute %7.2f tokens/s   %.2fx%s" %
               (c["tokens_per_s"], w["tokens_per_s"], res["kv_cache_over_window_speed"],
                "" if same else "  TEXT DIFFERS"), flush=True)
+        print("  the key/value cache reads the weights a token needs (%.0f MB) at %.1f GB/s" %
+              (wbytes / 1e6, res["kv_cache_weight_read_gbs"]), flush=True)
     if not a.dir:
         shutil.rmtree(work, ignore_errors=True)
     if a.json:  # whole or not at all
