@@ -22,6 +22,11 @@
 # and CI1 at init's on/off --stable-embedding (6e6368f). Run then: F1, RP1-RP4,
 # CK1, CK2, CK11, CK13, A6, A7 and CI1 all killed (verify-20261124-split.log).
 #
+# DC1-DC7 (2026-11-24) plant bugs in sample's key/value-cache decoder: the
+# cache positions' RoPE angles, the cached attention's causal offset, the
+# refill rule, the placement's count of the decoder's bytes, the head's row,
+# the value cache's row.
+#
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
 
@@ -32,8 +37,17 @@ LY = 'src/model/layout.c'; LH = 'src/model/llama.h'; CF = 'src/model/config.c'
 CI = 'src/cli/cmd_init.c'; TR = 'src/trainer/trainer.c'; OT = 'src/trainer/options.c'
 CK = 'src/trainer/checkpoint.c'; CL = 'src/trainer/ckpt_load.c'
 CH = 'src/trainer/ckpt_format.h'; SF = 'src/io/safetensors.c'; CV = 'src/trainer/convert.c'
+AT = 'src/ops/cpu/attention.c'; GE = 'src/engine/generate.c'; DE = 'src/engine/decode.c'
 
 M = [
+# ======== the key/value-cache decoder (2026-11-24)
+('DC1', LL, 'const float *cos_tab = d->rope_cos + (size_t)pos * hd / 2;', 'const float *cos_tab = d->rope_cos;', 'cached tokens rotated by position 0'),
+('DC2', AT, 'int nv = q_off + q0 + r + 1;', 'int nv = q0 + r + 1;', 'cached attention ignores the earlier keys'),
+('DC3', GE, 'const int keep = T - T / 2;', 'const int keep = T / 2 + 1;', 'refill keeps one token too many'),
+('DC4', GE, 'if (n - start > T) {', 'if (n - start >= T) {', 'refill one token early'),
+('DC5', DE, 'decode_rest_floats(m, decode_rows(t_max), t_max)) *', 'decode_rest_floats(m, 1, t_max)) *', 'placement counts one row of scratch'),
+('DC6', DE, 'llama_head_decode(ops, m, &d->acts, wh, tied ? wte : NULL, n);', 'llama_head_decode(ops, m, &d->acts, wh, tied ? wte : NULL, 1);', 'scores the pass\'s first token'),
+('DC7', LL, 'float *k = kc + (size_t)pos * KD, *v = vc + (size_t)pos * KD;', 'float *k = kc + (size_t)pos * KD, *v = vc;', 'values always written at row 0'),
 # ======== run 1: the 8-bit quantizer and optimizer kernels
 # ---- quantmap.c
 ('Q1', QM, 'double step = (1.0 - 0.1) / (double)(k - 1), b[130];', 'double step = (1.0 - 0.1) / (double)(k), b[130];', 'linspace step /k instead of /(k-1)'),
