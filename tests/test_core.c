@@ -377,6 +377,18 @@ Test(generate, sampling_rules)
 	for (int i = 0; i < 10000; i++)
 		h9[sample_logits(logits, 5, 1.0, 1.0, 9, (i + 0.5) / 10000.0, scratch)]++;
 	cr_expect(memcmp(h9, hist, sizeof hist) == 0, "top-k past the vocabulary cut something");
+	/* top-k first, then top-p within it, as Hugging Face applies them:
+	 * shares 0.4, 0.3, 0.2, 0.1 at top-k 2 are 0.571 and 0.429, so top-p
+	 * 0.5 keeps token 0 alone (a top-p cut of the whole mass first, 0.4 <
+	 * 0.5, kept both) and top-p 0.6 keeps both */
+	const float lg[4] = {logf(0.4f), logf(0.3f), logf(0.2f), logf(0.1f)};
+	for (double u = 0; u < 1; u += 0.01)
+		cr_expect_eq(sample_logits(lg, 4, 1.0, 0.5, 2, u, scratch), 0, "u %g", u);
+	int h3[4] = {0};
+	for (int i = 0; i < 1000; i++)
+		h3[sample_logits(lg, 4, 1.0, 0.6, 2, (i + 0.5) / 1000.0, scratch)]++;
+	cr_expect(h3[2] == 0 && h3[3] == 0 && abs(h3[0] - 571) <= 2, "%d %d %d %d", h3[0], h3[1],
+		  h3[2], h3[3]);
 }
 
 static int gen_count;

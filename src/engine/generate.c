@@ -38,9 +38,15 @@ int32_t sample_logits(const float *logits, int v, double temperature, double top
 		sum += pi[i].p;
 	}
 	qsort(pi, (size_t)v, sizeof *pi, by_prob_desc);
-	/* keep the smallest prefix whose mass reaches top_p, at most top_k
-	 * tokens, then sample in it */
+	/* Hugging Face's order: the top_k most likely tokens, then the
+	 * smallest prefix of them whose share of their mass reaches top_p;
+	 * sample in it */
 	const int most = top_k > 0 && top_k < v ? top_k : v;
+	if (most < v) {
+		sum = 0;
+		for (int j = 0; j < most; j++)
+			sum += pi[j].p;
+	}
 	double keep = 0;
 	int n = 0;
 	while (n < most && (n == 0 || keep < top_p * sum)) {
