@@ -25,7 +25,8 @@
 # DC1-DC7 (2026-11-24) plant bugs in sample's key/value-cache decoder: the
 # cache positions' RoPE angles, the cached attention's causal offset, the
 # refill rule, the placement's count of the decoder's bytes, the head's row,
-# the value cache's row.
+# the value cache's row. Run at 2086c5d: all 7 killed
+# (verify-20261124-decoder.log).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
