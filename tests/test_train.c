@@ -1945,12 +1945,28 @@ Test(train, eval_and_sample_cli)
 	cr_expect(rc == 0 && !strcmp(out, a), "the windowed recompute: %s\ndecoder: %s", out, a);
 	char w[4096];
 	rc = cu_run(w, sizeof w, "STRATA_SAMPLE_WINDOW=1 %s sample --model %s/init --prompt "
-			"'the lord' --tokens 60 --context 24 --temperature 0", cu_bin(), dir);
+			"'the lord' --tokens 60 --context 24 --temperature 0 2>/dev/null", cu_bin(), dir);
 	cr_assert_eq(rc, 0, "%s", w);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 60 "
-			"--context 24 --temperature 0", cu_bin(), dir);
+			"--context 24 --temperature 0 2>/dev/null", cu_bin(), dir);
 	cr_expect(rc == 0 && strlen(out) > 8 + 16 && !strncmp(out, w, 8 + 16),
 		  "past --context: %s\nwindowed: %s", out, w);
+	/* a text that may outgrow --context is said; --context defaults to the
+	 * model's max_position_embeddings (a 300-position model: the prompt and
+	 * 285 tokens fit; in 256, the default before the cache, they would not) */
+	rc = cu_run(out, sizeof out, "{ %s sample --model %s/init --prompt 'the lord' --tokens 60 "
+			"--context 24 --temperature 0 > /dev/null; }", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "may outgrow --context 24 (") &&
+			  strstr(out, "from its last 12 tokens"), "%s", out);
+	rc = cu_run(out, sizeof out, "sed 's/\"max_position_embeddings\":[^,]*,/\"max_position_embeddings\": "
+			"300,/' %s/init/config.json > %s/c300.json && %s init --config %s/c300.json --out "
+			"%s/m300 > /dev/null && { %s sample --model %s/m300 --prompt 'the lord' --tokens 285 "
+			"--temperature 0 > /dev/null; }",
+			dir, dir, cu_bin(), dir, dir, cu_bin(), dir);
+	cr_expect(rc == 0 && !strstr(out, "outgrow"), "%s", out);
+	rc = cu_run(out, sizeof out, "{ %s sample --model %s/m300 --prompt 'the lord' --tokens 285 "
+			"--temperature 0 --context 256 > /dev/null; }", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "may outgrow --context 256"), "%s", out);
 	/* --bos puts <bos> before the prompt: another continuation, same seed */
 	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 --seed 3",
 		    cu_bin(), dir);

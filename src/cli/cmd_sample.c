@@ -29,7 +29,7 @@ static void help(void)
 	       "                     then cuts within them, as transformers does [0]\n"
 	       "  --seed N           sampling seed [1]\n"
 	       "  --context N        the most tokens the model sees, its key/value cache\n"
-	       "                     (<= max_position_embeddings) [256]\n"
+	       "                     [the model's max_position_embeddings]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       CLI_FORWARD_MEM_HELP
@@ -85,7 +85,8 @@ int cmd_sample(int argc, char **argv)
 	double temp, top_p;
 	ST_TRY(cli_get_long(&a, "tokens", 200, 0, 1 << 30, &n_tok));
 	ST_TRY(cli_get_long(&a, "seed", 1, LONG_MIN, LONG_MAX, &seed));
-	ST_TRY(cli_get_long(&a, "context", 256, 2, 1 << 24, &ctx_len));
+	/* 0: the model's max_position_embeddings (read below) */
+	ST_TRY(cli_get_long(&a, "context", 0, 2, 1 << 24, &ctx_len));
 	ST_TRY(cli_get_long(&a, "threads", 0, 0, ST_MAX_THREADS, &threads));
 	ST_TRY(cli_get_double(&a, "temperature", 0.8, &temp));
 	ST_TRY(cli_get_double(&a, "top-p", 0.95, &top_p));
@@ -181,6 +182,8 @@ int cmd_sample(int argc, char **argv)
 			 "has none", tok_name);
 		rc = ST_FAIL;
 	}
+	if (!cli_get(&a, "context", NULL))
+		ctx_len = cfg.max_seq; /* the cache holds what the text needs, up to it */
 	if (ctx_len > cfg.max_seq) {
 		if (cli_get(&a, "context", NULL))
 			st_log_warn("--context %ld exceeds the model's max_position_embeddings %d: "
@@ -206,6 +209,10 @@ int cmd_sample(int argc, char **argv)
 			st_log_info("the prompt's %zu tokens are more than --context %ld: the model sees "
 				    "its last %ld",
 				    n, ctx_len, ctx_len);
+		else if (n + (size_t)n_tok > (size_t)ctx_len)
+			st_log_info("the text may outgrow --context %ld (%zu + %ld tokens): each time it "
+				    "fills, generation goes on from its last %ld tokens",
+				    ctx_len, n, n_tok, ctx_len - ctx_len / 2);
 		/* no longer a window than the text will be: padding past it costs
 		 * as much as text */
 		const size_t need = n + (size_t)n_tok;
