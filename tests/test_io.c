@@ -1100,6 +1100,7 @@ Test(io, shard_writer_failure_leaves_nothing)
 		  "got: %s", msg);
 	free(msg);
 	cr_expect_eq(count_named("s.bin.tmp"), 0, "the failed write left its temp file");
+	cr_expect_eq(shard_writer_put(&w, tok, 1), ST_FAIL, "a put after a failed write");
 	shard_writer_abort(&w); /* harmless after the failure */
 	cr_expect(files_equal(p, old), "the failed write changed the shard at its path");
 	free(tok);
