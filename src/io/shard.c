@@ -160,7 +160,9 @@ int shard_writer_open(struct shard_writer *w, const char *path, uint32_t vocab,
 
 void shard_writer_abort(struct shard_writer *w)
 {
-	fs_atomic_abort(&w->a); /* closes and unlinks the temp file, once */
+	if (!w->open)
+		return; /* finished, failed (cleaned up then), or never opened */
+	fs_atomic_abort(&w->a); /* closes and unlinks the temp file */
 	free(w->buf);
 	w->buf = NULL;
 	w->fill = 0;

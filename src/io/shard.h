@@ -56,7 +56,8 @@ int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t v
  * path; abort removes the temp file. The result is byte for byte what
  * shard_write makes of the same tokens. A failing call (a full disk, a
  * token outside the vocabulary) says why, naming path, and aborts: the temp
- * file is gone, later puts and finish fail, abort does nothing. */
+ * file is gone, later puts and finish fail, abort does nothing. So does
+ * abort of a finished writer, or of a zeroed one never opened. */
 struct shard_writer {
 	struct fs_atomic a;
 	uint32_t vocab, token_bytes;
