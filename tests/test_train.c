@@ -2,7 +2,9 @@
  * exact SGD step, bit-identical resume, loss falling on the real corpus,
  * bad input with clear errors, and crash safety of checkpoints. */
 #include <math.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cliutil.h"
@@ -793,6 +795,70 @@ Test(train, prepare_encodes_each_file_whole)
 			  strstr(out, "/a.txt could not be encoded; nothing was written"),
 		  "%s", out);
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/a/train.bin && rm %s/a.txt", dir, dir), 0);
+}
+
+/* Run a command (exec'd by sh, so the measured process is the command; as
+ * test_offload.c's peak_rss) and return its peak resident set in bytes. */
+static size_t peak_rss(const char *cmd, int *status)
+{
+	char full[8192];
+	snprintf(full, sizeof full, "exec %s > /dev/null 2>&1", cmd);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+		_exit(127);
+	}
+	struct rusage ru;
+	cr_assert_eq(wait4(pid, status, 0, &ru), pid);
+	return (size_t)ru.ru_maxrss * 1024;
+}
+
+/* prepare's memory is bounded by its largest input, not by the corpus: ten
+ * 8 MB files (byte tokenizer: 80 M ids) peak within 16 MiB of one of them
+ * alone, and under one file's text and ids (5 bytes a byte: 40 MB) + 64 MiB
+ * for the program and its libraries (about 10 MiB measured). Holding every
+ * text and every id until the end, as prepare did, peaked at 431 MB here
+ * (README). The shards hold every byte and each file's <eos>. */
+Test(train, prepare_memory_bounded_by_the_largest_file, .timeout = 120)
+{
+	char dir[256], path[512], cmd[4096];
+	cu_tmpdir(dir, sizeof dir, "preprss");
+	const size_t file_bytes = 8000000;
+	int len = snprintf(cmd, sizeof cmd, "%s prepare --out %s/all", cu_bin(), dir);
+	size_t total = 0;
+	for (int f = 0; f < 10; f++) {
+		snprintf(path, sizeof path, "%s/t%d.txt", dir, f);
+		cu_write_text(path, file_bytes, 11 + (unsigned)f);
+		struct stat st;
+		cr_assert_eq(stat(path, &st), 0);
+		total += (size_t)st.st_size;
+		len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --input %s", path);
+	}
+	int status;
+	const size_t rss_all = peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of 10 files failed: %s", cmd);
+	snprintf(cmd, sizeof cmd, "%s prepare --out %s/one --input %s/t0.txt", cu_bin(), dir, dir);
+	const size_t rss_one = peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of one file failed: %s", cmd);
+	cr_log_info("prepare peak RSS: %.1f MiB for 10 files of 8 MB, %.1f MiB for one",
+		    rss_all / 1048576.0, rss_one / 1048576.0);
+	const size_t bound = 5 * file_bytes + (64u << 20);
+	cr_expect_leq(rss_all, bound, "prepare of 10 x 8 MB peaked at %.1f MiB, over %.1f MiB",
+		      rss_all / 1048576.0, bound / 1048576.0);
+	cr_expect_leq(rss_all, rss_one + (16u << 20),
+		      "prepare of 10 files peaked at %.1f MiB, one of them alone at %.1f MiB",
+		      rss_all / 1048576.0, rss_one / 1048576.0);
+	uint64_t n = 0;
+	for (int split = 0; split < 2; split++) {
+		struct st_shard sh;
+		snprintf(path, sizeof path, "%s/all/%s.bin", dir, split ? "val" : "train");
+		cr_assert_eq(shard_open(&sh, path), ST_OK);
+		n += sh.n_tokens;
+		shard_close(&sh);
+	}
+	cr_expect_eq(n, total + 10, "%llu ids for %zu bytes in 10 files", (unsigned long long)n,
+		     total);
 }
 
 /* Sharded weights (model-0000k-of-0000n.safetensors + index, as Hugging
