@@ -954,7 +954,19 @@ Test(train, jsonl_prompt_completion_masks)
 	int rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/data --val-fraction 0.1", cu_bin(),
 			path, dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "41 examples"), "%s", out);
+	/* the summary's counts: a training example is <bos> prompt completion
+	 * <eos>, its completion and <eos> the targets; one in 10 held out */
+	size_t targets = 6, tokens = 7; /* {"text": "plain"}: <bos> plain <eos> */
+	for (int i = 0; i < 40; i++)
+		if (i % 10 != 9) {
+			const size_t digits = i < 10 ? 1 : 2;
+			targets += 2 + digits + 1;
+			tokens += 1 + (2 + digits) + (2 + digits) + 1;
+		}
+	char want[128];
+	snprintf(want, sizeof want, "41 examples; %zu of %zu training tokens are loss targets", targets,
+		 tokens);
+	cr_expect(strstr(out, want), "want \"%s\": %s", want, out);
 	struct st_data d;
 	snprintf(path, sizeof path, "%s/data", dir);
 	cr_assert_eq(data_open(&d, path, NULL, 258, 1), ST_OK);
