@@ -1207,6 +1207,62 @@ Test(faults, prepare_on_a_full_disk_keeps_the_old_shards)
 	umount(mnt);
 }
 
+/* prepare writes its shards as it encodes, one input at a time: a disk
+ * that fills (or a file-size limit met) part-way through the inputs fails
+ * the prepare there, with the write named (the staged train.bin), the inputs
+ * after it not read (the last one's non-UTF-8 warning never comes), the old
+ * shards as they were, no staging directory or temp file left, and no
+ * directory a new --out made. Three 1 MB inputs make 2 MB of ids each, past
+ * the shard writer's 1 MiB buffer: its writes fail in the middle of the
+ * tokens, not at the end. */
+Test(faults, prepare_write_fails_mid_stream)
+{
+	char dir[256], mnt[512], text[512];
+	cu_tmpdir(dir, sizeof dir, "prepmid");
+	for (int i = 0; i < 3; i++) {
+		snprintf(text, sizeof text, "%s/b%d.txt", dir, i);
+		cu_write_text(text, 1000000, 5 + (unsigned)i);
+	}
+	snprintf(text, sizeof text, "%s/a.txt", dir);
+	cu_write_text(text, 150000, 1);
+	cr_assert_eq(cu_run(NULL, 0, "printf 'caf\\351 ok\\n' > %s/latin1.txt", dir), 0);
+	char inputs[2048];
+	snprintf(inputs, sizeof inputs, "--input %s/b0.txt --input %s/b1.txt --input %s/b2.txt "
+		 "--input %s/latin1.txt", dir, dir, dir, dir);
+	/* a file-size limit of 1 MiB: the first flush of train.bin passes it */
+	int rc = cu_run(out, sizeof out, "%s prepare --input %s/a.txt --out %s/d && md5sum %s/d/* > %s/sums && "
+			"bash -c 'ulimit -f 1024; exec %s prepare %s --out %s/d --force'",
+			cu_bin(), dir, dir, dir, dir, cu_bin(), inputs, dir);
+	cr_expect(rc == 1 && strstr(out, "File too large") && strstr(out, "/train.bin (temp file ") &&
+			  strstr(out, "/d keeps its earlier shards: nothing there was changed") &&
+			  !strstr(out, "latin1.txt is not UTF-8"),
+		  "under ulimit -f 1024 (rc %d): %s", rc, out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ls -A %s/d", dir, dir), 0,
+		     "the old shards changed: %s", out);
+	cr_expect(!strstr(out, ".strata-prep.") && !strstr(out, ".tmp."), "a stage was left: %s", out);
+	rc = cu_run(out, sizeof out, "bash -c 'ulimit -f 1024; exec %s prepare %s --out %s/n/e'",
+		    cu_bin(), inputs, dir);
+	cr_expect(rc == 1 && strstr(out, "File too large"), "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/n", dir), 0, "a failed prepare left its --out");
+
+	/* a 3 MB disk holding the old set: full in the second input */
+	if (!mount_small(mnt, sizeof mnt, dir, "size=3m"))
+		return;
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/a.txt --out %s/d && md5sum %s/d/* > %s/sums",
+		    cu_bin(), dir, mnt, mnt, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare %s --out %s/d --force", cu_bin(), inputs, mnt);
+	cr_expect(rc == 1 && strstr(out, "No space left on device") &&
+			  strstr(out, "/train.bin (temp file ") &&
+			  strstr(out, "/d keeps its earlier shards: nothing there was changed") &&
+			  !strstr(out, "latin1.txt is not UTF-8"),
+		  "on a full disk (rc %d): %s", rc, out);
+	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && ls -A %s/d", dir, mnt), 0,
+		     "the old shards changed: %s", out);
+	cr_expect(!strstr(out, ".strata-prep.") && !strstr(out, ".tmp."), "a stage was left: %s", out);
+	umount(mnt);
+}
+
 /* prepare swaps train.bin in last, having removed an old one first: a prepare
  * --force that fails part-way through the swap (here its move of train.bin,
  * failed with EIO by strace) leaves no train.bin beside the new and old

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -929,6 +931,179 @@ Test(io, shard_write_rejects_bad_tokens)
 	cr_assert(strstr(msg, "token 300 at position 1"), "got: %s", msg);
 	cr_assert(!fs_exists(p));
 	free(msg);
+}
+
+/* The shard shard_write made before the streaming writer (the whole token
+ * array hashed, then header and tokens written in one go), kept here as the
+ * reference that shard_writer's output must equal byte for byte. */
+static void ref_shard_write(const char *path, const uint32_t *tok, size_t n, uint32_t vocab,
+			    const char *name)
+{
+	const uint32_t tb = vocab <= 65536 ? 2 : 4;
+	uint8_t *data = malloc(n * tb + 1);
+	for (size_t i = 0; i < n; i++)
+		for (uint32_t k = 0; k < tb; k++)
+			data[i * tb + k] = (uint8_t)(tok[i] >> (8 * k));
+	uint8_t h[64] = {0};
+	memcpy(h, "STRATOK1", 8);
+	const uint64_t fields[] = {1, tb, vocab};
+	for (int f = 0; f < 3; f++)
+		for (int k = 0; k < 4; k++)
+			h[8 + 4 * f + k] = (uint8_t)(fields[f] >> (8 * k));
+	const uint64_t hash = ref_fnv1a(data, n * tb);
+	for (int k = 0; k < 8; k++) {
+		h[24 + k] = (uint8_t)((uint64_t)n >> (8 * k));
+		h[56 + k] = (uint8_t)(hash >> (8 * k));
+	}
+	memcpy(h + 32, name, strlen(name));
+	FILE *f = fopen(path, "wb");
+	cr_assert(f && fwrite(h, 1, 64, f) == 64 && fwrite(data, tb, n, f) == n && !fclose(f));
+	free(data);
+}
+
+/* Whether two files hold the same bytes. */
+static int files_equal(const char *a, const char *b)
+{
+	char *x, *y;
+	size_t nx, ny;
+	cr_assert_eq(fs_read_file(a, &x, &nx), ST_OK);
+	cr_assert_eq(fs_read_file(b, &y, &ny), ST_OK);
+	const int same = nx == ny && !memcmp(x, y, nx);
+	free(x);
+	free(y);
+	return same;
+}
+
+/* Random ids with runs of one value (as a loss mask has), < vocab. */
+static uint32_t *runs_of_tokens(size_t n, uint32_t vocab, uint64_t seed)
+{
+	uint32_t *t = malloc(n * sizeof *t + 4);
+	for (size_t i = 0; i < n;) {
+		const uint32_t v = (uint32_t)(tu_next(&seed) % vocab);
+		size_t run = tu_next(&seed) % 4 ? 1 : 1 + tu_next(&seed) % 5000;
+		for (; run && i < n; run--)
+			t[i++] = v;
+	}
+	t[n / 2] = vocab - 1; /* the largest id survives */
+	return t;
+}
+
+/* shard_writer, given the tokens in pieces of odd sizes (1, 3, 65537,
+ * ... crossing its 1 MiB buffer many times), with runs through
+ * shard_writer_fill, writes the same bytes as the reference writer and as
+ * shard_write: both token widths (vocab 258: 2 bytes, 70000: 4), and an
+ * empty shard. */
+Test(io, shard_writer_matches_shard_write)
+{
+	const uint32_t vocabs[] = {ST_BYTE_VOCAB, 70000};
+	const size_t ns[] = {1300003, 0};
+	for (int v = 0; v < 2; v++)
+		for (int c = 0; c < 2; c++) {
+			const size_t n = ns[c];
+			uint32_t *tok = runs_of_tokens(n, vocabs[v], 0x5171 + (uint64_t)v);
+			char ref[256], whole[256], stream[256];
+			tpath(ref, "ref.bin");
+			tpath(whole, "whole.bin");
+			tpath(stream, "stream.bin");
+			ref_shard_write(ref, tok, n, vocabs[v], "bpe-test");
+			cr_assert_eq(shard_write(whole, tok, n, vocabs[v], "bpe-test"), ST_OK);
+			struct shard_writer w;
+			cr_assert_eq(shard_writer_open(&w, stream, vocabs[v], "bpe-test"), ST_OK);
+			static const size_t sizes[] = {1, 3, 65537, 7, 262147, 2, 999, 131071};
+			uint64_t seed = 77;
+			for (size_t i = 0, k = 0; i < n; k++) {
+				size_t m = sizes[k % 8];
+				m = m < n - i ? m : n - i;
+				size_t run = 1; /* a run goes in through fill */
+				while (i + run < n && tok[i + run] == tok[i])
+					run++;
+				if (run > 16 && tu_next(&seed) % 2) {
+					cr_assert_eq(shard_writer_fill(&w, tok[i], run), ST_OK);
+					m = run;
+				} else {
+					cr_assert_eq(shard_writer_put(&w, tok + i, m), ST_OK);
+				}
+				i += m;
+				cr_assert_eq(w.n, i);
+			}
+			cr_assert_eq(shard_writer_finish(&w), ST_OK);
+			cr_assert(files_equal(ref, whole), "shard_write differs from the reference, "
+				  "vocab %u, %zu tokens", vocabs[v], n);
+			cr_assert(files_equal(ref, stream), "shard_writer differs from the reference, "
+				  "vocab %u, %zu tokens", vocabs[v], n);
+			struct st_shard s;
+			cr_assert_eq(shard_open(&s, stream), ST_OK);
+			cr_assert_eq(s.n_tokens, n);
+			cr_assert_eq(s.token_bytes, v ? 4u : 2u);
+			shard_close(&s);
+			free(tok);
+		}
+}
+
+/* Files in tdir whose names begin with prefix. */
+static int count_named(const char *prefix)
+{
+	DIR *d = opendir(tdir);
+	cr_assert(d);
+	int k = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		k += !strncmp(e->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return k;
+}
+
+/* A streaming write that fails part-way (a token outside the vocabulary
+ * after a buffer has gone out; a file-size limit, as a full disk) says why
+ * naming the shard, leaves no temp file, keeps the file already at the
+ * path as it was, and fails later puts and finish; abort is then harmless. */
+Test(io, shard_writer_failure_leaves_nothing)
+{
+	char p[256], old[256];
+	tpath(p, "s.bin");
+	tpath(old, "old.bin");
+	const uint32_t keep[] = {5, 6, 7};
+	cr_assert_eq(shard_write(p, keep, 3, ST_BYTE_VOCAB, "byte"), ST_OK);
+	cr_assert_eq(shard_write(old, keep, 3, ST_BYTE_VOCAB, "byte"), ST_OK);
+	const size_t n = 1u << 20; /* 2 MiB of tokens: a flush comes first */
+	uint32_t *tok = runs_of_tokens(n, ST_BYTE_VOCAB, 3);
+	struct shard_writer w;
+	cr_assert_eq(shard_writer_open(&w, p, ST_BYTE_VOCAB, "byte"), ST_OK);
+	cr_assert_eq(shard_writer_put(&w, tok, n), ST_OK);
+	const uint32_t bad[] = {1, 258};
+	struct capture c;
+	cap_begin(&c);
+	int rc = shard_writer_put(&w, bad, 2);
+	char *msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL);
+	cr_expect(strstr(msg, "s.bin: token 258 at position 1048577 is outside the vocabulary"),
+		  "got: %s", msg);
+	free(msg);
+	cr_expect_eq(shard_writer_put(&w, tok, 1), ST_FAIL);
+	cr_expect_eq(shard_writer_finish(&w), ST_FAIL);
+	cr_expect_eq(count_named("s.bin.tmp"), 0, "the failed write left its temp file");
+	shard_writer_abort(&w); /* harmless after the failure */
+	cr_expect(files_equal(p, old), "the failed write changed the shard at its path");
+
+	/* 1 MiB file-size limit (SIGXFSZ ignored, as main.c does): EFBIG */
+	signal(SIGXFSZ, SIG_IGN);
+	struct rlimit lim = {1u << 20, 1u << 20};
+	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	cr_assert_eq(shard_writer_open(&w, p, ST_BYTE_VOCAB, "byte"), ST_OK);
+	cap_begin(&c);
+	rc = shard_writer_put(&w, tok, n);
+	if (rc == ST_OK)
+		rc = shard_writer_finish(&w);
+	msg = cap_end(&c);
+	cr_assert_eq(rc, ST_FAIL, "2 MiB written under a 1 MiB file-size limit");
+	cr_expect(strstr(msg, "cannot write ") && strstr(msg, "/s.bin (temp file ") &&
+			  strstr(msg, "File too large") && strstr(msg, "ulimit -f"),
+		  "got: %s", msg);
+	free(msg);
+	cr_expect_eq(count_named("s.bin.tmp"), 0, "the failed write left its temp file");
+	cr_expect_eq(shard_writer_put(&w, tok, 1), ST_FAIL, "a put after a failed write");
+	shard_writer_abort(&w); /* harmless after the failure */
+	cr_expect(files_equal(p, old), "the failed write changed the shard at its path");
+	free(tok);
 }
 
 /* ---- tokenizer ------------------------------------------------------------- */

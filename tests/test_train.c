@@ -2,7 +2,9 @@
  * exact SGD step, bit-identical resume, loss falling on the real corpus,
  * bad input with clear errors, and crash safety of checkpoints. */
 #include <math.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cliutil.h"
@@ -795,6 +797,70 @@ Test(train, prepare_encodes_each_file_whole)
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/a/train.bin && rm %s/a.txt", dir, dir), 0);
 }
 
+/* Run a command (exec'd by sh, so the measured process is the command; as
+ * test_offload.c's peak_rss) and return its peak resident set in bytes. */
+static size_t peak_rss(const char *cmd, int *status)
+{
+	char full[8192];
+	snprintf(full, sizeof full, "exec %s > /dev/null 2>&1", cmd);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+		_exit(127);
+	}
+	struct rusage ru;
+	cr_assert_eq(wait4(pid, status, 0, &ru), pid);
+	return (size_t)ru.ru_maxrss * 1024;
+}
+
+/* prepare's memory is bounded by its largest input, not by the corpus: ten
+ * 8 MB files (byte tokenizer: 80 M ids) peak within 16 MiB of one of them
+ * alone, and under one file's text and ids (5 bytes a byte: 40 MB) + 64 MiB
+ * for the program and its libraries (about 10 MiB measured). Holding every
+ * text and every id until the end, as prepare did, peaked at 431 MB here
+ * (README). The shards hold every byte and each file's <eos>. */
+Test(train, prepare_memory_bounded_by_the_largest_file, .timeout = 120)
+{
+	char dir[256], path[512], cmd[4096];
+	cu_tmpdir(dir, sizeof dir, "preprss");
+	const size_t file_bytes = 8000000;
+	int len = snprintf(cmd, sizeof cmd, "%s prepare --out %s/all", cu_bin(), dir);
+	size_t total = 0;
+	for (int f = 0; f < 10; f++) {
+		snprintf(path, sizeof path, "%s/t%d.txt", dir, f);
+		cu_write_text(path, file_bytes, 11 + (unsigned)f);
+		struct stat st;
+		cr_assert_eq(stat(path, &st), 0);
+		total += (size_t)st.st_size;
+		len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --input %s", path);
+	}
+	int status;
+	const size_t rss_all = peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of 10 files failed: %s", cmd);
+	snprintf(cmd, sizeof cmd, "%s prepare --out %s/one --input %s/t0.txt", cu_bin(), dir, dir);
+	const size_t rss_one = peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of one file failed: %s", cmd);
+	cr_log_info("prepare peak RSS: %.1f MiB for 10 files of 8 MB, %.1f MiB for one",
+		    rss_all / 1048576.0, rss_one / 1048576.0);
+	const size_t bound = 5 * file_bytes + (64u << 20);
+	cr_expect_leq(rss_all, bound, "prepare of 10 x 8 MB peaked at %.1f MiB, over %.1f MiB",
+		      rss_all / 1048576.0, bound / 1048576.0);
+	cr_expect_leq(rss_all, rss_one + (16u << 20),
+		      "prepare of 10 files peaked at %.1f MiB, one of them alone at %.1f MiB",
+		      rss_all / 1048576.0, rss_one / 1048576.0);
+	uint64_t n = 0;
+	for (int split = 0; split < 2; split++) {
+		struct st_shard sh;
+		snprintf(path, sizeof path, "%s/all/%s.bin", dir, split ? "val" : "train");
+		cr_assert_eq(shard_open(&sh, path), ST_OK);
+		n += sh.n_tokens;
+		shard_close(&sh);
+	}
+	cr_expect_eq(n, total + 10, "%llu ids for %zu bytes in 10 files", (unsigned long long)n,
+		     total);
+}
+
 /* Sharded weights (model-0000k-of-0000n.safetensors + index, as Hugging
  * Face writes models above its shard size): init writes them, every command
  * reads them, checkpoints are sharded by --shard-size and resume exactly;
@@ -888,7 +954,19 @@ Test(train, jsonl_prompt_completion_masks)
 	int rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/data --val-fraction 0.1", cu_bin(),
 			path, dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "41 examples"), "%s", out);
+	/* the summary's counts: a training example is <bos> prompt completion
+	 * <eos>, its completion and <eos> the targets; one in 10 held out */
+	size_t targets = 6, tokens = 7; /* {"text": "plain"}: <bos> plain <eos> */
+	for (int i = 0; i < 40; i++)
+		if (i % 10 != 9) {
+			const size_t digits = i < 10 ? 1 : 2;
+			targets += 2 + digits + 1;
+			tokens += 1 + (2 + digits) + (2 + digits) + 1;
+		}
+	char want[128];
+	snprintf(want, sizeof want, "41 examples; %zu of %zu training tokens are loss targets", targets,
+		 tokens);
+	cr_expect(strstr(out, want), "want \"%s\": %s", want, out);
 	struct st_data d;
 	snprintf(path, sizeof path, "%s/data", dir);
 	cr_assert_eq(data_open(&d, path, NULL, 258, 1), ST_OK);

@@ -11,21 +11,28 @@
  * completion + [eos], prompt and completion tokenized separately; every k-th
  * example goes to validation. Which tokens count in the loss is written to
  * train.mask.bin / val.mask.bin beside the shards (1 = a target, 0 = context
- * only), which the trainer and `strata eval` read with them. */
-#include <cJSON.h>
+ * only), which the trainer and `strata eval` read with them.
+ *
+ * Memory: one input at a time. Every input is looked at first (prep_survey:
+ * its size by stat, the checks that refuse it); then each is read, encoded
+ * and its tokens written as they come to the shard writers in a staging
+ * directory, and freed before the next, so that a prepare needs memory for
+ * its largest file (the text and its ids), not for the corpus. An input
+ * whose size stat cannot tell (standard input, a pipe) is read whole in the
+ * survey and held until its turn. The chunking lives in prepare_text.c. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/prepare_text.h"
 #include "io/fsutil.h"
 #include "io/shard.h"
 #include "io/tokenizer.h"
@@ -44,230 +51,96 @@ static void help(void)
 	       "  --force             replace the shards already in DIR\n");
 }
 
-struct buf {
-	uint32_t *v;
-	size_t n, cap;
+/* One input as the survey leaves it, before any is encoded. */
+struct prep_input {
+	struct stat st; /* st_ino 0 where not a regular file */
+	char *text;     /* read whole already: an input whose size stat cannot tell */
+	size_t len;     /* text's bytes, or the file's size by stat */
 };
 
-static int push(struct buf *b, const uint32_t *x, size_t n)
+/* The first bytes (at most 8, *n of them) of a regular file: enough to tell
+ * a token shard given as text. Errors said as fs_read_file says them. */
+static int peek_head(const char *path, char head[8], size_t *n)
 {
-	if (b->n + n > b->cap) {
-		size_t cap = (b->n + n) * 2;
-		uint32_t *v = realloc(b->v, cap * sizeof *v);
-		ST_CHECK(v, NULL, "out of memory holding %zu tokens", cap);
-		b->v = v;
-		b->cap = cap;
-	}
-	memcpy(b->v + b->n, x, n * sizeof *x);
-	b->n += n;
-	return ST_OK;
-}
-
-/* One token run with its loss mask value; a NULL mask when no input is
- * JSONL (plain text alone writes no mask: every token is a target). */
-static int push_masked(struct buf *tok, struct buf *mask, const uint32_t *x, size_t n, uint32_t m)
-{
-	ST_TRY(push(tok, x, n));
-	if (!mask)
-		return ST_OK;
-	ST_TRY(push(mask, x, n)); /* room for n, overwritten below */
-	for (size_t i = mask->n - n; i < mask->n; i++)
-		mask->v[i] = m;
-	return ST_OK;
-}
-
-/* The length of the well-formed UTF-8 sequence at s (at most n bytes), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-	const unsigned char c = s[0];
-	size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-	if (!k || k > n || (k == 2 && c < 0xc2) || (k == 4 && c > 0xf4))
-		return 0;
-	for (size_t i = 1; i < k; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	if (k == 3) { /* no overlong forms, no surrogates */
-		const unsigned cp = (c & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu);
-		if (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))
-			return 0;
-	}
-	if (k == 4) {
-		const unsigned cp = (c & 0x07u) << 18 | (s[1] & 0x3fu) << 12;
-		if (cp < 0x10000 || cp > 0x10ffff)
-			return 0;
-	}
-	return k;
-}
-
-/* Whether s ends with suffix, in either case (.jsonl, .JSONL). */
-static int ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && !strcasecmp(s + a - b, suffix);
-}
-
-/* Whether a JSON text holds the escape \u0000: a C string ends there, and
- * the rest of that value would be lost without a word. */
-static int has_nul_escape(const char *s, size_t n)
-{
-	for (size_t i = 0; i + 1 < n; i++)
-		if (s[i] == '\\') {
-			if (s[i + 1] == 'u' && i + 5 < n && !strncmp(s + i + 2, "0000", 4))
-				return 1;
-			i++; /* the escaped character */
-		}
-	return 0;
-}
-
-/* A JSONL file of examples into the train / val token and mask buffers. */
-static int prepare_jsonl(const struct st_tokenizer *tk, const char *path, char *text, size_t len,
-			 long period, long *example, struct buf *tok[2], struct buf *mask[2])
-{
-	uint32_t *ids = NULL;
-	size_t cap = 0;
-	int line = 0, rc = ST_OK;
-	long empty = 0; /* examples with nothing to learn but <eos> */
-	static const char nul_msg[] = "a NUL character (\\u0000 or a raw 0 byte), which strata's "
-				      "text cannot hold (the example would end there)";
-	for (size_t pos = 0; pos < len && rc == ST_OK;) {
-		size_t end = pos;
-		while (end < len && text[end] != '\n')
-			end++;
-		line++;
-		const size_t n = end - pos;
-		int blank = 1;
-		for (size_t i = pos; i < end && blank; i++)
-			blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\r';
-		if (blank) {
-			pos = end + 1;
+	*n = 0;
+	const int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ST_CHECK(fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
+		 strerror(errno));
+	while (*n < 8) {
+		const ssize_t r = read(fd, head + *n, 8 - *n);
+		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0) {
+			const int err = errno;
+			close(fd);
+			ST_ERROR("check the file and the device it is on", "cannot read %s: %s", path,
+				 strerror(err));
+			return ST_FAIL;
 		}
-		const char *stop = NULL;
-		cJSON *o = cJSON_ParseWithLengthOpts(text + pos, n, &stop, 0);
-		for (const char *q = stop; o && q && q < text + end; q++)
-			if (*q != ' ' && *q != '\t' && *q != '\r') { /* two objects on a line */
-				cJSON_Delete(o);
-				o = NULL;
-			}
-		const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-		const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "completion");
-		const cJSON *tx = cJSON_GetObjectItemCaseSensitive(o, "text");
-		const int nul = has_nul_escape(text + pos, n) || memchr(text + pos, 0, n);
-		const char *dup = fs_json_duplicate_key(o);
-		char dup_msg[160];
-		snprintf(dup_msg, sizeof dup_msg, "the key \"%.64s\" appears twice: which one is the example's?",
-			 dup ? dup : "");
-		const char *bad = !o ? "not valid JSON"
-				  : dup ? dup_msg
-				  : !cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) ||
-							    cJSON_IsString(tx))
-					  ? "an object without string prompt and completion, or text"
-				  : cJSON_IsString(tx) && (pr || co)
-					  ? "both text and prompt/completion: which is the example?"
-				  : nul ? nul_msg
-					  : NULL;
-		if (bad) {
-			ST_ERROR(bad == nul_msg ? "remove the NUL characters from the line"
-				 : bad == dup_msg ? "keep one of them"
-				     : "each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or "
-				       "{\"text\": \"...\"}",
-				 "%s:%d: %s", path, line, bad);
-			cJSON_Delete(o);
-			rc = ST_FAIL;
+		if (r == 0)
 			break;
-		}
-		empty += !*(cJSON_IsString(tx) ? tx->valuestring : co->valuestring);
-		const int split = period > 1 && *example % period == period - 1;
-		struct buf *t = tok[split], *m = mask[split];
-		const char *parts[2] = {cJSON_IsString(tx) ? NULL : pr->valuestring,
-					cJSON_IsString(tx) ? tx->valuestring : co->valuestring};
-		if (tk->bos_id >= 0) {
-			uint32_t bos = (uint32_t)tk->bos_id;
-			rc = push_masked(t, m, &bos, 1, 0);
-		}
-		for (int k = 0; k < 2 && rc == ST_OK; k++) {
-			if (!parts[k])
-				continue;
-			size_t pl = strlen(parts[k]), need = tokenizer_max_ids(pl);
-			if (need > cap) {
-				uint32_t *v = realloc(ids, need * sizeof *v);
-				if (!v) {
-					ST_ERROR(NULL, "out of memory");
-					rc = ST_FAIL;
-					break;
-				}
-				ids = v;
-				cap = need;
-			}
-			size_t c = tokenizer_encode(tk, ids, parts[k], pl);
-			rc = c == ST_ENCODE_FAILED ? ST_FAIL
-						    : push_masked(t, m, ids, c, k == 1); /* the prompt is context only */
-		}
-		if (rc == ST_OK && tk->eos_id >= 0) {
-			uint32_t eos = (uint32_t)tk->eos_id;
-			rc = push_masked(t, m, &eos, 1, 1); /* learn to stop */
-		}
-		cJSON_Delete(o);
-		(*example)++;
-		pos = end + 1;
+		*n += (size_t)r;
 	}
-	free(ids);
-	if (rc == ST_OK && empty)
-		st_log_warn("%s: %ld example%s an empty completion or text: only <eos> is learned "
-			    "from %s",
-			    path, empty, empty == 1 ? " has" : "s have", empty == 1 ? "it" : "them");
-	return rc;
+	close(fd);
+	return ST_OK;
 }
 
-/* Input f, read: the same file as an earlier input is refused (its text
- * would be in both splits, and validation loss would read low); text that
- * looks like JSONL under another name, and text that is not UTF-8, are
- * said, since both are taken as plain text. */
-static int check_input(const char *const *inputs, int f, struct stat *seen, const char *text,
-		       size_t len)
+/* Every input, before any is encoded, so that a bad one is not found hours
+ * into a corpus: one that cannot be read, the same file as an earlier input
+ * (its text would be in both splits, and validation loss would read low), a
+ * token shard given as text. A regular file's size comes from stat, and its
+ * text is read at its turn; an input whose size stat cannot tell (standard
+ * input or another pipe, a /proc file: they report 0) is read whole here and
+ * held until its turn. *bytes: the inputs' bytes, all told. */
+static int prep_survey(const char *const *inputs, int n_in, struct prep_input *in, size_t *bytes)
 {
-	/* seen[g]: the earlier inputs' device and inode (st_ino 0 when not a
-	 * regular file: a FIFO or /dev/stdin is read once anyway) */
-	struct stat *st = &seen[f];
-	if (stat(inputs[f], st) != 0 || !S_ISREG(st->st_mode))
-		st->st_ino = 0;
-	for (int g = 0; g < f && st->st_ino; g++)
-		ST_CHECK(seen[g].st_dev != st->st_dev || seen[g].st_ino != st->st_ino,
-			 "give each file once: text in both splits makes the validation loss read low",
-			 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
-	ST_CHECK(!shard_has_magic(text, len),
-		 "give the text the shards were made from, or train on this directory's shards",
-		 "--input %s is a strata token shard, not text", inputs[f]);
-	const int jsonl = ends_with(inputs[f], ".jsonl");
-	size_t i = strspn(text, " \t\r\n\xef\xbb\xbf");
-	if (!jsonl && (ends_with(inputs[f], ".json") || ends_with(inputs[f], ".ndjson")) &&
-	    i < len && text[i] == '{')
-		st_log_warn("%s is read as plain text; if it holds one example per line, name it "
-			    ".jsonl to train on its prompts and completions",
-			    inputs[f]);
-	else if (!jsonl && ends_with(inputs[f], ".json") && i < len && text[i] == '[')
-		st_log_warn("%s is read as plain text; if it is a JSON array of examples, write them "
-			    "one object per line into a .jsonl file to train on them as examples",
-			    inputs[f]);
-	size_t bad = 0, at = 0;
-	for (size_t p = 0; p < len;) {
-		const size_t n = utf8_len((const unsigned char *)text + p, len - p);
-		if (!n || !text[p]) {
-			if (!bad++)
-				at = p;
-			p++;
+	*bytes = 0;
+	for (int f = 0; f < n_in; f++) {
+		/* st_ino 0 when not a regular file: a FIFO or /dev/stdin is read once anyway */
+		struct stat *st = &in[f].st;
+		const int found = stat(inputs[f], st) == 0;
+		if (!found || !S_ISREG(st->st_mode))
+			st->st_ino = 0;
+		const int sized = found && S_ISREG(st->st_mode) && st->st_size > 0;
+		char head[8];
+		size_t n_head = 0;
+		if (sized) {
+			ST_TRY(peek_head(inputs[f], head, &n_head));
+			in[f].len = (size_t)st->st_size;
 		} else {
-			p += n;
+			ST_TRY(fs_read_file(inputs[f], &in[f].text, &in[f].len));
 		}
+		for (int g = 0; g < f && st->st_ino; g++)
+			ST_CHECK(in[g].st.st_dev != st->st_dev || in[g].st.st_ino != st->st_ino,
+				 "give each file once: text in both splits makes the validation loss read low",
+				 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
+		ST_CHECK(!shard_has_magic(sized ? head : in[f].text, sized ? n_head : in[f].len),
+			 "give the text the shards were made from, or train on this directory's shards",
+			 "--input %s is a strata token shard, not text", inputs[f]);
+		*bytes += in[f].len;
 	}
-	if (bad && jsonl) /* a raw NUL is refused by the example reader */
-		st_log_warn("%s is not UTF-8 text: %zu bytes are invalid UTF-8, the first at byte %zu "
-			    "(their bytes are kept in the examples as they are)",
-			    inputs[f], bad, at);
-	else if (bad)
-		st_log_warn("%s is not UTF-8 text: %zu bytes are NUL or invalid UTF-8, the first at byte "
-			    "%zu (their bytes are kept as they are)",
-			    inputs[f], bad, at);
+	return ST_OK;
+}
+
+/* Address space for the ids of a len-byte text, reserved, not committed:
+ * pages are used as ids are written. Reserved again, larger, for a text
+ * longer than the last reservation (a file grown since the survey). */
+static int ids_reserve(uint32_t **ids, size_t *bytes, size_t len)
+{
+	const size_t need = tokenizer_max_ids(len) * sizeof **ids;
+	if (*ids && need <= *bytes)
+		return ST_OK;
+	if (*ids)
+		munmap(*ids, *bytes);
+	*ids = NULL;
+	*bytes = 0;
+	void *map = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			 -1, 0);
+	ST_CHECK(map != MAP_FAILED, "prepare the corpus in several smaller files",
+		 "cannot reserve %zu bytes of address space for the ids of a %zu-byte file: %s", need,
+		 len, strerror(errno));
+	*ids = map;
+	*bytes = need;
 	return ST_OK;
 }
 
@@ -413,120 +286,93 @@ int cmd_prepare(int argc, char **argv)
 		return ST_FAIL;
 	}
 
-	/* read every input first: small corpora get smaller chunks, so that the
-	 * validation split still has about 20 chunks to draw from */
-	char **texts = st_calloc((size_t)n_in, sizeof *texts);
-	size_t *lens = st_calloc((size_t)n_in, sizeof *lens);
-	size_t total_bytes = 0;
-	struct stat *in_stat = st_calloc((size_t)n_in, sizeof *in_stat);
-	int rc = texts && lens && in_stat ? ST_OK : ST_FAIL;
-	for (int f = 0; f < n_in && rc == ST_OK; f++) {
-		rc = fs_read_file(inputs[f], &texts[f], &lens[f]);
-		total_bytes += lens[f];
-		if (rc == ST_OK)
-			rc = check_input(inputs, f, in_stat, texts[f], lens[f]);
-	}
-	free(in_stat);
+	/* every input surveyed first: small corpora get smaller chunks, so
+	 * that the validation split still has about 20 chunks to draw from */
+	struct prep_input *in = st_calloc((size_t)n_in, sizeof *in);
+	size_t total_bytes = 0, expect_bytes = 0;
+	int rc = in ? prep_survey(inputs, n_in, in, &expect_bytes) : ST_FAIL;
 	long period = val_frac > 0 ? (long)lround(1.0 / val_frac) : 0;
-	if (period > 1 && (long)(total_bytes / (size_t)chunk) < 20 * period) {
-		chunk = (long)(total_bytes / (size_t)(20 * period));
+	if (period > 1 && (long)(expect_bytes / (size_t)chunk) < 20 * period) {
+		chunk = (long)(expect_bytes / (size_t)(20 * period));
 		if (chunk < 256)
 			chunk = 256;
 	}
+	struct prep_split sp = {.chunk = chunk, .period = period};
 
 	/* loss masks only where there are examples: with plain text alone
-	 * every token is a target, and a mask would cost 4 bytes a token */
+	 * every token is a target, and a mask would cost 2 bytes a token */
 	int masked = 0, n_text = 0;
 	for (int f = 0; f < n_in; f++) {
-		masked |= ends_with(inputs[f], ".jsonl");
-		n_text += !ends_with(inputs[f], ".jsonl");
+		masked |= prep_ends_with(inputs[f], ".jsonl");
+		n_text += !prep_ends_with(inputs[f], ".jsonl");
 	}
-	struct buf train = {0}, val = {0}, train_m = {0}, val_m = {0};
-	struct buf *toks[2] = {&train, &val};
-	struct buf *masks[2] = {masked ? &train_m : NULL, masked ? &val_m : NULL};
-	long chunk_idx = 0, example = 0, text_val = 0;
+	/* The new set is written into a staging directory inside out as the
+	 * inputs are encoded, then renamed into place, so a write that fails
+	 * (a full disk) leaves the old set as it was. At the swap train.bin goes
+	 * last and the old one first: until the whole set is in, out holds no
+	 * train.bin, so a kill part-way cannot leave new training tokens beside
+	 * an old val.bin or loss mask, which train and eval would read as a set. */
+	char stage[4200], from[4400];
+	snprintf(stage, sizeof stage, "%s/.strata-prep.%d", out, (int)getpid());
+	if (rc == ST_OK)
+		clear_stale_stages(out);
+	if (rc == ST_OK)
+		rc = fs_mkdir_p(stage);
+	struct prep_sink sink = {.masked = masked}; /* writers zeroed: abort does nothing */
+	/* the writer of each of shard_names */
+	struct shard_writer *const wr[4] = {&sink.tok[1], &sink.mask[0], &sink.mask[1], &sink.tok[0]};
+	for (int k = 0; k < 4 && rc == ST_OK; k++) {
+		const int mask = k == 1 || k == 2; /* a mask shard: values 0 and 1 */
+		snprintf(from, sizeof from, "%s/%s", stage, shard_names[k]);
+		if (!mask || masked)
+			rc = shard_writer_open(wr[k], from, mask ? 2 : (uint32_t)tk.vocab_size,
+					       mask ? "mask" : tk.name);
+	}
 	/* Each text file is encoded whole, then its ids are cut into chunks:
 	 * encoding chunk by chunk gave other ids than the tokenizer does where a
 	 * cut fell inside what it would merge ("\n\n" is one Llama 3 token) and
-	 * added a prefix space at every chunk with add_prefix_space. The id
-	 * buffer is reserved, not committed: pages are used as ids are written. */
-	size_t text_max = 0;
-	for (int f = 0; f < n_in; f++)
-		if (!ends_with(inputs[f], ".jsonl") && lens[f] > text_max)
-			text_max = lens[f];
-	const size_t ids_bytes = tokenizer_max_ids(text_max) * sizeof(uint32_t);
+	 * added a prefix space at every chunk with add_prefix_space. So one
+	 * file's text and ids are held at a time, and no more: the chunks go to
+	 * the writers as they are cut, and the text is freed before the next. */
+	size_t text_max = 0, ids_bytes = 0;
+	for (int f = 0; f < n_in && in; f++)
+		if (!prep_ends_with(inputs[f], ".jsonl") && in[f].len > text_max)
+			text_max = in[f].len;
 	uint32_t *ids = NULL;
+	if (rc == ST_OK)
+		rc = ids_reserve(&ids, &ids_bytes, text_max);
 	/* one token's text, whole: a line break past a fixed buffer's end
 	 * would not count as one */
 	const size_t piece_cap = tokenizer_max_token_len(&tk);
 	char *piece = rc == ST_OK ? st_malloc(piece_cap) : NULL;
 	if (!piece)
 		rc = ST_FAIL;
-	if (rc == ST_OK) {
-		void *map = mmap(NULL, ids_bytes, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (map == MAP_FAILED) {
-			ST_ERROR("prepare the corpus in several smaller files",
-				 "cannot reserve %zu bytes of address space for the ids of a %zu-byte file: %s",
-				 ids_bytes, text_max, strerror(errno));
-			rc = ST_FAIL;
-		} else {
-			ids = map;
-		}
-	}
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
-		const char *text = texts[f];
-		size_t len = lens[f];
-		if (ends_with(inputs[f], ".jsonl")) {
-			rc = prepare_jsonl(&tk, inputs[f], texts[f], len, period, &example, toks, masks);
-			continue;
-		}
-		/* chunks of about --chunk bytes, each ending after a token that
-		 * ends a line where one comes within another --chunk (at most
-		 * 64 KiB) bytes: a text with long or no lines is still cut near
-		 * --chunk, so that it can hold out its validation share */
-		const size_t reach = (size_t)chunk + ((size_t)chunk < 65536 ? (size_t)chunk : 65536);
-		const size_t n = tokenizer_encode(&tk, ids, text, len);
-		if (n == ST_ENCODE_FAILED) {
-			ST_ERROR(NULL, "strata prepare: %s could not be encoded; nothing was written",
-				 inputs[f]);
-			rc = ST_FAIL;
+		char *text = in[f].text;
+		size_t len = in[f].len;
+		in[f].text = NULL;
+		if (!text && (rc = fs_read_file(inputs[f], &text, &len)) != ST_OK)
 			break;
-		}
-		size_t start = 0, bytes = 0;
-		int split = 0; /* of the chunk last cut */
-		for (size_t i = 0; i < n && rc == ST_OK; i++) {
-			const size_t b = tokenizer_decode_one(&tk, piece, piece_cap, ids[i]);
-			bytes += b;
-			/* GPT-2's tokens join a line break to the next line's indent */
-			const int line_end = b > 0 && memchr(piece, '\n', b);
-			if (i + 1 < n && (bytes < (size_t)chunk || (!line_end && bytes < reach)))
-				continue;
-			split = period > 1 && chunk_idx % period == period - 1;
-			rc = push_masked(toks[split], masks[split], ids + start, i + 1 - start, 1);
-			chunk_idx++;
-			text_val += split;
-			start = i + 1;
-			bytes = 0;
-		}
-		/* the file's ids are copied out: give their pages back */
-		madvise(ids, tokenizer_max_ids(len) * sizeof *ids, MADV_DONTNEED);
-		/* the file's end: in the split of its last chunk, which it ends */
-		uint32_t eos = (uint32_t)tk.eos_id;
-		if (rc == ST_OK && n > 0 && tk.eos_id >= 0)
-			rc = push_masked(toks[split], masks[split], &eos, 1, 1);
+		total_bytes += len;
+		prep_warn_text(inputs[f], text, len);
+		if (prep_ends_with(inputs[f], ".jsonl"))
+			rc = prep_jsonl(&tk, inputs[f], text, len, &sp, &sink);
+		else if ((rc = ids_reserve(&ids, &ids_bytes, len)) == ST_OK)
+			rc = prep_text(&tk, inputs[f], text, len, ids, piece, piece_cap, &sp, &sink);
+		free(text);
 	}
 	if (ids)
 		munmap(ids, ids_bytes);
 	free(piece);
-	for (int f = 0; texts && f < n_in; f++)
-		free(texts[f]);
-	free(texts);
-	free(lens);
+	for (int f = 0; in && f < n_in; f++)
+		free(in[f].text); /* held inputs not reached */
+	free(in);
+	const long example = sp.example, chunk_idx = sp.chunk_idx, text_val = sp.text_val;
+	const size_t n_train = sink.tok[0].n, n_val = sink.tok[1].n;
 	if (rc == ST_OK && total_bytes == 0) {
 		ST_ERROR("give a non-empty text file", "strata prepare: the input text is empty");
 		rc = ST_FAIL;
-	} else if (rc == ST_OK && train.n == 0 && val.n == 0) { /* JSONL of blank lines */
+	} else if (rc == ST_OK && n_train == 0 && n_val == 0) { /* JSONL of blank lines */
 		ST_ERROR("give examples, one JSON object per line", "strata prepare: the input "
 			 "(%zu bytes) holds no example and no text", total_bytes);
 		rc = ST_FAIL;
@@ -541,46 +387,33 @@ int cmd_prepare(int argc, char **argv)
 	if (rc == ST_OK && period > 1 && fabs(1.0 / (double)period - val_frac) > 0.01 * val_frac)
 		st_log_info("--val-fraction %g holds out one chunk or example in %ld, %.3g%%", val_frac,
 			    period, 100.0 / (double)period);
-	if (rc == ST_OK && val_frac > 0 && val.n > 0 && masked && chunk_idx > 0 && !text_val)
+	if (rc == ST_OK && val_frac > 0 && n_val > 0 && masked && chunk_idx > 0 && !text_val)
 		/* beside examples, which fill val.bin on their own */
 		st_log_warn("the text inputs (%ld chunk%s) gave no chunk to validation (one in %ld is "
 			    "held out): the held-out loss scores the examples alone; a smaller --chunk "
 			    "splits the text finer",
 			    chunk_idx, chunk_idx == 1 ? "" : "s", period);
-	if (rc == ST_OK && val_frac > 0 && val.n == 0 && masked) {
+	if (rc == ST_OK && val_frac > 0 && n_val == 0 && masked) {
 		ST_ERROR("give more examples, a larger --val-fraction, or --val-fraction 0",
 			 "strata prepare: %ld example%s too few to hold out %g%% for validation "
 			 "(one example in %ld is held out)",
 			 example, example == 1 ? " is" : "s are", 100 * val_frac, period);
 		rc = ST_FAIL;
-	} else if (rc == ST_OK && val_frac > 0 && val.n == 0) {
+	} else if (rc == ST_OK && val_frac > 0 && n_val == 0) {
 		ST_ERROR("give more text, a smaller --chunk, or --val-fraction 0",
 			 "strata prepare: the input (%zu bytes) is too short to hold out %g%% for validation",
 			 total_bytes, 100 * val_frac);
 		rc = ST_FAIL;
 	}
-	/* The new set is written whole into a staging directory inside out,
-	 * then renamed into place, so a write that fails (a full disk) leaves
-	 * the old set as it was. At the swap train.bin goes last and the old one
-	 * first: until the whole set is in, out holds no train.bin, so a kill
-	 * part-way cannot leave new training tokens beside an old val.bin or
-	 * loss mask, which train and eval would read as a set. */
-	char stage[4200], from[4400];
-	snprintf(stage, sizeof stage, "%s/.strata-prep.%d", out, (int)getpid());
-	if (rc == ST_OK)
-		clear_stale_stages(out);
-	if (rc == ST_OK)
-		rc = fs_mkdir_p(stage);
-	const char *const *names = shard_names;
-	const struct buf *data[4] = {&val, &train_m, &val_m, &train};
-	const int has[4] = {val.n > 0, masked && train.n > 0, masked && val.n > 0, 1};
-	for (int k = 0; k < 4 && rc == ST_OK; k++) {
-		const int mask = k == 1 || k == 2; /* a mask shard: values 0 and 1 */
-		snprintf(from, sizeof from, "%s/%s", stage, names[k]);
-		if (has[k])
-			rc = shard_write(from, data[k]->v, data[k]->n, mask ? 2 : (uint32_t)tk.vocab_size,
-					 mask ? "mask" : tk.name);
+	/* the set in the stage: a split or a mask with no tokens is not written */
+	const int has[4] = {n_val > 0, masked && n_train > 0, masked && n_val > 0, 1};
+	for (int k = 0; k < 4; k++) {
+		if (rc == ST_OK && has[k])
+			rc = shard_writer_finish(wr[k]);
+		else
+			shard_writer_abort(wr[k]); /* its temp file gone; nothing if not open */
 	}
+	const char *const *names = shard_names;
 	int swapping = 0;
 	if (rc == ST_OK) {
 		swapping = 1;
@@ -614,24 +447,16 @@ int cmd_prepare(int argc, char **argv)
 		prepare_unmake(out, made, n_made, held); /* the directories this run made */
 	else if (rc != ST_OK && !swapping && fs_exists(path))
 		st_log_info("%s keeps its earlier shards: nothing there was changed", out);
-	if (rc == ST_OK && masked) {
-		size_t on = 0;
-		for (size_t i = 0; i < train_m.n; i++)
-			on += train_m.v[i];
+	if (rc == ST_OK && masked)
 		printf("%ld example%s; %zu of %zu training tokens are loss targets\n", example,
-		       example == 1 ? "" : "s", on, train.n);
-	}
+		       example == 1 ? "" : "s", sink.targets, n_train);
 	if (rc == ST_OK)
 		printf("wrote %s: %zu train tokens, %zu val tokens (tokenizer %s, vocab %d) from %zu bytes\n",
-		       out, train.n, val.n, tk.name, tk.vocab_size, total_bytes);
-	if (rc == ST_OK && val.n)
+		       out, n_train, n_val, tk.name, tk.vocab_size, total_bytes);
+	if (rc == ST_OK && n_val)
 		printf("held out %.1f%% of the tokens: one %s in %ld\n",
-		       100.0 * (double)val.n / (double)(train.n + val.n), masked ? "example or chunk" : "chunk",
+		       100.0 * (double)n_val / (double)(n_train + n_val), masked ? "example or chunk" : "chunk",
 		       period);
-	free(train.v);
-	free(val.v);
-	free(train_m.v);
-	free(val_m.v);
 	tokenizer_free(&tk);
 	return rc;
 }

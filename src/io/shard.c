@@ -5,8 +5,10 @@
  * the file size implied by n_tokens are checked, and the FNV-1a 64 hash of the
  * token bytes is recomputed, so a truncated copy or a flipped bit is refused
  * with a message saying which file and what to do, rather than trained on. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/fsutil.h"
 #include "io/shard.h"
@@ -120,55 +122,145 @@ void shard_close(struct st_shard *s)
 	memset(s, 0, sizeof *s);
 }
 
-int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab,
-		const char *tokenizer)
+/* Token bytes gathered before a write(2): 1 MiB, 64 writes a 32 MiB file;
+ * four writers (prepare's two splits and their masks) hold 4 MiB. */
+#define WRITER_BUF ((size_t)1 << 20)
+
+int shard_writer_open(struct shard_writer *w, const char *path, uint32_t vocab,
+		      const char *tokenizer)
 {
+	memset(w, 0, sizeof *w);
+	w->a.fd = -1;
 	ST_CHECK(tokenizer && strlen(tokenizer) <= ST_SHARD_NAME, "use a shorter tokenizer name",
 		 "cannot write %s: tokenizer name '%s' is longer than %d bytes", path,
 		 tokenizer ? tokenizer : "(null)", ST_SHARD_NAME);
 	ST_CHECK(vocab > 0, "this is a bug in the caller", "cannot write %s: vocabulary size 0",
 		 path);
-	uint32_t tb = vocab <= 65536 ? 2 : 4;
-	ST_CHECK(n <= (UINT64_MAX - ST_SHARD_HEADER) / tb, "split the text into several shards",
-		 "cannot write %s: %llu tokens is too many for one shard", path,
-		 (unsigned long long)n);
-
-	/* Hash the little-endian token bytes first: the hash goes in the header. */
-	uint64_t hash = FNV_BASIS;
-	for (uint64_t i = 0; i < n; i++) {
-		ST_CHECK(tokens[i] < vocab, "this is a bug in the tokenizer",
-			 "cannot write %s: token %u at position %llu is outside the vocabulary (%u)",
-			 path, tokens[i], (unsigned long long)i, vocab);
-		uint8_t b[4];
-		wr32(b, tokens[i]);
-		hash = fnv1a(hash, b, tb);
+	w->vocab = vocab;
+	w->token_bytes = vocab <= 65536 ? 2 : 4;
+	w->hash = FNV_BASIS;
+	strcpy(w->tokenizer, tokenizer);
+	w->buf = st_malloc(WRITER_BUF);
+	if (!w->buf)
+		return ST_FAIL;
+	if (fs_atomic_begin(&w->a, path) != ST_OK) {
+		free(w->buf);
+		w->buf = NULL;
+		return ST_FAIL;
 	}
+	/* the header's place, filled in by finish once n and the hash are known */
+	static const uint8_t zero[ST_SHARD_HEADER];
+	w->open = 1;
+	if (fs_atomic_write(&w->a, zero, sizeof zero) != ST_OK) {
+		shard_writer_abort(w);
+		return ST_FAIL;
+	}
+	return ST_OK;
+}
 
+void shard_writer_abort(struct shard_writer *w)
+{
+	if (!w->open)
+		return; /* finished, failed (cleaned up then), or never opened */
+	fs_atomic_abort(&w->a); /* closes and unlinks the temp file */
+	free(w->buf);
+	w->buf = NULL;
+	w->fill = 0;
+	w->open = 0;
+}
+
+/* The buffered token bytes out, hashed as they go. */
+static int writer_flush(struct shard_writer *w)
+{
+	w->hash = fnv1a(w->hash, w->buf, w->fill);
+	const int rc = fs_atomic_write(&w->a, w->buf, w->fill); /* aborts the file on failure */
+	w->fill = 0;
+	if (rc != ST_OK)
+		shard_writer_abort(w);
+	return rc;
+}
+
+/* n tokens: tokens[0..n), or n copies of same where tokens is NULL. */
+static int writer_put(struct shard_writer *w, const uint32_t *tokens, uint32_t same, size_t n)
+{
+	if (!w->open)
+		return ST_FAIL; /* an earlier call failed, and said why */
+	const char *path = w->a.path;
+	const uint32_t tb = w->token_bytes;
+	if (n > (UINT64_MAX - ST_SHARD_HEADER) / tb - w->n) {
+		ST_ERROR("split the text into several shards",
+			 "cannot write %s: %llu tokens is too many for one shard", path,
+			 (unsigned long long)(w->n + n));
+		shard_writer_abort(w);
+		return ST_FAIL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const uint32_t t = tokens ? tokens[i] : same;
+		if (t >= w->vocab) {
+			ST_ERROR("this is a bug in the tokenizer",
+				 "cannot write %s: token %u at position %llu is outside the vocabulary (%u)",
+				 path, t, (unsigned long long)(w->n + i), w->vocab);
+			shard_writer_abort(w);
+			return ST_FAIL;
+		}
+		if (w->fill + tb > WRITER_BUF && writer_flush(w) != ST_OK)
+			return ST_FAIL;
+		uint8_t *p = w->buf + w->fill;
+		p[0] = (uint8_t)t; /* little-endian, token_bytes of them */
+		p[1] = (uint8_t)(t >> 8);
+		if (tb == 4) {
+			p[2] = (uint8_t)(t >> 16);
+			p[3] = (uint8_t)(t >> 24);
+		}
+		w->fill += tb;
+	}
+	w->n += n;
+	return ST_OK;
+}
+
+int shard_writer_put(struct shard_writer *w, const uint32_t *tokens, size_t n)
+{
+	return writer_put(w, tokens, 0, n);
+}
+
+int shard_writer_fill(struct shard_writer *w, uint32_t token, size_t n)
+{
+	return writer_put(w, NULL, token, n);
+}
+
+int shard_writer_finish(struct shard_writer *w)
+{
+	if (!w->open || writer_flush(w) != ST_OK)
+		return ST_FAIL;
 	uint8_t hdr[ST_SHARD_HEADER] = {0};
 	memcpy(hdr, SHARD_MAGIC, 8);
 	wr32(hdr + 8, SHARD_VERSION);
-	wr32(hdr + 12, tb);
-	wr32(hdr + 16, vocab);
-	wr64(hdr + 24, n);
-	memcpy(hdr + 32, tokenizer, strlen(tokenizer)); /* rest stays NUL */
-	wr64(hdr + 56, hash);
-
-	struct fs_atomic a;
-	ST_TRY(fs_atomic_begin(&a, path));
-	ST_TRY(fs_atomic_write(&a, hdr, sizeof hdr));
-	enum { CHUNK = 16384 };
-	uint8_t buf[CHUNK * 4];
-	for (uint64_t i = 0; i < n; i += CHUNK) {
-		uint64_t m = n - i < CHUNK ? n - i : CHUNK;
-		for (uint64_t j = 0; j < m; j++) {
-			if (tb == 2) {
-				buf[2 * j] = (uint8_t)tokens[i + j];
-				buf[2 * j + 1] = (uint8_t)(tokens[i + j] >> 8);
-			} else {
-				wr32(buf + 4 * j, tokens[i + j]);
-			}
-		}
-		ST_TRY(fs_atomic_write(&a, buf, (size_t)m * tb)); /* aborts on failure */
+	wr32(hdr + 12, w->token_bytes);
+	wr32(hdr + 16, w->vocab);
+	wr64(hdr + 24, w->n);
+	memcpy(hdr + 32, w->tokenizer, strlen(w->tokenizer)); /* rest stays NUL */
+	wr64(hdr + 56, w->hash);
+	if (lseek(w->a.fd, 0, SEEK_SET) != 0) {
+		ST_ERROR("check the file system", "cannot write %s (seek in temp file %s): %s",
+			 w->a.path, w->a.tmp, strerror(errno));
+		shard_writer_abort(w);
+		return ST_FAIL;
 	}
-	return fs_atomic_commit(&a);
+	if (fs_atomic_write(&w->a, hdr, sizeof hdr) != ST_OK) {
+		shard_writer_abort(w);
+		return ST_FAIL;
+	}
+	free(w->buf);
+	w->buf = NULL;
+	w->open = 0;
+	return fs_atomic_commit(&w->a); /* fsync, rename over path; aborts on failure */
+}
+
+int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab,
+		const char *tokenizer)
+{
+	struct shard_writer w;
+	ST_TRY(shard_writer_open(&w, path, vocab, tokenizer));
+	ST_TRY(shard_writer_put(&w, tokens, (size_t)n));
+	return shard_writer_finish(&w);
 }

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/fsutil.h"
+
 #define ST_SHARD_HEADER 64
 #define ST_SHARD_NAME 24
 
@@ -46,5 +48,32 @@ static inline uint32_t shard_token(const struct st_shard *s, uint64_t i)
 /* Write a shard atomically (temp file, fsync, rename). tokens are < vocab. */
 int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab,
 		const char *tokenizer);
+
+/* The same file written from tokens given in pieces, so that a corpus's ids
+ * never need to be held at once (strata prepare): open makes a temp file
+ * beside path, put appends tokens at the shard's width (buffered) and hashes
+ * them, finish writes the header (n_tokens, hash), fsyncs and renames over
+ * path; abort removes the temp file. The result is byte for byte what
+ * shard_write makes of the same tokens. A failing call (a full disk, a
+ * token outside the vocabulary) says why, naming path, and aborts: the temp
+ * file is gone, later puts and finish fail, abort does nothing. So does
+ * abort of a finished writer, or of a zeroed one never opened. */
+struct shard_writer {
+	struct fs_atomic a;
+	uint32_t vocab, token_bytes;
+	uint64_t n;    /* tokens put so far */
+	uint64_t hash; /* FNV-1a 64 of the token bytes written out (not yet buf's) */
+	char tokenizer[ST_SHARD_NAME + 1];
+	uint8_t *buf; /* token bytes not yet written, fill of them */
+	size_t fill;
+	int open; /* between a successful open and finish, abort or a failure */
+};
+int shard_writer_open(struct shard_writer *w, const char *path, uint32_t vocab,
+		      const char *tokenizer);
+int shard_writer_put(struct shard_writer *w, const uint32_t *tokens, size_t n);
+/* n copies of one token (a run of loss-mask values). */
+int shard_writer_fill(struct shard_writer *w, uint32_t token, size_t n);
+int shard_writer_finish(struct shard_writer *w);
+void shard_writer_abort(struct shard_writer *w);
 
 #endif

@@ -1,0 +1,50 @@
+/* strata prepare's inputs into tokens: one text file cut into chunks, one
+ * JSONL file of examples, each handed run by run to the shard writers of
+ * the split it falls in (cmd_prepare.c owns the rest: arguments, the lock,
+ * the staging directory and the swap into place). */
+#ifndef ST_PREPARE_TEXT_H
+#define ST_PREPARE_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/shard.h"
+#include "io/tokenizer.h"
+
+/* Where the tokens go: the train (0) and validation (1) shards, and their
+ * loss masks where any input is JSONL (masked; plain text alone writes no
+ * mask: every token is a target). */
+struct prep_sink {
+	struct shard_writer tok[2], mask[2];
+	int masked;
+	size_t targets; /* training tokens that are loss targets (mask 1) */
+};
+
+/* How the inputs are split, and what has been cut so far. */
+struct prep_split {
+	long chunk;     /* bytes of text per chunk */
+	long period;    /* every period-th chunk or example is held out (none below 2) */
+	long chunk_idx; /* text chunks cut */
+	long text_val;  /* of them held out */
+	long example;   /* JSONL examples read */
+};
+
+/* Whether s ends with suffix, in either case (.jsonl, .JSONL). */
+int prep_ends_with(const char *s, const char *suffix);
+/* n tokens into split's shard, with mask value m where there are masks. */
+int prep_emit(struct prep_sink *s, int split, const uint32_t *ids, size_t n, uint32_t m);
+/* What is said about input path's text before it is used: text that looks
+ * like JSONL under another name, text that is not UTF-8 (both are taken as
+ * they are). text is NUL-terminated (fs_read_file). */
+void prep_warn_text(const char *path, const char *text, size_t len);
+/* A JSONL file of examples into the sink. */
+int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text, size_t len,
+	       struct prep_split *sp, struct prep_sink *s);
+/* A text file, encoded whole into ids (room for tokenizer_max_ids(len)),
+ * cut into chunks into the sink; piece holds one token's text (piece_cap:
+ * tokenizer_max_token_len). */
+int prep_text(const struct st_tokenizer *tk, const char *path, const char *text, size_t len,
+	      uint32_t *ids, char *piece, size_t piece_cap, struct prep_split *sp,
+	      struct prep_sink *s);
+
+#endif
