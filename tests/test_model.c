@@ -331,8 +331,34 @@ static void check_generate_refill(int T, int n_prompt, int n_new)
 
 Test(model, generate_refills_a_full_cache)
 {
-	check_generate_refill(16, 5, 40);  /* fills and is refilled three times */
+	check_generate_refill(16, 5, 40);  /* fills and is refilled four times */
 	check_generate_refill(9, 30, 12);  /* a prompt longer than the cache */
 	check_generate_refill(2, 1, 6);    /* the smallest cache: refilled with one token */
 	check_generate_refill(64, 10, 20); /* never full */
+}
+
+/* The decoder takes from the device tier exactly what the placement counts
+ * for it (decoder_bytes), for caches shorter than a chunk, at it and past
+ * it, with and without the stable embedding's scratch: a count short of it
+ * fails in the store after the placement accepted the budget, one over it
+ * refuses budgets that would do. */
+Test(model, decoder_bytes_are_what_it_allocates)
+{
+	const int sizes[] = {1, 2, 63, 64, 65, 150};
+	for (int stable = 0; stable < 2; stable++)
+		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+			const struct st_config cfg = decode_cfg(stable, stable, 2);
+			struct st_session s;
+			cr_assert_eq(session_create(&s, ops_cpu(), &cfg, 0), 0);
+			const size_t before = s.store.tiers[ST_TIER_DEVICE].used;
+			cr_assert_eq(session_decoder(&s, sizes[i]), 0);
+			const size_t took = s.store.tiers[ST_TIER_DEVICE].used - before;
+			cr_expect_eq(took, decoder_bytes(&s.model, sizes[i]),
+				     "t_max %d, stable %d: took %zu, counted %zu", sizes[i], stable, took,
+				     decoder_bytes(&s.model, sizes[i]));
+			/* one pass of the whole cache fits its scratch */
+			int32_t tok[150] = {0};
+			cr_expect(decoder_feed(&s.dec, tok, sizes[i]) != NULL);
+			session_close(&s);
+		}
 }

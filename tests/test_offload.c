@@ -13,12 +13,14 @@
 
 #include "cliutil.h"
 #include "jsonutil.h"
+#include "testutil.h"
 #include "engine/place.h"
 #include "io/fsutil.h"
 #include "engine/session.h"
 #include "optim/optim.h"
 #include "store/io.h"
 #include "store/store.h"
+#include "trainer/forward.h"
 #include "util/check.h"
 #include "util/rng.h"
 #include "util/trace.h"
@@ -1641,7 +1643,7 @@ Test(offload, eval_and_sample_within_budgets, .timeout = 600)
 	cr_expect_gt(rss_mem, dev + host + RSS_OVERHEAD, "in memory %.1f MiB: the test proves nothing",
 		     rss_mem / 1048576.0);
 
-	/* past --context: the key/value cache refilled twice, streaming */
+	/* past --context: the key/value cache refilled three times, streaming */
 	const char *sample = "{ %s sample --model %s/big --prompt ab --tokens 30 --temperature 0 "
 			     "--context 12 --threads 2 %s 2>/dev/null; }";
 	rc = cu_run(a, sizeof a, sample, cu_bin(), dir, "");
@@ -1705,4 +1707,55 @@ Test(offload, eval_device_budgets_placed_or_refused, .timeout = 300)
 	int rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt ab --context 128 "
 			"--device-mem 100K", cu_bin(), dir);
 	cr_expect(rc != 0 && strstr(out, "lower --context"), "%s", out);
+}
+
+/* The decoder with its weights streamed (most on disk, the embedding staged)
+ * gives the next-token scores it gives in memory, bit for bit, on a tied
+ * model, as a prompt is read in one pass and then token by token: the head
+ * reads the embedding, which the pass holds from the embed step to the head
+ * (released early, its staging slot would be reused by a layer's weights
+ * and the head would score with them). */
+Test(offload, decoder_streamed_equals_in_memory, .timeout = 300)
+{
+	char dir[256], off[300];
+	cu_tmpdir(dir, sizeof dir, "decstream");
+	snprintf(off, sizeof off, "%s/off", dir);
+	cr_assert_eq(mkdir(off, 0755), 0);
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), 0);
+	cfg.n_layers = 6;
+	cfg.vocab_size = 2000;
+	cfg.tied = 1;
+	cfg.init_std = 0.2f;
+	const int T = 120;
+	struct st_session mem, st;
+	cr_assert_eq(session_create(&mem, ops_cpu(), &cfg, 0), 0);
+	session_init_random(&mem, 9);
+	cr_assert_eq(session_save_model(&mem, dir), 0);
+	cr_assert_eq(session_decoder(&mem, T), 0);
+	struct st_forward_mem fm;
+	forward_mem_defaults(&fm);
+	snprintf(fm.device_mem, sizeof fm.device_mem, "18M");
+	snprintf(fm.host_mem, sizeof fm.host_mem, "4M");
+	snprintf(fm.offload_dir, sizeof fm.offload_dir, "%s", off);
+	cr_assert_eq(forward_build(&st, ops_cpu(), dir), 0);
+	cr_assert_eq(forward_place_decoder(&st, dir, &fm, T), 0);
+	cr_assert(store_is_staged(&st.store, 0, ST_SLAB_W), "the embedding is not streamed");
+	int32_t tok[120];
+	uint64_t seed = 4;
+	for (int i = 0; i < T; i++)
+		tok[i] = (int32_t)(tu_next(&seed) % 2000);
+	const int feeds[] = {70, 1, 3, 1, 1};
+	int pos = 0;
+	for (size_t f = 0; f < sizeof feeds / sizeof feeds[0]; f++) {
+		const float *a = decoder_feed(&mem.dec, tok + pos, feeds[f]);
+		const float *b = decoder_feed(&st.dec, tok + pos, feeds[f]);
+		pos += feeds[f];
+		cr_assert(a && b);
+		cr_expect(memcmp(a, b, (size_t)cfg.vocab_size * sizeof *a) == 0,
+			  "scores after %d tokens differ streamed", pos);
+	}
+	cr_expect_eq(store_ok(&st.store), ST_OK);
+	session_close(&st);
+	session_close(&mem);
 }

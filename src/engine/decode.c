@@ -63,25 +63,41 @@ static const float *acquire_w(struct st_decoder *d, int unit)
 	return w;
 }
 
-/* One pass of n <= rows tokens through every unit, the head scoring the last. */
+/* One pass of n tokens through every unit, each unit's weights acquired
+ * once and run over the pass in chunks of up to rows tokens (as evaluation
+ * runs a group of micro-batches, layer-major: a prompt streamed from disk is
+ * read once, not once per chunk); the head scores the last token. */
 static void pass(struct st_decoder *d, const int32_t *tokens, int n)
 {
 	const struct st_ops *ops = d->ops;
 	const struct st_model *m = d->model;
 	struct st_store *s = d->store;
+	struct st_decode_acts *a = &d->acts;
 	const int L = m->cfg.n_layers, head = model_head_unit(m), tied = m->cfg.tied;
+	const size_t C = (size_t)m->cfg.dim;
 	prefetch_next(d, -1);
 	const float *wte = acquire_w(d, 0);
-	llama_embed_decode(ops, m, &d->acts, wte, tokens, n);
+	for (int i = 0; i < n; i += a->rows) {
+		const int k = n - i < a->rows ? n - i : a->rows;
+		llama_embed_decode(ops, m, a, wte, tokens + i, k, a->x + i * C);
+	}
 	if (!tied) /* a tied head reads the embedding */
 		store_release(s, 0, ST_SLAB_W, 0);
 	for (int l = 0; l < L; l++) {
 		const float *w = acquire_w(d, 1 + l);
-		llama_layer_decode(ops, m, &d->acts, l, w, d->cache[l], d->pos, n);
+		/* in order: each chunk's keys and values are in the cache before
+		 * the next chunk attends to them */
+		for (int i = 0; i < n; i += a->rows) {
+			const int k = n - i < a->rows ? n - i : a->rows;
+			llama_layer_decode(ops, m, a, l, w, d->cache[l], d->pos + i, k, a->x + i * C);
+		}
 		store_release(s, 1 + l, ST_SLAB_W, 0);
 	}
 	const float *wh = acquire_w(d, head);
-	llama_head_decode(ops, m, &d->acts, wh, tied ? wte : NULL, n);
+	/* the next pass's first units stream in while the head scores and the
+	 * caller samples (a unit still held is left as it is) */
+	prefetch_next(d, -1);
+	llama_head_decode(ops, m, a, wh, tied ? wte : NULL, a->x + (size_t)(n - 1) * C);
 	store_release(s, head, ST_SLAB_W, 0);
 	if (tied)
 		store_release(s, 0, ST_SLAB_W, 0);
@@ -93,12 +109,8 @@ const float *decoder_feed(struct st_decoder *d, const int32_t *tokens, int n)
 	if (n < 1 || d->pos + n > d->t_max) {
 		ST_ERROR(NULL, "internal: %d tokens at position %d of a %d-position cache", n, d->pos,
 			 d->t_max);
-		abort();
+		return NULL;
 	}
-	for (int done = 0; done < n;) {
-		const int k = n - done < d->acts.rows ? n - done : d->acts.rows;
-		pass(d, tokens + done, k);
-		done += k;
-	}
+	pass(d, tokens, n);
 	return d->acts.logits;
 }

@@ -8,8 +8,9 @@
  * scratch of a pass of up to `rows` tokens is the head's, all on the device
  * tier. Weights are acquired from the store unit by unit, prefetching the
  * next ones, as the executor does, so weights placed on the host or disk
- * stream through the staging pool: once per pass, which is once per
- * generated token (a prompt is read in passes of `rows` tokens). */
+ * stream through the staging pool, once per pass: once per generated token,
+ * and once for a whole prompt (each unit runs over all its tokens, in chunks
+ * of ST_DECODE_ROWS, before the next unit's weights are needed). */
 #ifndef ST_DECODE_H
 #define ST_DECODE_H
 
@@ -19,8 +20,9 @@
 #include "ops/ops.h"
 #include "store/store.h"
 
-/* Most tokens per pass (the prompt's chunks): the matmuls run on up to
- * this many rows at a time. */
+/* Most tokens per chunk of a pass: the matmuls run on up to this many rows
+ * at a time (the scratch holds one chunk; the residual streams, a whole
+ * pass). */
 #define ST_DECODE_ROWS 64
 
 struct st_decoder {
@@ -44,9 +46,10 @@ int decoder_init(struct st_decoder *d, const struct st_ops *ops, const struct st
 void decoder_free(struct st_decoder *d);
 /* Forget the cached tokens: the next decoder_feed starts at position 0. */
 static inline void decoder_reset(struct st_decoder *d) { d->pos = 0; }
-/* Append n tokens (pos + n <= t_max) at positions pos .. pos+n-1, in passes
- * of at most ST_DECODE_ROWS; returns the next-token scores after the last of
- * them (vocab_size floats, valid until the next call). */
+/* Append n tokens (pos + n <= t_max) at positions pos .. pos+n-1, in one
+ * pass; returns the next-token scores after the last of them (vocab_size
+ * floats, valid until the next call), or NULL for an n that does not fit
+ * (an internal error, said). */
 const float *decoder_feed(struct st_decoder *d, const int32_t *tokens, int n);
 
 #endif

@@ -89,8 +89,12 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 	const int T = dec ? dec->t_max : ex->t, V = s->model.cfg.vocab_size;
 	/* a full cache goes on from its last half (ceil(T/2) tokens re-read) */
 	const int keep = T - T / 2;
+	if (g->max_new <= 0)
+		return ST_OK; /* nothing to sample: the prompt is not even read */
 	int32_t *hist = st_malloc((size_t)(n_ctx + g->max_new) * sizeof *hist);
-	int32_t *tok = st_malloc((size_t)T * sizeof *tok), *tgt = st_malloc((size_t)T * sizeof *tgt);
+	/* the windowed recompute's micro-batch */
+	const size_t win = dec ? 1 : (size_t)T;
+	int32_t *tok = st_malloc(win * sizeof *tok), *tgt = st_malloc(win * sizeof *tgt);
 	float *scratch = st_malloc((size_t)V * 2 * sizeof *scratch);
 	if (!hist || !tok || !tgt || !scratch) {
 		free(hist), free(tok), free(tgt), free(scratch);
@@ -108,6 +112,8 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 	for (int k = 0; k < g->max_new; k++) {
 		if (!dec)
 			logits = window_logits(ex, hist, n, tok, tgt);
+		if (!logits)
+			break; /* the decoder said why */
 		if (st_first_nonfinite(logits, (size_t)V) >= 0) {
 			ST_ERROR("sample an earlier checkpoint: this one's weights make the outputs "
 				 "overflow",
@@ -133,5 +139,5 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 		}
 	}
 	free(hist), free(tok), free(tgt), free(scratch);
-	return ST_OK;
+	return logits ? ST_OK : ST_FAIL;
 }

@@ -306,8 +306,8 @@ size_t decode_rest_floats(const struct st_model *m, int rows, int t_max)
 	const struct st_config *c = &m->cfg;
 	const size_t N = (size_t)rows, C = c->dim, F = c->ffn_dim;
 	const size_t QD = (size_t)c->n_heads * c->head_dim;
-	return 2 * R16(N * C) + R16(N) + 2 * R16(N * QD) + 3 * R16(N * F) + R16(C) + R16(1) +
-	       R16(c->vocab_size) + 2 * R16((size_t)t_max * c->head_dim / 2) +
+	return R16((size_t)t_max * C) + R16(N * C) + R16(N) + 2 * R16(N * QD) + 3 * R16(N * F) +
+	       R16(C) + R16(1) + R16(c->vocab_size) + 2 * R16((size_t)t_max * c->head_dim / 2) +
 	       (c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0);
 }
 
@@ -322,7 +322,7 @@ void decode_bind(struct st_decode_acts *d, const struct st_model *m, int rows, i
 	memset(d, 0, sizeof *d);
 	d->rows = rows;
 	d->t_max = t_max;
-	d->x = TAKE(N * C);
+	d->x = TAKE((size_t)t_max * C);
 	d->xn = TAKE(N * C);
 	d->rstd = TAKE(N);
 	d->q = TAKE(N * QD);
@@ -345,21 +345,22 @@ void decode_bind(struct st_decode_acts *d, const struct st_model *m, int rows, i
 #undef TAKE
 
 void llama_embed_decode(const struct st_ops *ops, const struct st_model *m,
-			struct st_decode_acts *d, const float *w, const int32_t *tokens, int n)
+			struct st_decode_acts *d, const float *w, const int32_t *tokens, int n,
+			float *x)
 {
 	const int C = m->cfg.dim;
 	if (!m->cfg.stable_embedding) {
-		ops->embedding_forward(d->x, tokens, w, n, C);
+		ops->embedding_forward(x, tokens, w, n, C);
 		return;
 	}
 	ops->embedding_forward(d->emb, tokens, w, n, C);
-	ops->layernorm_forward(d->x, d->emb_mean, d->emb_rstd, d->emb, P(m, 0, 1, w), P(m, 0, 2, w), n,
-			       C, ST_EMBED_NORM_EPS);
+	ops->layernorm_forward(x, d->emb_mean, d->emb_rstd, d->emb, P(m, 0, 1, w), P(m, 0, 2, w), n, C,
+			       ST_EMBED_NORM_EPS);
 }
 
 void llama_layer_decode(const struct st_ops *ops, const struct st_model *m,
 			struct st_decode_acts *d, int l, const float *w, float *cache, int pos,
-			int n)
+			int n, float *x)
 {
 	const struct st_config *c = &m->cfg;
 	const int u = 1 + l, C = c->dim, F = c->ffn_dim;
@@ -370,7 +371,7 @@ void llama_layer_decode(const struct st_ops *ops, const struct st_model *m,
 	const float *cos_tab = d->rope_cos + (size_t)pos * hd / 2;
 	const float *sin_tab = d->rope_sin + (size_t)pos * hd / 2;
 
-	ops->rmsnorm_forward(d->xn, d->rstd, d->x, P(m, u, LP_ATTN_NORM, w), n, C, c->norm_eps);
+	ops->rmsnorm_forward(d->xn, d->rstd, x, P(m, u, LP_ATTN_NORM, w), n, C, c->norm_eps);
 	linear_forward(ops, d->q, d->xn, P(m, u, LP_WQ, w), n, C, H * hd);
 	linear_forward(ops, k, d->xn, P(m, u, LP_WK, w), n, C, KH * hd);
 	linear_forward(ops, v, d->xn, P(m, u, LP_WV, w), n, C, KH * hd);
@@ -378,21 +379,20 @@ void llama_layer_decode(const struct st_ops *ops, const struct st_model *m,
 	ops->rope(k, cos_tab, sin_tab, 1, n, KH, hd, +1);
 	ops->attention_cached(d->att, d->q, kc, vc, n, pos, H, KH, hd);
 	/* x += att @ Wo^T, then x += h @ Wdown^T: the forward's residual adds */
-	ops->matmul(d->x, d->att, P(m, u, LP_WO, w), n, C, H * hd, 0, 1, 1.0f, 1.0f, H * hd, H * hd,
-		    C);
-	ops->rmsnorm_forward(d->xn, d->rstd, d->x, P(m, u, LP_MLP_NORM, w), n, C, c->norm_eps);
+	ops->matmul(x, d->att, P(m, u, LP_WO, w), n, C, H * hd, 0, 1, 1.0f, 1.0f, H * hd, H * hd, C);
+	ops->rmsnorm_forward(d->xn, d->rstd, x, P(m, u, LP_MLP_NORM, w), n, C, c->norm_eps);
 	linear_forward(ops, d->gate, d->xn, P(m, u, LP_WGATE, w), n, C, F);
 	linear_forward(ops, d->up, d->xn, P(m, u, LP_WUP, w), n, C, F);
 	ops->swiglu_forward(d->h, d->gate, d->up, (size_t)n * F);
-	ops->matmul(d->x, d->h, P(m, u, LP_WDOWN, w), n, C, F, 0, 1, 1.0f, 1.0f, F, F, C);
+	ops->matmul(x, d->h, P(m, u, LP_WDOWN, w), n, C, F, 0, 1, 1.0f, 1.0f, F, F, C);
 }
 
 void llama_head_decode(const struct st_ops *ops, const struct st_model *m,
-		       struct st_decode_acts *d, const float *w, const float *wte, int n)
+		       struct st_decode_acts *d, const float *w, const float *wte,
+		       const float *x_last)
 {
 	const struct st_config *c = &m->cfg;
 	const int C = c->dim, u = model_head_unit(m);
-	ops->rmsnorm_forward(d->xf, d->rstd_f, d->x + (size_t)(n - 1) * C, P(m, u, 0, w), 1, C,
-			     c->norm_eps);
+	ops->rmsnorm_forward(d->xf, d->rstd_f, x_last, P(m, u, 0, w), 1, C, c->norm_eps);
 	linear_forward(ops, d->logits, d->xf, head_proj(m, w, wte), 1, C, c->vocab_size);
 }

@@ -173,13 +173,15 @@ void llama_head_backward(const struct st_ops *ops, const struct st_model *m,
 			 struct st_acts *a, const float *w, const float *wte, float *g,
 			 float *dwte);
 
-/* A decoder's activations (engine/decode.h): one sequence, up to `rows` new
- * tokens per pass, attending over each layer's key/value cache of t_max
- * positions. Every tensor but the caches lives in one scratch block. */
+/* A decoder's activations (engine/decode.h): one sequence, read in passes
+ * of up to t_max new tokens, unit by unit, in chunks of up to `rows` tokens,
+ * attending over each layer's key/value cache of t_max positions. Every
+ * tensor but the caches lives in one scratch block. */
 struct st_decode_acts {
 	int rows, t_max;
-	float *x, *xn, *rstd;             /* (rows,C), (rows,C), (rows) */
-	float *emb, *emb_mean, *emb_rstd; /* stable embedding only */
+	float *x;                         /* (t_max,C): the pass's residual streams */
+	float *xn, *rstd;                 /* (rows,C), (rows) */
+	float *emb, *emb_mean, *emb_rstd; /* stable embedding only: (rows,C), (rows) x2 */
 	float *q, *att;                   /* (rows,H*hd) */
 	float *gate, *up, *h;             /* (rows,F) */
 	float *xf, *rstd_f;               /* (C), (1): the last row's final norm */
@@ -194,18 +196,21 @@ size_t decode_rest_floats(const struct st_model *m, int rows, int t_max);
 /* Point d's tensors into block (decode_rest_floats) and fill the RoPE tables. */
 void decode_bind(struct st_decode_acts *d, const struct st_model *m, int rows, int t_max,
 		 float *block);
-/* Decoder passes over n <= rows new tokens at positions pos .. pos+n-1
- * (pos + n <= t_max): the embedding into d->x; a layer, which writes the
- * tokens' keys and values into its cache's rows pos .. pos+n-1 and attends
- * over rows 0 .. pos+n-1; the head, which scores only the last token (the
- * one sampling needs) into d->logits. The kernels are the forward's, on
- * fewer rows: the numbers agree with exec_micro_step's to rounding. */
+/* Decoder passes over a chunk of n <= rows new tokens at positions
+ * pos .. pos+n-1 (pos + n <= t_max), whose residual rows are x (n,C): the
+ * embedding writes them; a layer writes the tokens' keys and values into its
+ * cache's rows pos .. pos+n-1, attends over rows 0 .. pos+n-1 and updates
+ * x; the head scores one row (x_last, the token sampling needs) into
+ * d->logits. The kernels are the forward's, on fewer rows: the numbers
+ * agree with exec_micro_step's to rounding. */
 void llama_embed_decode(const struct st_ops *ops, const struct st_model *m,
-			struct st_decode_acts *d, const float *w, const int32_t *tokens, int n);
+			struct st_decode_acts *d, const float *w, const int32_t *tokens, int n,
+			float *x);
 void llama_layer_decode(const struct st_ops *ops, const struct st_model *m,
 			struct st_decode_acts *d, int l, const float *w, float *cache, int pos,
-			int n);
+			int n, float *x);
 void llama_head_decode(const struct st_ops *ops, const struct st_model *m,
-		       struct st_decode_acts *d, const float *w, const float *wte, int n);
+		       struct st_decode_acts *d, const float *w, const float *wte,
+		       const float *x_last);
 
 #endif

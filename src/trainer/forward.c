@@ -75,7 +75,7 @@ static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem
 	memcpy(po.budget, budgets, sizeof po.budget);
 	if (sh->t_max) {
 		po.act_what = "key/value cache and scratch of generation";
-		po.act_options = "--context";
+		po.act_options = "--context or --tokens"; /* the cache holds what the text needs */
 	}
 	for (int k = 0; k < ST_SLAB__COUNT; k++)
 		po.force[k] = -1;

@@ -75,7 +75,8 @@ static void att_forward(float *out, float *lse, const float *q, const float *k, 
 	const int items = b * h * nqb;
 #pragma omp parallel
 	{
-		float *s = att_scratch((size_t)ATT_BQ * lds);
+		/* a block's score rows (a decoder's one new token needs one) */
+		float *s = att_scratch((size_t)(tq < ATT_BQ ? tq : ATT_BQ) * lds);
 #pragma omp for schedule(dynamic)
 		for (int it = 0; it < items; it++) {
 			int qb = it % nqb, bh = it / nqb, hh = bh % h, bb = bh / h, g = hh / rep;
