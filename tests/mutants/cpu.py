@@ -26,7 +26,10 @@
 # cache positions' RoPE angles, the cached attention's causal offset, the
 # refill rule, the placement's count of the decoder's bytes, the head's row,
 # the value cache's row. Run at 2086c5d: all 7 killed
-# (verify-20261124-decoder.log).
+# (verify-20261124-decoder.log). DC8 (the tied embedding released early)
+# and DC9 (scratch beyond the count) came from the decoder's review, with
+# the tests that kill them; DC6 was re-pointed when a pass became one
+# per feed (layer-major over its chunks).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
@@ -47,7 +50,9 @@ M = [
 ('DC3', GE, 'const int keep = T - T / 2;', 'const int keep = T / 2 + 1;', 'refill keeps one token too many'),
 ('DC4', GE, 'if (n - start > T) {', 'if (n - start >= T) {', 'refill one token early'),
 ('DC5', DE, 'decode_rest_floats(m, decode_rows(t_max), t_max)) *', 'decode_rest_floats(m, 1, t_max)) *', 'placement counts one row of scratch'),
-('DC6', DE, 'llama_head_decode(ops, m, &d->acts, wh, tied ? wte : NULL, n);', 'llama_head_decode(ops, m, &d->acts, wh, tied ? wte : NULL, 1);', 'scores the pass\'s first token'),
+('DC6', DE, 'llama_head_decode(ops, m, a, wh, tied ? wte : NULL, a->x + (size_t)(n - 1) * C);', 'llama_head_decode(ops, m, a, wh, tied ? wte : NULL, a->x);', 'scores the pass\'s first token'),
+('DC8', DE, '	if (!tied) /* a tied head reads the embedding */', '	if (1) /* a tied head reads the embedding */', 'tied embedding released before the head reads it'),
+('DC9', DE, 'decode_rest_floats(m, rows, t_max) * sizeof(float)));', 'decode_rest_floats(m, ST_DECODE_ROWS, t_max) * sizeof(float)));', 'allocates a whole chunk of scratch for a shorter cache'),
 ('DC7', LL, 'float *k = kc + (size_t)pos * KD, *v = vc + (size_t)pos * KD;', 'float *k = kc + (size_t)pos * KD, *v = vc;', 'values always written at row 0'),
 # ======== run 1: the 8-bit quantizer and optimizer kernels
 # ---- quantmap.c
