@@ -29,7 +29,8 @@
 # (verify-20261124-decoder.log). DC8 (the tied embedding released early)
 # and DC9 (scratch beyond the count) came from the decoder's review, with
 # the tests that kill them; DC6 was re-pointed when a pass became one
-# per feed (layer-major over its chunks).
+# per feed (layer-major over its chunks). All nine run at 128d409 (the
+# commit adding DC8/DC9): all killed (verify-20261124-decoder2.log).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
