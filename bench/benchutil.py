@@ -1,7 +1,9 @@
 """Shared by the Python benchmarks: the CPU's name for the results file, the
-KJV corpus prepared into a work directory, and reading a results file."""
+KJV corpus prepared into a work directory, a deep model of the tiny preset's
+shape, and reading a results file."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -50,3 +52,20 @@ def prepared_corpus(work, what):
         run([os.path.join(ROOT, "scripts", "get-corpus"), os.path.join(work, "kjv.txt")], what)
         run([STRATA, "prepare", "--input", os.path.join(work, "kjv.txt"), "--out", data], what)
     return data
+
+
+def deep_tiny(work, layers, what):
+    """The tiny preset's shape (dim 256, ffn 688) with this many layers, made
+    once under work/model-LAYERS."""
+    base, model = os.path.join(work, "tiny"), os.path.join(work, "model-%d" % layers)
+    if not os.path.exists(model):
+        shutil.rmtree(base, ignore_errors=True)
+        run([STRATA, "init", "--config", "tiny", "--out", base], what)
+        conf = os.path.join(base, "config.json")
+        with open(conf) as f:
+            c = json.load(f)
+        c["num_hidden_layers"] = layers
+        with open(conf, "w") as f:
+            json.dump(c, f)
+        run([STRATA, "init", "--config", conf, "--out", model], what)
+    return model

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 
-from benchutil import ROOT, STRATA, cpu_name, prepared_corpus
+from benchutil import ROOT, STRATA, cpu_name, deep_tiny, prepared_corpus
 from benchutil import run as run_cmd
 
 # (name, layers of the tiny preset's shape (dim 256, ffn 688), micro-batch,
@@ -59,17 +59,7 @@ def main():
     data = prepared_corpus(work, "bench/eval_offload")
     results = []
     for name, layers, b, t, tokens, dev, host in (QUICK if a.quick else CASES):
-        base, model = os.path.join(work, "tiny"), os.path.join(work, "model-%d" % layers)
-        if not os.path.exists(model):
-            shutil.rmtree(base, ignore_errors=True)
-            run([STRATA, "init", "--config", "tiny", "--out", base])
-            conf = os.path.join(base, "config.json")
-            with open(conf) as f:
-                c = json.load(f)
-            c["num_hidden_layers"] = layers
-            with open(conf, "w") as f:
-                json.dump(c, f)
-            run([STRATA, "init", "--config", conf, "--out", model])
+        model = deep_tiny(work, layers, "bench/eval_offload")
         off = os.path.join(work, "off")
         os.makedirs(off, exist_ok=True)
         common = [STRATA, "eval", "--model", model, "--data", data, "--micro-batch", str(b),

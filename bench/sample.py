@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from benchutil import ROOT, STRATA, cpu_name
+from benchutil import ROOT, STRATA, cpu_name, deep_tiny
 from benchutil import run as run_cmd
 
 PROMPT = "In the beginning God created the heaven and the earth."
@@ -49,21 +49,6 @@ def timed(cmd, env):
     return wall, p.stdout
 
 
-def tiny40(work):
-    base, model = os.path.join(work, "tiny"), os.path.join(work, "tiny40")
-    if not os.path.exists(model):
-        shutil.rmtree(base, ignore_errors=True)
-        run([STRATA, "init", "--config", "tiny", "--out", base])
-        conf = os.path.join(base, "config.json")
-        with open(conf) as f:
-            c = json.load(f)
-        c["num_hidden_layers"] = 40
-        with open(conf, "w") as f:
-            json.dump(c, f)
-        run([STRATA, "init", "--config", conf, "--out", model])
-    return model
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one small case (a smoke test)")
@@ -77,7 +62,7 @@ def main():
     results = []
     for name, init, n_new, ctx, extra in (QUICK if a.quick else CASES):
         if init[1] == "TINY40":
-            model = tiny40(work)
+            model = deep_tiny(work, 40, "bench/sample")
         else:
             model = os.path.join(work, "-".join(init[1::2]))
             if not os.path.exists(model):

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* The CLI under test. Runs plan with a fixed hardware profile
  * (tests/data/profiles/ci.json), not a per-user cache, so the planner's
@@ -186,6 +188,23 @@ static inline void cu_expect_same_state(const char *ckpt_a, const char *ckpt_b, 
 		cr_expect(i ? cu_files_equal(a, b) : cu_weights_equal(a, b), "%s: %s differs", what,
 			  files[i]);
 	}
+}
+
+/* Run a command (exec'd by sh, so the measured process is the command) and
+ * return its peak resident set in bytes; *status gets its wait status. */
+static inline size_t cu_peak_rss(const char *cmd, int *status)
+{
+	char full[8192];
+	snprintf(full, sizeof full, "exec %s > /dev/null 2>&1", cmd);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+		_exit(127);
+	}
+	struct rusage ru;
+	cr_assert_eq(wait4(pid, status, 0, &ru), pid);
+	return (size_t)ru.ru_maxrss * 1024;
 }
 
 #endif

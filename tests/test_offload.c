@@ -1533,23 +1533,6 @@ Test(offload, profile_cache_unwritable, .timeout = 120)
 		umount(mnt);
 }
 
-/* Run a command (exec'd by sh, so the measured process is the command) and
- * return its peak resident set in bytes. */
-static size_t peak_rss(const char *cmd, int *status)
-{
-	char full[4096];
-	snprintf(full, sizeof full, "exec %s > /dev/null 2>&1", cmd);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", full, (char *)NULL);
-		_exit(127);
-	}
-	struct rusage ru;
-	cr_assert_eq(wait4(pid, status, 0, &ru), pid);
-	return (size_t)ru.ru_maxrss * 1024;
-}
-
 /* The fixed overhead beyond the two budgets: the program, its libraries
  * (oneDNN, OpenBLAS, OpenMP, CUDA runtime), their thread stacks and caches,
  * the mapped data shards and the parameter tables. Measured at 26 MiB here
@@ -1577,7 +1560,7 @@ Test(offload, peak_memory_within_budgets, .timeout = 600)
 		 "--device-mem %zu --host-mem %zu --offload-dir %s",
 		 cu_bin(), dir, dir, dir, dev, host, dir);
 	int status;
-	size_t rss = peak_rss(cmd, &status);
+	size_t rss = cu_peak_rss(cmd, &status);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "offloaded run failed: %s", cmd);
 	cr_log_info("peak RSS %.1f MiB; budgets %.0f MiB + overhead allowance %.0f MiB",
 		    rss / 1048576.0, (dev + host) / 1048576.0, RSS_OVERHEAD / 1048576.0);
@@ -1589,7 +1572,7 @@ Test(offload, peak_memory_within_budgets, .timeout = 600)
 		 "%s train --model %s/init --data %s/data --out %s/mem --micro-batch 1 --seq-len 64 "
 		 "--steps 2 --eval-interval 0 --eval-tokens 64 --threads 2",
 		 cu_bin(), dir, dir, dir);
-	size_t rss_mem = peak_rss(cmd, &status);
+	size_t rss_mem = cu_peak_rss(cmd, &status);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "in-memory run failed");
 	cr_expect_gt(rss_mem, dev + host + RSS_OVERHEAD,
 		     "the in-memory run (%.1f MiB) fits the budgets too: the test proves nothing",
@@ -1634,12 +1617,12 @@ Test(offload, eval_and_sample_within_budgets, .timeout = 600)
 			   "--max-tokens 1024 --threads 2 %s";
 	snprintf(cmd, sizeof cmd, bare, cu_bin(), dir, dir, mem);
 	int status;
-	const size_t rss = peak_rss(cmd, &status);
+	const size_t rss = cu_peak_rss(cmd, &status);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", cmd);
 	cr_expect_leq(rss, dev + host + RSS_OVERHEAD, "peak RSS %.1f MiB over the budgets %.0f MiB + %.0f",
 		      rss / 1048576.0, (dev + host) / 1048576.0, RSS_OVERHEAD / 1048576.0);
 	snprintf(cmd, sizeof cmd, bare, cu_bin(), dir, dir, "");
-	const size_t rss_mem = peak_rss(cmd, &status);
+	const size_t rss_mem = cu_peak_rss(cmd, &status);
 	cr_expect_gt(rss_mem, dev + host + RSS_OVERHEAD, "in memory %.1f MiB: the test proves nothing",
 		     rss_mem / 1048576.0);
 

@@ -797,23 +797,6 @@ Test(train, prepare_encodes_each_file_whole)
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/a/train.bin && rm %s/a.txt", dir, dir), 0);
 }
 
-/* Run a command (exec'd by sh, so the measured process is the command; as
- * test_offload.c's peak_rss) and return its peak resident set in bytes. */
-static size_t peak_rss(const char *cmd, int *status)
-{
-	char full[8192];
-	snprintf(full, sizeof full, "exec %s > /dev/null 2>&1", cmd);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", full, (char *)NULL);
-		_exit(127);
-	}
-	struct rusage ru;
-	cr_assert_eq(wait4(pid, status, 0, &ru), pid);
-	return (size_t)ru.ru_maxrss * 1024;
-}
-
 /* prepare's memory is bounded by its largest input, not by the corpus: ten
  * 8 MB files (byte tokenizer: 80 M ids) peak within 16 MiB of one of them
  * alone, and under one file's text and ids (5 bytes a byte: 40 MB) + 64 MiB
@@ -836,10 +819,10 @@ Test(train, prepare_memory_bounded_by_the_largest_file, .timeout = 120)
 		len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --input %s", path);
 	}
 	int status;
-	const size_t rss_all = peak_rss(cmd, &status);
+	const size_t rss_all = cu_peak_rss(cmd, &status);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of 10 files failed: %s", cmd);
 	snprintf(cmd, sizeof cmd, "%s prepare --out %s/one --input %s/t0.txt", cu_bin(), dir, dir);
-	const size_t rss_one = peak_rss(cmd, &status);
+	const size_t rss_one = cu_peak_rss(cmd, &status);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of one file failed: %s", cmd);
 	cr_log_info("prepare peak RSS: %.1f MiB for 10 files of 8 MB, %.1f MiB for one",
 		    rss_all / 1048576.0, rss_one / 1048576.0);
