@@ -42,8 +42,9 @@ static void help(void)
 	       "\nEach layer keeps the keys and values of the text so far (a key/value cache\n"
 	       "of --context tokens), so a new token costs one token's pass. When the text\n"
 	       "outgrows the cache, the cache is refilled with the last half of it and\n"
-	       "generation goes on: every token sees at least --context/2 tokens. With the\n"
-	       "weights streamed from the host or disk, every token reads them all once.\n");
+	       "generation goes on, every token from then on seeing at least half of\n"
+	       "--context. With the weights streamed from the host or disk, every token\n"
+	       "reads them all once (and the prompt and each refill, once each).\n");
 }
 
 struct out_ctx {
