@@ -2012,6 +2012,14 @@ Test(train, eval_and_sample_cli)
 			"--context 24 --temperature 0 2>/dev/null", cu_bin(), dir);
 	cr_expect(rc == 0 && strlen(out) > 8 + 16 && !strncmp(out, w, 8 + 16),
 		  "past --context: %s\nwindowed: %s", out, w);
+	/* the rate is said to a terminal (script(1) gives one), not to a pipe */
+	rc = cu_run(out, sizeof out, "script -qec \"%s sample --model %s/init --prompt 'the lord' "
+			"--tokens 20 --temperature 0\" /dev/null", cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, " tokens in ") && strstr(out, "tokens/s (reading the "),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/init --prompt 'the lord' --tokens 20 "
+			"--temperature 0", cu_bin(), dir);
+	cr_expect(rc == 0 && !strstr(out, "tokens/s"), "%s", out);
 	/* a text that may outgrow --context is said; --context defaults to the
 	 * model's max_position_embeddings (a 300-position model: the prompt and
 	 * 285 tokens fit; in 256, the default before the cache, they would not) */

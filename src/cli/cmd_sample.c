@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "engine/generate.h"
@@ -11,6 +12,7 @@
 #include "io/tokenizer.h"
 #include "trainer/forward.h"
 #include "util/check.h"
+#include "util/trace.h"
 
 
 static void help(void)
@@ -51,6 +53,7 @@ struct out_ctx {
 	const struct st_tokenizer *tk;
 	char *buf; /* tokenizer_max_token_len bytes: a long token is printed whole */
 	size_t cap;
+	long emitted;
 };
 
 /* One token's text, at once (a reader sees the text as it comes); nonzero,
@@ -58,7 +61,8 @@ struct out_ctx {
  * or a full disk, reported at exit (main.c) */
 static int emit(int32_t tok, void *arg)
 {
-	const struct out_ctx *o = arg;
+	struct out_ctx *o = arg;
+	o->emitted++;
 	size_t n = tokenizer_decode_one(o->tk, o->buf, o->cap, (uint32_t)tok);
 	if (fwrite(o->buf, 1, n, stdout) == n && fflush(stdout) == 0)
 		return 0;
@@ -223,7 +227,7 @@ int cmd_sample(int argc, char **argv)
 		rc = win && *win && strcmp(win, "0") ? forward_place(&s, dir, &mem, 1, t)
 						     : forward_place_decoder(&s, dir, &mem, t);
 	}
-	struct out_ctx oc = {&tk, NULL, tokenizer_max_token_len(&tk)};
+	struct out_ctx oc = {&tk, NULL, tokenizer_max_token_len(&tk), 0};
 	if (rc == ST_OK && !(oc.buf = st_malloc(oc.cap)))
 		rc = ST_FAIL;
 	if (rc == ST_OK && ids && ctx) {
@@ -232,9 +236,17 @@ int cmd_sample(int argc, char **argv)
 					.top_k = (int)top_k,
 					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,
 					.eos_id = tk.eos_id};
+		const double t0 = trace_now();
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
+		const double secs = trace_now() - t0;
 		if (rc == ST_OK)
 			printf("\n");
+		/* the rate, for a reader at a terminal (a pipe or a file gets the
+		 * text alone) */
+		if (rc == ST_OK && isatty(STDERR_FILENO) && oc.emitted > 0)
+			st_log_info("%ld token%s in %.2f s, %.1f tokens/s (reading the %zu-token prompt "
+				    "included)",
+				    oc.emitted, oc.emitted == 1 ? "" : "s", secs, oc.emitted / secs, n);
 	} else if (rc == ST_OK) {
 		rc = ST_FAIL;
 	}
