@@ -385,23 +385,16 @@ static void make_deep(const char *dir, const char *init_flags)
 	cr_assert_eq(rc, 0, "init failed: %s", out);
 }
 
-static void check_placements(const char *init_flags, const char *opt_flags)
+/* Training dir/deep in memory ("mem") and under each of three placements
+ * gives the same bits. */
+static void check_placements_in(const char *dir, const char *init_flags, const char *opt_flags,
+				const char *const placements[3])
 {
-	char dir[256], flags[1024];
-	cu_tmpdir(dir, sizeof dir, "offload");
+	char flags[1024];
 	cu_setup_run(dir, "");
 	make_deep(dir, init_flags);
 	cu_run(NULL, 0, "mkdir -p %s/nvme0 %s/nvme1", dir, dir);
 	train_model(dir, "deep", "mem", opt_flags);
-	const char *placements[] = {
-		/* every slab's home on disk, striped over two directories */
-		"--place weights=disk,gradients=disk,optimizer=disk",
-		/* host homes, copied to the device arena */
-		"--place weights=host,gradients=host,optimizer=host",
-		/* budgets: the device keeps some units, the host some, disk the rest
-		 * (activations and updates fixed, so the slabs must spread) */
-		"--device-mem 7M --host-mem 2M --prefetch 1 --device-updates 0",
-	};
 	const char *names[] = {"all-disk", "all-host", "budgets"};
 	for (int i = 0; i < 3; i++) {
 		snprintf(flags, sizeof flags, "%s %s %s --offload-dir %s/nvme0 --offload-dir %s/nvme1",
@@ -415,6 +408,22 @@ static void check_placements(const char *init_flags, const char *opt_flags)
 	/* the budget run really mixes tiers */
 	cr_expect(strstr(out, "on device") && strstr(out, "on host") && strstr(out, "on disk"),
 		  "the budgeted run does not use all three tiers: %s", out);
+}
+
+static void check_placements(const char *init_flags, const char *opt_flags)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "offload");
+	const char *const placements[3] = {
+		/* every slab's home on disk, striped over two directories */
+		"--place weights=disk,gradients=disk,optimizer=disk",
+		/* host homes, copied to the device arena */
+		"--place weights=host,gradients=host,optimizer=host",
+		/* budgets: the device keeps some units, the host some, disk the rest
+		 * (activations and updates fixed, so the slabs must spread) */
+		"--device-mem 7M --host-mem 2M --prefetch 1 --device-updates 0",
+	};
+	check_placements_in(dir, init_flags, opt_flags, placements);
 }
 
 Test(offload, bit_identical_adamw, .timeout = 300) { check_placements("", ""); }
@@ -1040,6 +1049,57 @@ Test(offload, bit_identical_galore, .timeout = 300)
 			     "--galore-per-layer false");
 }
 
+/* Per-layer GaLore with its weights and state offloaded (it kept every slab
+ * in memory, and such a run was refused): the same bits as in memory, with
+ * accumulation over micro-batches, moment rotation, the 8-bit moments, a
+ * step skipped at a projector refresh (the projectors put back go through
+ * the store), and a resume from the in-memory run's step 3 into an
+ * offloaded one. The gradients stay on the device (one shared slab). */
+Test(offload, bit_identical_galore_per_layer, .timeout = 300)
+{
+	const char *opt = "--optimizer galore-adamw8bit --galore-rank 8 --galore-update-gap 2 "
+			  "--galore-moments rotate --quant-min-size 256";
+	char dir[256], flags[1024];
+	cu_tmpdir(dir, sizeof dir, "offgalore");
+	const char *const placements[3] = {
+		"--place weights=disk,optimizer=disk",
+		"--place weights=host,optimizer=host",
+		/* the layers' shared gradient slab and the activations leave the
+		 * device too little for every weight */
+		"--device-mem 6M --host-mem 600K --prefetch 1",
+	};
+	check_placements_in(dir, "", opt, placements);
+	cr_expect(strstr(out, "12 units share one slab"), "not per-layer: %s", out);
+	/* a step skipped at update 4, where projectors are due (a refresh
+	 * at every update with gap 2, the matrices in two phases): in memory
+	 * and offloaded alike */
+	const char *names[2] = {"skip-mem", "skip-off"};
+	for (int i = 0; i < 2; i++) {
+		if (i)
+			snprintf(flags, sizeof flags, "%s --offload-dir %s/nvme0", placements[2], dir);
+		int rc = cu_run(out, sizeof out,
+				"STRATA_FAULT_NAN_AT_STEP=4 %s train --model %s/deep --data %s/data "
+				"--out %s/%s %s %s %s",
+				cu_bin(), dir, dir, dir, names[i], RUN, opt, i ? flags : "");
+		cr_assert_eq(rc, 0, "%s: %s", names[i], out);
+		cr_expect(strstr(out, "step 4: non-finite gradient"), "%s: no step skipped: %s",
+			  names[i], out);
+	}
+	expect_same_run(dir, "skip-mem", "skip-off", "a skipped step, offloaded");
+	/* resume the in-memory run's step 3 with everything offloaded */
+	int rc = cu_run(out, sizeof out,
+			"cp -r %s/mem %s/resumed && rm -rf %s/resumed/step-000006 && "
+			"%s train --resume %s/resumed/step-000003 %s --offload-dir %s/nvme0",
+			dir, dir, dir, cu_bin(), dir, placements[0], dir);
+	cr_assert_eq(rc, 0, "resume offloaded: %s", out);
+	cr_expect(strstr(out, "on disk"), "the resume did not offload: %s", out);
+	/* (its metrics.jsonl holds the copied steps 4-6 too: the state alone) */
+	char a[512], b[512];
+	snprintf(a, sizeof a, "%s/mem/step-000006", dir);
+	snprintf(b, sizeof b, "%s/resumed/step-000006", dir);
+	cu_expect_same_state(a, b, "resumed into offload");
+}
+
 /* A filesystem that refuses O_DIRECT (ramfs; tmpfs takes it since Linux
  * 6.6): one warning, buffered I/O, the same results. */
 Test(offload, no_odirect_falls_back_to_buffered_io, .timeout = 300)
@@ -1236,6 +1296,57 @@ Test(offload, galore_per_layer_gradients_planned, .timeout = 300)
 		refused += !plan_ok;
 	}
 	cr_expect(fits > 0 && refused > 0, "the budgets did not straddle the limit (%d fit)", fits);
+}
+
+/* Per-layer GaLore's low-rank accumulators (every layer's, held until the
+ * step's norm is known) count in the host budget: the plan shows them, in
+ * the table and the JSON, at their size (per layer, rank x the larger side
+ * of each of the 7 matrices, and the 2 norm gains), a host budget they do
+ * not fit is refused naming them by plan and train alike, and without
+ * per-layer updates there are none. */
+Test(offload, galore_per_layer_accumulators_planned, .timeout = 120)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "placc");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "%s init --config tiny --out %s/tiny", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	/* tiny: 4 layers, hidden 256, MLP 688; rank 16 */
+	const double acc = 4.0 * ((4 * 256 + 3 * 688) * 16 + 2 * 256) * 4;
+	const char *flags = "--micro-batch 2 --seq-len 32 --optimizer galore-adamw --galore-rank 16 "
+			    "--device-mem 64M";
+	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s --json 2>/dev/null >%s/plan.json",
+		    cu_bin(), dir, flags, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(path, sizeof path, "%s/plan.json", dir);
+	cJSON *j = tu_read_json(path);
+	const cJSON *slabs = cJSON_GetObjectItemCaseSensitive(j, "slabs");
+	cr_expect_eq(jnum(slabs, "accumulators", "host"), acc, "accumulators %.0f B, want %.0f",
+		     jnum(slabs, "accumulators", "host"), acc);
+	cr_expect_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "tiers"), "bytes", "host"),
+		     acc + jnum(slabs, "optimizer", "host"), "the host total leaves them out");
+	cJSON_Delete(j);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s", cu_bin(), dir, flags);
+	char b[32], line[128];
+	snprintf(line, sizeof line, "accumulators          0 B %12s          0 B",
+		 fmt_bytes(b, sizeof b, acc));
+	cr_expect(rc == 0 && strstr(out, line), "the table lacks '%s': %s", line, out);
+	/* a host budget below them: refused up front, by plan and by train */
+	for (int train = 0; train < 2; train++) {
+		if (train)
+			rc = cu_run(out, sizeof out, "%s train --model %s/tiny --data %s/data --out %s/r "
+					"%s --host-mem 500K --steps 1", cu_bin(), dir, dir, dir, flags);
+		else
+			rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s --host-mem 500K", cu_bin(),
+				    dir, flags);
+		cr_expect(rc != 0 && strstr(out, "780.0 KiB of per-layer GaLore's gradient accumulators") &&
+				  strstr(out, "lower --galore-rank"),
+			  "%s: the accumulators are not named: %s", train ? "train" : "plan", out);
+	}
+	/* every gradient kept: no accumulators */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s --galore-per-layer false", cu_bin(),
+		    dir, flags);
+	cr_expect(rc == 0 && !strstr(out, "accumulators"), "%s", out);
 }
 
 static void expect_fail(const char *what, const char *needle, int rc)
@@ -1581,6 +1692,33 @@ Test(offload, peak_memory_within_budgets, .timeout = 600)
 	snprintf(a, sizeof a, "%s/run/step-000002", dir);
 	snprintf(b, sizeof b, "%s/mem/step-000002", dir);
 	cu_expect_same_state(a, b, "60M offloaded vs in memory");
+
+	/* per-layer GaLore (8-bit moments, rank 128): its weights and state
+	 * streamed, its accumulators (24 MiB) in the host budget; in memory it
+	 * takes about 190 MiB */
+	const size_t gdev = 72u << 20, ghost = 32u << 20;
+	const char *galore = "--optimizer galore-adamw8bit --galore-rank 128 --micro-batch 1 "
+			     "--seq-len 64 --steps 2 --eval-interval 0 --eval-tokens 64 --threads 2";
+	snprintf(cmd, sizeof cmd,
+		 "%s train --model %s/init --data %s/data --out %s/grun %s --prefetch 1 "
+		 "--device-mem %zu --host-mem %zu --offload-dir %s",
+		 cu_bin(), dir, dir, dir, galore, gdev, ghost, dir);
+	rss = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "offloaded GaLore run failed: %s", cmd);
+	cr_log_info("per-layer GaLore: peak RSS %.1f MiB; budgets %.0f MiB", rss / 1048576.0,
+		    (gdev + ghost) / 1048576.0);
+	cr_expect_leq(rss, gdev + ghost + RSS_OVERHEAD,
+		      "per-layer GaLore: peak RSS %.1f MiB exceeds the budgets (%.0f MiB) + %.0f MiB",
+		      rss / 1048576.0, (gdev + ghost) / 1048576.0, RSS_OVERHEAD / 1048576.0);
+	snprintf(cmd, sizeof cmd, "%s train --model %s/init --data %s/data --out %s/gmem %s",
+		 cu_bin(), dir, dir, dir, galore);
+	rss_mem = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "in-memory GaLore run failed");
+	cr_expect_gt(rss_mem, gdev + ghost + RSS_OVERHEAD,
+		     "the in-memory GaLore run (%.1f MiB) fits the budgets too", rss_mem / 1048576.0);
+	snprintf(a, sizeof a, "%s/grun/step-000002", dir);
+	snprintf(b, sizeof b, "%s/gmem/step-000002", dir);
+	cu_expect_same_state(a, b, "60M per-layer GaLore offloaded vs in memory");
 }
 
 /* eval and sample within budgets: a 40-layer model (121 MiB of fp32

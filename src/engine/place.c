@@ -139,7 +139,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		}
 
 	/* 2. the host: what the device left, then optimizer state */
-	size_t host = o->host_reserved;
+	size_t host = o->host_reserved + o->host_fixed;
 	undecided = 0;
 	for (int u = 0; u < n; u++)
 		for (int k = 0; k < 3; k++) {
@@ -162,16 +162,20 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	const size_t pools = host_all ? forced_ps : ps;
 	if (H && host + pools > H) {
 		/* say what the host was to hold (the parts that are there) */
-		const size_t part[3] = {o->host_reserved, host - o->host_reserved, pools};
-		const char *what[3] = {"activations swapped to the host", "slabs placed there",
+		const size_t part[4] = {o->host_reserved, o->host_fixed,
+					host - o->host_reserved - o->host_fixed, pools};
+		const char *what[4] = {"activations swapped to the host",
+				       o->host_fixed_what ? o->host_fixed_what : "buffers",
+				       "slabs placed there",
 				       "staging buffers for the streamed optimizer state"};
-		char parts[256] = "", num[32];
-		for (int i = 0; i < 3; i++)
+		char parts[320] = "", num[32];
+		for (int i = 0; i < 4; i++)
 			if (part[i])
 				snprintf(parts + strlen(parts), sizeof parts - strlen(parts), "%s%s of %s",
 					 *parts ? ", " : "", fmt_bytes(num, sizeof num, (double)part[i]),
 					 what[i]);
-		ST_ERROR(o->host_reserved ? "raise --host-mem, or swap fewer layers to the host"
+		ST_ERROR(o->host_fixed > H && o->host_fixed_hint ? o->host_fixed_hint
+			 : o->host_reserved ? "raise --host-mem, or swap fewer layers to the host"
 			 : o->prefetch_given ? "raise --host-mem, or lower --prefetch"
 					     : "raise --host-mem",
 			 "the host budget %s cannot hold %s (%s): %s missing",
@@ -231,6 +235,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	}
 	p->bytes[ST_TIER_DEVICE] = dev;
 	p->bytes[ST_TIER_HOST] = host;
+	p->host_fixed = o->host_fixed;
 	p->bytes[ST_TIER_DISK] = disk; /* the layout adds swapped activations, then stripes */
 	memcpy(p->budget, o->budget, sizeof p->budget);
 	return ST_OK;

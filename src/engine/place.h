@@ -34,6 +34,9 @@ struct st_place_opts {
 	size_t io_block;               /* the disk tier's stripe block (0: ST_IO_ALIGN): each
 					* slab there takes whole blocks, the tier whole stripes */
 	size_t host_reserved;          /* host bytes already taken (swapped activations) */
+	size_t host_fixed;             /* host bytes the run holds outside the store, and what
+					* they are (per-layer GaLore's accumulators) */
+	const char *host_fixed_what, *host_fixed_hint; /* the hint where they alone exceed it */
 	const unsigned char *dev_unit; /* per unit, may be NULL: units updated on the device
 					* (their state and gradients live there) */
 	/* what act_bytes is and the options that size it, for the messages
@@ -47,6 +50,7 @@ struct st_place {
 	int pool_slots[ST_SLAB__COUNT];
 	size_t budget[ST_TIER__COUNT];
 	size_t bytes[ST_TIER__COUNT];  /* what the placement puts in each tier, pools included */
+	size_t host_fixed;             /* of bytes[HOST]: the options' host_fixed */
 	int offloaded;                 /* anything staged */
 };
 

@@ -18,6 +18,7 @@ static void run_job(struct st_updater *up, const struct st_update_job *j)
 {
 	struct st_store *s = up->store;
 	const int u = j->unit;
+	const int grads = !up->no_grad || !up->no_grad[u];
 	if (j->apply) {
 		if (up->before_update)
 			up->before_update(up->before_update_ctx, u);
@@ -27,15 +28,20 @@ static void run_job(struct st_updater *up, const struct st_update_job *j)
 			store_prefetch(s, u + i, ST_SLAB_S);
 		}
 		float *w = store_acquire(s, u, ST_SLAB_M);
-		const float *g = store_acquire_as(s, u, ST_SLAB_G, ST_ACCESS_READ);
+		const float *g = grads ? store_acquire_as(s, u, ST_SLAB_G, ST_ACCESS_READ) : NULL;
 		void *st = up->opt->unit_bytes[u] ? store_acquire(s, u, ST_SLAB_S) : NULL;
-		optim_step_unit(up->ops, up->opt, u, w, g, st, j->t, j->lr, j->clip);
+		if (up->step_unit)
+			up->step_unit(up->step_unit_ctx, u, w, g, st, j->t, j->lr, j->clip);
+		else
+			optim_step_unit(up->ops, up->opt, u, w, g, st, j->t, j->lr, j->clip);
 		if (st)
 			store_release(s, u, ST_SLAB_S, 1);
-		store_release(s, u, ST_SLAB_G, 0);
+		if (grads)
+			store_release(s, u, ST_SLAB_G, 0);
 		store_release(s, u, ST_SLAB_M, 1);
 	}
-	store_discard(s, u, ST_SLAB_G);
+	if (grads)
+		store_discard(s, u, ST_SLAB_G);
 }
 
 static void *worker(void *arg)

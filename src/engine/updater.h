@@ -65,6 +65,14 @@ struct st_updater {
 	 * subgroups). Same kernel, same inputs, same bits. */
 	const unsigned char *on_device;
 	struct st_update_job *dev_job; /* per unit: its pending device job */
+	/* may be NULL: optim_step_unit. Per-layer GaLore's update (trainer/
+	 * perlayer.h), whose layer units read their low-rank accumulators, not a
+	 * gradient slab: no_grad marks them (per unit, may be NULL), and their
+	 * jobs neither acquire nor discard G (g is NULL). */
+	void (*step_unit)(void *ctx, int unit, float *w, const float *g, void *st, long t,
+			  float lr, float clip);
+	void *step_unit_ctx;
+	const unsigned char *no_grad;
 	double busy_s;       /* time spent in updates (worker) */
 	double wait_s;       /* time the main thread waited for updates */
 };

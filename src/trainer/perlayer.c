@@ -8,8 +8,23 @@
 
 static int is_layer(const struct st_model *m, int u) { return m->units[u].kind == ST_UNIT_LAYER; }
 
+/* Parameter i's accumulator length: R's for a GaLore matrix, else its own. */
+static size_t acc_numel(const struct st_optim *o, int i)
+{
+	return o->ps[i].galore ? o->ps[i].state_numel : o->m->params[i].numel;
+}
+
+size_t perlayer_acc_bytes(const struct st_optim *o)
+{
+	size_t b = 0;
+	for (int i = 0; i < o->m->n_params; i++)
+		if (is_layer(o->m, o->m->params[i].unit))
+			b += acc_numel(o, i) * sizeof(float);
+	return b;
+}
+
 int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct st_optim *o,
-		  struct st_store *store, void **state, int grad_accum)
+		  struct st_store *store, int prefetch, int grad_accum)
 {
 	memset(pl, 0, sizeof *pl);
 	const struct st_model *m = o->m;
@@ -17,7 +32,7 @@ int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct
 	pl->o = o;
 	pl->m = m;
 	pl->store = store;
-	pl->state = state;
+	pl->prefetch = prefetch;
 	pl->grad_accum = grad_accum;
 	pl->acc = st_calloc((size_t)m->n_params, sizeof *pl->acc);
 	pl->unit_sumsq = st_calloc((size_t)m->n_units, sizeof *pl->unit_sumsq);
@@ -34,7 +49,7 @@ int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct
 		const struct st_pstate *ps = &o->ps[i];
 		if (!is_layer(m, p->unit))
 			continue;
-		const size_t n = ps->galore ? ps->state_numel : p->numel;
+		const size_t n = acc_numel(o, i);
 		pl->acc[i] = st_aligned_alloc(n * sizeof(float));
 		if (!pl->acc[i]) {
 			free(per_phase);
@@ -94,8 +109,14 @@ void perlayer_on_unit(void *ctx, int unit)
 	if (!is_layer(m, unit))
 		return; /* embed and head keep their own gradient slabs */
 	const struct st_unit *un = &m->units[unit];
+	/* backward goes down the layers: the next ones' state streams in
+	 * meanwhile (a no-op where it is resident) */
+	for (int k = 1; k <= pl->prefetch && unit - k >= 0 && is_layer(m, unit - k); k++)
+		if (o->unit_bytes[unit - k])
+			store_prefetch(pl->store, unit - k, ST_SLAB_S);
 	float *g = store_acquire(pl->store, unit, ST_SLAB_G);
-	char *sb = pl->state[unit];
+	char *sb = o->unit_bytes[unit] ? store_acquire(pl->store, unit, ST_SLAB_S) : NULL;
+	int refreshed = 0;
 	const int first = pl->micro == 0;
 	for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
 		const struct st_param *p = &m->params[i];
@@ -130,6 +151,7 @@ void perlayer_on_unit(void *ctx, int unit)
 				pold = pl->bak + off;
 			}
 			galore_refresh(pl->ops, o, i, pg, sb, pl->t, pold);
+			refreshed = 1;
 		}
 		galore_project(pl->ops, o, i, pg, sb, pl->acc[i], first ? 0.0f : 1.0f);
 	}
@@ -137,6 +159,8 @@ void perlayer_on_unit(void *ctx, int unit)
 		pl->unit_sumsq[unit] = pl->ops->sumsq(g, un->numel);
 	memset(g, 0, un->numel * sizeof *g); /* ready for the next layer */
 	store_release(pl->store, unit, ST_SLAB_G, 1);
+	if (sb) /* a refresh wrote the projector */
+		store_release(pl->store, unit, ST_SLAB_S, refreshed);
 }
 
 void perlayer_end_micro(struct st_perlayer *pl)
@@ -163,12 +187,18 @@ void perlayer_end_micro(struct st_perlayer *pl)
 
 double perlayer_unit_sumsq(const struct st_perlayer *pl, int u) { return pl->unit_sumsq[u]; }
 
-void perlayer_apply(struct st_perlayer *pl, int u, float *w, float lr, float grad_scale)
+void perlayer_update(void *ctx, int u, float *w, const float *g, void *st, long t, float lr,
+		     float grad_scale)
 {
+	struct st_perlayer *pl = ctx;
 	const struct st_model *m = pl->m;
 	const struct st_optim *o = pl->o;
+	if (!is_layer(m, u)) {
+		optim_step_unit(pl->ops, o, u, w, g, st, t, lr, grad_scale);
+		return;
+	}
 	const struct st_unit *un = &m->units[u];
-	char *sb = pl->state[u];
+	char *sb = st;
 	for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		const struct st_pstate *ps = &o->ps[i];
@@ -192,8 +222,10 @@ void perlayer_undo(struct st_perlayer *pl)
 	for (int k = 0; k < pl->n_bak; k++) {
 		const int i = pl->bak_param[k];
 		const struct st_pstate *ps = &pl->o->ps[i];
-		memcpy((char *)pl->state[pl->m->params[i].unit] + ps->proj_off, pl->bak + pl->bak_off[k],
-		       galore_proj_numel(ps) * sizeof(float));
+		const int u = pl->m->params[i].unit;
+		char *sb = store_acquire(pl->store, u, ST_SLAB_S);
+		memcpy(sb + ps->proj_off, pl->bak + pl->bak_off[k], galore_proj_numel(ps) * sizeof(float));
+		store_release(pl->store, u, ST_SLAB_S, 1);
 	}
 	pl->n_bak = 0;
 }

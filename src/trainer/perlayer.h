@@ -37,8 +37,8 @@ struct st_perlayer {
 	const struct st_ops *ops;
 	const struct st_optim *o;
 	const struct st_model *m;
-	struct st_store *store;
-	void **state;        /* the trainer's per-unit S slabs */
+	struct st_store *store; /* state slabs are acquired from it, so they may be offloaded */
+	int prefetch;        /* state slabs fetched ahead in backward (the plan's depth) */
 	int grad_accum;
 	long t;              /* the update this step will make if it is applied */
 	int micro;           /* micro-batches consumed in this step */
@@ -53,7 +53,10 @@ struct st_perlayer {
 };
 
 int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct st_optim *o,
-		  struct st_store *store, void **state, int grad_accum);
+		  struct st_store *store, int prefetch, int grad_accum);
+/* The bytes perlayer_init allocates for the accumulators (host memory the
+ * placement counts), for o's model. */
+size_t perlayer_acc_bytes(const struct st_optim *o);
 void perlayer_free(struct st_perlayer *pl);
 /* Before the first micro-batch of a step that would make update t. */
 void perlayer_begin(struct st_perlayer *pl, long t);
@@ -64,8 +67,12 @@ void perlayer_end_micro(struct st_perlayer *pl);
 /* Squared gradient norm of layer unit u for this step (after the last
  * micro-batch). */
 double perlayer_unit_sumsq(const struct st_perlayer *pl, int u);
-/* The update of layer unit u (weights w) with the step's clip factor. */
-void perlayer_apply(struct st_perlayer *pl, int u, float *w, float lr, float grad_scale);
+/* Unit u's update with the step's clip factor, as the updater's step_unit
+ * (engine/updater.h; ctx: the st_perlayer): a layer from its accumulators
+ * (g unused), the embedding and head by optim_step_unit from their gradient
+ * g. w: the unit's master weights, st: its state slab, both acquired. */
+void perlayer_update(void *ctx, int u, float *w, const float *g, void *st, long t, float lr,
+		     float grad_scale);
 /* The step is skipped: put back the projectors it refreshed. */
 void perlayer_undo(struct st_perlayer *pl);
 

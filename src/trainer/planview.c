@@ -51,6 +51,9 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 	printf("%-12s %12s %12s %12s%s\n", "activations", fmt_bytes(b[0], 32, (double)p->act_device),
 	       fmt_bytes(b[1], 32, swapped_host), fmt_bytes(b[2], 32, swapped_disk),
 	       pl->pool_slots[ST_SLAB_A] ? "  (swapped layers streamed)" : "");
+	if (pl->host_fixed) /* per-layer GaLore's accumulators, in host memory */
+		printf("%-12s %12s %12s %12s\n", "accumulators", "0 B",
+		       fmt_bytes(b[1], 32, (double)pl->host_fixed), "0 B");
 	char letters[1024];
 	act_letters(p, L, letters, sizeof letters);
 	printf("layers:      %d keep, %d recompute, %d swap to host, %d swap to disk  (%s)\n",
@@ -145,6 +148,12 @@ int plan_print_json(const struct st_model *m, const struct st_plan *p,
 	cJSON *a = per_tier(act);
 	cJSON_AddBoolToObject(a, "streamed", pl->pool_slots[ST_SLAB_A] > 0);
 	cJSON_AddItemToObject(slabs, "activations", a);
+	if (pl->host_fixed) {
+		const double acc[ST_TIER__COUNT] = {[ST_TIER_HOST] = (double)pl->host_fixed};
+		cJSON *c = per_tier(acc);
+		cJSON_AddBoolToObject(c, "streamed", 0);
+		cJSON_AddItemToObject(slabs, "accumulators", c);
+	}
 
 	char *letters = malloc((size_t)L + 1);
 	if (!letters) {

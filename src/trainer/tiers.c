@@ -13,6 +13,7 @@
 #include "model/hf.h"
 #include "store/io.h"
 #include "trainer/offdirs.h"
+#include "trainer/perlayer.h"
 #include "trainer/planview.h"
 #include "trainer/tiers.h"
 #include "util/check.h"
@@ -20,17 +21,10 @@
 static int alloc_state(struct st_trainer *tr)
 {
 	const struct st_model *m = &tr->s.model;
-	tr->state = st_calloc((size_t)m->n_units, sizeof *tr->state);
-	if (!tr->state)
-		return ST_FAIL;
-	for (int u = 0; u < m->n_units; u++) {
-		if (!tr->opt.unit_bytes[u])
-			continue;
-		ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S, place_home(&tr->plan.place, u, ST_SLAB_S),
-				   tr->opt.unit_bytes[u]));
-		if (!store_is_staged(&tr->s.store, u, ST_SLAB_S))
-			tr->state[u] = store_acquire(&tr->s.store, u, ST_SLAB_S);
-	}
+	for (int u = 0; u < m->n_units; u++)
+		if (tr->opt.unit_bytes[u])
+			ST_TRY(store_alloc(&tr->s.store, u, ST_SLAB_S,
+					   place_home(&tr->plan.place, u, ST_SLAB_S), tr->opt.unit_bytes[u]));
 	return ST_OK;
 }
 
@@ -324,6 +318,10 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 			 g == ST_TIER_HOST ? "host" : "disk");
 		ch->po.place.force[ST_SLAB_G] = ST_TIER_DEVICE;
 		ch->po.device_updates = 0; /* its updates run in the backward's hook */
+		/* every layer's accumulator lives until the step's norm is known */
+		ch->po.place.host_fixed = perlayer_acc_bytes(&tr->opt);
+		ch->po.place.host_fixed_what = "per-layer GaLore's gradient accumulators";
+		ch->po.place.host_fixed_hint = "raise --host-mem, or lower --galore-rank";
 	}
 	/* the directories, split at commas */
 	snprintf(ch->dirbuf, sizeof ch->dirbuf, "%s", tr->o.offload_dir);
@@ -370,9 +368,6 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	ST_TRY(get_profile(tr, ch));
 	ST_TRY(plan_make(&tr->plan, &ch->pm, &ch->prof, &ch->po));
-	ST_CHECK(!(tr->per_layer && tr->plan.place.offloaded),
-		 "give --galore-per-layer false to offload GaLore, or raise the budgets",
-		 "GaLore's per-layer updates keep every slab in memory; this run needs offload");
 	const struct st_plan *p = &tr->plan;
 	/* the directories the plan writes to, before anything is written */
 	size_t ckpt = 0;

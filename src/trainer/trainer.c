@@ -163,18 +163,29 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	tr->grad_sumsq = st_calloc((size_t)m->n_units, sizeof *tr->grad_sumsq);
 	if (!tr->grad_sumsq)
 		return ST_FAIL;
-	if (!tr->per_layer) {
-		ST_TRY(updater_init(&tr->up, ops, &tr->opt, m, &tr->s.store, tr->plan.prefetch,
-				    tr->o.threads, tr->plan.place.offloaded));
-		tr->s.exec.before_unit = wait_update;
-		tr->s.exec.before_unit_ctx = &tr->up;
-		tr->up.before_update = ckpt_wait_unit;
-		tr->up.before_update_ctx = &tr->ck;
-		tr->up.on_device = tr->plan.dev_update;
-	}
-	if (tr->per_layer)
-		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->state,
+	/* Per-layer GaLore's updates run in this thread once backward ends (they
+	 * share the accumulators its hook fills), through the updater: it
+	 * streams offloaded weights and state as it does for the other
+	 * optimizers. */
+	ST_TRY(updater_init(&tr->up, ops, &tr->opt, m, &tr->s.store, tr->plan.prefetch,
+			    tr->o.threads, tr->plan.place.offloaded && !tr->per_layer));
+	tr->s.exec.before_unit = wait_update;
+	tr->s.exec.before_unit_ctx = &tr->up;
+	tr->up.before_update = ckpt_wait_unit;
+	tr->up.before_update_ctx = &tr->ck;
+	tr->up.on_device = tr->plan.dev_update;
+	if (tr->per_layer) {
+		ST_TRY(perlayer_init(&tr->pl, ops, &tr->opt, &tr->s.store, tr->plan.prefetch,
 				     tr->o.grad_accum));
+		tr->no_grad = st_calloc((size_t)m->n_units, 1);
+		if (!tr->no_grad)
+			return ST_FAIL;
+		for (int u = 0; u < m->n_units; u++)
+			tr->no_grad[u] = m->units[u].kind == ST_UNIT_LAYER;
+		tr->up.step_unit = perlayer_update;
+		tr->up.step_unit_ctx = &tr->pl;
+		tr->up.no_grad = tr->no_grad;
+	}
 
 	if (resuming)
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
@@ -230,7 +241,7 @@ void trainer_close(struct st_trainer *tr)
 	if (tr->per_layer)
 		perlayer_free(&tr->pl);
 	optim_free(&tr->opt);
-	free(tr->state);
+	free(tr->no_grad);
 	free(tr->tokens);
 	free(tr->targets);
 	if (tr->lock_fd >= 0)
@@ -460,8 +471,7 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		 * them, as bitsandbytes does), count it, and stop after too many. */
 		if (pl)
 			perlayer_undo(pl);
-		else
-			updater_submit(&tr->up, 0, 0, 0, 0); /* only clears the gradients */
+		updater_submit(&tr->up, 0, 0, 0, 0); /* only clears the gradients */
 		tr->step = step;
 		tr->tokens_seen += (double)per * A;
 		tr->skipped++;
@@ -487,17 +497,7 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		clip = (float)(tr->o.grad_clip / (gnorm + 1e-6));
 	const double lr = lr_at(&tr->o, step, tr->total_steps, tr->warmup);
 	tr->updates++;
-	if (pl) {
-		for (int u = 0; u < m->n_units; u++)
-			if (m->units[u].kind == ST_UNIT_LAYER)
-				perlayer_apply(pl, u, s->w[u], (float)lr, clip);
-			else
-				optim_step_unit(ops, &tr->opt, u, s->w[u],
-						store_acquire(&s->store, u, ST_SLAB_G), tr->state[u],
-						tr->updates, (float)lr, clip);
-	} else {
-		updater_submit(&tr->up, 1, tr->updates, (float)lr, clip);
-	}
+	updater_submit(&tr->up, 1, tr->updates, (float)lr, clip);
 	tr->step = step;
 	tr->tokens_seen += (double)per * A;
 	*lr_out = lr;
@@ -519,8 +519,7 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
  * weights from outside the executor, checkpoints, and the end). */
 static int settle(struct st_trainer *tr)
 {
-	if (!tr->per_layer)
-		updater_drain(&tr->up);
+	updater_drain(&tr->up);
 	store_drain(&tr->s.store);
 	return store_ok(&tr->s.store);
 }

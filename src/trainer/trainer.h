@@ -53,10 +53,10 @@ struct st_trainer {
 	struct st_session s;
 	struct st_optim opt;
 	struct st_data data;
-	void **state;          /* per-unit optimizer state slabs where resident (NULL where
-				  empty or staged: go through the store) */
 	struct st_plan plan;   /* every slab's home, activations, device updates (engine/plan.h) */
-	struct st_updater up;  /* per-unit updates (not with per-layer GaLore) */
+	struct st_updater up;  /* per-unit updates */
+	unsigned char *no_grad; /* per unit: per-layer GaLore's layers, updated from
+				 * accumulators, not a gradient slab (up.no_grad) */
 	double *grad_sumsq;    /* per unit, from the executor */
 	double train_s;        /* wall time of the training steps of this process */
 	double loop_t0;        /* when the training loop began, and the queue counters then */
