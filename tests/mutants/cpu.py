@@ -35,6 +35,11 @@
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
 
+# PL1-PL4 (2026-11-24) plant bugs in per-layer GaLore with offload: the
+# refreshed projector not written home, the projectors put back by a
+# skipped step not written home, the accumulators left out of the host
+# budget, and accumulators of the full matrices' size.
+
 QM = 'src/optim/quantmap.c'; Q8 = 'src/ops/cpu/quant8.c'; QS = 'src/ops/cpu/quant8_simd.h'
 QV = 'src/ops/cpu/quant8_vbmi.c'; AD = 'src/ops/cpu/adam8.c'; SG = 'src/ops/cpu/sgd8.c'
 OP = 'src/optim/optim.c'; LN = 'src/ops/cpu/layernorm.c'; LL = 'src/model/llama.c'
@@ -43,8 +48,14 @@ CI = 'src/cli/cmd_init.c'; TR = 'src/trainer/trainer.c'; OT = 'src/trainer/optio
 CK = 'src/trainer/checkpoint.c'; CL = 'src/trainer/ckpt_load.c'
 CH = 'src/trainer/ckpt_format.h'; SF = 'src/io/safetensors.c'; CV = 'src/trainer/convert.c'
 AT = 'src/ops/cpu/attention.c'; GE = 'src/engine/generate.c'; DE = 'src/engine/decode.c'
+PL = 'src/trainer/perlayer.c'; PC = 'src/engine/place.c'; UP = 'src/engine/updater.c'
 
 M = [
+# ======== per-layer GaLore with offload (2026-11-24)
+('PL1', PL, 'store_release(pl->store, unit, ST_SLAB_S, refreshed);', 'store_release(pl->store, unit, ST_SLAB_S, 0);', 'a refreshed projector is not written home'),
+('PL2', PL, 'memcpy(sb + ps->proj_off, pl->bak + pl->bak_off[k], galore_proj_numel(ps) * sizeof(float));\n\t\tstore_release(pl->store, u, ST_SLAB_S, 1);', 'memcpy(sb + ps->proj_off, pl->bak + pl->bak_off[k], galore_proj_numel(ps) * sizeof(float));\n\t\tstore_release(pl->store, u, ST_SLAB_S, 0);', 'the projectors a skipped step puts back are not written home'),
+('PL4', PL, 'return o->ps[i].galore ? o->ps[i].state_numel : o->m->params[i].numel;', 'return o->m->params[i].numel;', 'full-size accumulators for the GaLore matrices'),
+('PL3', PC, 'size_t host = o->host_reserved + o->host_fixed;', 'size_t host = o->host_reserved;', 'the accumulators not counted in the host budget'),
 # ======== the key/value-cache decoder (2026-11-24)
 ('DC1', LL, 'const float *cos_tab = d->rope_cos + (size_t)pos * hd / 2;', 'const float *cos_tab = d->rope_cos;', 'cached tokens rotated by position 0'),
 ('DC2', AT, 'int nv = q_off + q0 + r + 1;', 'int nv = q0 + r + 1;', 'cached attention ignores the earlier keys'),
