@@ -594,6 +594,16 @@ Test(offload, evaluation_weight_traffic_said, .timeout = 120)
 		else
 			cr_expect(!strstr(out, needle), "case %d: %s", k, out);
 	}
+	/* one pass of the weights against a step's two: half a step, not
+	 * "about 0" */
+	int rc = cu_run(out, sizeof out,
+			"STRATA_EVAL_GROUP=1 %s train --model %s/init --data %s/data --out %s/half "
+			"--micro-batch 2 --seq-len 32 --steps 4 --eval-interval 2 --eval-tokens 64 "
+			"--progress none --offload-dir %s --place weights=disk",
+			cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "the weight traffic of about 0.5 training steps, every 2 "
+					 "steps"),
+		  "%s", out);
 }
 
 /* An evaluation with the weights on disk reads each unit's weights once

@@ -430,15 +430,17 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 										     : left;
 	if (interval < 1 || steps < 0.1 * (double)interval)
 		return;
-	char b1[32], b2[32];
+	char b1[32], b2[32], nsteps[32]; /* a fraction of a step is no "about 0" */
+	snprintf(nsteps, sizeof nsteps, steps < 9.95 ? "%.1f" : "%.0f", steps);
 	char per[64] = "micro-batch";
 	if (group > 1)
 		snprintf(per, sizeof per, "group of %ld micro-batches", group);
 	st_log_warn("each held-out evaluation (%ld micro-batches of %ld windows) streams the offloaded "
-		    "weights (%s) once per %s: %s, the weight traffic of about %.0f training steps, "
+		    "weights (%s) once per %s: %s, the weight traffic of about %s training step%s, "
 		    "every %ld steps; lower --eval-tokens or raise --eval-interval",
 		    batches, windows, fmt_bytes(b1, sizeof b1, streamed), per,
-		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), steps, interval);
+		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), nsteps,
+		    strcmp(nsteps, "1.0") ? "s" : "", interval);
 }
 
 /* Decide every slab's home, allocate the slabs and the executor, start the
