@@ -16,7 +16,9 @@
  * Each job: acquire the unit's master weights, gradient and state, run
  * optim_step_unit, release weights and state dirty (written back behind),
  * then discard the gradient (it reads as zeros for the next step, with no
- * disk write). A step skipped for a non-finite gradient discards only. Bits
+ * disk write; per-layer GaLore's layers have no gradient slab of their own
+ * and a step_unit of their own, see below). A step skipped for a non-finite
+ * gradient discards only. Bits
  * are the same as the in-memory trainer's: the same kernels on the same
  * inputs; only when each runs changes. */
 #ifndef ST_UPDATER_H

@@ -26,7 +26,15 @@
  *   - at a refresh update the projector comes from the first micro-batch's
  *     gradient rather than the step's accumulated one.
  * A step skipped for a non-finite gradient restores the projectors refreshed
- * in it, so nothing it computed survives. */
+ * in it, so nothing it computed survives.
+ *
+ * Weights and state may be offloaded: the hook acquires each layer's state
+ * slab from the store (prefetching the next layers' in backward order) and
+ * writes it home only after a refresh; the updates run through the updater
+ * (engine/updater.h, with perlayer_update as its step_unit, inline on the
+ * main thread), which streams each unit's weights and state. The
+ * accumulators are plain host memory (perlayer_acc_bytes, counted in the
+ * placement's host budget). */
 #ifndef ST_TRAINER_PERLAYER_H
 #define ST_TRAINER_PERLAYER_H
 
