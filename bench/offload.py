@@ -11,7 +11,11 @@ offloaded run's queue report (metrics.jsonl {"queues": ...}) gives the busy
 shares and the queue that bounds the step. Both runs must end with the same
 loss (bit-identical training is a test; here it is a sanity check).
 
-usage: bench/offload.py [--quick] [--dir DIR] [--json FILE]
+With --optimizer galore-adamw / galore-adamw8bit the runs use GaLore's
+per-layer updates (the default), whose gradients stay on the device: the
+offloaded run homes the weights and optimizer state on disk.
+
+usage: bench/offload.py [--quick] [--only PRESET] [--optimizer NAME] [--dir DIR] [--json FILE]
 """
 import argparse
 import json
@@ -56,21 +60,32 @@ def main():
     ap.add_argument("--rounds", type=int, default=2,
                     help="pairs of runs, the order reversed each round: a burst of this shared machine's "
                          "noise on one run of a single pair decided the ratio [2]")
+    ap.add_argument("--only", metavar="PRESET", help="only the cases of this preset (e.g. llama-130m)")
+    ap.add_argument("--optimizer", default="adamw",
+                    help="strata's --optimizer for both runs (default adamw); a GaLore one trains "
+                         "with per-layer updates, its gradients on the device")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be >= 1")
+    cases = [c for c in (QUICK if a.quick else CASES) if not a.only or c[1] == a.only]
+    if not cases:
+        ap.error("no case of preset %r (the cases: %s)" %
+                 (a.only, ", ".join(sorted({c[1] for c in CASES + QUICK}))))
+    galore = a.optimizer.startswith("galore")
+    homes = "weights=disk,optimizer=disk" if galore else "weights=disk,gradients=disk,optimizer=disk"
     work = a.dir or tempfile.mkdtemp(prefix=".offload-", dir=os.path.join(ROOT, "bench", "results"))
     os.makedirs(work, exist_ok=True)
     data = prepared_corpus(work, "bench/offload")
     results = []
-    for name, preset, b, t, steps in (QUICK if a.quick else CASES):
+    for name, preset, b, t, steps in cases:
         init = os.path.join(work, "init-" + preset)
         if not os.path.exists(init):
             run([STRATA, "init", "--config", preset, "--out", init])
         common = [STRATA, "train", "--model", init, "--data", data, "--micro-batch", str(b),
                   "--seq-len", str(t), "--steps", str(steps), "--eval-interval", "0",
-                  "--eval-tokens", str(t), "--progress", "none", "--ckpt-interval", "0"]
+                  "--eval-tokens", str(t), "--progress", "none", "--ckpt-interval", "0",
+                  "--optimizer", a.optimizer]
         rows, ratios = {}, []
         for rnd in range(a.rounds):
             for mode in (("memory", "offloaded") if rnd % 2 == 0 else ("offloaded", "memory")):
@@ -79,7 +94,7 @@ def main():
                 # prefetch 2: the depth these figures were first measured at (the
                 # planner chooses it by default now)
                 extra = [] if mode == "memory" else [
-                    "--place", "weights=disk,gradients=disk,optimizer=disk", "--offload-dir", work,
+                    "--place", homes, "--offload-dir", work,
                     "--prefetch", "2"]
                 t0 = time.time()
                 log = run(common + ["--out", out] + extra)
@@ -96,7 +111,7 @@ def main():
         o = dict(rows["offloaded"][-1], step_s=statistics.median(r["step_s"] for r in rows["offloaded"]))
         q = o["queues"]
         share = {k: q[k + "_s"] / q["wall_s"] for k in ("compute", "copy", "disk", "optimizer")}
-        res = {"case": name, "preset": preset, "micro_batch": b, "seq_len": t,
+        res = {"case": name, "preset": preset, "optimizer": a.optimizer, "micro_batch": b, "seq_len": t,
                "tokens_per_step": b * t, "memory_step_s": m["step_s"],
                "offloaded_step_s": o["step_s"], "ratio": statistics.median(ratios), "round_ratios": ratios,
                "busy_share": share, "bound": q["bound"],
