@@ -8,7 +8,7 @@
 #   bench/io: the disk tier's streaming write/read rate vs dd and fio with
 #     O_DIRECT on the same directory (same run).
 #   bench/offload.py: offloaded vs in-memory step time (same run), queue
-#     busy shares.
+#     busy shares; again with per-layer GaLore (galore-adamw8bit) on llama-130m.
 #   bench/eval_offload.py: `strata eval` within memory budgets (weights on
 #     disk) vs in memory, and layer-major vs one micro-batch at a time: wall
 #     time and peak RSS (same run).
@@ -74,6 +74,9 @@ fi
 
 if [ "$which" = all ] || [ "$which" = offload ]; then
 	python3 bench/offload.py --json "bench/results/offload-$stamp.json"
+	# per-layer GaLore: weights and state offloaded, gradients on the device
+	python3 bench/offload.py --optimizer galore-adamw8bit --only llama-130m \
+		--json "bench/results/offload-galore-$stamp.json"
 fi
 
 if [ "$which" = all ] || [ "$which" = eval ]; then
