@@ -89,7 +89,11 @@ void perlayer_begin(struct st_perlayer *pl, long t)
 {
 	pl->t = t;
 	pl->micro = 0;
-	pl->n_bak = 0;
+	/* The backups are cleared by this step's first hook, not here: the
+	 * updater's thread may still be applying the previous step, whose
+	 * rotations read them (the hooks run in backward, after the forward
+	 * waited for every unit's update). */
+	pl->fresh = 1;
 }
 
 /* The backup of parameter i's projector made in this step, or NULL. */
@@ -114,6 +118,10 @@ void perlayer_on_unit(void *ctx, int unit)
 	for (int k = 1; k <= pl->prefetch && unit - k >= 0 && is_layer(m, unit - k); k++)
 		if (o->unit_bytes[unit - k])
 			store_prefetch(pl->store, unit - k, ST_SLAB_S);
+	if (pl->fresh) {
+		pl->n_bak = 0;
+		pl->fresh = 0;
+	}
 	float *g = store_acquire(pl->store, unit, ST_SLAB_G);
 	char *sb = o->unit_bytes[unit] ? store_acquire(pl->store, unit, ST_SLAB_S) : NULL;
 	int refreshed = 0;
@@ -197,23 +205,25 @@ void perlayer_update(void *ctx, int u, float *w, const float *g, void *st, long 
 		optim_step_unit(pl->ops, o, u, w, g, st, t, lr, grad_scale);
 		return;
 	}
+	/* t, not pl->t: on the updater's thread this runs beside the next
+	 * step's forward, which has moved pl->t on */
 	const struct st_unit *un = &m->units[u];
 	char *sb = st;
 	for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		const struct st_pstate *ps = &o->ps[i];
 		if (!ps->galore) {
-			optim_step_param(pl->ops, o, i, w + p->offset, pl->acc[i], sb, pl->t, lr,
+			optim_step_param(pl->ops, o, i, w + p->offset, pl->acc[i], sb, t, lr,
 					 grad_scale);
 			continue;
 		}
-		if (galore_waiting(ps, pl->t))
+		if (galore_waiting(ps, t))
 			continue;
 		const float *pold = backup_of(pl, i);
 		if (o->cfg.galore_rotate && pold)
 			galore_rotate(pl->ops, o, i, sb, pold);
 		const float wd = optim_param_decays(&o->cfg, p) ? o->cfg.weight_decay : 0.0f;
-		galore_apply(pl->ops, o, i, w + p->offset, pl->acc[i], sb, pl->t, lr, grad_scale, wd);
+		galore_apply(pl->ops, o, i, w + p->offset, pl->acc[i], sb, t, lr, grad_scale, wd);
 	}
 }
 

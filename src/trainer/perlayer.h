@@ -31,8 +31,11 @@
  * Weights and state may be offloaded: the hook acquires each layer's state
  * slab from the store (prefetching the next layers' in backward order) and
  * writes it home only after a refresh; the updates run through the updater
- * (engine/updater.h, with perlayer_update as its step_unit, inline on the
- * main thread), which streams each unit's weights and state. The
+ * (engine/updater.h, with perlayer_update as its step_unit), which streams
+ * each unit's weights and state; with anything offloaded, on its worker
+ * thread beside the next step's forward, as for the other optimizers (the
+ * hooks run only in backward, after the forward waited for every unit's
+ * update, so they never meet an update: see perlayer_begin). The
  * accumulators are plain host memory (perlayer_acc_bytes, counted in the
  * placement's host budget). */
 #ifndef ST_TRAINER_PERLAYER_H
@@ -50,6 +53,7 @@ struct st_perlayer {
 	int grad_accum;
 	long t;              /* the update this step will make if it is applied */
 	int micro;           /* micro-batches consumed in this step */
+	int fresh;           /* a step began and its first hook has not run */
 	float **acc;         /* per parameter of a layer unit: R (GaLore) or its gradient */
 	double *unit_sumsq;  /* per unit, for layer units */
 	float *bak;          /* projectors replaced in this step, for undo and rotation */

@@ -305,7 +305,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		.grad_accum = tr->o.grad_accum,
 		.quantized = tr->opt.cfg.kind == ST_OPT_ADAMW8 || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8};
 	ch->po.place.prefetch = tr->o.prefetch;
-	ch->po.threaded_updates = !tr->per_layer;
+	ch->po.threaded_updates = 1;
 	ST_TRY(tiers_budgets(tr->o.device_mem, tr->o.host_mem, need, ch->po.place.budget));
 	ST_TRY(forced_choices(tr, ch));
 	ST_TRY(parse_place(tr->o.place, ch->po.place.force));

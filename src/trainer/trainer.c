@@ -163,12 +163,11 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	tr->grad_sumsq = st_calloc((size_t)m->n_units, sizeof *tr->grad_sumsq);
 	if (!tr->grad_sumsq)
 		return ST_FAIL;
-	/* Per-layer GaLore's updates run in this thread once backward ends (they
-	 * share the accumulators its hook fills), through the updater: it
-	 * streams offloaded weights and state as it does for the other
-	 * optimizers. */
+	/* Per-layer GaLore's updates go through the updater too (its step_unit
+	 * reads the accumulators the backward's hook filled): it streams
+	 * offloaded weights and state as it does for the other optimizers. */
 	ST_TRY(updater_init(&tr->up, ops, &tr->opt, m, &tr->s.store, tr->plan.prefetch,
-			    tr->o.threads, tr->plan.place.offloaded && !tr->per_layer));
+			    tr->o.threads, tr->plan.place.offloaded));
 	tr->s.exec.before_unit = wait_update;
 	tr->s.exec.before_unit_ctx = &tr->up;
 	tr->up.before_update = ckpt_wait_unit;
@@ -408,9 +407,10 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 	}
 	struct st_perlayer *pl = tr->per_layer ? &tr->pl : NULL;
 	if (pl) {
-		for (int u = 0; u < m->n_units; u++)
-			memset(store_acquire(&s->store, u, ST_SLAB_G), 0,
-			       m->units[u].numel * sizeof(float));
+		/* every gradient slab is zero here, as without per-layer updates:
+		 * the layers' shared one is zeroed by the hook after each layer,
+		 * the embedding's and head's discarded by their update (or by the
+		 * skip) */
 		perlayer_begin(pl, tr->updates + 1);
 		s->exec.on_unit_grad = perlayer_on_unit;
 		s->exec.on_unit_grad_ctx = pl;
