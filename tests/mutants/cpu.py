@@ -38,7 +38,8 @@
 # PL1-PL4 (2026-11-24) plant bugs in per-layer GaLore with offload: the
 # refreshed projector not written home, the projectors put back by a
 # skipped step not written home, the accumulators left out of the host
-# budget, and accumulators of the full matrices' size.
+# budget, and accumulators of the full matrices' size. Run at b840444
+# (suite offload): all 4 killed (verify-20261124-perlayer-offload.log).
 
 QM = 'src/optim/quantmap.c'; Q8 = 'src/ops/cpu/quant8.c'; QS = 'src/ops/cpu/quant8_simd.h'
 QV = 'src/ops/cpu/quant8_vbmi.c'; AD = 'src/ops/cpu/adam8.c'; SG = 'src/ops/cpu/sgd8.c'
