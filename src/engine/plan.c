@@ -233,6 +233,9 @@ static void sim_step(struct sim *s, double *now)
 				if (v >= 1 && v <= L && !a_issued[v]) {
 					a_issued[v] = 1;
 					a_ready[v] = move(s, ST_SLAB_A, v, (double)pm->act_layer, 0, *now);
+					if (pm->state_in_backward && pm->s_bytes[v])
+						a_ready[v] = max2(a_ready[v], move(s, ST_SLAB_S, v,
+										    (double)pm->s_bytes[v], 0, *now));
 					if (a > 0 && pm->g_bytes) /* accumulating: the gradient so far */
 						a_ready[v] = max2(a_ready[v], move(s, ST_SLAB_G, v,
 										    (double)pm->g_bytes[v], 0, *now));

@@ -60,6 +60,8 @@ struct st_plan_model {
 						* recomputed layer's input, the head's block */
 	int grad_accum;
 	int quantized;                     /* 8-bit optimizer: its rates */
+	int state_in_backward;             /* each layer's state is read in its backward
+					    * too (per-layer GaLore's projector) */
 };
 
 #define PLAN_MAX_PREFETCH 4

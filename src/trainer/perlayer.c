@@ -14,9 +14,36 @@ static size_t acc_numel(const struct st_optim *o, int i)
 	return o->ps[i].galore ? o->ps[i].state_numel : o->m->params[i].numel;
 }
 
-size_t perlayer_acc_bytes(const struct st_optim *o)
+/* The projector backups' capacity in floats: the most projector floats any
+ * update t > 1 refreshes (the matrices sharing a phase); and how many. */
+static size_t backup_floats(const struct st_optim *o, int *count)
 {
-	size_t b = 0;
+	const struct st_model *m = o->m;
+	const int gap = o->cfg.galore_gap;
+	size_t *per_phase = st_calloc((size_t)gap, sizeof *per_phase), most = 0;
+	*count = 0;
+	if (!per_phase)
+		return SIZE_MAX;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct st_pstate *ps = &o->ps[i];
+		if (is_layer(m, m->params[i].unit) && ps->galore && !ps->full) {
+			per_phase[ps->phase] += galore_proj_numel(ps);
+			(*count)++;
+		}
+	}
+	for (int k = 0; k < gap; k++)
+		most = per_phase[k] > most ? per_phase[k] : most;
+	free(per_phase);
+	return most;
+}
+
+size_t perlayer_host_bytes(const struct st_optim *o)
+{
+	int count;
+	const size_t bak = backup_floats(o, &count);
+	if (bak == SIZE_MAX)
+		return SIZE_MAX; /* no memory even for this: the placement refuses */
+	size_t b = (bak ? bak : 1) * sizeof(float);
 	for (int i = 0; i < o->m->n_params; i++)
 		if (is_layer(o->m, o->m->params[i].unit))
 			b += acc_numel(o, i) * sizeof(float);
@@ -38,32 +65,18 @@ int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct
 	pl->unit_sumsq = st_calloc((size_t)m->n_units, sizeof *pl->unit_sumsq);
 	if (!pl->acc || !pl->unit_sumsq)
 		return ST_FAIL;
-	/* projector backups: the most projector floats any update t > 1
-	 * refreshes (matrices sharing a phase) */
-	const int gap = o->cfg.galore_gap;
-	size_t *per_phase = st_calloc((size_t)gap, sizeof *per_phase);
-	if (!per_phase)
-		return ST_FAIL;
 	for (int i = 0; i < m->n_params; i++) {
-		const struct st_param *p = &m->params[i];
-		const struct st_pstate *ps = &o->ps[i];
-		if (!is_layer(m, p->unit))
+		if (!is_layer(m, m->params[i].unit))
 			continue;
 		const size_t n = acc_numel(o, i);
 		pl->acc[i] = st_aligned_alloc(n * sizeof(float));
-		if (!pl->acc[i]) {
-			free(per_phase);
+		if (!pl->acc[i])
 			return ST_FAIL;
-		}
 		pl->acc_bytes += n * sizeof(float);
-		if (ps->galore && !ps->full) {
-			per_phase[ps->phase] += galore_proj_numel(ps);
-			pl->cap_bak++;
-		}
 	}
-	for (int k = 0; k < gap; k++)
-		pl->bak_floats = per_phase[k] > pl->bak_floats ? per_phase[k] : pl->bak_floats;
-	free(per_phase);
+	pl->bak_floats = backup_floats(o, &pl->cap_bak);
+	if (pl->bak_floats == SIZE_MAX)
+		return ST_FAIL;
 	pl->bak = st_malloc((pl->bak_floats ? pl->bak_floats : 1) * sizeof(float));
 	pl->bak_param = st_calloc((size_t)pl->cap_bak + 1, sizeof *pl->bak_param);
 	pl->bak_off = st_calloc((size_t)pl->cap_bak + 1, sizeof *pl->bak_off);
@@ -122,10 +135,17 @@ void perlayer_on_unit(void *ctx, int unit)
 		pl->n_bak = 0;
 		pl->fresh = 0;
 	}
-	float *g = store_acquire(pl->store, unit, ST_SLAB_G);
-	char *sb = o->unit_bytes[unit] ? store_acquire(pl->store, unit, ST_SLAB_S) : NULL;
-	int refreshed = 0;
 	const int first = pl->micro == 0;
+	/* the state is written only by a refresh; else read (the projector):
+	 * a read need not wait for the slab's last write-back */
+	int refreshed = 0;
+	for (int i = un->first_param; first && i < un->first_param + un->n_params; i++)
+		refreshed |= o->ps[i].galore && !galore_waiting(&o->ps[i], pl->t) &&
+			     galore_refresh_due(&o->ps[i], &o->cfg, pl->t);
+	float *g = store_acquire(pl->store, unit, ST_SLAB_G);
+	char *sb = o->unit_bytes[unit] ? store_acquire_as(pl->store, unit, ST_SLAB_S,
+							  refreshed ? ST_ACCESS_WRITE : ST_ACCESS_READ)
+				       : NULL;
 	for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		const struct st_pstate *ps = &o->ps[i];
@@ -159,7 +179,6 @@ void perlayer_on_unit(void *ctx, int unit)
 				pold = pl->bak + off;
 			}
 			galore_refresh(pl->ops, o, i, pg, sb, pl->t, pold);
-			refreshed = 1;
 		}
 		galore_project(pl->ops, o, i, pg, sb, pl->acc[i], first ? 0.0f : 1.0f);
 	}

@@ -66,9 +66,9 @@ struct st_perlayer {
 
 int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct st_optim *o,
 		  struct st_store *store, int prefetch, int grad_accum);
-/* The bytes perlayer_init allocates for the accumulators (host memory the
- * placement counts), for o's model. */
-size_t perlayer_acc_bytes(const struct st_optim *o);
+/* The bytes perlayer_init allocates for the accumulators and the projector
+ * backups (host memory the placement counts), for o's model. */
+size_t perlayer_host_bytes(const struct st_optim *o);
 void perlayer_free(struct st_perlayer *pl);
 /* Before the first micro-batch of a step that would make update t. */
 void perlayer_begin(struct st_perlayer *pl, long t);

@@ -303,7 +303,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		.act_input = acts_input_floats(m, B, T) * sizeof(float),
 		.act_rest = acts_rest_floats(m, B, T) * sizeof(float),
 		.grad_accum = tr->o.grad_accum,
-		.quantized = tr->opt.cfg.kind == ST_OPT_ADAMW8 || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8};
+		.quantized = tr->opt.cfg.kind == ST_OPT_ADAMW8 || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8,
+		.state_in_backward = tr->per_layer};
 	ch->po.place.prefetch = tr->o.prefetch;
 	ch->po.threaded_updates = 1;
 	ST_TRY(tiers_budgets(tr->o.device_mem, tr->o.host_mem, need, ch->po.place.budget));
@@ -319,8 +320,9 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->po.place.force[ST_SLAB_G] = ST_TIER_DEVICE;
 		ch->po.device_updates = 0; /* its updates run in the backward's hook */
 		/* every layer's accumulator lives until the step's norm is known */
-		ch->po.place.host_fixed = perlayer_acc_bytes(&tr->opt);
-		ch->po.place.host_fixed_what = "per-layer GaLore's gradient accumulators";
+		ch->po.place.host_fixed = perlayer_host_bytes(&tr->opt);
+		ch->po.place.host_fixed_what =
+			"per-layer GaLore's gradient accumulators and projector backups";
 		ch->po.place.host_fixed_hint = "raise --host-mem, or lower --galore-rank";
 	}
 	/* the directories, split at commas */
@@ -452,6 +454,12 @@ int tiers_setup(struct st_trainer *tr, const char *model_dir, int grads)
 	int rc = decide_tiers(tr, &ch);
 	for (int t = 0; rc == ST_OK && t < ST_TIER__COUNT; t++)
 		s->store.tiers[t].budget = ch.po.place.budget[t];
+	/* memory the run holds outside the store (per-layer GaLore's
+	 * accumulators) counts as the host tier's, as the plan counted it: what
+	 * is left there sizes the evaluation's groups */
+	if (rc == ST_OK)
+		s->store.tiers[ST_TIER_HOST].used = s->store.tiers[ST_TIER_HOST].peak =
+			tr->plan.place.host_fixed;
 	if (rc == ST_OK)
 		rc = session_alloc(s, &tr->plan.place, grads);
 	if (rc == ST_OK)

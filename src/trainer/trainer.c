@@ -449,12 +449,17 @@ static int train_step(struct st_trainer *tr, double *loss_out, double *gnorm_out
 		store_release(&s->store, head, ST_SLAB_G, 1);
 	}
 	double sumsq = 0; /* in unit order, whatever order the norms came in */
-	for (int u = 0; u < m->n_units; u++)
-		sumsq += pl ? (m->units[u].kind == ST_UNIT_LAYER
-				       ? perlayer_unit_sumsq(pl, u)
-				       : ops->sumsq(store_acquire(&s->store, u, ST_SLAB_G),
-						    m->units[u].numel))
-			    : tr->grad_sumsq[u];
+	for (int u = 0; u < m->n_units; u++) {
+		if (!pl)
+			sumsq += tr->grad_sumsq[u];
+		else if (m->units[u].kind == ST_UNIT_LAYER)
+			sumsq += perlayer_unit_sumsq(pl, u);
+		else {
+			const float *g = store_acquire_as(&s->store, u, ST_SLAB_G, ST_ACCESS_READ);
+			sumsq += ops->sumsq(g, m->units[u].numel);
+			store_release(&s->store, u, ST_SLAB_G, 0);
+		}
+	}
 	const double gnorm = sqrt(sumsq), loss = n_targets ? loss_sum / (double)n_targets : 0.0;
 	*loss_out = loss;
 	*gnorm_out = gnorm;

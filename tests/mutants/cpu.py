@@ -40,6 +40,11 @@
 # skipped step not written home, the accumulators left out of the host
 # budget, and accumulators of the full matrices' size. Run at b840444
 # (suite offload): all 4 killed (verify-20261124-perlayer-offload.log).
+# PL5-PL7 came from the review of the threaded updates and the budget: the
+# projector backups cleared while the previous step's updates still read
+# them, the update reading pl->t (moved on by the next step), and the
+# accumulators left out of the store's host tier (evaluation groups sized
+# past the budget).
 
 QM = 'src/optim/quantmap.c'; Q8 = 'src/ops/cpu/quant8.c'; QS = 'src/ops/cpu/quant8_simd.h'
 QV = 'src/ops/cpu/quant8_vbmi.c'; AD = 'src/ops/cpu/adam8.c'; SG = 'src/ops/cpu/sgd8.c'
@@ -56,6 +61,9 @@ M = [
 ('PL1', PL, 'store_release(pl->store, unit, ST_SLAB_S, refreshed);', 'store_release(pl->store, unit, ST_SLAB_S, 0);', 'a refreshed projector is not written home'),
 ('PL2', PL, 'memcpy(sb + ps->proj_off, pl->bak + pl->bak_off[k], galore_proj_numel(ps) * sizeof(float));\n\t\tstore_release(pl->store, u, ST_SLAB_S, 1);', 'memcpy(sb + ps->proj_off, pl->bak + pl->bak_off[k], galore_proj_numel(ps) * sizeof(float));\n\t\tstore_release(pl->store, u, ST_SLAB_S, 0);', 'the projectors a skipped step puts back are not written home'),
 ('PL4', PL, 'return o->ps[i].galore ? o->ps[i].state_numel : o->m->params[i].numel;', 'return o->m->params[i].numel;', 'full-size accumulators for the GaLore matrices'),
+('PL5', PL, '\tpl->fresh = 1;\n}', '\tpl->fresh = 1;\n\tpl->n_bak = 0;\n}', 'the backups cleared when the step begins, under the previous step\'s updates'),
+('PL6', PL, 'galore_apply(pl->ops, o, i, w + p->offset, pl->acc[i], sb, t, lr, grad_scale, wd);', 'galore_apply(pl->ops, o, i, w + p->offset, pl->acc[i], sb, pl->t, lr, grad_scale, wd);', 'the update reads the next step\'s t'),
+('PL7', 'src/trainer/tiers.c', '\t\ts->store.tiers[ST_TIER_HOST].used = s->store.tiers[ST_TIER_HOST].peak =\n\t\t\ttr->plan.place.host_fixed;', '\t\t(void)0;', 'the accumulators not charged to the store\'s host tier'),
 ('PL3', PC, 'size_t host = o->host_reserved + o->host_fixed;', 'size_t host = o->host_reserved;', 'the accumulators not counted in the host budget'),
 # ======== the key/value-cache decoder (2026-11-24)
 ('DC1', LL, 'const float *cos_tab = d->rope_cos + (size_t)pos * hd / 2;', 'const float *cos_tab = d->rope_cos;', 'cached tokens rotated by position 0'),
