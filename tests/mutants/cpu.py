@@ -44,7 +44,8 @@
 # projector backups cleared while the previous step's updates still read
 # them, the update reading pl->t (moved on by the next step), and the
 # accumulators left out of the store's host tier (evaluation groups sized
-# past the budget).
+# past the budget). All seven run at 7dca4c9: all killed
+# (verify-20261124-perlayer-offload2.log).
 
 QM = 'src/optim/quantmap.c'; Q8 = 'src/ops/cpu/quant8.c'; QS = 'src/ops/cpu/quant8_simd.h'
 QV = 'src/ops/cpu/quant8_vbmi.c'; AD = 'src/ops/cpu/adam8.c'; SG = 'src/ops/cpu/sgd8.c'
