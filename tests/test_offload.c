@@ -1381,6 +1381,8 @@ Test(offload, galore_per_layer_accumulators_planned, .timeout = 120)
 	cr_assert_eq(rc, 0, "%s", out);
 	snprintf(line, sizeof line, "host   tier  %s used of 3.0 MiB", fmt_bytes(b, sizeof b, host));
 	cr_expect(strstr(out, line), "train's host tier is not the plan's ('%s'): %s", line, out);
+	snprintf(line, sizeof line, "  accumulators %s on host", fmt_bytes(b, sizeof b, acc));
+	cr_expect(strstr(out, line), "train's memory plan lacks '%s': %s", line, out);
 	const char *g = strstr(out, "once per group of ");
 	const long group = g ? strtol(g + strlen("once per group of "), NULL, 10) : 1;
 	cr_expect_leq((double)group * 65536, 3.0 * 1048576 - host,

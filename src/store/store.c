@@ -698,6 +698,10 @@ void store_report(const struct st_store *s)
 				 shared + 1);
 		st_log_info("%s", line);
 	}
+	if (s->host_outside)
+		st_log_info("  %-12s %s on host (%s)", "accumulators",
+			    fmt_bytes(b, sizeof b, (double)s->host_outside),
+			    s->host_outside_what ? s->host_outside_what : "held outside the store");
 	for (int t = 0; t < ST_TIER__COUNT; t++) {
 		const struct st_tier_use *tu = &s->tiers[t];
 		char b2[32];

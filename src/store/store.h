@@ -123,6 +123,10 @@ struct st_store {
 	uint64_t hits, fills, writebacks;
 	double wait_s[2];      /* time acquirers waited for transfers: main thread, worker */
 	struct st_trace *trace; /* may be NULL */
+	/* host memory the run holds outside the slabs, counted in the host
+	 * tier's use (per-layer GaLore's accumulators), for the report */
+	size_t host_outside;
+	const char *host_outside_what;
 };
 
 const char *tier_name(enum st_tier t);

@@ -256,7 +256,8 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 			 "--device-updates '%s' is not a unit count between 0 and %d", tr->o.device_updates,
 			 tr->s.model.n_units);
 		ST_CHECK(!(v && tr->per_layer), "give --galore-per-layer false for device updates",
-			 "GaLore's per-layer updates run as backward goes; they cannot move to the device");
+			 "GaLore's per-layer updates read accumulators the backward fills on the CPU; "
+			 "they cannot move to the device");
 		ch->po.device_updates = (int)v;
 	}
 	return ST_OK;
@@ -457,9 +458,13 @@ int tiers_setup(struct st_trainer *tr, const char *model_dir, int grads)
 	/* memory the run holds outside the store (per-layer GaLore's
 	 * accumulators) counts as the host tier's, as the plan counted it: what
 	 * is left there sizes the evaluation's groups */
-	if (rc == ST_OK)
+	if (rc == ST_OK) {
 		s->store.tiers[ST_TIER_HOST].used = s->store.tiers[ST_TIER_HOST].peak =
 			tr->plan.place.host_fixed;
+		s->store.host_outside = tr->plan.place.host_fixed;
+		s->store.host_outside_what = "per-layer GaLore's gradient accumulators and projector "
+					     "backups";
+	}
 	if (rc == ST_OK)
 		rc = session_alloc(s, &tr->plan.place, grads);
 	if (rc == ST_OK)
