@@ -2253,6 +2253,14 @@ Test(train, run_output_lines)
 			"rows]\nassert len(t) == 13 and t == sorted(t) and t[0] >= 0, t\"",
 			dir);
 	cr_expect_eq(rc, 0, "%s", out);
+	/* resumed with a longer run of larger steps: the 1536 tokens seen, then
+	 * 8 steps of 2 x 4 x 32 (it said 20 steps at today's size, 5120) */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 20 --grad-accum 2 "
+			"--eval-interval 0 --progress none",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, " (3584 tokens, 1536 of them seen before the resume, in "
+					 "windows at random offsets)"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "head -c 3000 %s/text.txt > %s/small.txt && %s prepare --input "
 			"%s/small.txt --out %s/small --val-fraction 0 && %s train --model %s/init --data "
 			"%s/small --out %s/big --steps 1 --micro-batch 64 --seq-len 64 --threads %d",

@@ -611,9 +611,16 @@ int trainer_run(struct st_trainer *tr)
 	/* windows are drawn at random offsets (data.c): "passes" counts tokens
 	 * drawn over tokens held, not epochs of a shuffled order */
 	const double held = (double)tr->data.train.n_tokens;
-	st_log_info("data: %.0f training tokens; the run draws %.3g times that (%.0f tokens, in "
+	/* a resumed run: the tokens already seen (at the steps' sizes then),
+	 * and this leg's steps at today's size */
+	const double left = tok_step * (double)(tr->total_steps - tr->step);
+	const double drawn = tr->tokens_seen + left;
+	char seen[96] = "";
+	if (tr->step)
+		snprintf(seen, sizeof seen, ", %.0f of them seen before the resume", tr->tokens_seen);
+	st_log_info("data: %.0f training tokens; the run draws %.3g times that (%.0f tokens%s, in "
 		    "windows at random offsets)",
-		    held, tok_step * (double)tr->total_steps / held, tok_step * (double)tr->total_steps);
+		    held, drawn / held, drawn, seen);
 	if (tok_step > held)
 		st_log_warn("one step draws %.0f tokens, more than the %.0f the training data holds: "
 			    "each step sees some of them several times (give more data, or a smaller "
