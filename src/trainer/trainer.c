@@ -613,7 +613,8 @@ int trainer_run(struct st_trainer *tr)
 	const double held = (double)tr->data.train.n_tokens;
 	/* a resumed run: the tokens already seen (at the steps' sizes then),
 	 * and this leg's steps at today's size */
-	const double left = tok_step * (double)(tr->total_steps - tr->step);
+	const double left =
+		tr->total_steps > tr->step ? tok_step * (double)(tr->total_steps - tr->step) : 0;
 	const double drawn = tr->tokens_seen + left;
 	char seen[96] = "";
 	if (tr->step)
