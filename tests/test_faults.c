@@ -781,6 +781,75 @@ Test(faults, signal_saves_and_stops)
 	}
 }
 
+/* Runs `strata train ARGS` with SIGTERM sent at once but held pending
+ * (blocked from the exec on, as the signal watcher keeps it) until the
+ * run's watcher takes it: the signal arrives during the setup, before the
+ * first step, every time. Its output goes to out; returns its wait status. */
+static int term_at_start(const char *args)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "exec %s train %s", cu_bin(), args);
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	const char *log = "/tmp/strata-term-at-start.log";
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	posix_spawnattr_setsigdefault(&at, &set);
+	posix_spawnattr_setsigmask(&at, &set); /* blocked: pending until taken */
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+	pid_t pid;
+	cr_assert_eq(posix_spawn(&pid, argv[0], &fa, &at, argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	kill(pid, SIGTERM);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	cu_run(out, sizeof out, "cat %s; rm -f %s", log, log);
+	return status;
+}
+
+/* A signal before the first step (during the setup) stops the run there:
+ * no step, no evaluation, nothing saved, and the message says so. A fresh
+ * run leaves no run directory; a resumed one leaves its checkpoints as they
+ * were, and the same command goes on. */
+Test(faults, signal_before_first_step)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "sigstart");
+	two_steps(dir, "");
+	char args[1024];
+	snprintf(args, sizeof args,
+		 "--model %s/init --data %s/data --out %s/fresh --steps 3 --optimizer adamw8bit "
+		 "--quant-min-size 512 --eval-interval 1 " SMALL,
+		 dir, dir, dir);
+	int st = term_at_start(args);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "wait status %#x: %s", st, out);
+	cr_expect(strstr(out, "stopped by SIGTERM before the first step: nothing trained, nothing "
+			      "saved"),
+		  "%s", out);
+	cr_expect(!strstr(out, "eval") && !strstr(out, "step 1"), "it went on: %s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/fresh", dir), 0, "a run directory was left");
+
+	snprintf(args, sizeof args, "--resume %s/run --steps 4 --eval-interval 1", dir);
+	cr_assert_eq(cu_run(NULL, 0, "cp -a %s/run %s/before", dir, dir), 0);
+	st = term_at_start(args);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "wait status %#x: %s", st, out);
+	cr_expect(strstr(out, "stopped by SIGTERM before step 3: nothing trained since the "
+			      "checkpoint at step 2, nothing new saved"),
+		  "%s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "diff -r -x .lock %s/before %s/run", dir, dir), 0,
+		     "the run directory changed: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "%s train %s && test -e %s/run/step-000004", cu_bin(),
+			    args, dir),
+		     0, "the same command did not go on: %s", out);
+}
+
 /* A checkpoint with a file cut short (the optimizer state, the weights,
  * trainer.json or config.json) is refused, and the message names the newest
  * earlier step to resume from, or says there is none; a refusal over a

@@ -591,6 +591,22 @@ static void report_queues(struct st_trainer *tr)
 		names[bound], tr->plan.t.step_s);
 }
 
+/* The run stopped by a signal before its first step: nothing trained,
+ * so nothing to save (a resumed run's checkpoint is already on disk). */
+static int stop_untrained(struct st_trainer *tr)
+{
+	tr->interrupted = interrupt_signal();
+	if (tr->step)
+		st_log_warn("stopped by %s before step %ld: nothing trained since the checkpoint "
+			    "at step %ld, nothing new saved; go on with the same command",
+			    tr->interrupted == SIGINT ? "SIGINT" : "SIGTERM", tr->step + 1, tr->step);
+	else
+		st_log_warn("stopped by %s before the first step: nothing trained, nothing saved; "
+			    "start again with the same command",
+			    tr->interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+	return ST_OK;
+}
+
 int trainer_run(struct st_trainer *tr)
 {
 	const struct st_model *m = &tr->s.model;
@@ -735,6 +751,11 @@ int trainer_run(struct st_trainer *tr)
 		}
 	}
 
+	/* a signal during the setup (a large model's load, the offload files'
+	 * allocation) or the step-0 evaluation stops the run before it trains:
+	 * nothing new to save */
+	if (tr->step < tr->total_steps && interrupt_signal())
+		return stop_untrained(tr);
 	if (tr->step < tr->total_steps && *tr->ckpt_loaded)
 		ST_TRY(ckpt_mark_resumed(tr));
 	if (tr->step < tr->total_steps)
@@ -744,8 +765,13 @@ int trainer_run(struct st_trainer *tr)
 		      tr->o.eval_interval, tr->data.has_val);
 	tr->loop_t0 = now_s();
 	q_snap(tr, tr->q_start);
-	if (tr->step == 0 && tr->o.eval_interval > 0)
+	if (tr->step == 0 && tr->o.eval_interval > 0) {
 		ST_TRY(run_eval(tr, pg));
+		if (interrupt_signal()) {
+			progress_done(pg);
+			return stop_untrained(tr);
+		}
+	}
 	/* A signal (interrupt.h) is read once per step, after it: the step is
 	 * then saved whatever the schedule says, and the loop ends. */
 	int stop = 0;
