@@ -1182,7 +1182,7 @@ Test(faults, paths_and_messages)
 	for (int i = 0; i < 2; i++) {
 		rc = cu_run(out, sizeof out, "%s %s --help", cu_bin(), i ? "plan" : "train");
 		cr_expect(rc == 0 && strstr(out, "powers of") && strstr(out, "1024") &&
-				  strstr(out, "10GB is read as 10 GiB"),
+				  strstr(out, "10GB, 10gb or 10GiB are read as 10 GiB"),
 			  "%s --help: %s", i ? "plan" : "train", out);
 	}
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
@@ -1694,6 +1694,37 @@ Test(faults, other_commands_check_their_numbers)
 			"%s/trail/config.json && %s eval --model %s/trail --data %s/data", dir, dir, dir,
 		    cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "/trail/config.json: not valid JSON (more after the object"),
+		  "%s", out);
+}
+
+/* A size takes its unit in any case, with or without B or iB, and spaces
+ * around it (all powers of 1024); a stripe block's refusal gives examples
+ * that a block may be. */
+Test(faults, sizes_in_any_case)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "sizes");
+	cu_setup_run(dir, "");
+	const struct {
+		const char *given, *budget;
+	} cases[] = {
+		{"2gb", "2.0 GiB"},   {"3Gb", "3.0 GiB"},     {"2 GiB ", "2.0 GiB"},
+		{" 512kib", "512.0 KiB"}, {"1.5gib", "1.5 GiB"}, {"64MB\t", "64.0 MiB"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int rc = cu_run(out, sizeof out, "%s plan --model %s/init --host-mem '%s'", cu_bin(),
+				dir, cases[i].given);
+		char want[128];
+		snprintf(want, sizeof want, "budget          unlimited %12s", cases[i].budget);
+		cr_expect(rc == 0 && strstr(out, want), "'%s': %s", cases[i].given, out);
+	}
+	int rc = cu_run(out, sizeof out, "%s plan --model %s/init --host-mem '2g b'", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "--host-mem: '2g b' is not a size") &&
+			  strstr(out, "such as 512M, 2G"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --io-block 0", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "--io-block: '0' is not a size") &&
+			  strstr(out, "such as 1M or 4M (a multiple of 4K, at most 64M)"),
 		  "%s", out);
 }
 

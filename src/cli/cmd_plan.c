@@ -24,7 +24,7 @@ static void help(void)
 	       "--prefetch, --activations, --recompute, --device-updates, ...), read as\n"
 	       "train reads them: a --resume run's saved options < --config FILE < flags; see\n"
 	       "`strata train --help`. Sizes count in powers of 1024: --device-mem 10G is\n"
-	       "10 GiB, and 10GB is read as 10 GiB too.\n\n"
+	       "10 GiB, and 10GB, 10gb or 10GiB are read as 10 GiB too.\n\n"
 	       "  --json    print the plan as one JSON object instead of the table (bytes as\n"
 	       "            whole numbers, null where nothing is predicted); messages go to\n"
 	       "            stderr as always\n");

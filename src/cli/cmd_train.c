@@ -25,7 +25,8 @@ static void help(void)
 	       "  --config FILE          JSON object with any of the keys below\n");
 	train_opts_help(stdout);
 	printf("\nSizes (--device-mem, --host-mem, --io-block, --shard-size) count in powers of\n"
-	       "1024: 10G is 10 GiB, and 10GB is read as 10 GiB too; a bare number is bytes.\n"
+	       "1024: 10G is 10 GiB, and 10GB, 10gb or 10GiB are read as 10 GiB too; a bare\n"
+	       "number is bytes.\n"
 	       "\nOn --resume the checkpoint's saved options are the base; flags given\n"
 	       "override them (for example --steps to train further).\n");
 }

@@ -264,18 +264,26 @@ int parse_bytes(const char *s, size_t *out, const char *what)
 	case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
 	default: break;
 	}
-	if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "ib")))
-		end += strlen(end);
-	else if (mul == 1 && !strcmp(end, "B"))
+	/* 2G, 2GB, 2GiB and 2 gb alike (powers of 1024 whatever the case), and
+	 * a bare count of bytes as 4096 or 4096B; spaces around are let be */
+	if (mul > 1 && (*end == 'i' || *end == 'I') && (end[1] == 'b' || end[1] == 'B'))
+		end += 2;
+	else if (*end == 'b' || *end == 'B')
+		end++;
+	while (*end == ' ' || *end == '\t')
 		end++;
 	/* decimal only: strtod would also take 0x20 and inf */
-	const size_t digits = strspn(s, "0123456789.eE+-");
-	ST_CHECK(end != s && *end == '\0' && digits > 0 && strchr("KMGTkmgtBb ", s[digits]) &&
-			 v >= 0 && v * mul < 1.8e19,
-		 "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto",
+	const size_t lead = strspn(s, " \t");
+	const size_t digits = strspn(s + lead, "0123456789.eE+-");
+	/* the examples a user can take as they are: a stripe block is small */
+	const int block = strstr(what, "block") != NULL;
+	const char *eg = block ? "give a size such as 1M or 4M (a multiple of 4K, at most 64M)"
+			       : "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto";
+	ST_CHECK(end != s && *end == '\0' && digits > 0 &&
+			 strchr("KMGTkmgtBb \t", s[lead + digits]) && v >= 0 && v * mul < 1.8e19,
+		 eg, "%s: '%s' is not a size", what, s);
+	ST_CHECK(v > 0, block ? eg : "give a size such as 512M, or auto (the default)",
 		 "%s: '%s' is not a size", what, s);
-	ST_CHECK(v > 0, "give a size such as 512M, or auto (the default)", "%s: '%s' is not a size",
-		 what, s);
 	ST_CHECK(v * mul >= 1, "give at least one byte, or auto",
 		 "%s: '%s' is less than one byte", what, s);
 	/* a bare number counts bytes: 1.5 is surely 1.5G missing its unit */
