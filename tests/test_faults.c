@@ -81,6 +81,49 @@ Test(faults, full_disk_refused_up_front)
 	umount(mnt);
 }
 
+/* A run directory on a file system without room for one checkpoint is
+ * refused before the run trains (it trained to the end, then failed at its
+ * save with nothing saved), and leaves nothing; one with room for fewer
+ * checkpoints than --keep-ckpts holds at once is warned and trains, and
+ * without the warning where they fit. */
+Test(faults, checkpoint_room_checked_up_front)
+{
+	char dir[256], mnt[512];
+	cu_tmpdir(dir, sizeof dir, "ckroom");
+	cu_setup_run(dir, "");
+	if (!mount_small(mnt, sizeof mnt, dir, "size=4m"))
+		return;
+	/* leave 300 KiB free: a checkpoint of the tiny model takes about 660 */
+	const char *fill = "rm -f %s/fill; a=$(df --output=avail -B1 %s | tail -n 1); "
+			   "dd if=/dev/zero of=%s/fill bs=4096 count=$(( (a - %d * 1024) / 4096 )) "
+			   "2>/dev/null";
+	cr_assert_eq(cu_run(out, sizeof out, fill, mnt, mnt, mnt, 300), 0, "%s", out);
+	const char *train = "%s train --model %s/init --data %s/data --out %s/%s --steps %d "
+			    "--optimizer adamw8bit --quant-min-size 512 --eval-interval 0 %s " SMALL;
+	int rc = cu_run(out, sizeof out, train, cu_bin(), dir, dir, mnt, "a", 50, "");
+	cr_expect(rc != 0 && strstr(out, "/a has ") && strstr(out, "free, less than one checkpoint") &&
+			  strstr(out, "the run would train, then fail at its first save") &&
+			  !strstr(out, "step 1/"),
+		  "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/a", mnt), 0, "the refused run left its directory");
+	/* room for two: --keep-ckpts 3 holds four at once (warned, and the
+	 * third save fails, keeping the two before); 1 holds two */
+	cr_assert_eq(cu_run(out, sizeof out, fill, mnt, mnt, mnt, 1700), 0, "%s", out);
+	rc = cu_run(out, sizeof out, train, cu_bin(), dir, dir, mnt, "b", 3,
+		    "--ckpt-interval 1 --keep-ckpts 3");
+	cr_expect(strstr(out, "free, room for 2 checkpoints of ") &&
+			  strstr(out, "this run adds 3 at its fullest (--keep-ckpts 3, --ckpt-interval 1)"),
+		  "%s", out);
+	cr_expect(rc != 0 && strstr(out, "No space left on device"), "%s", out);
+	cr_expect_eq(cu_run(NULL, 0, "test -e %s/b/step-000002/trainer.json", mnt), 0,
+		     "the checkpoints before were not kept");
+	cr_assert_eq(cu_run(out, sizeof out, "rm -rf %s/b", mnt), 0, "%s", out);
+	rc = cu_run(out, sizeof out, train, cu_bin(), dir, dir, mnt, "c", 3,
+		    "--ckpt-interval 1 --keep-ckpts 1");
+	cr_expect(rc == 0 && !strstr(out, "room for") && !strstr(out, "free, less"), "%s", out);
+	umount(mnt);
+}
+
 /* The checkpoint renamed into place, then `latest` not moved (a file system
  * out of inodes: 9 hold the mount, the run directory, .lock, metrics.jsonl,
  * the step directory and its four files, so the link's is the tenth; with

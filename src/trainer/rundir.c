@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -150,6 +151,54 @@ int rundir_check(struct st_trainer *tr, int resuming)
 			 "own run directory or a new one",
 			 o->out, ckpt);
 	}
+	return ST_OK;
+}
+
+/* The checkpoints this run has on disk at once beyond those there now, at
+ * its fullest: each save adds one before --keep-ckpts removes the oldest
+ * (of the steps up to the one saved; later ones are neither counted nor
+ * removed). */
+static long ckpts_added_at_peak(const struct st_trainer *tr)
+{
+	const long iv = tr->o.ckpt_interval, from = tr->step, to = tr->total_steps;
+	const long saves = iv > 0 ? to / iv - from / iv + (to % iv != 0) : 1;
+	long first = 0, held = ckpt_count_later(tr->o.out, -1, from, &first);
+	const long before = held;
+	long peak = held;
+	for (long k = 0; k < saves && k <= tr->o.keep_ckpts + 1; k++) {
+		peak = ++held > peak ? held : peak;
+		if (tr->o.keep_ckpts > 0 && held > tr->o.keep_ckpts)
+			held = tr->o.keep_ckpts;
+	}
+	if (tr->o.keep_ckpts == 0)
+		peak = before + saves;
+	return peak - before;
+}
+
+int rundir_check_room(const struct st_trainer *tr, size_t ckpt_bytes)
+{
+	struct statvfs vs;
+	if (tr->step >= tr->total_steps || statvfs(tr->o.out, &vs) != 0 || vs.f_blocks == 0)
+		return ST_OK; /* nothing to save, or a file system that reports no size (ramfs) */
+	/* the files' own bytes, and a block each for the small ones */
+	const double one = (double)ckpt_bytes + 16.0 * (double)vs.f_frsize;
+	const double avail = (double)vs.f_bavail * (double)vs.f_frsize;
+	char b1[32], b2[32];
+	ST_CHECK(avail >= one,
+		 "free space there, or give --out on a file system with room (a resume: --resume "
+		 "RUN --out NEW goes on into NEW)",
+		 "the run directory %s has %s free, less than one checkpoint (%s): the run would "
+		 "train, then fail at its first save",
+		 tr->o.out, fmt_bytes(b1, sizeof b1, avail), fmt_bytes(b2, sizeof b2, one));
+	const long want = ckpts_added_at_peak(tr);
+	const long fit = (long)(avail / one);
+	if (fit < want)
+		st_log_warn("the run directory %s has %s free, room for %ld checkpoint%s of %s; this "
+			    "run adds %ld at its fullest (--keep-ckpts %d, --ckpt-interval %ld): a later "
+			    "save will fail and stop it, keeping the checkpoints saved before; free space "
+			    "there or lower --keep-ckpts",
+			    tr->o.out, fmt_bytes(b1, sizeof b1, avail), fit, fit == 1 ? "" : "s",
+			    fmt_bytes(b2, sizeof b2, one), want, tr->o.keep_ckpts, tr->o.ckpt_interval);
 	return ST_OK;
 }
 

@@ -11,6 +11,11 @@
 /* Create --out, lock it, probe a write, and refuse checkpoints there that
  * are not this run's (resuming: the checkpoint's own run, or none). */
 int rundir_check(struct st_trainer *tr, int resuming);
+/* After the schedule is known and the offload files are made: the run
+ * directory's file system has room for a checkpoint of ckpt_bytes (refused:
+ * the run would train, then fail at its first save), and warned where it
+ * cannot hold the checkpoints that --keep-ckpts keeps at once. */
+int rundir_check_room(const struct st_trainer *tr, size_t ckpt_bytes);
 /* The paths trainer.json saves, made absolute (--offload-dir's list too). */
 int rundir_absolute_paths(struct st_train_opts *o, int resuming);
 

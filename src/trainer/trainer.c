@@ -205,6 +205,10 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 			    "--lr %g at step %ld and never decays",
 			    tr->warmup, tr->total_steps, tr->o.lr, tr->warmup);
 	tiers_note_eval_traffic(tr);
+	size_t ckpt_bytes = 0; /* fp32 weights and the optimizer state */
+	for (int u = 0; u < m->n_units; u++)
+		ckpt_bytes += m->units[u].numel * sizeof(float) + tr->opt.unit_bytes[u];
+	ST_TRY(rundir_check_room(tr, ckpt_bytes));
 
 	const size_t n = (size_t)tr->o.grad_accum * tr->o.micro_batch * tr->o.seq_len;
 	tr->tokens = st_malloc(n * sizeof *tr->tokens);
