@@ -1771,6 +1771,78 @@ Test(faults, sizes_in_any_case)
 		  "%s", out);
 }
 
+/* Without --offload-dir, a host budget too small is refused with what it
+ * must hold: everything the device budget leaves (it named the staging
+ * buffers of a disk tier there is none of, and the next try then asked for
+ * --offload-dir), exact to the byte, pointing to --offload-dir too. A
+ * plan that fits only with the optimizer state on the device and the
+ * activations recomputed is found (the planner searched device updates
+ * only from activations that had not fitted), and trains. */
+Test(faults, host_budget_without_disk)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "hostbudget");
+	cu_setup_run(dir, "");
+	const char *plan = "%s plan --model %s/init --micro-batch 1 --seq-len 8 --device-mem 1M "
+			   "--device-updates 0 "
+			   "--host-mem %s";
+	int rc = cu_run(out, sizeof out, plan, cu_bin(), dir, "100K");
+	cr_expect(rc != 0 && strstr(out, "the host budget 100.0 KiB cannot hold 740.5 KiB (740.5 KiB "
+					 "of what the device budget leaves, with no --offload-dir "
+					 "to take it): 640.5 KiB missing") &&
+			  strstr(out, "hint: raise --host-mem, or give --offload-dir DIR"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, plan, cu_bin(), dir, "740K");
+	cr_expect(rc != 0 && strstr(out, "512 B missing"), "%s", out);
+	rc = cu_run(out, sizeof out, plan, cu_bin(), dir, "741K");
+	cr_expect_eq(rc, 0, "the shortfall given was not enough: %s", out);
+
+	const char *flags = "--micro-batch 4 --seq-len 64 --device-mem 3.6M --host-mem 100K";
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init %s", cu_bin(), dir, flags);
+	cr_expect(rc == 0 && strstr(out, "(rr)") &&
+			  strstr(out, "4 of 4 units on the device"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/run --steps 2 "
+				     "--eval-interval 0 --progress lines --threads 2 %s",
+		    cu_bin(), dir, dir, dir, flags);
+	cr_expect(rc == 0 && strstr(out, "done: step 2"), "%s", out);
+}
+
+/* prepare refuses a run or a checkpoint as --out (a checkpoint's shards
+ * would go with it when --keep-ckpts removes it), --force or not, and
+ * writes nothing there; an empty input is warned, and alone refused. */
+Test(faults, prepare_out_and_empty_input)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "prepout");
+	two_steps(dir, "");
+	const char *targets[] = {"run", "run/step-000002"};
+	const char *markers[] = {"latest", "trainer.json"};
+	for (int i = 0; i < 2; i++)
+		for (int force = 0; force < 2; force++) {
+			int rc = cu_run(out, sizeof out, "%s prepare --input %s/text.txt --out %s/%s %s",
+					cu_bin(), dir, dir, targets[i], force ? "--force" : "");
+			char want[600];
+			snprintf(want, sizeof want, "%s/%s is a training run or checkpoint (it holds %s): "
+				 "token shards are not written into one", dir, targets[i], markers[i]);
+			cr_expect(rc != 0 && strstr(out, want), "%s: %s", targets[i], out);
+			cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/%s/train.bin && test ! -e "
+						     "%s/%s/.strata-prepare.lock",
+					    dir, targets[i], dir, targets[i]),
+				     0, "%s: written into", targets[i]);
+		}
+	int rc = cu_run(out, sizeof out, ": > %s/empty.txt && %s prepare --input %s/empty.txt --input "
+					 "%s/text.txt --out %s/d",
+			dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "warning: --input ") &&
+			  strstr(out, "/empty.txt is empty: nothing from it"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/empty.txt --out %s/e", cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "the input text is empty") &&
+			  cu_run(NULL, 0, "test ! -e %s/e", dir) == 0,
+		  "%s", out);
+}
+
 /* Bad values on the command line are named before anything runs (and not
  * warned as unused first), and an unknown STRATA_SIMD is said once, not at
  * every step. */

@@ -117,6 +117,8 @@ static int prep_survey(const char *const *inputs, int n_in, struct prep_input *i
 		ST_CHECK(!shard_has_magic(sized ? head : in[f].text, sized ? n_head : in[f].len),
 			 "give the text the shards were made from, or train on this directory's shards",
 			 "--input %s is a strata token shard, not text", inputs[f]);
+		if (!in[f].len)
+			st_log_warn("--input %s is empty: nothing from it", inputs[f]);
 		*bytes += in[f].len;
 	}
 	return ST_OK;
@@ -271,6 +273,13 @@ int cmd_prepare(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/train.bin", out);
 	ST_CHECK(force || !fs_exists(path), "pass --force to replace them, or choose another --out",
 		 "%s already holds token shards (train.bin)", out);
+	/* a checkpoint's shards would go with it when --keep-ckpts removes it,
+	 * and a run directory's would sit among its checkpoints */
+	const char *marker = fs_exists(out) ? fs_run_marker(out) : NULL;
+	ST_CHECK(!marker, "give the shards a directory of their own",
+		 "%s is a training run or checkpoint (it holds %s): token shards are not written "
+		 "into one",
+		 out, marker);
 	/* every k-th chunk or example is held out, k = round(1 / fraction) >= 2 */
 	ST_CHECK(val_frac >= 0 && val_frac <= 0.5, "use a fraction like 0.05",
 		 "--val-fraction must be in [0, 0.5] (got %g)", val_frac);

@@ -155,33 +155,40 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	int s_off_device = 0;
 	for (int u = 0; s_bytes && u < n; u++)
 		s_off_device += s_bytes[u] && h[u * ST_SLAB__COUNT + ST_SLAB_S] != ST_TIER_DEVICE;
-	const int s_may_stream = s_off_device && o->force[ST_SLAB_S] != ST_TIER_HOST;
+	/* without a disk tier nothing streams from disk: what the device does
+	 * not hold is the host's, whole, and needs no staging buffers there */
+	const int no_disk = o->n_dirs == 0;
+	const int s_may_stream = s_off_device && o->force[ST_SLAB_S] != ST_TIER_HOST && !no_disk;
 	const size_t ps = s_may_stream ? (size_t)pool_s(o) * max_of(s_bytes, n) : 0;
 	const size_t forced_ps = o->force[ST_SLAB_S] == ST_TIER_DISK ? ps : 0;
 	const int host_all = !H || host + forced_ps + undecided <= H;
 	const size_t pools = host_all ? forced_ps : ps;
-	if (H && host + pools > H) {
+	const size_t rest = no_disk && !host_all ? undecided : 0;
+	if (H && host + pools + rest > H) {
 		/* say what the host was to hold (the parts that are there) */
-		const size_t part[4] = {o->host_reserved, o->host_fixed,
-					host - o->host_reserved - o->host_fixed, pools};
-		const char *what[4] = {"activations swapped to the host",
+		const size_t part[5] = {o->host_reserved, o->host_fixed,
+					host - o->host_reserved - o->host_fixed, pools, rest};
+		const char *what[5] = {"activations swapped to the host",
 				       o->host_fixed_what ? o->host_fixed_what : "buffers",
 				       "slabs placed there",
-				       "staging buffers for the streamed optimizer state"};
-		char parts[320] = "", num[32];
-		for (int i = 0; i < 4; i++)
+				       "staging buffers for the streamed optimizer state",
+				       "what the device budget leaves, with no --offload-dir to take "
+				       "it"};
+		char parts[400] = "", num[32];
+		for (int i = 0; i < 5; i++)
 			if (part[i])
 				snprintf(parts + strlen(parts), sizeof parts - strlen(parts), "%s%s of %s",
 					 *parts ? ", " : "", fmt_bytes(num, sizeof num, (double)part[i]),
 					 what[i]);
+		const size_t need = host + pools + rest;
 		ST_ERROR(o->host_fixed > H && o->host_fixed_hint ? o->host_fixed_hint
+			 : rest ? "raise --host-mem, or give --offload-dir DIR (one per SSD) for the rest"
 			 : o->host_reserved ? "raise --host-mem, or swap fewer layers to the host"
 			 : o->prefetch_given ? "raise --host-mem, or lower --prefetch"
 					     : "raise --host-mem",
 			 "the host budget %s cannot hold %s (%s): %s missing",
-			 fmt_bytes(b1, sizeof b1, (double)H),
-			 fmt_bytes(b2, sizeof b2, (double)(host + pools)), parts,
-			 fmt_bytes(b3, sizeof b3, (double)(host + pools - H)));
+			 fmt_bytes(b1, sizeof b1, (double)H), fmt_bytes(b2, sizeof b2, (double)need),
+			 parts, fmt_bytes(b3, sizeof b3, (double)(need - H)));
 		return ST_FAIL;
 	}
 	host += pools;

@@ -542,6 +542,12 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 			for (int round = 0; round < 3; round++) {
 				if ((round != 1 && !choose_act) || (round == 1 && !choose_dev))
 					continue;
+				/* no activation plan fitted without device updates (a
+				 * host budget too small for the state): the device
+				 * updates' search starts from the leanest activations,
+				 * which leave the device the most room for the state */
+				if (round == 1 && choose_act && bk.step >= 1e300)
+					act_counts(bk.act, L, 0, 0, L);
 				memcpy(p->act, bk.act, (size_t)L);
 				memcpy(p->dev_update, bk.dev, (size_t)n);
 				if (round == 1)
