@@ -1843,6 +1843,32 @@ Test(faults, prepare_out_and_empty_input)
 		  "%s", out);
 }
 
+/* Every command takes a flag spelled with '_' for '-', as train does (eval
+ * and sample refused --max_tokens and --top_k); a slip in that spelling is
+ * still named with the option it is near. */
+Test(faults, underscore_flags_in_every_command)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "underscore");
+	two_steps(dir, "");
+	const char *cmds[] = {
+		"prepare --input $d/text.txt --out $d/d2 --val_fraction 0.1",
+		"init --config $d/cfg.json --out $d/m2 --stable_embedding",
+		"eval --model $d/run --data $d/data --max_tokens 64 --seq_len 32 --micro_batch 2 --json",
+		"sample --model $d/run --prompt ab --tokens 4 --temperature 0 --top_k 3 --device_mem 1G",
+		"plan --model $d/init --device_mem 1G --host_mem 1G",
+	};
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		int rc = cu_run(out, sizeof out, "d=%s; %s %s", dir, cu_bin(), cmds[i]);
+		cr_expect_eq(rc, 0, "%s: %s", cmds[i], out);
+	}
+	int rc = cu_run(out, sizeof out, "%s eval --model %s/run --data %s/data --max_tokns 64",
+			cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "unknown option --max_tokns") &&
+			  strstr(out, "did you mean --max-tokens?"),
+		  "%s", out);
+}
+
 /* Bad values on the command line are named before anything runs (and not
  * warned as unused first), and an unknown STRATA_SIMD is said once, not at
  * every step. */

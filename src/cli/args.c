@@ -48,6 +48,14 @@ int cli_start(struct cli_args *a, int argc, char **argv, const char *usage)
 	return CLI_RUN;
 }
 
+int cli_key_is(const char *given, const char *key)
+{
+	for (; *given && *key; given++, key++)
+		if (*given != *key && !(*given == '_' && *key == '-'))
+			return 0;
+	return *given == *key;
+}
+
 const char *cli_get(struct cli_args *a, const char *key, const char *def)
 {
 	const char *v = def;
@@ -58,7 +66,7 @@ const char *cli_get(struct cli_args *a, const char *key, const char *def)
 	    strlen(key) < sizeof a->asked[0])
 		snprintf(a->asked[a->n_asked++], sizeof a->asked[0], "%s", key);
 	for (int i = 0; i < a->n; i++)
-		if (!strcmp(a->key[i], key)) {
+		if (cli_key_is(a->key[i], key)) {
 			v = a->val[i];
 			a->used[i] = 1;
 		}

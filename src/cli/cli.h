@@ -31,7 +31,10 @@ int cli_parse(struct cli_args *a, int argc, char **argv);
  * parse error), or CLI_RUN to go on. */
 #define CLI_RUN (-1)
 int cli_start(struct cli_args *a, int argc, char **argv, const char *usage);
-/* Last value given for key (and marks it used), or def. */
+/* Whether a flag's name as given is key (spelled with dashes): '_' reads
+ * as '-' in every command, as train's options and --config keys take it. */
+int cli_key_is(const char *given, const char *key);
+/* Last value given for key, either spelling (and marks it used), or def. */
 const char *cli_get(struct cli_args *a, const char *key, const char *def);
 int cli_has(struct cli_args *a, const char *key);
 /* cli_get for a flag that must have a value: an error for a bare "--key". */

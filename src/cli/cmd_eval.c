@@ -39,7 +39,7 @@ int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem)
 	snprintf(mem->host_mem, sizeof mem->host_mem, "%s", v);
 	cli_get(a, "offload-dir", NULL); /* looked for: a slip of it is named */
 	for (int i = 0; i < a->n; i++) {
-		if (strcmp(a->key[i], "offload-dir") != 0)
+		if (!cli_key_is(a->key[i], "offload-dir"))
 			continue;
 		a->used[i] = 1;
 		ST_CHECK(a->val[i] != cli_bare, "give the directory after it", "--offload-dir needs a value");

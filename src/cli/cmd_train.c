@@ -101,7 +101,7 @@ static int given(struct cli_args *a, const char *conf, const char *key)
 	snprintf(us, sizeof us, "%s", key);
 	for (char *c = us; *c; c++)
 		*c = *c == '-' ? '_' : *c;
-	if (cli_get(a, key, NULL) || cli_get(a, us, NULL))
+	if (cli_get(a, key, NULL)) /* either spelling */
 		return 1;
 	cJSON *root = NULL;
 	const int old = st_log_mute(1); /* read once already: its errors were said */
@@ -135,7 +135,7 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 		ST_CHECK(a->val[i] != cli_bare || !train_opts_needs_value(a->key[i]),
 			 "give the value after it; strata train --help lists each option's values",
 			 "--%s needs a value", a->key[i]);
-		if (!strcmp(a->key[i], "offload-dir") || !strcmp(a->key[i], "offload_dir")) {
+		if (cli_key_is(a->key[i], "offload-dir")) {
 			size_t len = strlen(dirs);
 			ST_CHECK(len + strlen(a->val[i]) + 2 < sizeof dirs, "use shorter paths",
 				 "--offload-dir: too many or too long directories");
