@@ -1784,8 +1784,7 @@ Test(faults, host_budget_without_disk)
 	cu_tmpdir(dir, sizeof dir, "hostbudget");
 	cu_setup_run(dir, "");
 	const char *plan = "%s plan --model %s/init --micro-batch 1 --seq-len 8 --device-mem 1M "
-			   "--device-updates 0 "
-			   "--host-mem %s";
+			   "--device-updates 0 --host-mem %s";
 	int rc = cu_run(out, sizeof out, plan, cu_bin(), dir, "100K");
 	cr_expect(rc != 0 && strstr(out, "the host budget 100.0 KiB cannot hold 740.5 KiB (740.5 KiB "
 					 "of what the device budget leaves, with no --offload-dir "
