@@ -812,7 +812,9 @@ Test(faults, signal_saves_and_stops)
 			cr_expect(!strstr(out, "SIGINT"), "an ignored SIGINT was acted on: %s", out);
 		if (i >= 2)
 			continue;
-		cr_expect(strstr(out, "saved; go on with: strata train --resume "), "%s", out);
+		cr_expect(strstr(out, "saved; go on with: strata train --resume ") &&
+				  strstr(out, ": stopping after the current step and saving a checkpoint"),
+			  "%s", out);
 		/* latest is the last step logged; the run goes on from it */
 		int rc2 = cu_run(out, sizeof out,
 				 "d=%s/%s; n=$(grep '\"loss\"' $d/metrics.jsonl | tail -n 1 | "
@@ -874,7 +876,9 @@ Test(faults, signal_before_first_step)
 	int st = term_at_start(args);
 	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "wait status %#x: %s", st, out);
 	cr_expect(strstr(out, "stopped by SIGTERM before the first step: nothing trained, nothing "
-			      "saved"),
+			      "saved") &&
+			  strstr(out, "SIGTERM: stopping before the first step, with nothing trained to "
+				      "save"),
 		  "%s", out);
 	cr_expect(!strstr(out, "eval") && !strstr(out, "step 1"), "it went on: %s", out);
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/fresh", dir), 0, "a run directory was left");

@@ -9,6 +9,7 @@
 #include "util/check.h"
 
 static atomic_int first_signal;
+static atomic_int training; /* the loop has begun: a signal waits for its step */
 static sigset_t caught;
 
 static const char *signal_name(int sig)
@@ -37,10 +38,16 @@ static void *watch(void *arg)
 			continue;
 		int none = 0;
 		if (atomic_compare_exchange_strong(&first_signal, &none, sig)) {
-			dprintf(STDERR_FILENO,
-				"\nstrata: %s: stopping after the current step and saving a checkpoint "
-				"(send it again to quit at once)\n",
-				signal_name(sig));
+			if (atomic_load(&training))
+				dprintf(STDERR_FILENO,
+					"\nstrata: %s: stopping after the current step and saving a "
+					"checkpoint (send it again to quit at once)\n",
+					signal_name(sig));
+			else
+				dprintf(STDERR_FILENO,
+					"\nstrata: %s: stopping before the first step, with nothing "
+					"trained to save (send it again to quit at once)\n",
+					signal_name(sig));
 			continue;
 		}
 		dprintf(STDERR_FILENO,
@@ -78,6 +85,11 @@ int interrupt_catch(void)
 	}
 	pthread_detach(th);
 	return ST_OK;
+}
+
+void interrupt_training(void)
+{
+	atomic_store(&training, 1);
 }
 
 int interrupt_signal(void)

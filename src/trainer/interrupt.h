@@ -14,6 +14,9 @@
 #define ST_INTERRUPT_H
 
 int interrupt_catch(void);
+/* The training loop has begun: a signal from now on is said to wait for
+ * the step in progress and its checkpoint (before, for the setup's end). */
+void interrupt_training(void);
 /* 0, or the first signal received (SIGINT or SIGTERM) */
 int interrupt_signal(void);
 /* After a run stopped by sig has saved and closed: end the process by sig

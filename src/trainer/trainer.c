@@ -778,6 +778,7 @@ int trainer_run(struct st_trainer *tr)
 	}
 	/* A signal (interrupt.h) is read once per step, after it: the step is
 	 * then saved whatever the schedule says, and the loop ends. */
+	interrupt_training();
 	int stop = 0;
 	while (tr->step < tr->total_steps && !stop) {
 		ST_TRY(ckpt_poll(tr));
