@@ -498,6 +498,11 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 					    "nothing to train; give --steps above 2",
 			 steps);
 		cr_expect(strstr(out, want), "--steps %d: %s", steps, out);
+		/* the header says so too (it read "training: adamw8bit, 1 steps ...") */
+		snprintf(want, sizeof want, "training: adamw8bit, nothing left to train (the "
+					    "checkpoint is at step 2, the run ends at step %d), resumed",
+			 steps);
+		cr_expect(strstr(out, want), "--steps %d: %s", steps, out);
 		cr_expect(strstr(out, "done: step 2,") && !strstr(out, "val loss nan"),
 			  "--steps %d: %s", steps, out);
 	}
@@ -567,6 +572,10 @@ Test(faults, token_budget_on_resume)
 			cu_bin(), dir, dir, dir, cu_bin(), dir);
 	cr_expect(rc == 0 && strstr(out, "done: step 3,"),
 		  "256 tokens left at 256 per step take one step: %s", out);
+	/* the header counts this leg's steps at their size (it read "3 steps of
+	 * 256 tokens", two of them at 128) */
+	cr_expect(strstr(out, "training: adamw, 1 step of 256 tokens (4 x 32 x 2) from step 2 to 3, "),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "grep '\"step\": 3, \"loss' %s/b/metrics.jsonl", dir);
 	cr_expect(strstr(out, "\"step\": 3") && strstr(out, "\"tokens\": 512"), "%s", out);
 	rc = cu_run(out, sizeof out, "%s train --resume %s/b --max-tokens 400", cu_bin(), dir);
@@ -1809,6 +1818,8 @@ Test(faults, host_budget_without_disk)
 				     "--eval-interval 0 --progress lines --threads 2 %s",
 		    cu_bin(), dir, dir, dir, flags);
 	cr_expect(rc == 0 && strstr(out, "done: step 2"), "%s", out);
+	/* train's plan line says it as plan does (it named a prefetch depth) */
+	cr_expect(strstr(out, ", nothing streams (") && !strstr(out, ", prefetch "), "%s", out);
 }
 
 /* prepare refuses a run or a checkpoint as --out (a checkpoint's shards
@@ -1890,6 +1901,10 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0,1) (got 1.5)"},
 		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},
 		{"--optimizer sgd --lr 40", "--lr 40 x --weight-decay 0.1 = 4"},
+		/* each named (all three read "intervals and --eval-tokens must be >= 0") */
+		{"--eval-interval -1", "--eval-interval must be >= 0 (got -1)"},
+		{"--ckpt-interval -2", "--ckpt-interval must be >= 0 (got -2)"},
+		{"--eval-tokens -3", "--eval-tokens must be >= 0 (got -3)"},
 		{"--device-mem 0x20M --seq-len 32", "--device-mem: '0x20M' is not a size"},
 		{"--host-mem 0.5 --seq-len 32", "--host-mem: '0.5' is less than one byte"},
 		{"--host-mem 1.5 --seq-len 32", "--host-mem: '1.5' is not a whole number of bytes"},
@@ -2210,6 +2225,36 @@ Test(faults, sample_reads_the_models_token_ids)
 	cr_expect_eq(rc, 0, "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model ''", cu_bin());
 	cr_expect(rc == 1 && strstr(out, "an empty path was given for the model"), "%s", out);
+}
+
+/* --tokenizer DIR for a byte-vocabulary model (strata init writes them
+ * without a tokenizer.json), its run or a checkpoint reads bytes, as
+ * --model reads such a directory (it looked for DIR/tokenizer.json and
+ * failed); the shards are those of --tokenizer byte. A model directory
+ * without one whose vocabulary is not bytes is refused, saying so. */
+Test(faults, byte_model_as_tokenizer)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "bytetok");
+	two_steps(dir, "");
+	const char *as[] = {"init", "run", "run/step-000002"};
+	for (int i = 0; i < 3; i++) {
+		int rc = cu_run(out, sizeof out,
+				"%s prepare --input %s/text.txt --tokenizer %s/%s --out %s/d%d && "
+				"%s prepare --input %s/text.txt --tokenizer byte --out %s/b%d && "
+				"cmp %s/d%d/train.bin %s/b%d/train.bin && "
+				"%s sample --model %s/run --tokenizer %s/%s --prompt ab --tokens 3 "
+				"--temperature 0",
+				cu_bin(), dir, dir, as[i], dir, i, cu_bin(), dir, dir, i, dir, i, dir, i,
+				cu_bin(), dir, dir, as[i]);
+		cr_expect_eq(rc, 0, "--tokenizer %s: %s", as[i], out);
+	}
+	int rc = cu_run(out, sizeof out, "%s init --config tiny --vocab 3100 --out %s/v && "
+					 "%s prepare --input %s/text.txt --tokenizer %s/v --out %s/dv",
+			cu_bin(), dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/v has no tokenizer.json, and its vocabulary (3100) is not "
+					 "the byte tokenizer's (258)"),
+		  "%s", out);
 }
 
 /* What a command prints must reach stdout: on a full disk (/dev/full) eval

@@ -595,14 +595,19 @@ Test(offload, evaluation_weight_traffic_said, .timeout = 120)
 			cr_expect(!strstr(out, needle), "case %d: %s", k, out);
 	}
 	/* one pass of the weights against a step's two: half a step, not
-	 * "about 0" */
+	 * "about 0"; the evaluation's one micro-batch said as such (it read
+	 * "1 micro-batches of 2 windows"), and fewer tokens, which would stream
+	 * the same, not advised */
 	int rc = cu_run(out, sizeof out,
 			"STRATA_EVAL_GROUP=1 %s train --model %s/init --data %s/data --out %s/half "
 			"--micro-batch 2 --seq-len 32 --steps 4 --eval-interval 2 --eval-tokens 64 "
 			"--progress none --offload-dir %s --place weights=disk",
 			cu_bin(), dir, dir, dir, dir);
 	cr_expect(rc == 0 && strstr(out, "the weight traffic of about 0.5 training steps, every 2 "
-					 "steps"),
+					 "steps; raise --eval-interval (0: at the end only)") &&
+			  strstr(out, "(2 windows in 1 micro-batch) streams the offloaded weights (") &&
+			  strstr(out, ") once, the least an evaluation streams: ") &&
+			  !strstr(out, "lower --eval-tokens"),
 		  "%s", out);
 }
 

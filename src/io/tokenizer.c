@@ -101,11 +101,30 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 		return ST_OK;
 	}
 	memset(tk, 0, sizeof *tk);
-	char path[4200];
+	char path[4200], conf[4200];
 	if (fs_is_dir(name_or_path))
 		snprintf(path, sizeof path, "%s/tokenizer.json", name_or_path);
 	else
 		snprintf(path, sizeof path, "%s", name_or_path);
+	snprintf(conf, sizeof conf, "%s/config.json", name_or_path);
+	if (fs_is_dir(name_or_path) && !fs_exists(path) && fs_exists(conf)) {
+		/* a model directory without one reads bytes, as --model reads it
+		 * (strata init writes byte-vocabulary models): so where its
+		 * vocabulary is the byte tokenizer's */
+		cJSON *root = NULL;
+		ST_TRY(fs_read_json(conf, &root, NULL));
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
+		const double vocab = cJSON_IsNumber(v) ? v->valuedouble : -1;
+		cJSON_Delete(root);
+		ST_CHECK(vocab == ST_BYTE_VOCAB,
+			 "give the tokenizer.json the model was trained with (or copy it into the "
+			 "directory)",
+			 "%s has no tokenizer.json, and its vocabulary (%.0f) is not the byte "
+			 "tokenizer's (%d)",
+			 name_or_path, vocab, ST_BYTE_VOCAB);
+		tokenizer_byte(tk);
+		return ST_OK;
+	}
 	ST_CHECK(fs_exists(path), "give --tokenizer byte, a tokenizer.json, or a model directory with one",
 		 "no tokenizer at %s", path);
 	ST_TRY(bpe_load(&tk->bpe, path));

@@ -387,14 +387,20 @@ int train_opts_validate(const struct st_train_opts *o)
 		 o->max_tokens);
 	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
 		 "no training length: --steps and --max-tokens are both 0");
-	ST_CHECK(o->eval_interval >= 0 && o->ckpt_interval >= 0 && o->eval_tokens >= 0, h,
-		 "intervals and --eval-tokens must be >= 0");
-	ST_CHECK(o->keep_ckpts >= 0, h, "--keep-ckpts must be >= 0");
+	ST_CHECK(o->eval_interval >= 0, "give 0 to evaluate at the end only",
+		 "--eval-interval must be >= 0 (got %ld)", o->eval_interval);
+	ST_CHECK(o->ckpt_interval >= 0, "give 0 to save at the end only",
+		 "--ckpt-interval must be >= 0 (got %ld)", o->ckpt_interval);
+	ST_CHECK(o->eval_tokens >= 0, "give 0 to score the whole validation shard",
+		 "--eval-tokens must be >= 0 (got %ld)", o->eval_tokens);
+	ST_CHECK(o->keep_ckpts >= 0, "give 0 to keep every checkpoint",
+		 "--keep-ckpts must be >= 0 (got %d)", o->keep_ckpts);
 	ST_CHECK(o->threads >= 0 && o->threads <= ST_MAX_THREADS, h,
 		 "--threads must be in [0, %d] (got %d)", ST_MAX_THREADS, o->threads);
 	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive (got %d)", o->log_interval);
-	ST_CHECK(o->prefetch >= 0 && o->prefetch <= 64, h, "--prefetch must be between 0 (auto) and 64");
-	ST_CHECK(o->trace_steps >= 0, h, "--trace-steps must be >= 0");
+	ST_CHECK(o->prefetch >= 0 && o->prefetch <= 64, h,
+		 "--prefetch must be between 0 (auto) and 64 (got %d)", o->prefetch);
+	ST_CHECK(o->trace_steps >= 0, h, "--trace-steps must be >= 0 (got %d)", o->trace_steps);
 	ST_CHECK(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
 		 "use --device cpu, cuda or auto", "unknown device '%s'", o->device);
 	ST_CHECK(!strcmp(o->progress, "auto") || !strcmp(o->progress, "bar") ||

@@ -394,8 +394,11 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	if (p->n_dev_updates)
 		st_log_info("optimizer: %d of %d units update on the device", p->n_dev_updates, n);
-	st_log_info("plan: predicted %.3f s per step, bound by %s, prefetch %d (%d plans compared)",
-		    p->t.step_s, p->t.bound, p->prefetch, p->candidates);
+	char pf[32] = "nothing streams"; /* as `strata plan` says it */
+	if (p->place.offloaded)
+		snprintf(pf, sizeof pf, "prefetch %d", p->prefetch);
+	st_log_info("plan: predicted %.3f s per step, bound by %s, %s (%d plans compared)",
+		    p->t.step_s, p->t.bound, pf, p->candidates);
 	return ST_OK;
 }
 
@@ -435,15 +438,21 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 		return;
 	char b1[32], b2[32], nsteps[32]; /* a fraction of a step is no "about 0" */
 	snprintf(nsteps, sizeof nsteps, steps < 9.95 ? "%.1f" : "%.0f", steps);
-	char per[64] = "micro-batch";
-	if (group > 1)
-		snprintf(per, sizeof per, "group of %ld micro-batches", group);
-	st_log_warn("each held-out evaluation (%ld micro-batches of %ld windows) streams the offloaded "
-		    "weights (%s) once per %s: %s, the weight traffic of about %s training step%s, "
-		    "every %ld steps; lower --eval-tokens or raise --eval-interval",
-		    batches, windows, fmt_bytes(b1, sizeof b1, streamed), per,
+	char per[96] = "once per micro-batch";
+	if (passes == 1)
+		snprintf(per, sizeof per, "once, the least an evaluation streams");
+	else if (group > 1)
+		snprintf(per, sizeof per, "once per group of %ld micro-batches", group);
+	/* one pass already: fewer tokens would stream the same */
+	st_log_warn("each held-out evaluation (%ld window%s in %ld micro-batch%s) streams the "
+		    "offloaded weights (%s) %s: %s, the weight traffic of about %s training step%s, "
+		    "every %ld step%s; %s",
+		    windows, windows == 1 ? "" : "s", batches, batches == 1 ? "" : "es",
+		    fmt_bytes(b1, sizeof b1, streamed), per,
 		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), nsteps,
-		    strcmp(nsteps, "1.0") ? "s" : "", interval);
+		    strcmp(nsteps, "1.0") ? "s" : "", interval, interval == 1 ? "" : "s",
+		    passes == 1 ? "raise --eval-interval (0: at the end only)"
+				: "lower --eval-tokens or raise --eval-interval");
 }
 
 /* Decide every slab's home, allocate the slabs and the executor, start the

@@ -623,11 +623,22 @@ int trainer_run(struct st_trainer *tr)
 		    m->cfg.vocab_size, m->cfg.tied ? ", tied head" : "");
 	st_log_info("backend: %s, %d thread%s, matmul %s", tr->s.ops->name, omp_get_max_threads(),
 		    omp_get_max_threads() == 1 ? "" : "s", tr->s.ops->matmul_lib);
-	st_log_info("training: %s, %ld step%s of %.0f tokens (%d x %d x %d), lr %g, warmup %ld%s",
-		    tr->o.optimizer, tr->total_steps, tr->total_steps == 1 ? "" : "s", tok_step,
-		    tr->o.micro_batch, tr->o.seq_len,
-		    tr->o.grad_accum, tr->o.lr, tr->warmup,
-		    tr->step ? ", resumed" : "");
+	/* a resumed run: this leg's steps, at this leg's size (earlier ones may
+	 * have been another: --grad-accum changed), and where they go */
+	const long to_go = tr->total_steps > tr->step ? tr->total_steps - tr->step : 0;
+	char span[96] = "";
+	if (tr->step && to_go)
+		snprintf(span, sizeof span, " from step %ld to %ld", tr->step, tr->total_steps);
+	if (tr->step && !to_go)
+		st_log_info("training: %s, nothing left to train (the checkpoint is at step %ld, the "
+			    "run ends at step %ld), resumed",
+			    tr->o.optimizer, tr->step, tr->total_steps);
+	else
+		st_log_info("training: %s, %ld step%s of %.0f tokens (%d x %d x %d)%s, lr %g, warmup "
+			    "%ld%s",
+			    tr->o.optimizer, to_go, to_go == 1 ? "" : "s", tok_step, tr->o.micro_batch,
+			    tr->o.seq_len, tr->o.grad_accum, span, tr->o.lr, tr->warmup,
+			    tr->step ? ", resumed" : "");
 	/* windows are drawn at random offsets (data.c): "passes" counts tokens
 	 * drawn over tokens held, not epochs of a shuffled order */
 	const double held = (double)tr->data.train.n_tokens;
