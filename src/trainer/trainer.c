@@ -692,8 +692,8 @@ int trainer_run(struct st_trainer *tr)
 			    "--max-tokens allows: nothing to train; give a larger --max-tokens (or "
 			    "--steps) to go on",
 			    tr->step, tr->tokens_seen, tr->o.max_tokens);
-	store_report(&tr->s.store);
-	{
+	if (tr->step < tr->total_steps) { /* with nothing to train, no memory to report */
+		store_report(&tr->s.store);
 		/* what the state would take as fp32 AdamW, for comparison */
 		char b2[32], b3[32];
 		st_log_info("optimizer state: %s, %s (%.3f B/param; fp32 AdamW: %s, 8 B/param)",
