@@ -121,6 +121,14 @@ Test(faults, checkpoint_room_checked_up_front)
 	rc = cu_run(out, sizeof out, train, cu_bin(), dir, dir, mnt, "c", 3,
 		    "--ckpt-interval 1 --keep-ckpts 1");
 	cr_expect(rc == 0 && !strstr(out, "room for") && !strstr(out, "free, less"), "%s", out);
+	/* keeping every one: the hint cannot be to lower --keep-ckpts 0 */
+	rc = cu_run(out, sizeof out, train, cu_bin(), dir, dir, mnt, "d", 3,
+		    "--ckpt-interval 1 --keep-ckpts 0");
+	cr_expect(strstr(out, "this run adds 3 at its fullest (--keep-ckpts 0, --ckpt-interval 1)") &&
+			  strstr(out, "give --keep-ckpts N (0 keeps every one), or a longer "
+				      "--ckpt-interval") &&
+			  !strstr(out, "lower --keep-ckpts"),
+		  "%s", out);
 	umount(mnt);
 }
 
@@ -1802,7 +1810,7 @@ Test(faults, host_budget_without_disk)
 			   "--device-updates 0 --host-mem %s";
 	int rc = cu_run(out, sizeof out, plan, cu_bin(), dir, "100K");
 	cr_expect(rc != 0 && strstr(out, "the host budget 100.0 KiB cannot hold 740.5 KiB (740.5 KiB "
-					 "of what the device budget leaves, with no --offload-dir "
+					 "of state the device does not hold, with no --offload-dir "
 					 "to take it): 640.5 KiB missing") &&
 			  strstr(out, "hint: raise --host-mem, or give --offload-dir DIR"),
 		  "%s", out);

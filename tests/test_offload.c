@@ -586,10 +586,12 @@ Test(offload, evaluation_weight_traffic_said, .timeout = 120)
 				"--seq-len 32 --steps 20 --eval-interval 0 --progress none %s",
 				k < 3 ? "STRATA_EVAL_GROUP=1" : "", cu_bin(), dir, dir, dir, k, flags);
 		cr_expect_eq(rc, 0, "%s", out);
+		/* --eval-interval 0: the one evaluation at the end (it said "every
+		 * 20 steps", and to raise the interval) */
 		if (k == 0)
 			cr_expect(strstr(out, needle) && strstr(out, "once per micro-batch: ") &&
-					  strstr(out, "training steps, every 20 steps; lower "
-						      "--eval-tokens or raise --eval-interval"),
+					  strstr(out, "training steps, once at the end of 20 steps; "
+						      "lower --eval-tokens\n"),
 				  "%s", out);
 		else
 			cr_expect(!strstr(out, needle), "case %d: %s", k, out);
@@ -609,6 +611,14 @@ Test(offload, evaluation_weight_traffic_said, .timeout = 120)
 			  strstr(out, ") once, the least an evaluation streams: ") &&
 			  !strstr(out, "lower --eval-tokens"),
 		  "%s", out);
+	/* the same evaluation once, at the end: nothing to advise, nothing said
+	 * (it advised the --eval-interval 0 given) */
+	rc = cu_run(out, sizeof out,
+		    "STRATA_EVAL_GROUP=1 %s train --model %s/init --data %s/data --out %s/end "
+		    "--micro-batch 2 --seq-len 32 --steps 4 --eval-interval 0 --eval-tokens 64 "
+		    "--progress none --offload-dir %s --place weights=disk",
+		    cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && !strstr(out, needle), "%s", out);
 }
 
 /* An evaluation with the weights on disk reads each unit's weights once

@@ -172,8 +172,8 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 				       o->host_fixed_what ? o->host_fixed_what : "buffers",
 				       "slabs placed there",
 				       "staging buffers for the streamed optimizer state",
-				       "what the device budget leaves, with no --offload-dir to take "
-				       "it"};
+				       "state the device does not hold, with no --offload-dir to "
+				       "take it"};
 		char parts[400] = "", num[32];
 		for (int i = 0; i < 5; i++)
 			if (part[i])

@@ -155,9 +155,10 @@ int rundir_check(struct st_trainer *tr, int resuming)
 }
 
 /* The checkpoints this run has on disk at once beyond those there now, at
- * its fullest: each save adds one before --keep-ckpts removes the oldest
- * (of the steps up to the one saved; later ones are neither counted nor
- * removed). */
+ * its fullest: each save adds one before --keep-ckpts removes the oldest.
+ * Those there now count from the steps up to the run's start; a later one
+ * (a resume from an earlier step) and a step saved again are left out,
+ * which can only overstate the room needed, never understate it. */
 static long ckpts_added_at_peak(const struct st_trainer *tr)
 {
 	const long iv = tr->o.ckpt_interval, from = tr->step, to = tr->total_steps;
@@ -196,9 +197,12 @@ int rundir_check_room(const struct st_trainer *tr, size_t ckpt_bytes)
 		st_log_warn("the run directory %s has %s free, room for %ld checkpoint%s of %s; this "
 			    "run adds %ld at its fullest (--keep-ckpts %d, --ckpt-interval %ld): a later "
 			    "save will fail and stop it, keeping the checkpoints saved before; free space "
-			    "there or lower --keep-ckpts",
+			    "there, %s",
 			    tr->o.out, fmt_bytes(b1, sizeof b1, avail), fit, fit == 1 ? "" : "s",
-			    fmt_bytes(b2, sizeof b2, one), want, tr->o.keep_ckpts, tr->o.ckpt_interval);
+			    fmt_bytes(b2, sizeof b2, one), want, tr->o.keep_ckpts, tr->o.ckpt_interval,
+			    tr->o.keep_ckpts ? "or lower --keep-ckpts"
+					     : "give --keep-ckpts N (0 keeps every one), or a longer "
+					       "--ckpt-interval");
 	return ST_OK;
 }
 

@@ -436,6 +436,9 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 										     : left;
 	if (interval < 1 || steps < 0.1 * (double)interval)
 		return;
+	/* one pass over the weights, once in the run: nothing to advise */
+	if (passes == 1 && interval == left)
+		return;
 	char b1[32], b2[32], nsteps[32]; /* a fraction of a step is no "about 0" */
 	snprintf(nsteps, sizeof nsteps, steps < 9.95 ? "%.1f" : "%.0f", steps);
 	char per[96] = "once per micro-batch";
@@ -444,15 +447,21 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 	else if (group > 1)
 		snprintf(per, sizeof per, "once per group of %ld micro-batches", group);
 	/* one pass already: fewer tokens would stream the same */
+	char when[64]; /* the last evaluation alone: at the end of what is left */
+	if (interval < left)
+		snprintf(when, sizeof when, "every %ld step%s", interval, interval == 1 ? "" : "s");
+	else
+		snprintf(when, sizeof when, "once at the end of %ld step%s", left, left == 1 ? "" : "s");
 	st_log_warn("each held-out evaluation (%ld window%s in %ld micro-batch%s) streams the "
 		    "offloaded weights (%s) %s: %s, the weight traffic of about %s training step%s, "
-		    "every %ld step%s; %s",
+		    "%s; %s",
 		    windows, windows == 1 ? "" : "s", batches, batches == 1 ? "" : "es",
 		    fmt_bytes(b1, sizeof b1, streamed), per,
 		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), nsteps,
-		    strcmp(nsteps, "1.0") ? "s" : "", interval, interval == 1 ? "" : "s",
-		    passes == 1 ? "raise --eval-interval (0: at the end only)"
-				: "lower --eval-tokens or raise --eval-interval");
+		    strcmp(nsteps, "1.0") ? "s" : "", when,
+		    passes == 1	     ? "raise --eval-interval (0: at the end only)"
+		    : interval < left ? "lower --eval-tokens or raise --eval-interval"
+				      : "lower --eval-tokens");
 }
 
 /* Decide every slab's home, allocate the slabs and the executor, start the

@@ -780,16 +780,17 @@ int trainer_run(struct st_trainer *tr)
 		      tr->o.eval_interval, tr->data.has_val);
 	tr->loop_t0 = now_s();
 	q_snap(tr, tr->q_start);
-	if (tr->step == 0 && tr->o.eval_interval > 0) {
+	if (tr->step == 0 && tr->o.eval_interval > 0)
 		ST_TRY(run_eval(tr, pg));
-		if (interrupt_signal()) {
-			progress_done(pg);
-			return stop_untrained(tr);
-		}
-	}
-	/* A signal (interrupt.h) is read once per step, after it: the step is
-	 * then saved whatever the schedule says, and the loop ends. */
+	/* From here a signal (interrupt.h) is read once per step, after it:
+	 * the step is then saved whatever the schedule says, and the loop
+	 * ends. One the watcher took before (said as stopping before the first
+	 * step: it reads the flag after recording the signal) is seen here. */
 	interrupt_training();
+	if (tr->step < tr->total_steps && interrupt_signal()) {
+		progress_done(pg);
+		return stop_untrained(tr);
+	}
 	int stop = 0;
 	while (tr->step < tr->total_steps && !stop) {
 		ST_TRY(ckpt_poll(tr));
