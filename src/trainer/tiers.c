@@ -446,7 +446,6 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 		snprintf(per, sizeof per, "once, the least an evaluation streams");
 	else if (group > 1)
 		snprintf(per, sizeof per, "once per group of %ld micro-batches", group);
-	/* one pass already: fewer tokens would stream the same */
 	char when[64]; /* the last evaluation alone: at the end of what is left */
 	if (interval < left)
 		snprintf(when, sizeof when, "every %ld step%s", interval, interval == 1 ? "" : "s");
@@ -459,6 +458,7 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 		    fmt_bytes(b1, sizeof b1, streamed), per,
 		    fmt_bytes(b2, sizeof b2, streamed * (double)passes), nsteps,
 		    strcmp(nsteps, "1.0") ? "s" : "", when,
+		    /* one pass already: fewer tokens would stream the same */
 		    passes == 1	     ? "raise --eval-interval (0: at the end only)"
 		    : interval < left ? "lower --eval-tokens or raise --eval-interval"
 				      : "lower --eval-tokens");
