@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -132,9 +131,8 @@ static int measure_disk(struct st_profile *p, const char *dir, struct mm_ctx *mm
 	enum { MAX_N = 16 };
 	const size_t slab = 16u << 20;
 	int N = MAX_N;
-	struct statvfs vs;
-	if (statvfs(dir, &vs) == 0 && vs.f_blocks > 0) {
-		const double avail = (double)vs.f_bavail * (double)vs.f_frsize;
+	const double avail = fs_free_bytes(dir);
+	if (avail >= 0) {
 		while (N > 2 && (double)N * (double)slab * 2 > avail)
 			N /= 2;
 		char b1[32];

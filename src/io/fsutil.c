@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -75,6 +76,15 @@ int fs_absolute(char *path, size_t n)
 		 "path too long: %s/%s", cwd, rel);
 	memcpy(path, buf, (size_t)len + 1);
 	return ST_OK;
+}
+
+double fs_free_bytes(const char *path)
+{
+	struct statvfs vs;
+	if (statvfs(path, &vs) != 0 || vs.f_blocks == 0)
+		return -1;
+	const double blocks = geteuid() == 0 ? (double)vs.f_bfree : (double)vs.f_bavail;
+	return blocks * (double)vs.f_frsize;
 }
 
 int fs_exists(const char *path)

@@ -51,6 +51,11 @@ size_t fs_json_rest(const char *text, size_t from, size_t len);
 int fs_unlink(const char *path);
 /* Recursively remove a directory tree (used for stale temp checkpoints). */
 int fs_rmtree(const char *path);
+/* The bytes this process may still write on path's file system: what is
+ * free to everyone, or as root also the blocks the file system keeps for
+ * root (ext4's reserved 5%); -1 where it cannot tell (no statvfs, or a file
+ * system that reports no size, as ramfs). */
+double fs_free_bytes(const char *path);
 int fs_exists(const char *path);
 int fs_is_dir(const char *path);
 /* Make path (a buffer of size n) absolute in place, so that it still names

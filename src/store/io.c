@@ -8,11 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "io/fsutil.h"
 #include "store/io.h"
 #include "store/store.h"
 #include "util/check.h"
@@ -77,10 +77,9 @@ int io_check_dir(const char *dir, size_t size)
 		 "uses the directories it was started with, unless --offload-dir is given; "
 		 "--offload-dir '' drops them)",
 		 "offload directory %s does not exist or is not a directory", dir);
-	struct statvfs vs;
 	/* a filesystem that reports no size at all (ramfs) is left to fallocate */
-	if (size && statvfs(dir, &vs) == 0 && vs.f_blocks > 0) {
-		double avail = (double)vs.f_bavail * (double)vs.f_frsize;
+	const double avail = size ? fs_free_bytes(dir) : -1;
+	if (avail >= 0) {
 		ST_CHECK(avail >= (double)size,
 			 "free space there, add more --offload-dir directories, or raise --host-mem",
 			 "offload directory %s has %s free but needs %s (%s missing)", dir,

@@ -5,7 +5,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 
 #include "io/fsutil.h"
 #include "store/io.h"
@@ -151,11 +150,9 @@ int offdirs_check_room(const char *const *dirs, int n, const struct offdirs_need
 			continue;
 		const size_t files = per_dir * (size_t)sharing;
 		ST_TRY(io_check_dir(existing_part(dirs[i], at, sizeof at), files));
-		struct statvfs vs;
-		if (!out_known || !known[i] || out_st.st_dev != st[i].st_dev || statvfs(at, &vs) != 0 ||
-		    vs.f_blocks == 0)
+		const double avail = fs_free_bytes(at);
+		if (!out_known || !known[i] || out_st.st_dev != st[i].st_dev || avail < 0)
 			continue; /* a file system that reports no size (ramfs) is left to the save */
-		const double avail = (double)vs.f_bavail * (double)vs.f_frsize;
 		ST_CHECK(avail >= (double)files + (double)need->ckpt,
 			 "put --offload-dir on another file system than --out, free space there, or raise "
 			 "--host-mem (less state on disk)",

@@ -179,11 +179,11 @@ static long ckpts_added_at_peak(const struct st_trainer *tr)
 int rundir_check_room(const struct st_trainer *tr, size_t ckpt_bytes)
 {
 	struct statvfs vs;
-	if (tr->step >= tr->total_steps || statvfs(tr->o.out, &vs) != 0 || vs.f_blocks == 0)
+	const double avail = fs_free_bytes(tr->o.out);
+	if (tr->step >= tr->total_steps || avail < 0 || statvfs(tr->o.out, &vs) != 0)
 		return ST_OK; /* nothing to save, or a file system that reports no size (ramfs) */
 	/* the files' own bytes, and a block each for the small ones */
 	const double one = (double)ckpt_bytes + 16.0 * (double)vs.f_frsize;
-	const double avail = (double)vs.f_bavail * (double)vs.f_frsize;
 	char b1[32], b2[32];
 	ST_CHECK(avail >= one,
 		 "free space there, or give --out on a file system with room (a resume: --resume "
