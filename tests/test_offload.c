@@ -1831,6 +1831,19 @@ Test(offload, eval_and_sample_within_budgets, .timeout = 600)
 	cr_assert_eq(rc, 0, "%s", b);
 	cr_expect(strlen(a) > 3 && !strcmp(a, b), "greedy text differs within budgets");
 
+	/* a block damaged on disk (the hook corrupts the third one read) fails
+	 * eval and sample, with no loss and no text from the stale bytes: both
+	 * printed them and exited 0 */
+	rc = cu_run(out, sizeof out, "STRATA_FAULT_CORRUPT_OFFLOAD=3 %s eval --model %s/big --data "
+			"%s/data --seq-len 64 --micro-batch 2 --max-tokens 1024 --json --threads 2 %s",
+		    cu_bin(), dir, dir, mem);
+	cr_expect(rc != 0 && strstr(out, "checksum mismatch") && !strstr(out, "\"loss\""),
+		  "eval of a damaged block: rc %d: %s", rc, out);
+	rc = cu_run(b, sizeof b, "STRATA_FAULT_CORRUPT_OFFLOAD=3 %s sample --model %s/big --prompt ab "
+			"--tokens 30 --temperature 0 --context 12 --threads 2 %s 2>&1",
+		    cu_bin(), dir, mem);
+	cr_expect(rc != 0 && strstr(b, "checksum mismatch") && !strstr(b, a + 2),
+		  "sample of a damaged block: rc %d: %s", rc, b);
 	rc = cu_run(out, sizeof out, "%s eval --model %s/big --data %s/data --seq-len 64 "
 			"--micro-batch 2 --device-mem 32M --host-mem 8M", cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "give --offload-dir"), "%s", out);

@@ -114,6 +114,12 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 			logits = window_logits(ex, hist, n, tok, tgt);
 		if (!logits)
 			break; /* the decoder said why */
+		/* a failed transfer (said by the store) left stale weights in the
+		 * scores: no token from them */
+		if (store_ok(&s->store) != ST_OK) {
+			free(hist), free(tok), free(tgt), free(scratch);
+			return ST_FAIL;
+		}
 		if (st_first_nonfinite(logits, (size_t)V) >= 0) {
 			ST_ERROR("sample an earlier checkpoint: this one's weights make the outputs "
 				 "overflow",

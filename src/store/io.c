@@ -289,6 +289,15 @@ static void corrupt_block(struct st_io *io, size_t vb)
 }
 
 /* Queue the rest of r's transfer (all of it, or what a short one left). */
+/* A pause before asking the kernel again after a transient refusal
+ * (EAGAIN, EINTR, EBUSY): the n-th waits n microseconds, so 1000 tries
+ * span half a second, not the microseconds a bare loop would take. */
+static void io_backoff(int n)
+{
+	const struct timespec ts = {0, 1000L * n};
+	nanosleep(&ts, NULL);
+}
+
 static void queue_req(struct st_io *io, int writing, struct io_req *r)
 {
 	const struct st_io_dir *d = &io->dirs[r->vb % (size_t)io->n_dirs];
@@ -392,7 +401,7 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 		free_slots[i] = i;
 	const double t0 = io_now();
 	/* queued: prepared in the ring, not yet submitted; inflight: submitted */
-	int item = 0, queued = 0, inflight = 0, n_fresh = 0, retries = 0;
+	int item = 0, queued = 0, inflight = 0, n_fresh = 0, retries = 0, resubmits = 0;
 	for (;;) {
 		/* fill the queue: the blocks of one item after another */
 		while (b.rc == ST_OK && item < n_items && n_free > 0) {
@@ -430,9 +439,13 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 				inflight += sub;
 				retries = 0;
 			} else if ((sub == -EINTR || sub == -EAGAIN || sub == -EBUSY) && ++retries < 1000) {
-				/* the kernel is short of something: reap, then submit again */
-				if (inflight == 0)
+				/* the kernel is short of something: reap, then submit
+				 * again; with nothing to reap, wait a little longer each
+				 * time (0.5 s in all) before the ring counts as broken */
+				if (inflight == 0) {
+					io_backoff(retries);
 					continue;
+				}
 			} else {
 				/* The ring is unusable: what was submitted is reaped below,
 				 * what was not stays in the ring, which takes no more work. */
@@ -477,6 +490,13 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 		io_uring_cqe_seen(&io->ring, cqe);
 		inflight--;
 		const struct st_io_dir *d = &io->dirs[r->vb % (size_t)io->n_dirs];
+		if ((res == -EAGAIN || res == -EINTR) && b.rc == ST_OK && ++resubmits < 1000) {
+			/* a transient refusal of this request: ask again */
+			io_backoff(resubmits);
+			queue_req(io, writing, r);
+			queued++;
+			continue;
+		}
 		if (res <= 0) {
 			if (b.rc == ST_OK) {
 				char bb[32];

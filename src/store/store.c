@@ -604,11 +604,16 @@ void store_discard(struct st_store *s, int unit, enum st_slab_kind kind)
 		/* An unused slot is let go at once; one still being written keeps
 		 * its buffer until that write ends (the write is harmless: a later
 		 * write of this slab queues behind it, in another batch). */
-		struct st_slot *st = &s->slots[sl->slot];
-		while (st->refs || st->fetching)
+		/* The wait lets the lock go: the slot may change hands meanwhile
+		 * (taken for another slab once free), so it is looked up again
+		 * each time, and let go only while this slab still holds it. */
+		while (sl->slot >= 0 && (s->slots[sl->slot].refs || s->slots[sl->slot].fetching))
 			pthread_cond_wait(&s->cv, &s->mu);
-		st->owner = -1;
-		st->unsaved = st->prefetched = 0;
+		if (sl->slot >= 0 && s->slots[sl->slot].owner == idx) {
+			struct st_slot *st = &s->slots[sl->slot];
+			st->owner = -1;
+			st->unsaved = st->prefetched = 0;
+		}
 		sl->slot = -1;
 	}
 	sl->zero = 1;

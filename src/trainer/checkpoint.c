@@ -687,7 +687,9 @@ int ckpt_finish(struct st_trainer *tr)
 	if (!c->running)
 		return ST_OK;
 	pthread_join(c->thread, NULL);
+	pthread_mutex_lock(&c->mu); /* ckpt_wait_unit reads it on the updater's thread */
 	c->running = 0;
+	pthread_mutex_unlock(&c->mu);
 	say_saved(tr);
 	return c->rc;
 }
@@ -716,15 +718,19 @@ int ckpt_begin(struct st_trainer *tr)
 	    save_trainer_json(tr, path) != ST_OK)
 		return save_failed(tr);
 	c->updates = tr->updates;
+	pthread_mutex_lock(&c->mu); /* what ckpt_wait_unit reads on the updater's thread */
 	c->w_done = c->s_done = 0;
 	c->finished = 0;
 	c->rc = ST_OK;
-	c->t0 = t0;
 	c->wait_s = 0;
+	pthread_mutex_unlock(&c->mu);
+	c->t0 = t0;
 	c->pause_s = now_s() - t0;
 	ST_CHECK(pthread_create(&c->thread, NULL, capture_main, tr) == 0, NULL,
 		 "cannot start the checkpoint thread");
+	pthread_mutex_lock(&c->mu);
 	c->running = 1;
+	pthread_mutex_unlock(&c->mu);
 	return ST_OK;
 }
 

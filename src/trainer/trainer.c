@@ -325,7 +325,10 @@ int evaluate(struct st_session *s, const struct st_data *d, int b, int t, long m
 	free(tgt);
 	*loss = count ? sum / (double)count : NAN; /* none: every target masked (prompts) */
 	*n_tokens = count;
-	return ST_OK;
+	/* a transfer that failed (a block whose checksum does not match, EIO)
+	 * left its slot's stale bytes in the sums: no loss then (the store said
+	 * why) */
+	return store_ok(&s->store);
 }
 
 static int run_eval(struct st_trainer *tr, struct st_progress *pg)
