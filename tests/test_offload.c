@@ -1426,6 +1426,9 @@ Test(offload, directory_faults, .timeout = 300)
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 %s --offload-dir %s/nope",
 		    cu_bin(), dir, all_disk, dir);
 	expect_fail("missing offload dir", "does not exist", rc);
+	cr_expect(strstr(out, "a resumed run keeps the offload directories it was started with "
+			      "unless --offload-dir is given"),
+		  "a resume's refused directory without the note: %s", out);
 	/* plan refuses what train refuses (it said the plan worked), and a
 	 * directory not needed is checked too (a typo showed only on a later
 	 * resume with smaller budgets) */
@@ -1561,6 +1564,8 @@ Test(offload, directory_checks_alike, .timeout = 120)
 			const char *what = c ? "train" : "plan";
 			int rc = cu_run(out, sizeof out, "%s", cmd[c]);
 			cr_expect_neq(rc, 0, "%s, %s: accepted: %s", what, where, out);
+			/* a fresh run's refusal says nothing of resumed runs */
+			cr_expect(!strstr(out, "resumed run"), "%s, %s: %s", what, where, out);
 			if (k == 0)
 				cr_expect(strstr(out, "offload directory /proc cannot hold files: it is on a proc "
 						      "file system") &&

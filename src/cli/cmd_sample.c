@@ -40,7 +40,9 @@ static void help(void)
 	       "\nGeneration stops at the <eos>, which is not printed: the --model directory's\n"
 	       "config.json eos_token_id where it names one of the tokenizer's added tokens\n"
 	       "(whatever --tokenizer is), else the tokenizer's own. It also stops when the\n"
-	       "output cannot be written (a closed pipe, a full disk), an error.\n"
+	       "output cannot be written (a closed pipe, a full disk), an error. A pipe\n"
+	       "or a file gets the prompt and the text exactly; at a terminal a newline\n"
+	       "ends them.\n"
 	       "\nEach layer keeps the keys and values of the text so far (a key/value cache\n"
 	       "of --context tokens), so a new token costs one token's pass. When the text\n"
 	       "outgrows the cache, the cache is refilled with the last half of it and\n"
@@ -239,7 +241,10 @@ int cmd_sample(int argc, char **argv)
 		const double t0 = trace_now();
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
 		const double secs = trace_now() - t0;
-		if (rc == ST_OK)
+		/* at a terminal the text ends its line; a pipe or a file gets the
+		 * prompt and the text exactly (a newline the model wrote is its
+		 * own, not one added) */
+		if (rc == ST_OK && isatty(STDOUT_FILENO))
 			printf("\n");
 		/* the rate, for a reader at a terminal (a pipe or a file gets the
 		 * text alone) */

@@ -73,9 +73,7 @@ int io_check_dir(const char *dir, size_t size)
 	char b1[32], b2[32], b3[32];
 	struct stat st;
 	ST_CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode),
-		 "create it first, or point --offload-dir at an existing directory (a resumed run "
-		 "uses the directories it was started with, unless --offload-dir is given; "
-		 "--offload-dir '' drops them)",
+		 "create it first, or point --offload-dir at an existing directory",
 		 "offload directory %s does not exist or is not a directory", dir);
 	/* a filesystem that reports no size at all (ramfs) is left to fallocate */
 	const double avail = size ? fs_free_bytes(dir) : -1;
@@ -124,11 +122,9 @@ static int say_unwritable(const char *dir, int err)
 		return ST_FAIL;
 	}
 	ST_ERROR(err == EROFS ? "give a directory on a writable file system, or remount this one "
-				"read-write (a resumed run uses the directories it was started with, "
-				"unless --offload-dir is given; --offload-dir '' drops them)"
+				"read-write"
 		 : err == EACCES || err == EPERM
-			 ? "give a directory this user may write to (a resumed run uses the directories "
-			   "it was started with, unless --offload-dir is given; --offload-dir '' drops them)"
+			 ? "give a directory this user may write to"
 		 : err == ENOSPC || err == EDQUOT
 			 ? "free space (or inodes) there, or give another --offload-dir"
 			 : "choose another --offload-dir",

@@ -263,6 +263,18 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 	return ST_OK;
 }
 
+/* An offload directory refused on a resume (said): where it may have come
+ * from. The fresh run's hint alone does not cover it. */
+static int offdirs_resume_note(const struct st_trainer *tr)
+{
+	if (*tr->o.resume)
+		st_log_info("a resumed run keeps the offload directories it was started with unless "
+			    "--offload-dir is given (here: %s); --offload-dir DIR names others, "
+			    "--offload-dir '' drops them",
+			    tr->o.offload_dir);
+	return ST_FAIL;
+}
+
 static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 {
 	struct st_session *s = &tr->s;
@@ -337,7 +349,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ch->po.place.n_dirs = ch->n_dirs;
 	/* plan checks as train does (trainer/offdirs.h), and passes a directory
 	 * train would make (its --out) */
-	ST_TRY(offdirs_check_exist(ch->dirs, ch->n_dirs, tr->o.out));
+	if (offdirs_check_exist(ch->dirs, ch->n_dirs, tr->o.out) != ST_OK)
+		return offdirs_resume_note(tr);
 	ST_CHECK(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
 		 "--io-depth %d must be between 1 and 4096 (0: 16)", tr->o.io_depth);
 	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
@@ -379,7 +392,8 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	const struct offdirs_need room = {.disk = p->place.bytes[ST_TIER_DISK],
 					  .io_block = ch->po.place.io_block, .ckpt = ckpt,
 					  .out = tr->o.out};
-	ST_TRY(offdirs_check_room(ch->dirs, ch->po.place.n_dirs, &room));
+	if (offdirs_check_room(ch->dirs, ch->po.place.n_dirs, &room) != ST_OK)
+		return offdirs_resume_note(tr);
 	if (p->place.bytes[ST_TIER_DISK])
 		note_disk_rates(tr, ch);
 	if (tr->plan_only)
