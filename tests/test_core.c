@@ -113,6 +113,51 @@ Test(config, hf_variants)
 	cr_expect(!cJSON_GetObjectItem(root, "bos_token_id") && !cJSON_GetObjectItem(root, "eos_token_id"),
 		  "token ids 256/257 written for a vocabulary of 100");
 	cJSON_Delete(root);
+	/* config_save_with: a base's keys strata does not use carried; its own
+	 * values for those strata writes, and the ones the save changes, not;
+	 * an end-token list only where its first is the id strata keeps, and
+	 * ids a smaller vocabulary lost not put back from the base */
+	const char *base = "{\"pad_token_id\":0,\"use_cache\":false,\"hidden_size\":9,"
+			   "\"dtype\":\"bfloat16\",\"quantization_config\":{\"bits\":4},"
+			   "\"rope_parameters\":{\"rope_theta\":1},\"bos_token_id\":256,"
+			   "\"eos_token_id\":[%d,5],\"x\":{\"y\":[1,\"z\"]}}";
+	for (int k = 0; k < 3; k++) {
+		char text[512];
+		snprintf(text, sizeof text, base, k == 1 ? 256 : 257);
+		c.vocab_size = k == 2 ? 100 : 258;
+		cr_assert_eq(config_save_with(&c, path, text), 0);
+		root = tu_read_json(path);
+		cJSON *pad = cJSON_GetObjectItem(root, "pad_token_id");
+		cJSON *x = cJSON_GetObjectItem(root, "x"), *eos = cJSON_GetObjectItem(root, "eos_token_id");
+		cr_expect(cJSON_IsNumber(pad) && pad->valueint == 0 &&
+				  cJSON_IsFalse(cJSON_GetObjectItem(root, "use_cache")) &&
+				  cJSON_IsArray(cJSON_GetObjectItem(x, "y")),
+			  "k %d: the base's unused keys not carried", k);
+		cr_expect(cJSON_GetObjectItem(root, "hidden_size")->valueint == 512 &&
+				  !cJSON_GetObjectItem(root, "dtype") &&
+				  !cJSON_GetObjectItem(root, "quantization_config") &&
+				  !cJSON_GetObjectItem(root, "rope_parameters") &&
+				  cJSON_GetObjectItem(root, "rope_theta")->valuedouble == c.rope_theta,
+			  "k %d: the base's value of a key strata writes or changes kept", k);
+		if (k == 0)
+			cr_expect(cJSON_IsArray(eos) && cJSON_GetArraySize(eos) == 2 &&
+					  cJSON_GetArrayItem(eos, 0)->valueint == 257,
+				  "the end-token list starting with strata's not kept");
+		else if (k == 1)
+			cr_expect(cJSON_IsNumber(eos) && eos->valueint == 257,
+				  "a list starting with another id kept");
+		else
+			cr_expect(!eos && !cJSON_GetObjectItem(root, "bos_token_id"),
+				  "ids outside the vocabulary put back from the base");
+		cJSON_Delete(root);
+		struct st_config e;
+		cr_expect_eq(config_load(&e, path), 0, "k %d: the file does not load", k);
+	}
+	/* a base that does not parse carries nothing */
+	cr_assert_eq(config_save_with(&c, path, "{not json"), 0);
+	root = tu_read_json(path);
+	cr_expect(!cJSON_GetObjectItem(root, "pad_token_id"));
+	cJSON_Delete(root);
 }
 
 Test(config, presets_match_the_galore_paper)

@@ -2162,6 +2162,45 @@ Test(train, long_tokens_whole)
 		  strlen(want));
 }
 
+/* A checkpoint's config.json carries the keys of the starting model's that
+ * strata does not use (pad_token_id, use_cache, attention_dropout, a nested
+ * object, a list of end tokens whose first is the one strata reads), on
+ * through a resume; and not those that the save changes (dtype, the RoPE
+ * block whose theta goes to the top level). They were all dropped. */
+Test(train, checkpoint_config_keeps_unused_keys)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "cfgkeys");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "cd %s && python3 -c \"\n"
+			"import json\n"
+			"c = json.load(open('init/config.json'))\n"
+			"c.update(pad_token_id=0, use_cache=False, attention_dropout=0.1, dtype='bfloat16',\n"
+			"         eos_token_id=[257, 256], extra={'a': [1, 2]},\n"
+			"         rope_parameters={'rope_type': 'default', 'rope_theta': 500000.0})\n"
+			"c.pop('rope_theta', None); c.pop('torch_dtype', None)\n"
+			"json.dump(c, open('init/config.json', 'w'))\"",
+			dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/run --steps 1 "
+			"--eval-interval 0 " SMALL " && %s train --resume %s/run --steps 2 --eval-interval 0",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	for (int step = 1; step <= 2; step++) {
+		rc = cu_run(out, sizeof out, "cd %s && python3 -c \"\n"
+				"import json\n"
+				"c = json.load(open('run/step-%06d/config.json'))\n"
+				"want = dict(pad_token_id=0, use_cache=False, attention_dropout=0.1,\n"
+				"            eos_token_id=[257, 256], extra={'a': [1, 2]}, rope_theta=500000,\n"
+				"            torch_dtype='float32', model_type='llama', hidden_size=64)\n"
+				"bad = {k: c.get(k) for k in want if c.get(k) != want[k]}\n"
+				"gone = [k for k in ('dtype', 'rope_parameters') if k in c]\n"
+				"assert not bad and not gone, (bad, gone)\"",
+				dir, step);
+		cr_expect_eq(rc, 0, "step %d: %s", step, out);
+	}
+}
+
 /* train --model RUN starts a new run from the run's latest weights (said;
  * with SGD at lr 1e-30 they come out unchanged), and without --seq-len on a model
  * shorter than the default 256 it trains at the model's length (said). */

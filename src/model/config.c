@@ -319,7 +319,55 @@ static double float_decimal(float f)
 	return (double)f;
 }
 
+/* The source config.json's keys a save does not carry over: those strata
+ * writes itself (added first, so they are found in r), and those that
+ * describe what the save changes: the weights' dtype (strata writes fp32),
+ * their quantization, and the RoPE blocks whose theta strata writes at the
+ * top level (only plain RoPE is read). */
+static const char *const replaced_keys[] = {"dtype", "torch_dtype", "quantization_config",
+					    "rope_parameters", "rope_scaling", "rope_theta",
+					    "bos_token_id", "eos_token_id", "stable_embedding"};
+
+/* base's keys that r has not, copied to the end of r; base's list of end
+ * tokens kept where its first is r's one id (Llama 3.1 lists several:
+ * strata reads the first). */
+static int carry_keys(cJSON *r, const char *base)
+{
+	cJSON *b = cJSON_Parse(base);
+	if (!b || !cJSON_IsObject(b)) {
+		cJSON_Delete(b);
+		return ST_OK; /* nothing readable to carry: strata's keys alone */
+	}
+	int rc = ST_OK;
+	for (const cJSON *it = b->child; it && rc == ST_OK; it = it->next) {
+		int skip = !it->string || cJSON_GetObjectItemCaseSensitive(r, it->string) != NULL;
+		for (size_t k = 0; !skip && k < sizeof replaced_keys / sizeof *replaced_keys; k++)
+			skip = !strcmp(it->string, replaced_keys[k]);
+		cJSON *copy = skip ? NULL : cJSON_Duplicate(it, 1);
+		if (!skip && (!copy || !cJSON_AddItemToObject(r, it->string, copy)))
+			rc = ST_FAIL;
+	}
+	const cJSON *list = cJSON_GetObjectItemCaseSensitive(b, "eos_token_id");
+	const cJSON *one = cJSON_GetObjectItemCaseSensitive(r, "eos_token_id");
+	if (rc == ST_OK && cJSON_IsArray(list) && cJSON_IsNumber(one) &&
+	    cJSON_IsNumber(cJSON_GetArrayItem(list, 0)) &&
+	    cJSON_GetArrayItem(list, 0)->valuedouble == one->valuedouble) {
+		cJSON *copy = cJSON_Duplicate(list, 1);
+		if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(r, "eos_token_id", copy))
+			rc = ST_FAIL;
+	}
+	cJSON_Delete(b);
+	if (rc != ST_OK)
+		ST_ERROR(NULL, "out of memory carrying config.json's keys");
+	return rc;
+}
+
 int config_save(const struct st_config *c, const char *path)
+{
+	return config_save_with(c, path, NULL);
+}
+
+int config_save_with(const struct st_config *c, const char *path, const char *base)
 {
 	cJSON *r = cJSON_CreateObject();
 	/* A model with the stable embedding is not a LLaMA to other readers:
@@ -356,6 +404,10 @@ int config_save(const struct st_config *c, const char *path)
 	cJSON_AddStringToObject(r, "torch_dtype", "float32");
 	if (c->stable_embedding)
 		cJSON_AddBoolToObject(r, "stable_embedding", 1);
+	if (base && carry_keys(r, base) != ST_OK) {
+		cJSON_Delete(r);
+		return ST_FAIL;
+	}
 	char *text = cJSON_Print(r);
 	cJSON_Delete(r);
 	if (!text) {

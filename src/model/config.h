@@ -47,5 +47,10 @@ int config_load(struct st_config *cfg, const char *path);
 int config_resolve(struct st_config *cfg, const char *preset_or_path);
 /* Write config.json (HF layout) atomically. */
 int config_save(const struct st_config *cfg, const char *path);
+/* The same, carrying over the keys of base (a config.json's text, or NULL)
+ * that strata neither reads nor changes: pad_token_id, use_cache,
+ * attention_dropout, a list of end tokens whose first is cfg's, ... A base
+ * that does not parse carries nothing. */
+int config_save_with(const struct st_config *cfg, const char *path, const char *base);
 
 #endif

@@ -209,7 +209,7 @@ static int save_model(struct st_trainer *tr, const char *dir)
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/config.json", dir);
-	ST_TRY(config_save(&tr->s.model.cfg, path));
+	ST_TRY(config_save_with(&tr->s.model.cfg, path, tr->cfg_text));
 	size_t shard;
 	ST_TRY(parse_bytes(tr->o.shard_size, &shard, "--shard-size"));
 	tr->ck.bad_unit = tr->ck.scanned_unit = -1;
@@ -450,7 +450,8 @@ static void prune(const char *out, int keep, long current)
 
 /* The tokenizer files of the model the run started from travel into every
  * checkpoint, so a checkpoint is a complete Hugging Face model directory
- * (sample, eval and transformers find its tokenizer there). They are read
+ * (sample, eval and transformers find its tokenizer there), and so do the
+ * keys of its config.json that strata does not use (config_save_with). They are read
  * once, at the start: the directory they came from may be a checkpoint
  * that --keep-ckpts (of this run, or of the run it came from) removes. */
 const char *const st_tok_files[ST_TOK_FILES] = {"tokenizer.json", "tokenizer_config.json",
@@ -464,6 +465,11 @@ int ckpt_read_tokenizer_files(struct st_trainer *tr)
 		if (fs_exists(src))
 			ST_TRY(fs_read_file(src, &tr->tok_text[i], &tr->tok_len[i]));
 	}
+	char src[4200];
+	size_t len;
+	snprintf(src, sizeof src, "%s/config.json", tr->model_dir);
+	if (fs_exists(src))
+		ST_TRY(fs_read_file(src, &tr->cfg_text, &len));
 	return ST_OK;
 }
 

@@ -251,6 +251,7 @@ void trainer_close(struct st_trainer *tr)
 		close(tr->lock_fd); /* the run directory is free */
 	for (int i = 0; i < ST_TOK_FILES; i++)
 		free(tr->tok_text[i]);
+	free(tr->cfg_text);
 	memset(tr, 0, sizeof *tr);
 	tr->lock_fd = -1;
 }

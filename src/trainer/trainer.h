@@ -85,6 +85,8 @@ struct st_trainer {
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
 	char *tok_text[ST_TOK_FILES]; /* those files as they were at the start (NULL: */
 	size_t tok_len[ST_TOK_FILES]; /* absent), for every checkpoint: the source may go */
+	char *cfg_text;         /* its config.json as it was at the start (NULL: none), whose
+				 * keys strata does not use the checkpoints carry on */
 	struct st_ckpt_async ck;
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
