@@ -1286,6 +1286,15 @@ Test(offload, plan_without_training, .timeout = 120)
 	int rc = cu_run(out, sizeof out, "%s plan --model %s/deep --device-mem 64K --profile %s/prof0.json",
 			cu_bin(), dir, dir);
 	expect_fail("plan over budget", "device budget", rc);
+	/* a --prefetch deeper than the units ahead of the first is cut to them,
+	 * said (the 2-layer model has 4 units; it planned "prefetch 10 units") */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init %s --offload-dir %s --profile "
+			"%s/prof1.json --prefetch 10",
+		    cu_bin(), dir, flags, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--prefetch 10 is more than the 3 units ahead of the "
+					 "model's first (it has 4): using 3") &&
+			  strstr(out, "prefetch 3 units") && !strstr(out, "prefetch 10 units"),
+		  "%s", out);
 }
 
 /* Per-layer GaLore's gradients (the layers' shared slab and the embedding's

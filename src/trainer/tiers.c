@@ -318,7 +318,15 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		.grad_accum = tr->o.grad_accum,
 		.quantized = tr->opt.cfg.kind == ST_OPT_ADAMW8 || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8,
 		.state_in_backward = tr->per_layer};
+	/* no unit has more than n - 1 others ahead of it: a deeper prefetch
+	 * only adds staging slots that never fill */
 	ch->po.place.prefetch = tr->o.prefetch;
+	if (n > 1 && tr->o.prefetch > n - 1) {
+		st_log_warn("--prefetch %d is more than the %d units ahead of the model's first (it "
+			    "has %d): using %d",
+			    tr->o.prefetch, n - 1, n, n - 1);
+		ch->po.place.prefetch = n - 1;
+	}
 	ch->po.threaded_updates = 1;
 	ST_TRY(tiers_budgets(tr->o.device_mem, tr->o.host_mem, need, ch->po.place.budget));
 	ST_TRY(forced_choices(tr, ch));
