@@ -946,6 +946,20 @@ Test(faults, signal_before_first_step)
 	cr_expect_eq(cu_run(out, sizeof out, "%s train %s && test -e %s/run/step-000004", cu_bin(),
 			    args, dir),
 		     0, "the same command did not go on: %s", out);
+
+	/* a SIGTERM during the step-0 evaluation (a fresh run's; hook
+	 * STRATA_FAULT_TERM_IN_EVAL) stops there as well: the evaluation's row
+	 * and the start marker go from metrics.jsonl, so the run leaves no
+	 * directory (it left one holding them) */
+	int rc = cu_run(out, sizeof out, "STRATA_FAULT_TERM_IN_EVAL=1 %s train --model %s/init "
+			"--data %s/data --out %s/fresh2 --steps 3 --eval-interval 1 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_expect(rc != 0 && strstr(out, "stopped by SIGTERM before the first step: nothing "
+					 "trained, nothing saved") && strstr(out, "val loss") &&
+			  !strstr(out, "step 1/"),
+		  "rc %d: %s", rc, out);
+	cr_expect_eq(cu_run(out, sizeof out, "ls -A %s/fresh2", dir), 2,
+		     "a run directory was left: %s", out);
 }
 
 /* A checkpoint with a file cut short (the optimizer state, the weights,

@@ -88,6 +88,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 {
 	memset(tr, 0, sizeof *tr);
 	tr->lock_fd = -1;
+	tr->metrics_at_start = -1;
 	tr->o = *o;
 	tr->last_loss = tr->last_val_loss = NAN; /* none yet */
 	pthread_mutex_init(&tr->ck.mu, NULL);
@@ -339,6 +340,13 @@ static int run_eval(struct st_trainer *tr, struct st_progress *pg)
 	double loss;
 	long n;
 	const double t0 = now_s();
+	if (!tr->step && getenv("STRATA_FAULT_TERM_IN_EVAL")) {
+		/* test hook: a SIGTERM during the step-0 evaluation, taken by the
+		 * watcher (up to 10 s) before the evaluation ends */
+		kill(getpid(), SIGTERM);
+		for (int i = 0; i < 1000 && !interrupt_signal(); i++)
+			usleep(10000);
+	}
 	ST_TRY(evaluate(&tr->s, &tr->data, tr->o.micro_batch, tr->o.seq_len, tr->o.eval_tokens,
 			&loss, &n));
 	progress_eval(pg, tr->step, loss, n, now_s() - t0);
@@ -604,6 +612,13 @@ static void report_queues(struct st_trainer *tr)
 static int stop_untrained(struct st_trainer *tr)
 {
 	tr->interrupted = interrupt_signal();
+	/* what the step-0 evaluation and the start marker wrote goes too: the
+	 * run directory is as it was (a fresh run's then holds nothing, and
+	 * goes) */
+	if (tr->metrics && tr->metrics_at_start >= 0 &&
+	    ftruncate(fileno(tr->metrics), (off_t)tr->metrics_at_start) != 0)
+		st_log_warn("cannot cut %s/metrics.jsonl back to where this run began: %s",
+			    tr->o.out, strerror(errno));
 	if (tr->step)
 		st_log_warn("stopped by %s before step %ld: nothing trained since the checkpoint "
 			    "at step %ld, nothing new saved; go on with the same command",
@@ -777,8 +792,11 @@ int trainer_run(struct st_trainer *tr)
 		return stop_untrained(tr);
 	if (tr->step < tr->total_steps && *tr->ckpt_loaded)
 		ST_TRY(ckpt_mark_resumed(tr));
-	if (tr->step < tr->total_steps)
+	if (tr->step < tr->total_steps) {
+		tr->metrics_at_start =
+			tr->metrics ? (long)lseek(fileno(tr->metrics), 0, SEEK_END) : -1;
 		rundir_metrics_start(tr);
+	}
 	struct st_progress *pg = &tr->pg;
 	progress_init(pg, tr->o.progress, tr->total_steps, tr->step, tr->o.log_interval,
 		      tr->o.eval_interval, tr->data.has_val);

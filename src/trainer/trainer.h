@@ -73,6 +73,8 @@ struct st_trainer {
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
 	FILE *metrics;          /* metrics.jsonl, written through its fd (rundir_metrics_write) */
 	int metrics_lost;       /* a write failed: no more records */
+	long metrics_at_start;  /* metrics.jsonl's length before this run wrote to it (-1:
+				 * not yet): a run stopped before its first step cuts it back */
 	int no_val_targets_said; /* an evaluation found no target: warned once */
 	int no_targets_said;     /* a training step had no target: warned once */
 	int galore_zero_said;    /* a GaLore projector due at a zero gradient: warned once */
