@@ -1577,6 +1577,24 @@ Test(train, optimizer_state_converted_on_resume)
 	check_conversion(dir, b, "adamw8bit", 256, 5000, 256);
 	check_conversion(dir, c, "sgd8bit", 128, 512, 128);
 	check_conversion(dir, d, "sgd", 256, 4096, 64);
+	/* files whose tensors start at odd bytes (a header one byte longer, as
+	 * another writer may leave it): the same conversions, read from
+	 * aligned copies (the floats were loaded misaligned, undefined
+	 * behaviour that UBSan reported) */
+	char am[600], bm[600];
+	snprintf(am, sizeof am, "%s/am/step-000002", dir);
+	snprintf(bm, sizeof bm, "%s/bm/step-000002", dir);
+	rc = cu_run(out, sizeof out, "cd %s && cp -a a am && cp -a b bm && python3 -c \"\n"
+			"import struct\n"
+			"for r in ('am', 'bm'):\n"
+			"    p = r + '/step-000002/optimizer.safetensors'\n"
+			"    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]\n"
+			"    open(p, 'wb').write(struct.pack('<Q', n + 1) + b[8:8 + n] + b' ' + b[8 + n:])\"",
+		    dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	check_conversion(dir, am, "adamw8bit", 256, 512, 256); /* fp32 moments, misaligned */
+	check_conversion(dir, bm, "adamw", 256, 4096, 256);    /* absmax, misaligned */
+	check_conversion(dir, bm, "adamw8bit", 1024, 512, 256);
 	/* through the binary: said, and training goes on */
 	rc = cu_run(out, sizeof out, "%s train --resume %s --out %s/a8 --steps 3 --optimizer adamw8bit",
 		    cu_bin(), a, dir);

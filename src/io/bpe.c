@@ -107,7 +107,13 @@ struct st_bpe {
 	struct pair_map merges;
 	struct added *added;
 	int n_added;
-	int added_first[257];    /* added tokens sorted by first byte: [first[c], first[c+1]) */
+	unsigned char *is_added; /* per id: 1 for an added token's */
+	/* the added tokens as a byte trie, for the longest one at a text
+	 * position in as many steps as it has bytes (a scan of every token
+	 * with its first byte took minutes with 10^4 tokens sharing one) */
+	struct pair_map trie;    /* (node << 8 | byte) + 1 -> child node, in .merged */
+	int32_t *trie_tok;       /* per node: the added token ending there (index), or -1 */
+	unsigned char starts[256]; /* 1 where some added token starts with that byte */
 	int byte_id[256];        /* id of each byte's single-character token */
 	char byte_char[256][3];  /* GPT-2's alphabet: each byte as a printable character (UTF-8) */
 	int byte_char_len[256];
@@ -164,14 +170,39 @@ static long unmap(const char *s, size_t n, const int cp_to_byte[512], char *out)
 	return (long)k;
 }
 
-static int cmp_added(const void *a, const void *b)
+static uint64_t trie_key(uint32_t node, char byte)
 {
-	const struct added *x = a, *y = b;
-	unsigned cx = x->len ? (unsigned char)x->content[0] : 0;
-	unsigned cy = y->len ? (unsigned char)y->content[0] : 0;
-	if (cx != cy)
-		return cx < cy ? -1 : 1;
-	return x->len > y->len ? -1 : x->len < y->len; /* longest first */
+	return ((uint64_t)node << 8 | (unsigned char)byte) + 1;
+}
+
+/* The added tokens' byte trie (struct st_bpe): node 0 is the root. */
+static int build_trie(struct st_bpe *b)
+{
+	size_t bytes = 0;
+	for (int i = 0; i < b->n_added; i++)
+		bytes += b->added[i].len;
+	b->trie_tok = st_malloc((bytes + 1) * sizeof *b->trie_tok);
+	if (!b->trie_tok || pmap_init(&b->trie, bytes) != ST_OK)
+		return ST_FAIL;
+	uint32_t nodes = 1;
+	b->trie_tok[0] = -1;
+	for (int i = 0; i < b->n_added; i++) {
+		const struct added *a = &b->added[i];
+		b->starts[(unsigned char)a->content[0]] = 1;
+		uint32_t node = 0;
+		for (size_t j = 0; j < a->len; j++) {
+			const uint64_t key = trie_key(node, a->content[j]);
+			const size_t slot = pmap_slot(&b->trie, key);
+			if (!b->trie.keys[slot]) {
+				b->trie.keys[slot] = key;
+				b->trie.merged[slot] = nodes;
+				b->trie_tok[nodes++] = -1;
+			}
+			node = b->trie.merged[slot];
+		}
+		b->trie_tok[node] = i; /* texts are distinct (bpe_load) */
+	}
+	return ST_OK;
 }
 
 static int compile_re(struct st_bpe *b, const char *pattern, int literal, const char *path)
@@ -286,6 +317,8 @@ int bpe_load(struct st_bpe **out, const char *path)
 	b->json = root;
 	*out = b;
 	const char **vstr = NULL; /* per id, the vocabulary's text (below) */
+	int *at_id = NULL;        /* per id, the added token listed with it (below) */
+	struct str_map by_text = {0};
 	const char *hint = "strata reads byte-level BPE tokenizers (GPT-2, LLaMA-3, SmolLM style) without a normalizer";
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
 	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
@@ -365,10 +398,13 @@ int bpe_load(struct st_bpe **out, const char *path)
 	b->raw = st_calloc((size_t)b->n_vocab, sizeof *b->raw);
 	b->raw_len = st_calloc((size_t)b->n_vocab, sizeof *b->raw_len);
 	b->added = st_calloc((size_t)(b->n_added + 1), sizeof *b->added);
-	if (!b->raw || !b->raw_len || !b->added ||
+	b->is_added = st_calloc((size_t)b->n_vocab, 1);
+	if (!b->raw || !b->raw_len || !b->added || !b->is_added ||
 	    smap_init(&b->vocab, (size_t)cJSON_GetArraySize(vocab)) != ST_OK ||
 	    pmap_init(&b->merges, (size_t)cJSON_GetArraySize(merges)) != ST_OK)
 		goto fail;
+	cJSON_ArrayForEach(it, added)
+		b->is_added[(int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble] = 1;
 	int cp_to_byte[512];
 	byte_alphabet(b, cp_to_byte);
 	/* the vocabulary's text of each id: one per id (of two entries sharing
@@ -395,11 +431,7 @@ int bpe_load(struct st_bpe **out, const char *path)
 			free(raw);
 			/* an added token's text stands for itself (its bytes come from
 			 * added_tokens below); anything else must be in the alphabet */
-			int is_added = 0;
-			const cJSON *a;
-			cJSON_ArrayForEach(a, added)
-				is_added |= (int)cJSON_GetObjectItemCaseSensitive(a, "id")->valuedouble == id;
-			if (is_added) {
+			if (b->is_added[id]) {
 				smap_put(&b->vocab, it->string, n, (uint32_t)id);
 				continue;
 			}
@@ -473,20 +505,28 @@ int bpe_load(struct st_bpe **out, const char *path)
 		rank++;
 	}
 	int k = 0;
+	/* the added token listed at each id and with each text so far, to find
+	 * a second in one look each */
+	at_id = st_malloc((size_t)b->n_vocab * sizeof *at_id);
+	if (!at_id || smap_init(&by_text, (size_t)b->n_added) != ST_OK)
+		goto fail;
+	for (int i = 0; i < b->n_vocab; i++)
+		at_id[i] = -1;
 	cJSON_ArrayForEach(it, added)
 	{
 		const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
 		const int id = (int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
 		/* one id per text and one text per id: of two, the tokenizers
 		 * library keeps one (which, depends on its version and the vocab) */
-		for (int j = 0; j < k; j++)
-			if ((int)b->added[j].id == id || !strcmp(b->added[j].content, content)) {
-				ST_ERROR("remove one of the two entries from added_tokens",
-					 "%s: added tokens '%s' (id %d) and '%s' (id %d) share %s", path,
-					 b->added[j].content, (int)b->added[j].id, content, id,
-					 (int)b->added[j].id == id ? "an id" : "their text");
-				goto fail;
-			}
+		const int same_text = smap_get(&by_text, content, strlen(content));
+		const int j = at_id[id] >= 0 ? at_id[id] : same_text;
+		if (j >= 0) {
+			ST_ERROR("remove one of the two entries from added_tokens",
+				 "%s: added tokens '%s' (id %d) and '%s' (id %d) share %s", path,
+				 b->added[j].content, (int)b->added[j].id, content, id,
+				 (int)b->added[j].id == id ? "an id" : "their text");
+			goto fail;
+		}
 		/* the vocabulary's token of that id spelled either way: its text
 		 * (an added token listed there as itself) or its bytes */
 		if (vstr[id] && strcmp(vstr[id], content) != 0 &&
@@ -497,6 +537,8 @@ int bpe_load(struct st_bpe **out, const char *path)
 				 content, id, vstr[id]);
 			goto fail;
 		}
+		at_id[id] = k;
+		smap_put(&by_text, content, strlen(content), (uint32_t)k);
 		b->added[k++] = (struct added){content, strlen(content), (uint32_t)id};
 		free(b->raw[id]);
 		b->raw[id] = strdup(content);
@@ -505,16 +547,16 @@ int bpe_load(struct st_bpe **out, const char *path)
 			goto fail;
 	}
 	free(vstr);
+	free(at_id);
+	free(by_text.keys), free(by_text.lens), free(by_text.vals);
 	vstr = NULL;
-	qsort(b->added, (size_t)b->n_added, sizeof *b->added, cmp_added);
-	for (int c = 0, i = 0; c <= 256; c++) {
-		while (i < b->n_added && (unsigned char)b->added[i].content[0] < c)
-			i++;
-		b->added_first[c] = i;
-	}
+	if (build_trie(b) != ST_OK)
+		goto fail;
 	return ST_OK;
 fail:
 	free(vstr);
+	free(at_id);
+	free(by_text.keys), free(by_text.lens), free(by_text.vals);
 	bpe_free(b);
 	*out = NULL;
 	return ST_FAIL;
@@ -529,6 +571,9 @@ void bpe_free(struct st_bpe *b)
 	free(b->raw);
 	free(b->raw_len);
 	free(b->added);
+	free(b->is_added);
+	free(b->trie.keys), free(b->trie.rank), free(b->trie.merged);
+	free(b->trie_tok);
 	free(b->vocab.keys);
 	free(b->vocab.lens);
 	free(b->vocab.vals);
@@ -553,10 +598,7 @@ int bpe_token_id(const struct st_bpe *b, const char *content)
 
 int bpe_is_added(const struct st_bpe *b, int id)
 {
-	for (int i = 0; i < b->n_added; i++)
-		if ((int)b->added[i].id == id)
-			return 1;
-	return 0;
+	return id >= 0 && id < b->n_vocab && b->is_added[id];
 }
 
 const char *bpe_token_bytes(const struct st_bpe *b, uint32_t id, size_t *len)
@@ -799,13 +841,18 @@ size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_
 	/* added tokens first: at each position the longest one that matches */
 	size_t start = 0;
 	for (size_t i = 0; i < len;) {
-		const unsigned c = (unsigned char)text[i];
 		int hit = -1;
-		for (int k = b->added_first[c]; k < b->added_first[c + 1]; k++)
-			if (b->added[k].len <= len - i && !memcmp(text + i, b->added[k].content, b->added[k].len)) {
-				hit = k; /* sorted longest first */
-				break;
+		if (b->starts[(unsigned char)text[i]]) {
+			uint32_t node = 0;
+			for (size_t j = i; j < len; j++) {
+				const size_t slot = pmap_slot(&b->trie, trie_key(node, text[j]));
+				if (!b->trie.keys[slot])
+					break;
+				node = b->trie.merged[slot];
+				if (b->trie_tok[node] >= 0)
+					hit = b->trie_tok[node]; /* deeper: longer */
 			}
+		}
 		if (hit < 0) {
 			i++;
 			continue;

@@ -48,7 +48,25 @@ struct moment_src {
 	const uint8_t *codes;
 	const float *absmax;
 	size_t n_blocks;
+	float *copy[2]; /* f32 and absmax copied out of a view not aligned for floats */
 };
+
+/* A view of floats the file may place at any byte (its header's length and
+ * data_offsets are the writer's: strata pads to 8, another tool may not):
+ * read as floats only from an aligned copy, a misaligned load being
+ * undefined. *copy owns it (NULL where the view is used as it is). */
+static const float *aligned_floats(const struct st_safetensors *sf, const void *view, size_t n,
+				   float **copy)
+{
+	*copy = NULL;
+	if (!view || (uintptr_t)view % _Alignof(float) == 0)
+		return view;
+	*copy = st_malloc(n * sizeof(float));
+	if (*copy)
+		memcpy(*copy, view, n * sizeof(float));
+	safetensors_view_done(sf, view);
+	return *copy;
+}
 
 /* Finds moment `name` of parameter p (n elements) in the file; *used counts
  * the file tensors it takes. */
@@ -59,7 +77,10 @@ static int find_moment(const struct st_safetensors *sf, const char *path, const 
 	memset(m, 0, sizeof *m);
 	snprintf(t, sizeof t, "%.95s.%s", p->name, name);
 	if (safetensors_find(sf, t)) {
-		m->f32 = safetensors_view_raw(sf, t, ST_DT_F32, p->ndim, p->shape, n * sizeof(float));
+		m->f32 = aligned_floats(sf,
+					safetensors_view_raw(sf, t, ST_DT_F32, p->ndim, p->shape,
+							     n * sizeof(float)),
+					n, &m->copy[0]);
 		*used += 1;
 		return m->f32 ? ST_OK : ST_FAIL;
 	}
@@ -71,8 +92,10 @@ static int find_moment(const struct st_safetensors *sf, const char *path, const 
 	m->n_blocks = (n + (size_t)block - 1) / (size_t)block;
 	const int64_t ashape[1] = {(int64_t)m->n_blocks};
 	m->codes = safetensors_view_raw(sf, t, ST_DT_U8, p->ndim, p->shape, n);
-	m->absmax = m->codes ? safetensors_view_raw(sf, a, ST_DT_F32, 1, ashape,
-						    m->n_blocks * sizeof(float))
+	m->absmax = m->codes ? aligned_floats(sf,
+					      safetensors_view_raw(sf, a, ST_DT_F32, 1, ashape,
+								   m->n_blocks * sizeof(float)),
+					      m->n_blocks, &m->copy[1])
 			     : NULL;
 	*used += 2;
 	if (!m->absmax)
@@ -86,9 +109,13 @@ static int find_moment(const struct st_safetensors *sf, const char *path, const 
 
 static void moment_done(const struct st_safetensors *sf, const struct moment_src *m)
 {
-	safetensors_view_done(sf, m->f32);
+	if (!m->copy[0])
+		safetensors_view_done(sf, m->f32);
 	safetensors_view_done(sf, m->codes);
-	safetensors_view_done(sf, m->absmax);
+	if (!m->copy[1])
+		safetensors_view_done(sf, m->absmax);
+	free(m->copy[0]);
+	free(m->copy[1]);
 }
 
 /* One moment into the run's layout at ps's k-th state. Returns the first
