@@ -205,17 +205,92 @@ static int build_trie(struct st_bpe *b)
 	return ST_OK;
 }
 
+/* Unicode's White_Space, as the tokenizers library's regex engine
+ * (Oniguruma) reads \s: PCRE2's \s under PCRE2_UCP is \p{Z}, \h and \v,
+ * and its \h keeps U+180E, which Unicode 6.3 made a format character (so
+ * "\u180e's" was cut before the apostrophe, not after it). */
+#define WHITE_SPACE "\\t-\\r\\x{85}\\p{Z}"
+
+/* pattern with each \s as WHITE_SPACE (a class of its own outside a class,
+ * its members inside one, which is right in a negated class too) and each
+ * \S outside a class as its complement; a \S inside a class (the union
+ * with a complement, which no substitution gives) is left to PCRE2, as is
+ * text under \Q...\E. NULL when out of memory. */
+static char *unicode_whitespace(const char *pattern)
+{
+	const size_t n = strlen(pattern);
+	char *out = st_malloc(n * sizeof "[^" WHITE_SPACE "]" + 1), *o = out;
+	if (!out)
+		return NULL;
+	int in_class = 0, quoted = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char c = pattern[i];
+		if (quoted) {
+			if (c == '\\' && pattern[i + 1] == 'E')
+				quoted = 0;
+		} else if (c == '\\' && (pattern[i + 1] == 's' || (pattern[i + 1] == 'S' && !in_class))) {
+			o += sprintf(o, "%s%s%s", in_class ? "" : pattern[i + 1] == 's' ? "[" : "[^",
+				     WHITE_SPACE, in_class ? "" : "]");
+			i++;
+			continue;
+		} else if (c == '\\' && pattern[i + 1]) {
+			quoted = pattern[i + 1] == 'Q';
+			*o++ = c;
+			*o++ = pattern[++i];
+			continue;
+		} else if (c == '[' && !in_class) {
+			in_class = 1;
+			*o++ = c;
+			if (pattern[i + 1] == '^')
+				*o++ = pattern[++i];
+			if (pattern[i + 1] == ']') /* first in a class: a literal ] */
+				*o++ = pattern[++i];
+			continue;
+		} else if (c == '[' && in_class && pattern[i + 1] == ':') {
+			const char *end = strstr(pattern + i + 2, ":]"); /* [:alpha:] */
+			if (end) {
+				const size_t len = (size_t)(end + 2 - (pattern + i));
+				memcpy(o, pattern + i, len);
+				o += len;
+				i += len - 1;
+				continue;
+			}
+		} else if (c == ']' && in_class) {
+			in_class = 0;
+		}
+		*o++ = c;
+	}
+	*o = '\0';
+	return out;
+}
+
 static int compile_re(struct st_bpe *b, const char *pattern, int literal, const char *path)
 {
 	ST_CHECK(b->n_re < ST_BPE_STAGES, "strata reads byte-level BPE tokenizers with up to 4 pre-tokenizer splits",
 		 "%s: too many pre-tokenizer stages", path);
 	int err;
 	PCRE2_SIZE off;
-	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+	char *rewritten = literal ? NULL : unicode_whitespace(pattern);
+	if (!literal && !rewritten)
+		return ST_FAIL;
+	pcre2_code *re = pcre2_compile((PCRE2_SPTR)(rewritten ? rewritten : pattern), PCRE2_ZERO_TERMINATED,
 				       /* PCRE2_LITERAL takes no PCRE2_UCP (an error) and needs none */
 				       PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
 					       (literal ? PCRE2_LITERAL : PCRE2_UCP),
 				       &err, &off, NULL);
+	if (!re && rewritten) { /* the error and its offset in the pattern as the file has it */
+		pcre2_code *as_given = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+						     PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_UCP,
+						     &err, &off, NULL);
+		if (as_given) {
+			pcre2_code_free(as_given);
+			ST_ERROR(NULL, "internal: %s: the pre-tokenizer regex compiles, but not with "
+				       "\\s as Unicode's White_Space: %s", path, rewritten);
+			free(rewritten);
+			return ST_FAIL;
+		}
+	}
+	free(rewritten);
 	if (!re) {
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(err, msg, sizeof msg);
