@@ -120,7 +120,9 @@ Test(config, hf_variants)
 	const char *base = "{\"pad_token_id\":0,\"use_cache\":false,\"hidden_size\":9,"
 			   "\"dtype\":\"bfloat16\",\"quantization_config\":{\"bits\":4},"
 			   "\"rope_parameters\":{\"rope_theta\":1},\"bos_token_id\":256,"
-			   "\"eos_token_id\":[%d,5],\"x\":{\"y\":[1,\"z\"]}}";
+			   "\"eos_token_id\":[%d,5],\"x\":{\"y\":[1,\"z\"]},"
+			   "\"auto_map\":{\"AutoModel\":\"m.M\"},\"_name_or_path\":\"a/b\","
+			   "\"transformers_version\":\"4.1\"}";
 	for (int k = 0; k < 3; k++) {
 		char text[512];
 		snprintf(text, sizeof text, base, k == 1 ? 256 : 257);
@@ -137,6 +139,9 @@ Test(config, hf_variants)
 				  !cJSON_GetObjectItem(root, "dtype") &&
 				  !cJSON_GetObjectItem(root, "quantization_config") &&
 				  !cJSON_GetObjectItem(root, "rope_parameters") &&
+				  !cJSON_GetObjectItem(root, "auto_map") &&
+				  !cJSON_GetObjectItem(root, "_name_or_path") &&
+				  !cJSON_GetObjectItem(root, "transformers_version") &&
 				  cJSON_GetObjectItem(root, "rope_theta")->valuedouble == c.rope_theta,
 			  "k %d: the base's value of a key strata writes or changes kept", k);
 		if (k == 0)

@@ -20,6 +20,7 @@
 
 #include "io/fsutil.h"
 #include "model/config.h"
+#include "io/regex_ws.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
 #include "io/tokenizer.h"
@@ -1322,6 +1323,113 @@ Test(io, bpe_white_space_as_unicode)
 	cJSON_Delete(root);
 }
 
+/* The rewrite of \s and \S (regex_ws.h) on the pattern syntax around them:
+ * classes (negated, a leading ], POSIX names, a "[:" that names none),
+ * escapes (\\s, \c\, \Q...\E), comments, and extended mode left alone. */
+Test(io, regex_whitespace_rewrite)
+{
+	static const char *const cases[][2] = {
+		{"\\s+(?!\\S)", "[\\t-\\r\\x{85}\\p{Z}]+(?![\\S\\x{180E}])"},
+		{"[^\\s\\p{L}]", "[^\\t-\\r\\x{85}\\p{Z}\\p{L}]"},
+		{"[\\s\\S]", "[\\t-\\r\\x{85}\\p{Z}\\S\\x{180E}]"},
+		{"[^\\S\\r\\n]+", "[^\\S\\x{180E}\\r\\n]+"},
+		{"[]\\s]", "[]\\t-\\r\\x{85}\\p{Z}]"},
+		{"[[:alpha:]\\s]|\\s", "[[:alpha:]\\t-\\r\\x{85}\\p{Z}]|[\\t-\\r\\x{85}\\p{Z}]"},
+		{"[[:]\\s", "[[:][\\t-\\r\\x{85}\\p{Z}]"},
+		{"\\\\s", "\\\\s"},
+		{"\\c\\s", "\\c\\s"}, /* control-backslash, then s */
+		{"\\Q\\s[\\E\\s", "\\Q\\s[\\E[\\t-\\r\\x{85}\\p{Z}]"},
+		{"(?#[)\\s", "(?#[)[\\t-\\r\\x{85}\\p{Z}]"},
+		{"(?x)a # [\n\\s", "(?x)a # [\n\\s"},
+		{"(?i:'s)\\s", "(?i:'s)[\\t-\\r\\x{85}\\p{Z}]"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char *got = regex_unicode_whitespace(cases[i][0]);
+		cr_assert(got);
+		cr_expect_str_eq(got, cases[i][1], "%s", cases[i][0]);
+		free(got);
+	}
+}
+
+/* \s and \S as White_Space and its complement in a file's own Split regex
+ * too, inside classes and out: "[\s\S]{2}" pairs U+180E with its neighbour
+ * (with \S left to PCRE2 in a class, it matched neither \s nor \S), and
+ * "[^\S\r\n]+" leaves it out of a space run. Merges added to the GPT-2
+ * test tokenizer (U+180E as one token, with a space on either side, and
+ * "a" with a space) show where the pieces end; the ids are the tokenizers
+ * library's (0.23). */
+Test(io, bpe_white_space_in_split_regexes)
+{
+	const char *ref =
+		"{\"patterns\": [\"[\\\\s\\\\S]{2}\", \"[^\\\\S\\\\r\\\\n]+\", \"\\\\S+|\\\\s+\", \"["
+		"^\\\\s]+|[\\\\s]+\"], \"texts\": [\"a \\u180e b\", \"x\\u180e\\u180ey z\", \"\\u180e"
+		"\\u180e \\t\\u180e\\n\", \"a\\u180e \\u180e\"], \"ids\": {\"[\\\\s\\\\S]{2}\": [[301"
+		"4, 3013, 67], [89, 3011, 3011, 90, 222, 91], [3011, 3011, 222, 199, 3011, 200], [66,"
+		" 3011, 3012]], \"[^\\\\S\\\\r\\\\n]+\": [[66, 222, 3011, 222, 67], [89, 3011, 3011, "
+		"90, 222, 91], [3011, 3011, 222, 199, 3011, 200], [66, 3011, 222, 3011]], \"\\\\S+|\\"
+		"\\s+\": [[66, 222, 3011, 222, 67], [89, 3011, 3011, 90, 222, 91], [3011, 3011, 222, "
+		"199, 3011, 200], [66, 3011, 222, 3011]], \"[^\\\\s]+|[\\\\s]+\": [[66, 222, 3011, 22"
+		"2, 67], [89, 3011, 3011, 90, 222, 91], [3011, 3011, 222, 199, 3011, 200], [66, 3011,"
+		" 222, 3011]]}}";
+	cJSON *root = cJSON_Parse(ref);
+	cr_assert(root);
+	const cJSON *texts = cJSON_GetObjectItem(root, "texts");
+	static const char *const merges[5][2] = {
+		{"\u00e1", "\u0142"}, {"\u00e1\u0142", "\u0130"}, {"\u0120", "\u00e1\u0142\u0130"},
+		{"\u00e1\u0142\u0130", "\u0120"}, {"a", "\u0120"}};
+	char dir[] = "/tmp/strata-bpe4-XXXXXX", path[256];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/t.json", dir);
+	const cJSON *pat;
+	cJSON_ArrayForEach(pat, cJSON_GetObjectItem(root, "patterns"))
+	{
+		cJSON *t = tu_read_json("tests/data/tokenizers/gpt2/tokenizer.json");
+		cJSON *model = cJSON_GetObjectItem(t, "model");
+		for (int k = 0; k < 5; k++) {
+			char joined[64];
+			snprintf(joined, sizeof joined, "%s%s", merges[k][0], merges[k][1]);
+			cJSON_AddNumberToObject(cJSON_GetObjectItem(model, "vocab"), joined, 3010 + k);
+			cJSON *pair = cJSON_CreateArray();
+			cJSON_AddItemToArray(pair, cJSON_CreateString(merges[k][0]));
+			cJSON_AddItemToArray(pair, cJSON_CreateString(merges[k][1]));
+			cJSON_AddItemToArray(cJSON_GetObjectItem(model, "merges"), pair);
+		}
+		char pre[512];
+		cJSON *re = cJSON_CreateString(pat->valuestring);
+		char *quoted = cJSON_PrintUnformatted(re);
+		snprintf(pre, sizeof pre,
+			 "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+			 "{\"Regex\": %s}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": "
+			 "\"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]}",
+			 quoted);
+		free(quoted);
+		cJSON_Delete(re);
+		cJSON_ReplaceItemInObject(t, "pre_tokenizer", cJSON_Parse(pre));
+		char *text = cJSON_PrintUnformatted(t);
+		cr_assert_eq(fs_write_file_atomic(path, text, strlen(text)), ST_OK);
+		free(text);
+		cJSON_Delete(t);
+		struct st_tokenizer tk;
+		cr_assert_eq(tokenizer_load(&tk, path), ST_OK, "%s", pat->valuestring);
+		const cJSON *want_all = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "ids"), pat->valuestring);
+		for (int i = 0; i < cJSON_GetArraySize(texts); i++) {
+			const char *s = cJSON_GetArrayItem(texts, i)->valuestring;
+			const cJSON *want = cJSON_GetArrayItem(want_all, i);
+			uint32_t ids[64];
+			const size_t n = tokenizer_encode(&tk, ids, s, strlen(s));
+			int same = n == (size_t)cJSON_GetArraySize(want);
+			for (size_t k = 0; same && k < n; k++)
+				same = ids[k] == (uint32_t)cJSON_GetArrayItem(want, (int)k)->valuedouble;
+			cr_expect(same, "%s: text %d: %zu ids differ from the library's", pat->valuestring,
+				  i, n);
+		}
+		tokenizer_free(&tk);
+	}
+	unlink(path);
+	rmdir(dir);
+	cJSON_Delete(root);
+}
+
 /* Added tokens matched leftmost-longest through their byte trie: nested
  * ones ("<x>" and "<x>y"), one whose text starts inside another's ("zz<x"
  * before "<x>y"), near misses ("<t30>", "<x" at the end) and 3000 sharing
@@ -1373,6 +1481,29 @@ Test(io, bpe_added_tokens_longest_first)
 		const size_t n = tokenizer_encode(&tk, ids, cases[c].text, strlen(cases[c].text));
 		cr_expect(n == cases[c].n && !memcmp(ids, cases[c].ids, n * sizeof *ids),
 			  "\"%s\": %zu ids, want %zu", cases[c].text, n, cases[c].n);
+	}
+	tokenizer_free(&tk);
+	/* in two passes, as the library cuts them: the tokens with normalized
+	 * false first, then those with normalized true in the text between
+	 * (one leftmost-longest pass over both took "ab<" out of "xab<s>y") */
+	t = tu_read_json("tests/data/tokenizers/gpt2/tokenizer.json");
+	added = cJSON_GetObjectItem(t, "added_tokens");
+	cJSON_AddItemToArray(added, cJSON_Parse("{\"id\": 3001, \"content\": \"<s>\", "
+						"\"normalized\": false, \"special\": true}"));
+	cJSON_AddItemToArray(added, cJSON_Parse("{\"id\": 3002, \"content\": \"ab<\", "
+						"\"normalized\": true, \"special\": false}"));
+	text = cJSON_PrintUnformatted(t);
+	cr_assert_eq(fs_write_file_atomic(path, text, strlen(text)), ST_OK);
+	free(text);
+	cJSON_Delete(t);
+	cr_assert_eq(tokenizer_load(&tk, path), ST_OK);
+	static const uint32_t two[2][4] = {{89, 471, 3001, 90}, {3002, 84}};
+	static const char *const two_texts[2] = {"xab<s>y", "ab<s"};
+	for (int c = 0; c < 2; c++) {
+		uint32_t ids[16];
+		const size_t n = tokenizer_encode(&tk, ids, two_texts[c], strlen(two_texts[c]));
+		cr_expect(n == (c ? 2u : 4u) && !memcmp(ids, two[c], n * sizeof *ids),
+			  "\"%s\": %zu ids", two_texts[c], n);
 	}
 	tokenizer_free(&tk);
 	unlink(path);

@@ -1435,8 +1435,17 @@ Test(offload, directory_faults, .timeout = 300)
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 6 %s --offload-dir %s/nope",
 		    cu_bin(), dir, all_disk, dir);
 	expect_fail("missing offload dir", "does not exist", rc);
+	/* given on the command line: no note of the run's own directories */
+	cr_expect(!strstr(out, "a resumed run keeps"), "%s", out);
+	/* the run's own directory, gone since: the note says where it came from */
+	rc = cu_run(out, sizeof out,
+		    "mkdir %s/gone && %s train --resume %s/run --out %s/offrun --steps 4 %s --offload-dir "
+		    "%s/gone --progress none && rm -r %s/gone && %s train --resume %s/offrun --steps 5",
+		    dir, cu_bin(), dir, dir, all_disk, dir, dir, cu_bin(), dir);
+	expect_fail("the run's own offload dir, removed", "does not exist", rc);
 	cr_expect(strstr(out, "a resumed run keeps the offload directories it was started with "
-			      "unless --offload-dir is given"),
+			      "(here: ") &&
+			  strstr(out, "--offload-dir '' drops them"),
 		  "a resume's refused directory without the note: %s", out);
 	/* plan refuses what train refuses (it said the plan worked), and a
 	 * directory not needed is checked too (a typo showed only on a later
@@ -1853,11 +1862,12 @@ Test(offload, eval_and_sample_within_budgets, .timeout = 600)
 		    cu_bin(), dir, dir, mem);
 	cr_expect(rc != 0 && strstr(out, "checksum mismatch") && !strstr(out, "\"loss\""),
 		  "eval of a damaged block: rc %d: %s", rc, out);
-	rc = cu_run(b, sizeof b, "STRATA_FAULT_CORRUPT_OFFLOAD=3 %s sample --model %s/big --prompt ab "
-			"--tokens 30 --temperature 0 --context 12 --threads 2 %s 2>&1",
-		    cu_bin(), dir, mem);
-	cr_expect(rc != 0 && strstr(b, "checksum mismatch") && !strstr(b, a + 2),
-		  "sample of a damaged block: rc %d: %s", rc, b);
+	rc = cu_run(b, sizeof b, "{ STRATA_FAULT_CORRUPT_OFFLOAD=3 %s sample --model %s/big --prompt ab "
+			"--tokens 30 --temperature 0 --context 12 --threads 2 %s 2>%s/err; }",
+		    cu_bin(), dir, mem, dir);
+	cr_expect(rc != 0 && !strcmp(b, "ab"), "sample of a damaged block: rc %d: %s", rc, b);
+	cr_expect_eq(cu_run(out, sizeof out, "grep -q 'checksum mismatch' %s/err", dir), 0,
+		     "sample of a damaged block did not say why");
 	rc = cu_run(out, sizeof out, "%s eval --model %s/big --data %s/data --seq-len 64 "
 			"--micro-batch 2 --device-mem 32M --host-mem 8M", cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "give --offload-dir"), "%s", out);

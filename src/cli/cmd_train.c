@@ -150,6 +150,7 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 	}
 	if (dirs_given) /* --offload-dir '' alone: none (a resume's saved ones cleared) */
 		ST_TRY(train_opts_set(o, "offload-dir", dirs));
+	o->offload_dir_given = dirs_given;
 	return ST_OK;
 }
 

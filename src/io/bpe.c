@@ -7,6 +7,7 @@
 
 #include "io/bpe.h"
 #include "io/fsutil.h"
+#include "io/regex_ws.h"
 #include "io/tokenizer.h"
 #include "util/check.h"
 
@@ -96,6 +97,16 @@ struct added {
 	const char *content;
 	size_t len;
 	uint32_t id;
+	int normalized; /* matched in the text between the others (bpe_encode) */
+};
+
+/* Added tokens as a byte trie, for the longest one at a text position in
+ * as many steps as it has bytes (a scan of every token with the text's
+ * byte took minutes with 10^4 tokens sharing one). Node 0 is the root. */
+struct added_trie {
+	struct pair_map map;        /* (node << 8 | byte) + 1 -> child node, in .merged */
+	int32_t *tok;               /* per node: the added token ending there (index), or -1 */
+	unsigned char starts[256];  /* 1 where some token of the trie starts with that byte */
 };
 
 struct st_bpe {
@@ -108,12 +119,9 @@ struct st_bpe {
 	struct added *added;
 	int n_added;
 	unsigned char *is_added; /* per id: 1 for an added token's */
-	/* the added tokens as a byte trie, for the longest one at a text
-	 * position in as many steps as it has bytes (a scan of every token
-	 * with its first byte took minutes with 10^4 tokens sharing one) */
-	struct pair_map trie;    /* (node << 8 | byte) + 1 -> child node, in .merged */
-	int32_t *trie_tok;       /* per node: the added token ending there (index), or -1 */
-	unsigned char starts[256]; /* 1 where some added token starts with that byte */
+	/* as the tokenizers library matches them: those with normalized false
+	 * first, then those with normalized true in the text between */
+	struct added_trie trie[2];
 	int byte_id[256];        /* id of each byte's single-character token */
 	char byte_char[256][3];  /* GPT-2's alphabet: each byte as a printable character (UTF-8) */
 	int byte_char_len[256];
@@ -175,93 +183,55 @@ static uint64_t trie_key(uint32_t node, char byte)
 	return ((uint64_t)node << 8 | (unsigned char)byte) + 1;
 }
 
-/* The added tokens' byte trie (struct st_bpe): node 0 is the root. */
-static int build_trie(struct st_bpe *b)
+/* The trie of the added tokens whose normalized flag is `normalized`. */
+static int build_trie(struct st_bpe *b, int normalized)
 {
+	struct added_trie *t = &b->trie[normalized];
 	size_t bytes = 0;
 	for (int i = 0; i < b->n_added; i++)
-		bytes += b->added[i].len;
-	b->trie_tok = st_malloc((bytes + 1) * sizeof *b->trie_tok);
-	if (!b->trie_tok || pmap_init(&b->trie, bytes) != ST_OK)
+		bytes += b->added[i].normalized == normalized ? b->added[i].len : 0;
+	t->tok = st_malloc((bytes + 1) * sizeof *t->tok);
+	if (!t->tok || pmap_init(&t->map, bytes) != ST_OK)
 		return ST_FAIL;
 	uint32_t nodes = 1;
-	b->trie_tok[0] = -1;
+	t->tok[0] = -1;
 	for (int i = 0; i < b->n_added; i++) {
 		const struct added *a = &b->added[i];
-		b->starts[(unsigned char)a->content[0]] = 1;
+		if (a->normalized != normalized)
+			continue;
+		t->starts[(unsigned char)a->content[0]] = 1;
 		uint32_t node = 0;
 		for (size_t j = 0; j < a->len; j++) {
 			const uint64_t key = trie_key(node, a->content[j]);
-			const size_t slot = pmap_slot(&b->trie, key);
-			if (!b->trie.keys[slot]) {
-				b->trie.keys[slot] = key;
-				b->trie.merged[slot] = nodes;
-				b->trie_tok[nodes++] = -1;
+			const size_t slot = pmap_slot(&t->map, key);
+			if (!t->map.keys[slot]) {
+				t->map.keys[slot] = key;
+				t->map.merged[slot] = nodes;
+				t->tok[nodes++] = -1;
 			}
-			node = b->trie.merged[slot];
+			node = t->map.merged[slot];
 		}
-		b->trie_tok[node] = i; /* texts are distinct (bpe_load) */
+		t->tok[node] = i; /* texts are distinct (bpe_load) */
 	}
 	return ST_OK;
 }
 
-/* Unicode's White_Space, as the tokenizers library's regex engine
- * (Oniguruma) reads \s: PCRE2's \s under PCRE2_UCP is \p{Z}, \h and \v,
- * and its \h keeps U+180E, which Unicode 6.3 made a format character (so
- * "\u180e's" was cut before the apostrophe, not after it). */
-#define WHITE_SPACE "\\t-\\r\\x{85}\\p{Z}"
-
-/* pattern with each \s as WHITE_SPACE (a class of its own outside a class,
- * its members inside one, which is right in a negated class too) and each
- * \S outside a class as its complement; a \S inside a class (the union
- * with a complement, which no substitution gives) is left to PCRE2, as is
- * text under \Q...\E. NULL when out of memory. */
-static char *unicode_whitespace(const char *pattern)
+/* The longest token of t that text starts with (its index), or -1. */
+static int longest_added(const struct added_trie *t, const char *text, size_t len)
 {
-	const size_t n = strlen(pattern);
-	char *out = st_malloc(n * sizeof "[^" WHITE_SPACE "]" + 1), *o = out;
-	if (!out)
-		return NULL;
-	int in_class = 0, quoted = 0;
-	for (size_t i = 0; i < n; i++) {
-		const char c = pattern[i];
-		if (quoted) {
-			if (c == '\\' && pattern[i + 1] == 'E')
-				quoted = 0;
-		} else if (c == '\\' && (pattern[i + 1] == 's' || (pattern[i + 1] == 'S' && !in_class))) {
-			o += sprintf(o, "%s%s%s", in_class ? "" : pattern[i + 1] == 's' ? "[" : "[^",
-				     WHITE_SPACE, in_class ? "" : "]");
-			i++;
-			continue;
-		} else if (c == '\\' && pattern[i + 1]) {
-			quoted = pattern[i + 1] == 'Q';
-			*o++ = c;
-			*o++ = pattern[++i];
-			continue;
-		} else if (c == '[' && !in_class) {
-			in_class = 1;
-			*o++ = c;
-			if (pattern[i + 1] == '^')
-				*o++ = pattern[++i];
-			if (pattern[i + 1] == ']') /* first in a class: a literal ] */
-				*o++ = pattern[++i];
-			continue;
-		} else if (c == '[' && in_class && pattern[i + 1] == ':') {
-			const char *end = strstr(pattern + i + 2, ":]"); /* [:alpha:] */
-			if (end) {
-				const size_t len = (size_t)(end + 2 - (pattern + i));
-				memcpy(o, pattern + i, len);
-				o += len;
-				i += len - 1;
-				continue;
-			}
-		} else if (c == ']' && in_class) {
-			in_class = 0;
-		}
-		*o++ = c;
+	int hit = -1;
+	if (!len || !t->starts[(unsigned char)text[0]])
+		return -1;
+	uint32_t node = 0;
+	for (size_t j = 0; j < len; j++) {
+		const size_t slot = pmap_slot(&t->map, trie_key(node, text[j]));
+		if (!t->map.keys[slot])
+			break;
+		node = t->map.merged[slot];
+		if (t->tok[node] >= 0)
+			hit = t->tok[node]; /* deeper: longer */
 	}
-	*o = '\0';
-	return out;
+	return hit;
 }
 
 static int compile_re(struct st_bpe *b, const char *pattern, int literal, const char *path)
@@ -270,7 +240,7 @@ static int compile_re(struct st_bpe *b, const char *pattern, int literal, const 
 		 "%s: too many pre-tokenizer stages", path);
 	int err;
 	PCRE2_SIZE off;
-	char *rewritten = literal ? NULL : unicode_whitespace(pattern);
+	char *rewritten = literal ? NULL : regex_unicode_whitespace(pattern);
 	if (!literal && !rewritten)
 		return ST_FAIL;
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)(rewritten ? rewritten : pattern), PCRE2_ZERO_TERMINATED,
@@ -614,7 +584,10 @@ int bpe_load(struct st_bpe **out, const char *path)
 		}
 		at_id[id] = k;
 		smap_put(&by_text, content, strlen(content), (uint32_t)k);
-		b->added[k++] = (struct added){content, strlen(content), (uint32_t)id};
+		/* normalized: absent (the library requires it), as the library's
+		 * AddedToken::from sets it, the opposite of special */
+		const int normalized = is_true(it, "normalized", !is_true(it, "special", 0));
+		b->added[k++] = (struct added){content, strlen(content), (uint32_t)id, normalized};
 		free(b->raw[id]);
 		b->raw[id] = strdup(content);
 		b->raw_len[id] = strlen(content);
@@ -625,7 +598,9 @@ int bpe_load(struct st_bpe **out, const char *path)
 	free(at_id);
 	free(by_text.keys), free(by_text.lens), free(by_text.vals);
 	vstr = NULL;
-	if (build_trie(b) != ST_OK)
+	at_id = NULL;
+	by_text = (struct str_map){0};
+	if (build_trie(b, 0) != ST_OK || build_trie(b, 1) != ST_OK)
 		goto fail;
 	return ST_OK;
 fail:
@@ -647,8 +622,10 @@ void bpe_free(struct st_bpe *b)
 	free(b->raw_len);
 	free(b->added);
 	free(b->is_added);
-	free(b->trie.keys), free(b->trie.rank), free(b->trie.merged);
-	free(b->trie_tok);
+	for (int t = 0; t < 2; t++) {
+		free(b->trie[t].map.keys), free(b->trie[t].map.rank), free(b->trie[t].map.merged);
+		free(b->trie[t].tok);
+	}
 	free(b->vocab.keys);
 	free(b->vocab.lens);
 	free(b->vocab.vals);
@@ -903,6 +880,29 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 	return n;
 }
 
+/* Added tokens first, leftmost and then longest, as the tokenizers library
+ * cuts them: those of trie t, then in the text between them those of the
+ * next trie; what is left goes through the pre-tokenizer and BPE. */
+static size_t encode_added(const struct st_bpe *b, int t, uint32_t *out, const char *text,
+			   size_t len, struct enc *e)
+{
+	if (t == 2)
+		return split_from(b, out, text, len, 0, e);
+	size_t n = 0, start = 0;
+	for (size_t i = 0; i < len;) {
+		const int hit = longest_added(&b->trie[t], text + i, len - i);
+		if (hit < 0) {
+			i++;
+			continue;
+		}
+		n += encode_added(b, t + 1, out + n, text + start, i - start, e);
+		out[n++] = b->added[hit].id;
+		i += b->added[hit].len;
+		start = i;
+	}
+	return n + encode_added(b, t + 1, out + n, text + start, len - start, e);
+}
+
 size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
 {
 	struct enc e = {0};
@@ -913,31 +913,7 @@ size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_
 	size_t n = 0;
 	if (!ok)
 		goto done;
-	/* added tokens first: at each position the longest one that matches */
-	size_t start = 0;
-	for (size_t i = 0; i < len;) {
-		int hit = -1;
-		if (b->starts[(unsigned char)text[i]]) {
-			uint32_t node = 0;
-			for (size_t j = i; j < len; j++) {
-				const size_t slot = pmap_slot(&b->trie, trie_key(node, text[j]));
-				if (!b->trie.keys[slot])
-					break;
-				node = b->trie.merged[slot];
-				if (b->trie_tok[node] >= 0)
-					hit = b->trie_tok[node]; /* deeper: longer */
-			}
-		}
-		if (hit < 0) {
-			i++;
-			continue;
-		}
-		n += split_from(b, out + n, text + start, i - start, 0, &e);
-		out[n++] = b->added[hit].id;
-		i += b->added[hit].len;
-		start = i;
-	}
-	n += split_from(b, out + n, text + start, len - start, 0, &e);
+	n = encode_added(b, 0, out, text, len, &e);
 done:
 	if (e.failed) {
 		ST_ERROR("free some memory, or split the text into smaller files",

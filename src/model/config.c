@@ -322,11 +322,14 @@ static double float_decimal(float f)
 /* The source config.json's keys a save does not carry over: those strata
  * writes itself (added first, so they are found in r), and those that
  * describe what the save changes: the weights' dtype (strata writes fp32),
- * their quantization, and the RoPE blocks whose theta strata writes at the
- * top level (only plain RoPE is read). */
-static const char *const replaced_keys[] = {"dtype", "torch_dtype", "quantization_config",
-					    "rope_parameters", "rope_scaling", "rope_theta",
-					    "bos_token_id", "eos_token_id", "stable_embedding"};
+ * their quantization, the RoPE blocks whose theta strata writes at the
+ * top level (only plain RoPE is read), custom code the checkpoint does not
+ * hold (auto_map names modeling files that are not copied), and the
+ * source's provenance (its transformers version, its name or path). */
+static const char *const replaced_keys[] = {
+	"dtype", "torch_dtype", "quantization_config", "rope_parameters", "rope_scaling",
+	"rope_theta", "bos_token_id", "eos_token_id", "stable_embedding", "auto_map",
+	"transformers_version", "_name_or_path"};
 
 /* base's keys that r has not, copied to the end of r; base's list of end
  * tokens kept where its first is r's one id (Llama 3.1 lists several:

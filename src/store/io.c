@@ -284,16 +284,16 @@ static void corrupt_block(struct st_io *io, size_t vb)
 	free(junk);
 }
 
-/* Queue the rest of r's transfer (all of it, or what a short one left). */
 /* A pause before asking the kernel again after a transient refusal
- * (EAGAIN, EINTR, EBUSY): the n-th waits n microseconds, so 1000 tries
- * span half a second, not the microseconds a bare loop would take. */
+ * (EAGAIN, EINTR, EBUSY): the n-th waits n microseconds, so 1000 tries in
+ * a row span half a second, not the microseconds a bare loop would take. */
 static void io_backoff(int n)
 {
 	const struct timespec ts = {0, 1000L * n};
 	nanosleep(&ts, NULL);
 }
 
+/* Queue the rest of r's transfer (all of it, or what a short one left). */
 static void queue_req(struct st_io *io, int writing, struct io_req *r)
 {
 	const struct st_io_dir *d = &io->dirs[r->vb % (size_t)io->n_dirs];
@@ -511,6 +511,7 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 			continue;
 		}
 		r->done += (size_t)res;
+		resubmits = 0; /* the refusals in a row: one that went through ends them */
 		if (r->done < r->len && b.rc == ST_OK) { /* short transfer: ask for the rest */
 			queue_req(io, writing, r);
 			queued++;

@@ -724,19 +724,23 @@ int ckpt_begin(struct st_trainer *tr)
 	    save_trainer_json(tr, path) != ST_OK)
 		return save_failed(tr);
 	c->updates = tr->updates;
+	c->t0 = t0;
+	c->pause_s = now_s() - t0;
 	pthread_mutex_lock(&c->mu); /* what ckpt_wait_unit reads on the updater's thread */
 	c->w_done = c->s_done = 0;
 	c->finished = 0;
 	c->rc = ST_OK;
 	c->wait_s = 0;
-	pthread_mutex_unlock(&c->mu);
-	c->t0 = t0;
-	c->pause_s = now_s() - t0;
-	ST_CHECK(pthread_create(&c->thread, NULL, capture_main, tr) == 0, NULL,
-		 "cannot start the checkpoint thread");
-	pthread_mutex_lock(&c->mu);
 	c->running = 1;
 	pthread_mutex_unlock(&c->mu);
+	if (pthread_create(&c->thread, NULL, capture_main, tr) != 0) {
+		pthread_mutex_lock(&c->mu);
+		c->running = 0;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		ST_ERROR(NULL, "cannot start the checkpoint thread");
+		return ST_FAIL;
+	}
 	return ST_OK;
 }
 

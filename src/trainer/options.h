@@ -54,6 +54,9 @@ struct st_train_opts {
 	char device_updates[16];           /* units updated on the device: N or auto */
 	char profile[ST_PATH];             /* hardware profile file ("" = the per-user cache) */
 	int trace_steps;
+	/* not an option (never saved): --offload-dir was given on this command
+	 * line, so a refused directory is not one a resume kept */
+	int offload_dir_given;
 };
 
 enum st_opt_type { OT_INT, OT_LONG, OT_DOUBLE, OT_STR, OT_BOOL };

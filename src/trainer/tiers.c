@@ -263,14 +263,13 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 	return ST_OK;
 }
 
-/* An offload directory refused on a resume (said): where it may have come
- * from. The fresh run's hint alone does not cover it. */
+/* An offload directory refused on a resume that kept the run's own (said):
+ * where it came from. The fresh run's hint alone does not cover it. */
 static int offdirs_resume_note(const struct st_trainer *tr)
 {
-	if (*tr->o.resume)
-		st_log_info("a resumed run keeps the offload directories it was started with unless "
-			    "--offload-dir is given (here: %s); --offload-dir DIR names others, "
-			    "--offload-dir '' drops them",
+	if (*tr->o.resume && !tr->o.offload_dir_given)
+		st_log_info("a resumed run keeps the offload directories it was started with (here: "
+			    "%s); --offload-dir DIR names others, --offload-dir '' drops them",
 			    tr->o.offload_dir);
 	return ST_FAIL;
 }
