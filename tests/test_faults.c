@@ -247,7 +247,7 @@ Test(faults, failing_writes_keep_saved_checkpoints_and_whole_metrics_lines)
 
 /* A kill while an old checkpoint is being removed (--keep-ckpts) leaves no
  * half-removed step-N directory: the removal starts by renaming it out of
- * the step-* names, and the next save clears what is left. */
+ * the step-* names, and the next resume or save clears what is left. */
 Test(faults, kill_while_pruning_leaves_no_partial_checkpoint)
 {
 	char dir[256];
@@ -266,6 +266,22 @@ Test(faults, kill_while_pruning_leaves_no_partial_checkpoint)
 		    "--max-tokens 256 >/dev/null || { echo \"$d does not load\"; exit 1; }; done",
 		    dir, cu_bin(), dir);
 	cr_expect_eq(rc, 0, "a checkpoint left behind does not load: %s", out);
+	/* the kill came after the run's last save: its resume has nothing to
+	 * train and saves nothing, and tidies what the kill left (the removal,
+	 * the stray files of other killed processes) and, only then, the
+	 * checkpoints beyond --keep-ckpts. (All of it stayed for good.) */
+	rc = cu_run(out, sizeof out,
+		    "touch %s/run/.write-test.tmp.99999.0 %s/run/.latest.99999 && "
+		    "%s train --resume %s/run --steps 3 --keep-ckpts 2 && ls -a %s/run",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "done: step 3") && !strstr(out, ".del-") &&
+			  !strstr(out, ".write-test") && !strstr(out, ".latest.") &&
+			  strstr(out, "step-000002") && strstr(out, "step-000003"),
+		  "a resume with nothing to train left the kill's leftovers: %s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 3 --keep-ckpts 1 && ls -a %s/run",
+		    cu_bin(), dir, dir);
+	cr_expect(rc == 0 && !strstr(out, "step-000002") && strstr(out, "step-000003"),
+		  "--keep-ckpts 1 not kept by a resume with nothing to train: %s", out);
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --keep-ckpts 2 && ls -a %s/run",
 		    cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);

@@ -398,6 +398,11 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
  * removal that did not finish) and files (.latest.PID, .write-test.tmp.*). */
 static void prune(const char *out, int keep, long current)
 {
+	ckpt_tidy(out, keep, current, 1);
+}
+
+void ckpt_tidy(const char *out, int keep, long current, int excess)
+{
 	ckpt_recover_aside(out, 1);
 	DIR *d = opendir(out);
 	if (!d)
@@ -425,7 +430,7 @@ static void prune(const char *out, int keep, long current)
 		}
 	}
 	closedir(d);
-	if (keep <= 0 || n <= keep)
+	if (!excess || keep <= 0 || n <= keep)
 		return;
 	qsort(steps, (size_t)n, sizeof steps[0], cmp_long);
 	for (int i = 0; i < n - keep; i++) {

@@ -189,6 +189,12 @@ void ckpt_name_earlier(const char *ckpt_dir);
 /* How many step directories in run directory out are past step and at most
  * last; the first of them into *first. */
 int ckpt_count_later(const char *out, long step, long last, long *first);
+/* What a save tidies in run directory out (whose lock the caller holds):
+ * the stale temp directories and files of processes killed in a save or a
+ * removal, and with excess, the oldest step directories beyond keep of
+ * those up to current. A resume runs it first: a run killed after its last
+ * save has no later save to do it (its resume has nothing to train). */
+void ckpt_tidy(const char *out, int keep, long current, int excess);
 /* Read the tokenizer files of tr->model_dir (tokenizer.json and its
  * companions) into tr, for every checkpoint to carry. */
 int ckpt_read_tokenizer_files(struct st_trainer *tr);
