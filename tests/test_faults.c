@@ -268,20 +268,25 @@ Test(faults, kill_while_pruning_leaves_no_partial_checkpoint)
 	cr_expect_eq(rc, 0, "a checkpoint left behind does not load: %s", out);
 	/* the kill came after the run's last save: its resume has nothing to
 	 * train and saves nothing, and tidies what the kill left (the removal,
-	 * the stray files of other killed processes) and, only then, the
-	 * checkpoints beyond --keep-ckpts. (All of it stayed for good.) */
+	 * the stray files of other killed processes: they stayed for good),
+	 * but no file named otherwise and no checkpoint: those beyond
+	 * --keep-ckpts wait for a save, with a newer one in place */
 	rc = cu_run(out, sizeof out,
-		    "touch %s/run/.write-test.tmp.99999.0 %s/run/.latest.99999 && "
-		    "%s train --resume %s/run --steps 3 --keep-ckpts 2 && ls -a %s/run",
-		    dir, dir, cu_bin(), dir, dir);
+		    "touch %s/run/.write-test.tmp.99999.0 %s/run/.latest.99999 %s/run/.latest.json && "
+		    "%s train --resume %s/run --steps 3 --keep-ckpts 1 && ls -a %s/run",
+		    dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "done: step 3") && !strstr(out, ".del-") &&
-			  !strstr(out, ".write-test") && !strstr(out, ".latest.") &&
-			  strstr(out, "step-000002") && strstr(out, "step-000003"),
-		  "a resume with nothing to train left the kill's leftovers: %s", out);
-	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 3 --keep-ckpts 1 && ls -a %s/run",
-		    cu_bin(), dir, dir);
-	cr_expect(rc == 0 && !strstr(out, "step-000002") && strstr(out, "step-000003"),
-		  "--keep-ckpts 1 not kept by a resume with nothing to train: %s", out);
+			  !strstr(out, ".write-test") && !strstr(out, ".latest.9") &&
+			  strstr(out, ".latest.json") && strstr(out, "step-000002") &&
+			  strstr(out, "step-000003"),
+		  "a resume with nothing to train left the kill's leftovers, or removed more: %s", out);
+	/* a checkpoint resumed from under a leftover's name is not removed */
+	rc = cu_run(out, sizeof out,
+		    "cp -a %s/run/step-000003 %s/run/.tmp-step-000003.4242 && %s train --resume "
+		    "%s/run/.tmp-step-000003.4242 --steps 3 && test -e %s/run/.tmp-step-000003.4242",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "the checkpoint resumed from was removed: %s", out);
+	cu_run(NULL, 0, "rm -rf %s/run/.tmp-step-000003.4242", dir);
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --keep-ckpts 2 && ls -a %s/run",
 		    cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);

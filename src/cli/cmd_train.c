@@ -494,6 +494,7 @@ int cmd_train(int argc, char **argv)
 		note_config_out(&a, conf, conf_out, o.out);
 	}
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	o.offload_dir_given |= given(&a, conf, "offload-dir"); /* a --config's too */
 	/* A new token budget on resume, without --steps: the budget sets the
 	 * length, not the steps saved with the run (--steps wins when both are
 	 * given, as in a fresh run). */

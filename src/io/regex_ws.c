@@ -13,14 +13,45 @@
 #define WS_MEMBERS "\\t-\\r\\x{85}\\p{Z}"
 #define NON_WS_MEMBERS "\\S\\x{180E}"
 
-/* Whether the pattern sets extended mode anywhere: an option group
- * "(?" whose letters before ')' or ':' hold an x (before any '-'). */
+/* Whether the option group at p ("(?x)", "(?ix:", "(?^x)") turns on x:
+ * only option letters between "(?" and ')' or ':', an x before any '-'. A
+ * lookaround, a named group or a comment is no option group. */
+static int option_group_sets_x(const char *p)
+{
+	int x = 0, off = 0;
+	for (const char *c = p + 2; *c; c++) {
+		if (*c == ')' || *c == ':')
+			return x;
+		if (*c == '-')
+			off = 1;
+		else if (*c == 'x')
+			x |= !off;
+		else if (!strchr("imnsJU^", *c))
+			return 0;
+	}
+	return 0;
+}
+
+/* Whether the pattern sets extended mode anywhere: an option group outside
+ * classes, escapes and \Q...\E (as the rewrite below scans them). */
 static int sets_extended(const char *p)
 {
-	for (const char *g = strstr(p, "(?"); g; g = strstr(g + 2, "(?")) {
-		for (const char *c = g + 2; *c && *c != ')' && *c != ':' && *c != '-'; c++)
-			if (*c == 'x')
-				return 1;
+	int in_class = 0, quoted = 0;
+	for (size_t i = 0; p[i]; i++) {
+		if (quoted) {
+			quoted = !(p[i] == '\\' && p[i + 1] == 'E');
+		} else if (p[i] == '\\' && p[i + 1]) {
+			quoted = p[i + 1] == 'Q';
+			i += p[i + 1] == 'c' && p[i + 2] ? 2 : 1;
+		} else if (p[i] == '[' && !in_class) {
+			in_class = 1;
+			i += p[i + 1] == '^';
+			i += p[i + 1] == ']';
+		} else if (p[i] == ']' && in_class) {
+			in_class = 0;
+		} else if (!in_class && p[i] == '(' && p[i + 1] == '?' && option_group_sets_x(p + i)) {
+			return 1;
+		}
 	}
 	return 0;
 }

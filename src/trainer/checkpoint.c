@@ -392,45 +392,96 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 	return n;
 }
 
-/* Remove the oldest step directories beyond keep (of those up to current),
- * and stale temp dirs
- * (.tmp-* of a save that did not finish, .old-* of a re-save, .del-* of a
- * removal that did not finish) and files (.latest.PID, .write-test.tmp.*). */
-static void prune(const char *out, int keep, long current)
+/* The digits at s (at least one): past them, or NULL. */
+static const char *past_digits(const char *s)
 {
-	ckpt_tidy(out, keep, current, 1);
+	const char *t = s;
+	while (*t >= '0' && *t <= '9')
+		t++;
+	return t > s ? t : NULL;
 }
 
-void ckpt_tidy(const char *out, int keep, long current, int excess)
+/* Whether name is a temp entry strata leaves when killed, exactly as it
+ * names them (a file of another tool, .latest.json say, is not one):
+ * .tmp-step-N.PID (a save), .old-step-N.PID (a re-save), .del-step-N.PID
+ * (a removal), .latest.PID and .write-test.tmp.PID.K. */
+static int strata_leftover(const char *name)
+{
+	static const char *const dirs[] = {".tmp-step-", ".old-step-", ".del-step-"};
+	for (int k = 0; k < 3; k++)
+		if (!strncmp(name, dirs[k], 10)) {
+			const char *t = past_digits(name + 10);
+			t = t && *t == '.' ? past_digits(t + 1) : NULL;
+			return t && !*t;
+		}
+	if (!strncmp(name, ".latest.", 8)) {
+		const char *t = past_digits(name + 8);
+		return t && !*t;
+	}
+	if (!strncmp(name, ".write-test.tmp.", 16)) {
+		const char *t = past_digits(name + 16);
+		t = t && *t == '.' ? past_digits(t + 1) : NULL;
+		return t && !*t;
+	}
+	return 0;
+}
+
+void ckpt_tidy(const char *out, const char *spare)
 {
 	ckpt_recover_aside(out, 1);
+	char keep[PATH_MAX] = "", path[PATH_MAX + 300], real[PATH_MAX];
+	if (spare && !realpath(spare, keep))
+		*keep = '\0';
+	DIR *d = opendir(out);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strata_leftover(e->d_name))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", out, e->d_name);
+		if (*keep && realpath(path, real) && !strcmp(real, keep))
+			continue; /* the checkpoint this run resumed from, under such a name */
+		if (!strncmp(e->d_name, ".old-step-", 10)) {
+			/* an aside copy is removed only beside its step (the restore
+			 * above failed otherwise: it is that step's only copy) */
+			char step[PATH_MAX + 300];
+			snprintf(step, sizeof step, "%s/%.*s", out, (int)strcspn(e->d_name + 5, "."),
+				 e->d_name + 5);
+			if (!fs_exists(step))
+				continue;
+		}
+		if (e->d_name[1] == 'l' || e->d_name[1] == 'w')
+			unlink(path); /* a `latest` or write probe killed before its rename or unlink */
+		else
+			fs_rmtree(path);
+	}
+	closedir(d);
+}
+
+/* After a save: what ckpt_tidy removes, and the oldest checkpoints beyond
+ * keep of those up to current (step directories holding a trainer.json:
+ * another tool's step-N is not the run's history). */
+static void prune(const char *out, int keep, long current)
+{
+	ckpt_tidy(out, NULL);
 	DIR *d = opendir(out);
 	if (!d)
 		return;
 	long steps[4096];
 	int n = 0;
 	struct dirent *e;
-	char path[4096];
+	char path[4200];
 	while ((e = readdir(d))) {
 		long s;
 		/* steps past this one are a run this one resumed from an earlier
 		 * step of: not its history, neither counted nor removed */
-		if (fs_step_name(e->d_name, &s) && s <= current && n < 4096)
+		snprintf(path, sizeof path, "%s/%s/trainer.json", out, e->d_name);
+		if (fs_step_name(e->d_name, &s) && s <= current && n < 4096 && fs_exists(path))
 			steps[n++] = s;
-		else if (!strncmp(e->d_name, ".tmp-step-", 10) || !strncmp(e->d_name, ".old-step-", 10) ||
-			 !strncmp(e->d_name, ".del-step-", 10)) {
-			snprintf(path, sizeof path, "%s/%s", out, e->d_name);
-			fs_rmtree(path);
-		} else if (!strncmp(e->d_name, ".latest.", 8) ||
-			   !strncmp(e->d_name, ".write-test.tmp.", 16)) {
-			/* a `latest` or write probe of a process killed before its
-			 * rename or unlink (this one's own are gone by now) */
-			snprintf(path, sizeof path, "%s/%s", out, e->d_name);
-			unlink(path);
-		}
 	}
 	closedir(d);
-	if (!excess || keep <= 0 || n <= keep)
+	if (keep <= 0 || n <= keep)
 		return;
 	qsort(steps, (size_t)n, sizeof steps[0], cmp_long);
 	for (int i = 0; i < n - keep; i++) {

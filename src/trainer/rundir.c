@@ -63,6 +63,7 @@ static int lock_run_dir(struct st_trainer *tr)
 			if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
 				st_log_warn("cannot write the PID into %s: %s", path, strerror(errno));
 			tr->lock_fd = fd;
+			tr->lock_held = 1;
 			return ST_OK;
 		}
 		close(fd);

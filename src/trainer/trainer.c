@@ -791,11 +791,10 @@ int trainer_run(struct st_trainer *tr)
 	if (tr->step < tr->total_steps && interrupt_signal())
 		return stop_untrained(tr);
 	/* what a run killed in or after its last save left: with nothing to
-	 * train no save comes to tidy it, so the resume does (checkpoints
-	 * beyond --keep-ckpts only then; a run that trains prunes after its
-	 * first save, with a newer checkpoint in place) */
-	if (*tr->ckpt_loaded)
-		ckpt_tidy(tr->o.out, tr->o.keep_ckpts, tr->step, tr->step >= tr->total_steps);
+	 * train no save comes to tidy it, so the resume does (under the lock
+	 * only: without flock another run may be saving there) */
+	if (*tr->ckpt_loaded && tr->lock_held)
+		ckpt_tidy(tr->o.out, tr->ckpt_loaded);
 	if (tr->step < tr->total_steps && *tr->ckpt_loaded)
 		ST_TRY(ckpt_mark_resumed(tr));
 	if (tr->step < tr->total_steps) {

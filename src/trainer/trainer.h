@@ -93,6 +93,7 @@ struct st_trainer {
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
 	int lock_fd;            /* OUT/.lock, flocked while the run is open; -1: none */
+	int lock_held;          /* the flock is held (a file system without flock: not) */
 	int plan_only;          /* `strata plan`: its table says what the run would log */
 	struct st_progress pg;  /* the live progress line, ended before other output */
 };
@@ -189,12 +190,14 @@ void ckpt_name_earlier(const char *ckpt_dir);
 /* How many step directories in run directory out are past step and at most
  * last; the first of them into *first. */
 int ckpt_count_later(const char *out, long step, long last, long *first);
-/* What a save tidies in run directory out (whose lock the caller holds):
- * the stale temp directories and files of processes killed in a save or a
- * removal, and with excess, the oldest step directories beyond keep of
- * those up to current. A resume runs it first: a run killed after its last
- * save has no later save to do it (its resume has nothing to train). */
-void ckpt_tidy(const char *out, int keep, long current, int excess);
+/* The temp directories and files that processes killed in a save or a
+ * removal left in run directory out, whose lock the caller holds (an aside
+ * copy put back first): removed, except spare (the checkpoint a run
+ * resumed from, whatever its name). Every save does it; a resume does it
+ * first, since a run killed after its last save has no later save (its
+ * resume has nothing to train). Checkpoints beyond --keep-ckpts wait for
+ * a save. */
+void ckpt_tidy(const char *out, const char *spare);
 /* Read the tokenizer files of tr->model_dir (tokenizer.json and its
  * companions) into tr, for every checkpoint to carry. */
 int ckpt_read_tokenizer_files(struct st_trainer *tr);
