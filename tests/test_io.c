@@ -1275,6 +1275,23 @@ Test(io, bpe_string_split_and_long_merge)
 	rmdir(dir);
 }
 
+/* Each of texts encoded by tk gives the ids listed at the same index of
+ * want (the tokenizers library's). */
+static void expect_library_ids(const struct st_tokenizer *tk, const cJSON *texts,
+			       const cJSON *want, const char *what)
+{
+	for (int i = 0; i < cJSON_GetArraySize(texts); i++) {
+		const char *t = cJSON_GetArrayItem(texts, i)->valuestring;
+		const cJSON *w = cJSON_GetArrayItem(want, i);
+		uint32_t ids[64];
+		const size_t n = tokenizer_encode(tk, ids, t, strlen(t));
+		int same = n == (size_t)cJSON_GetArraySize(w);
+		for (size_t k = 0; same && k < n; k++)
+			same = ids[k] == (uint32_t)cJSON_GetArrayItem(w, (int)k)->valuedouble;
+		cr_expect(same, "%s: text %d: %zu ids differ from the library's", what, i, n);
+	}
+}
+
 /* Whitespace as the tokenizers library's regex engine reads \s (Unicode's
  * White_Space): U+180E, a format character since Unicode 6.3, is not
  * whitespace (PCRE2's \s kept it, so "\u180e's" was cut before the
@@ -1308,16 +1325,7 @@ Test(io, bpe_white_space_as_unicode)
 		snprintf(path, sizeof path, "tests/data/tokenizers/%s", tok->string);
 		struct st_tokenizer tk;
 		cr_assert_eq(tokenizer_load(&tk, path), ST_OK, "%s", path);
-		for (int i = 0; i < cJSON_GetArraySize(texts); i++) {
-			const char *t = cJSON_GetArrayItem(texts, i)->valuestring;
-			const cJSON *want = cJSON_GetArrayItem(tok, i);
-			uint32_t ids[64];
-			const size_t n = tokenizer_encode(&tk, ids, t, strlen(t));
-			int same = n == (size_t)cJSON_GetArraySize(want);
-			for (size_t k = 0; same && k < n; k++)
-				same = ids[k] == (uint32_t)cJSON_GetArrayItem(want, (int)k)->valuedouble;
-			cr_expect(same, "%s: text %d: %zu ids differ from the library's", tok->string, i, n);
-		}
+		expect_library_ids(&tk, texts, tok, tok->string);
 		tokenizer_free(&tk);
 	}
 	cJSON_Delete(root);
@@ -1415,17 +1423,7 @@ Test(io, bpe_white_space_in_split_regexes)
 		struct st_tokenizer tk;
 		cr_assert_eq(tokenizer_load(&tk, path), ST_OK, "%s", pat->valuestring);
 		const cJSON *want_all = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "ids"), pat->valuestring);
-		for (int i = 0; i < cJSON_GetArraySize(texts); i++) {
-			const char *s = cJSON_GetArrayItem(texts, i)->valuestring;
-			const cJSON *want = cJSON_GetArrayItem(want_all, i);
-			uint32_t ids[64];
-			const size_t n = tokenizer_encode(&tk, ids, s, strlen(s));
-			int same = n == (size_t)cJSON_GetArraySize(want);
-			for (size_t k = 0; same && k < n; k++)
-				same = ids[k] == (uint32_t)cJSON_GetArrayItem(want, (int)k)->valuedouble;
-			cr_expect(same, "%s: text %d: %zu ids differ from the library's", pat->valuestring,
-				  i, n);
-		}
+		expect_library_ids(&tk, texts, want_all, pat->valuestring);
 		tokenizer_free(&tk);
 	}
 	unlink(path);
