@@ -1,0 +1,288 @@
+/* Byte-level BPE: encoding text into ids with the tables bpe.c loads; see
+ * bpe.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/bpe.h"
+#include "io/bpe_impl.h"
+#include "io/tokenizer.h"
+#include "util/check.h"
+
+/* The longest token of t that text starts with (its index), or -1. */
+static int longest_added(const struct added_trie *t, const char *text, size_t len)
+{
+	int hit = -1;
+	if (!len || !t->starts[(unsigned char)text[0]])
+		return -1;
+	uint32_t node = 0;
+	for (size_t j = 0; j < len; j++) {
+		const size_t slot = pmap_slot(&t->map, trie_key(node, text[j]));
+		if (!t->map.keys[slot])
+			break;
+		node = t->map.merged[slot];
+		if (t->tok[node] >= 0)
+			hit = t->tok[node]; /* deeper: longer */
+	}
+	return hit;
+}
+
+/* Scratch for encoding one text: BPE symbols and their links, the merge
+ * heap, the mapped piece, one match data per pre-tokenizer stage. */
+struct merge_cand {
+	uint32_t rank, pos, a, b; /* pair (a, b) starting at symbol pos */
+};
+
+/* Scratch space of one encode call, sized by the longest piece so far (not
+ * by the text: a whole corpus file goes through one call). */
+struct enc {
+	uint32_t *sym;
+	int32_t *nxt, *prv;
+	struct merge_cand *heap;
+	size_t heap_cap;
+	char *mapped;
+	size_t cap;  /* bytes of a piece the arrays hold */
+	int failed;  /* out of memory: the call returns ST_ENCODE_FAILED */
+	pcre2_match_data *md[ST_BPE_STAGES];
+};
+
+/* Room for a piece of n bytes; 0 (and e->failed) when memory runs out. */
+static int enc_reserve(struct enc *e, size_t n)
+{
+	if (n + 2 <= e->cap)
+		return 1;
+	if (n > INT32_MAX - 2) { /* positions are int32 */
+		e->failed = 1;
+		return 0;
+	}
+	size_t cap = e->cap ? 2 * e->cap : 4096;
+	if (cap < n + 2)
+		cap = n + 2;
+	void *p[5] = {realloc(e->sym, cap * sizeof *e->sym), NULL, NULL, NULL, NULL};
+	if (p[0])
+		e->sym = p[0];
+	p[1] = p[0] ? realloc(e->nxt, cap * sizeof *e->nxt) : NULL;
+	if (p[1])
+		e->nxt = p[1];
+	p[2] = p[1] ? realloc(e->prv, cap * sizeof *e->prv) : NULL;
+	if (p[2])
+		e->prv = p[2];
+	p[3] = p[2] ? realloc(e->heap, 3 * cap * sizeof *e->heap) : NULL;
+	if (p[3])
+		e->heap = p[3];
+	p[4] = p[3] ? realloc(e->mapped, 2 * cap) : NULL;
+	if (!p[4]) {
+		e->failed = 1;
+		return 0;
+	}
+	e->mapped = p[4];
+	e->cap = cap;
+	e->heap_cap = 3 * cap;
+	return 1;
+}
+
+static int cand_less(const struct merge_cand *x, const struct merge_cand *y)
+{
+	return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static void heap_push(struct enc *e, size_t *n, struct merge_cand c)
+{
+	if (*n >= e->heap_cap)
+		return; /* cannot happen: at most 3 candidates per symbol are pushed */
+	size_t i = (*n)++;
+	while (i && cand_less(&c, &e->heap[(i - 1) / 2])) {
+		e->heap[i] = e->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	e->heap[i] = c;
+}
+
+static struct merge_cand heap_pop(struct enc *e, size_t *n)
+{
+	struct merge_cand top = e->heap[0], last = e->heap[--(*n)];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && cand_less(&e->heap[c + 1], &e->heap[c]))
+			c++;
+		if (!cand_less(&e->heap[c], &last))
+			break;
+		e->heap[i] = e->heap[c];
+		i = c;
+	}
+	if (*n)
+		e->heap[i] = last;
+	return top;
+}
+
+/* The candidate merge of symbols at pos and its successor, if any. */
+static void push_pair(const struct st_bpe *b, struct enc *e, size_t *hn, int32_t pos)
+{
+	if (pos < 0 || e->nxt[pos] < 0)
+		return;
+	const uint32_t a = e->sym[pos], c = e->sym[e->nxt[pos]];
+	const size_t slot = pmap_slot(&b->merges, (((uint64_t)a << 32) | c) + 1);
+	if (b->merges.keys[slot])
+		heap_push(e, hn, (struct merge_cand){b->merges.rank[slot], (uint32_t)pos, a, c});
+}
+
+/* One pre-tokenized piece: bytes -> ids, appended at out; returns the count.
+ * Merges go lowest rank first, leftmost on ties, as Hugging Face's BPE
+ * does; a heap of candidate pairs over a linked list of symbols keeps long
+ * pieces (a run of 100 KB of one character) at O(n log n). */
+static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned char *p, size_t n,
+			   struct enc *e)
+{
+	if (!n || e->failed || !enc_reserve(e, n))
+		return 0;
+	if (b->ignore_merges) { /* a piece that is a token stays one */
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			memcpy(e->mapped + k, b->byte_char[p[i]], (size_t)b->byte_char_len[p[i]]);
+			k += (size_t)b->byte_char_len[p[i]];
+		}
+		int id = smap_get(&b->vocab, e->mapped, k);
+		if (id >= 0) {
+			out[0] = (uint32_t)id;
+			return 1;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		e->sym[i] = (uint32_t)b->byte_id[p[i]];
+		e->prv[i] = (int32_t)i - 1;
+		e->nxt[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+	}
+	size_t hn = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		push_pair(b, e, &hn, (int32_t)i);
+	while (hn) {
+		struct merge_cand c = heap_pop(e, &hn);
+		const int32_t l = (int32_t)c.pos, r = e->nxt[l];
+		/* stale: the left symbol merged away (its slot is reused only by
+		 * itself), or either side changed since the candidate was pushed */
+		if (r < 0 || e->sym[l] != c.a || e->sym[r] != c.b || e->prv[l] == -2)
+			continue;
+		const size_t slot = pmap_slot(&b->merges, (((uint64_t)c.a << 32) | c.b) + 1);
+		e->sym[l] = b->merges.merged[slot];
+		e->nxt[l] = e->nxt[r];
+		if (e->nxt[r] >= 0)
+			e->prv[e->nxt[r]] = l;
+		e->prv[r] = -2; /* gone */
+		e->nxt[r] = -1;
+		push_pair(b, e, &hn, e->prv[l]);
+		push_pair(b, e, &hn, l);
+	}
+	size_t m = 0;
+	for (int32_t i = 0; i >= 0; i = e->nxt[i])
+		out[m++] = e->sym[i];
+	return m;
+}
+
+/* Text through pre-tokenizer stages level.. (each an Isolated split: the
+ * matches and the gaps between them are pieces), then each piece through
+ * BPE. ByteLevel's prefix space goes on the pieces that reach its stage. */
+static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
+			 int level, struct enc *e)
+{
+	if (!len || e->failed)
+		return 0;
+	char *prefixed = NULL;
+	if (level == b->bl_stage && b->add_prefix_space && text[0] != ' ') {
+		prefixed = malloc(len + 1);
+		if (!prefixed) {
+			e->failed = 1;
+			return 0;
+		}
+		prefixed[0] = ' ';
+		memcpy(prefixed + 1, text, len);
+		text = prefixed;
+		len++;
+	}
+	size_t n = 0;
+	if (level >= b->n_re || level >= ST_BPE_STAGES) { /* n_re < ST_BPE_STAGES: for gcc */
+		n = encode_piece(b, out, (const unsigned char *)text, len, e);
+		free(prefixed);
+		return n;
+	}
+	size_t pos = 0, prev = 0;
+	while (pos < len && !e->failed) {
+		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, 0, e->md[level], NULL);
+		if (rc < 0) {
+			if (rc != PCRE2_ERROR_NOMATCH) /* a match limit: say so, keep the rest whole */
+				st_log_warn("tokenizer: pre-tokenizer regex failed (PCRE2 error %d) on a "
+					    "%zu-byte piece; it is encoded without further splitting", rc, len);
+			break; /* no more matches: the rest is a gap */
+		}
+		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md[level]);
+		size_t s = ov[0], end = ov[1];
+		if (s > prev)
+			n += split_from(b, out + n, text + prev, s - prev, level + 1, e);
+		if (end > s)
+			n += split_from(b, out + n, text + s, end - s, level + 1, e);
+		prev = end;
+		if (end == s) { /* an empty match: step over one character */
+			pos = end + 1;
+			while (pos < len && ((unsigned char)text[pos] & 0xc0) == 0x80)
+				pos++;
+		} else {
+			pos = end;
+		}
+	}
+	if (prev < len)
+		n += split_from(b, out + n, text + prev, len - prev, level + 1, e);
+	free(prefixed);
+	return n;
+}
+
+/* Added tokens first, leftmost and then longest, as the tokenizers library
+ * cuts them: those of trie t, then in the text between them those of the
+ * next trie; what is left goes through the pre-tokenizer and BPE. */
+static size_t encode_added(const struct st_bpe *b, int t, uint32_t *out, const char *text,
+			   size_t len, struct enc *e)
+{
+	if (t == 2)
+		return split_from(b, out, text, len, 0, e);
+	size_t n = 0, start = 0;
+	for (size_t i = 0; i < len;) {
+		const int hit = longest_added(&b->trie[t], text + i, len - i);
+		if (hit < 0) {
+			i++;
+			continue;
+		}
+		n += encode_added(b, t + 1, out + n, text + start, i - start, e);
+		out[n++] = b->added[hit].id;
+		i += b->added[hit].len;
+		start = i;
+	}
+	return n + encode_added(b, t + 1, out + n, text + start, len - start, e);
+}
+
+size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
+{
+	struct enc e = {0};
+	int ok = 1;
+	for (int i = 0; i < b->n_re && ok; i++)
+		ok = (e.md[i] = pcre2_match_data_create_from_pattern(b->re[i], NULL)) != NULL;
+	e.failed = !ok;
+	size_t n = 0;
+	if (!ok)
+		goto done;
+	n = encode_added(b, 0, out, text, len, &e);
+done:
+	if (e.failed) {
+		ST_ERROR("free some memory, or split the text into smaller files",
+			 "tokenizer: out of memory encoding %zu bytes of text", len);
+		n = ST_ENCODE_FAILED;
+	}
+	free(e.sym);
+	free(e.nxt);
+	free(e.prv);
+	free(e.heap);
+	free(e.mapped);
+	for (int i = 0; i < b->n_re; i++)
+		if (e.md[i])
+			pcre2_match_data_free(e.md[i]);
+	return n;
+}
