@@ -533,7 +533,13 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 			memcpy(act0, b.act, (size_t)L);
 			memcpy(dev0, b.dev, (size_t)n);
 		}
+		/* no unit has more than n - 1 others ahead of it: a deeper
+		 * prefetch only adds staging slots that never fill */
+		const int deepest = n > 1 ? n - 1 : 1;
+		int searched = 0;
 		for (int k = 0; rc == ST_OK && k < (choose_pf && prof ? PLAN_MAX_PREFETCH : 1); k++) {
+			if (choose_pf && depths[k] > deepest)
+				continue;
 			if (choose_pf)
 				w.place.prefetch = depths[k];
 			bk.step = bk.compute = bk.moved = 1e300;
@@ -561,7 +567,7 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 			memcpy(p->dev_update, bk.dev, (size_t)n);
 			if (prof)
 				consider(p, pm, prof, o, &bk);
-			if (k == 0 || (bk.step < 1e300 && better(bk.step, bk.compute, bk.moved, &b))) {
+			if (!searched++ || (bk.step < 1e300 && better(bk.step, bk.compute, bk.moved, &b))) {
 				b.step = bk.step;
 				b.compute = bk.compute;
 				b.moved = bk.moved;
