@@ -764,6 +764,52 @@ Test(offload, profile_disk_conditions_said, .timeout = 120)
 	cr_expect(rc == 0 && !strstr(out, "profile's disk rates"), "%s", out);
 }
 
+/* The default cache (~/.cache/strata/profile.json) written before
+ * profiles had a format counted each copied byte twice (a memcpy's read and
+ * write), so the planner predicted copies at half their time: such a cache
+ * is measured again, and the new one records its format and a copy rate a
+ * slab's memcpy can reach; a profile given by $STRATA_PROFILE is used as
+ * written, and a profile with a disk written at 0 GB/s is refused. */
+Test(offload, stale_cached_profile_measured_again, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "profstale");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/home/.cache/strata && cp tests/data/profiles/ci.json "
+			"%s/home/.cache/strata/profile.json && env -u STRATA_PROFILE HOME=%s/home %s plan "
+			"--model %s/init --micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
+			"--place weights=host 2>&1 && grep -q '\"format\":[[:space:]]*2' %s/home/.cache/strata/profile.json",
+			dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "profile.json is from an older strata, whose copy rates "
+					 "counted each byte twice") &&
+			  strstr(out, "measuring this machine"),
+		  "%s", out);
+	/* measured now: used again as it is */
+	rc = cu_run(out, sizeof out,
+		    "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init --micro-batch 2 "
+		    "--seq-len 32 --device-mem 4M --host-mem 64M --place weights=host",
+		    dir, cu_bin(), dir);
+	cr_expect(rc == 0 && !strstr(out, "measuring") && !strstr(out, "older strata"), "%s", out);
+	/* the same file named by $STRATA_PROFILE: the user's, used as written */
+	rc = cu_run(out, sizeof out,
+		    "cp tests/data/profiles/ci.json %s/p.json && STRATA_PROFILE=%s/p.json %s plan "
+		    "--model %s/init --micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
+		    "--place weights=host 2>&1 && cmp -s tests/data/profiles/ci.json %s/p.json",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && !strstr(out, "measuring") && strstr(out, "copy 20.0 / 20.0 GB/s"), "%s",
+		  out);
+	rc = cu_run(out, sizeof out,
+		    "python3 -c \"import json; p = json.load(open('tests/data/profiles/ci.json')); "
+		    "p['disk_write_gbs'] = 0; json.dump(p, open('%s/z.json', 'w'))\" && "
+		    "STRATA_PROFILE=%s/z.json %s plan --model %s/init --micro-batch 2 --seq-len 32 "
+		    "--offload-dir %s --place optimizer=disk",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "disk_read_gbs 2 and disk_write_gbs 0") &&
+			  !strstr(out, "nan"),
+		  "%s", out);
+}
+
 /* plan takes train's option sources: --resume plans the run with its saved
  * options (it planned the defaults: micro-batch 8 x 256, adamw, no
  * budgets), and --config is read (it was an unknown option). */

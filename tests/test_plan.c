@@ -517,6 +517,13 @@ Test(plan, profile_files)
 	cr_expect(p.cpu_adamw_mparams == 1000 && p.dev_adamw_mparams == 1000 &&
 		  p.cpu_adamw8bit_mparams == 1000 && p.dev_adamw8bit_mparams == 1000);
 	cr_expect_eq(p.disk_cpu_share, 0);
+	cr_expect_eq(p.format, 0, "a file without a format is an older one");
+	/* no disk tier: both rates 0 */
+	f = fopen(path, "w");
+	fputs("{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+	      "\"disk_read_gbs\": 0, \"disk_write_gbs\": 0}", f);
+	fclose(f);
+	cr_expect_eq(profile_load(&p, path), ST_OK);
 	const char *bad[] = {
 		"{\"copy_gbs\": 20, \"adamw_mparams\": 1000, \"disk_read_gbs\": 2, \"disk_write_gbs\": 3}",
 		"{\"matmul_gflops\": \"fast\", \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
@@ -525,9 +532,15 @@ Test(plan, profile_files)
 		"\"disk_read_gbs\": 2, \"disk_write_gbs\": 3, \"disk_cpu_share\": 1.5}",
 		"{\"matmul_gflops\": 100, \"disk_read_gbs\": 2, \"disk_write_gbs\": 3}",
 		"[1, 2]",
+		/* a disk written at 0 GB/s: every plan using it was predicted
+		 * infinite, so none was chosen */
+		"{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+		"\"disk_read_gbs\": 2, \"disk_write_gbs\": 0}",
+		"{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+		"\"disk_read_gbs\": 0, \"disk_write_gbs\": 3}",
 	};
 	cr_redirect_stderr();
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 7; i++) {
 		f = fopen(path, "w");
 		fputs(bad[i], f);
 		fclose(f);

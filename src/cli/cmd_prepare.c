@@ -283,6 +283,9 @@ int cmd_prepare(int argc, char **argv)
 	/* every k-th chunk or example is held out, k = round(1 / fraction) >= 2 */
 	ST_CHECK(val_frac >= 0 && val_frac <= 0.5, "use a fraction like 0.05",
 		 "--val-fraction must be in [0, 0.5] (got %g)", val_frac);
+	/* one chunk in 1/val_frac held out: a count that must fit a long */
+	ST_CHECK(val_frac == 0 || val_frac >= 1e-9, "use 0 to hold out nothing",
+		 "--val-fraction %g holds out less than one chunk in 10^9", val_frac);
 	/* --out and its lock first, so that a second prepare into it is refused
 	 * before either spends its time encoding */
 	size_t made[ST_MADE_MAX];

@@ -232,8 +232,11 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops)
 		memset(q, 128, 2 * big);
 		struct mm_ctx mm = {ops, a, b, c, n};
 		p->matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm, &mm) / 1e9;
+		/* the bytes a slab's transfer moves: the planner divides a
+		 * slab's size by this rate (counting the bytes both read and
+		 * written, as STREAM does, predicted copies at half their time) */
 		struct copy_ctx cp = {c, a, big};
-		p->h2d_gbs = p->d2h_gbs = 2.0 * (double)big * sizeof(float) / best_of(5, run_copy, &cp) / 1e9;
+		p->h2d_gbs = p->d2h_gbs = (double)big * sizeof(float) / best_of(5, run_copy, &cp) / 1e9;
 		struct adam_ctx ad = {ops, a, b, c, d, big};
 		p->cpu_adamw_mparams = p->dev_adamw_mparams = (double)big / best_of(3, run_adam, &ad) / 1e6;
 		*a8 = (struct adam8_ctx){.ops = ops, .p = a, .g = b, .am = c, .av = d, .m = q, .v = q + big,
@@ -247,6 +250,7 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops)
 		p->host_gib = (double)mem_available() / (1u << 30);
 		p->device_gib = p->host_gib; /* the CPU backend's device is host memory */
 		p->shared_cores = 1;
+		p->format = ST_PROFILE_FORMAT;
 	}
 	free(a);
 	free(b);
@@ -289,7 +293,7 @@ static const struct {
 	K(cpu_adamw_mparams, 0),      K(cpu_adamw8bit_mparams, 0), K(dev_adamw_mparams, 0),
 	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
-	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),
+	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])
@@ -346,6 +350,10 @@ int profile_load(struct st_profile *p, const char *path)
 		 "dev_adamw_mparams (or adamw_mparams), all positive, or measure it again (strata plan "
 		 "--profile FILE on a new path)",
 		 "%s: the matmul, copy and AdamW rates must be positive", path);
+	ST_CHECK((p->disk_read_gbs > 0) == (p->disk_write_gbs > 0),
+		 "give both disk rates, or 0 for both where there is no disk tier",
+		 "%s: disk_read_gbs %g and disk_write_gbs %g: a disk that cannot be read or written", path,
+		 p->disk_read_gbs, p->disk_write_gbs);
 	ST_CHECK(p->disk_cpu_share <= 1 && p->shared_cores <= 1,
 		 "disk_cpu_share is a share (0 to 1) and shared_cores 0 or 1",
 		 "%s: disk_cpu_share %g or shared_cores %g out of range", path, p->disk_cpu_share,

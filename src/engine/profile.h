@@ -3,8 +3,9 @@
  * can plan for a machine they do not have).
  *
  * matmul_gflops            the device's matmul rate (GFLOP/s)
- * h2d_gbs, d2h_gbs         host -> device and device -> host copy rates (GB/s;
- *                          memcpy on the CPU backend)
+ * h2d_gbs, d2h_gbs         host -> device and device -> host copy rates (GB/s
+ *                          of slab bytes moved; memcpy on the CPU backend,
+ *                          each byte counted once, not read and written)
  * cpu_adamw_mparams        CPU optimizer rates (million parameters per
  * cpu_adamw8bit_mparams    second), fp32 AdamW and 8-bit AdamW
  * dev_adamw_mparams        the same on the device
@@ -19,6 +20,9 @@
  *                          lost while the disk queue streams (its io_uring and
  *                          checksum work), measured as matmuls with and
  *                          without a thread streaming slabs
+ * format                   2 for profiles measured since 2026-11-24 (0: an
+ *                          older one, whose copy rates counted each byte
+ *                          twice; a cached one is measured again)
  * disk_fs_magic            the file system the disk rates were measured on
  *                          (statfs's f_type; 0: not recorded), so that a run
  *                          offloading to another kind is told its rates are
@@ -39,7 +43,10 @@ struct st_profile {
 	double shared_cores;
 	double disk_cpu_share;
 	double disk_fs_magic;
+	double format;
 };
+/* profile_measure's format (struct st_profile.format) */
+#define ST_PROFILE_FORMAT 2
 /* The disk measurement's request size and depth (io_open's block and
  * queue depth in profile_measure_disk): a run with others is warned. */
 #define ST_PROFILE_IO_BLOCK (1u << 20)
@@ -58,7 +65,8 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops);
  * not fit or no file can be made there). Apart from profile_measure, so
  * that a run whose plan needs no disk can go on without it. */
 int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const char *dir);
-/* Read a profile file; a missing key is an error naming it. */
+/* Read a profile file; a missing key is an error naming it, as are a
+ * negative rate and a disk with one rate 0 and the other not. */
 int profile_load(struct st_profile *p, const char *path);
 int profile_save(const struct st_profile *p, const char *path);
 

@@ -177,19 +177,30 @@ static void note_disk_rates(const struct st_trainer *tr, const struct tier_choic
 	}
 }
 
-/* Load the profile, or measure this machine and cache it (a profile without
- * a disk rate is measured again once a run has an offload directory). */
+/* Load the profile, or measure this machine and cache it. Measured again:
+ * a profile without a disk rate once a run has an offload directory, and
+ * the default cache written by an older strata (its copy rates counted each
+ * byte twice); a profile given by --profile or $STRATA_PROFILE is the
+ * user's, whatever its format. */
 static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 {
 	char path[ST_PATH + 64];
 	profile_path(&tr->o, path, sizeof path);
+	const char *env = getenv("STRATA_PROFILE");
+	const int cached = !*tr->o.profile && !(env && *env);
+	int stale = 0;
 	if (fs_exists(path)) {
 		ST_TRY(profile_load(&ch->prof, path));
-		if (!ch->n_dirs || ch->prof.disk_read_gbs > 0) {
+		stale = cached && ch->prof.format < ST_PROFILE_FORMAT;
+		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale) {
 			ch->have_prof = 1;
 			return ST_OK;
 		}
 	}
+	if (stale)
+		st_log_info("the cached profile %s is from an older strata, whose copy rates counted "
+			    "each byte twice",
+			    path);
 	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
 		    ch->n_dirs ? ", the first offload directory" : "", path);
 	ST_TRY(profile_measure(&ch->prof, tr->s.ops));
