@@ -1171,6 +1171,9 @@ Test(faults, paths_and_messages)
 		 "/init holds a model (config.json); a run directory keeps its checkpoints"},
 		{"prepare --input %s/text.txt --out %s/data --val-fraction 0%.0s",
 		 "/data already holds token shards (train.bin)"},
+		/* 1/x is the hold-out period, a long */
+		{"prepare --input %s/text.txt --out %s/p --val-fraction 1e-300%.0s",
+		 "--val-fraction 1e-300 holds out less than one chunk in 10^9"},
 		/* a misspelt option is named with the one it most likely is, as a
 		 * flag of any command or a --config key; one near nothing is not */
 		{"train --model %s/init --data %s/data --out %s/r --stesp 5",
@@ -1196,8 +1199,9 @@ Test(faults, paths_and_messages)
 		cr_expect(strstr(out, refused[i].needle), "%s: %s", cmd, out);
 	}
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/r && "
-			    "test ! -e %s/init/latest && test ! -e %s/init/metrics.jsonl",
-			    dir, dir, dir, dir),
+			    "test ! -e %s/init/latest && test ! -e %s/init/metrics.jsonl && "
+			    "test ! -e %s/p",
+			    dir, dir, dir, dir, dir),
 		     0, "a refused command changed something: %s", out);
 	int rc = cu_run(out, sizeof out, "%s prepare --input %s/text.txt --out %s/data --val-fraction 0 "
 			"--force && test ! -e %s/data/val.bin",
