@@ -6,6 +6,7 @@
  * usage: galore [--presets llama-60m,llama-130m] [--batch 4] [--seq 256]
  *               [--steps 20] [--gap 200] [--spread 8] [--proj randomized|svd]
  *               [--json FILE]
+ *        galore --projectors [--json FILE]
  *
  * Each optimizer runs the same steps (forward, backward, global norm,
  * update) on the same random tokens. The first projectors are spread over
@@ -197,12 +198,82 @@ static int bench_preset(const char *preset, int B, int T, int steps, int gap, in
 	return ST_OK;
 }
 
+/* --projectors: one projector of each of three gradient shapes (r: the
+ * paper's rank for the model the shape is from) by each method: the exact
+ * SVD, randomized from nothing (a first projector), randomized warm from the
+ * previous projector (a refresh, G having moved by a tenth of its norm).
+ * Each the best of 3 on a random normal G; the threads are OpenBLAS's
+ * (OMP_NUM_THREADS). */
+static int bench_projectors(FILE *jf)
+{
+	static const int shapes[3][3] = {{512, 1376, 128}, {768, 2048, 256}, {2048, 5461, 512}};
+	static const char *const names[3] = {"svd", "randomized", "warm"};
+	double best[3][3];
+	for (int s = 0; s < 3; s++) {
+		const int m = shapes[s][0], n = shapes[s][1], r = shapes[s][2];
+		const size_t mn = (size_t)m * n, pn = (size_t)r * (size_t)(m < n ? m : n);
+		float *G = st_malloc(mn * sizeof *G), *G2 = st_malloc(mn * sizeof *G2);
+		float *P = st_malloc(pn * sizeof *P), *P0 = st_malloc(pn * sizeof *P0);
+		const size_t wb = galore_proj_work_bytes(m, n, r, GALORE_PROJ_SVD) >
+						  galore_proj_work_bytes(m, n, r, GALORE_PROJ_RANDOMIZED)
+					  ? galore_proj_work_bytes(m, n, r, GALORE_PROJ_SVD)
+					  : galore_proj_work_bytes(m, n, r, GALORE_PROJ_RANDOMIZED);
+		void *work = st_malloc(wb);
+		if (!G || !G2 || !P || !P0 || !work)
+			return ST_FAIL;
+		struct st_rng rng;
+		rng_seed(&rng, 7, (uint64_t)s);
+		for (size_t i = 0; i < mn; i++)
+			G[i] = (float)rng_normal(&rng);
+		for (size_t i = 0; i < mn; i++)
+			G2[i] = G[i] + 0.1f * (float)rng_normal(&rng);
+		if (galore_projector(P0, G, m, n, r, GALORE_PROJ_RANDOMIZED, NULL, 1, work) != ST_OK)
+			return ST_FAIL;
+		for (int k = 0; k < 3; k++) {
+			best[s][k] = 1e300;
+			for (int rep = 0; rep < 3; rep++) {
+				const double t0 = now();
+				const int rc = galore_projector(
+					P, k == 2 ? G2 : G, m, n, r, k ? GALORE_PROJ_RANDOMIZED : GALORE_PROJ_SVD,
+					k == 2 ? P0 : NULL, 1, work);
+				const double t = now() - t0;
+				if (rc != ST_OK)
+					return ST_FAIL;
+				best[s][k] = t < best[s][k] ? t : best[s][k];
+			}
+		}
+		const int th = omp_get_max_threads();
+		printf("%4d x %-4d r %-3d  svd %.3f s  randomized %.3f s  warm %.3f s  (%d thread%s)\n",
+		       m, n, r, best[s][0], best[s][1], best[s][2], th, th == 1 ? "" : "s");
+		free(G);
+		free(G2);
+		free(P);
+		free(P0);
+		free(work);
+	}
+	if (jf) {
+		fprintf(jf, "{\"projectors\": [");
+		for (int s = 0; s < 3; s++) {
+			fprintf(jf, "%s{\"m\": %d, \"n\": %d, \"rank\": %d", s ? ", " : "", shapes[s][0],
+				shapes[s][1], shapes[s][2]);
+			for (int k = 0; k < 3; k++)
+				fprintf(jf, ", \"%s_s\": %.4f", names[k], best[s][k]);
+			fprintf(jf, "}");
+		}
+		fprintf(jf, "], \"threads\": %d}\n", omp_get_max_threads());
+	}
+	return ST_OK;
+}
+
 static const char usage[] =
 	"usage: bench/galore [--presets llama-60m,llama-130m] [--batch 4] [--seq 256]\n"
 	"                    [--steps 20] [--gap 200] [--spread 8] [--proj randomized|svd]\n"
 	"                    [--json FILE]\n"
+	"       bench/galore --projectors [--json FILE]\n"
 	"Step times of GaLore-AdamW and GaLore-AdamW8bit against AdamW on the\n"
-	"presets, and the cost of projector refreshes (see the file's comment).\n";
+	"presets, and the cost of projector refreshes (see the file's comment).\n"
+	"--projectors: one projector of three gradient shapes by the exact SVD,\n"
+	"randomized and warm-started randomized, on OMP_NUM_THREADS threads.\n";
 
 int main(int argc, char **argv)
 {
@@ -213,7 +284,9 @@ int main(int argc, char **argv)
 	const char *presets, *projs;
 	FILE *jf;
 	long lb, lt, ls, lg, lsp;
-	if (cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
+	int projectors;
+	if (cli_get_bool(&args, "projectors", &projectors) != ST_OK ||
+	    cli_get_str(&args, "presets", "llama-60m,llama-130m", &presets) != ST_OK ||
 	    cli_get_out(&args, "json", &jf) != ST_OK ||
 	    cli_get_str(&args, "proj", "randomized", &projs) != ST_OK ||
 	    cli_get_long(&args, "batch", 4, LONG_MIN, LONG_MAX, &lb) != ST_OK ||
@@ -230,6 +303,12 @@ int main(int argc, char **argv)
 				"3 <= --steps <= %d, --gap and --spread >= 1, --proj randomized or svd\n",
 			MAX_STEPS);
 		return 2;
+	}
+	if (projectors) {
+		const int prc = bench_projectors(jf);
+		if (prc != ST_OK || (jf && cli_close_out(&args, "json", jf) != ST_OK))
+			return 1;
+		return 0;
 	}
 	/* the spread the runs use: capped at the gap, as galore.c caps it (the
 	 * report gave the option) */

@@ -32,6 +32,9 @@
 # per feed (layer-major over its chunks). All nine run at 128d409 (the
 # commit adding DC8/DC9): all killed (verify-20261124-decoder2.log).
 #
+# LE7 was re-pointed on 2026-11-24 (the decoder's decode_rest_floats has
+# the same line): it now names the line before it in acts_rest_floats.
+#
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
 
@@ -206,7 +209,7 @@ M = [
 ('LE4', LL, 'PG(m, 0, 1, g), PG(m, 0, 2, g), a->dx, a->emb,', 'PG(m, 0, 2, g), PG(m, 0, 1, g), a->dx, a->emb,', 'backward dgain/dbias swapped'),
 ('LE5', LL, 'PG(m, 0, 1, g), PG(m, 0, 2, g), a->dx, a->emb,', 'PG(m, 0, 1, g), PG(m, 0, 2, g), a->dx, a->layers[0].x,', 'backward uses normalized output as x'),
 ('LE6', LL, '\t\tdx0 = a->dtmp;\n', '', 'embedding gets the un-normalized gradient'),
-('LE7', LL, '(c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0);', '(c->stable_embedding ? R16(N * C) + R16(N) : 0);', 'rest activations under-sized by one row vector'),
+('LE7', LL, '2 * R16((size_t)t * c->head_dim / 2) +\n\t       (c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0);', '2 * R16((size_t)t * c->head_dim / 2) +\n\t       (c->stable_embedding ? R16(N * C) + R16(N) : 0);', 'rest activations under-sized by one row vector'),
 ('LE8', LL, '\t\ta->emb_rstd = TAKE(N);\n', '\t\ta->emb_rstd = a->emb_mean;\n', 'emb_rstd aliases emb_mean'),
 # ---- layout.c (init)
 ('LY1', LY, 'const double a = sqrt(6.0 / (double)(p->shape[0] + p->shape[1]));', 'const double a = sqrt(6.0 / (double)(p->shape[1] + p->shape[1]));', 'Xavier fan: 2*dim'),
