@@ -17,7 +17,9 @@
 #   bench/galore: GaLore-AdamW(8bit) vs AdamW step times on the paper's 60M
 #     and 130M presets, projector costs, the worst step against the median.
 #   bench/plan.py: the planner's plan vs fixed policies, measured/predicted.
-# usage: bench/run.sh [train|optim|io|offload|eval|sample|galore|plan|all]   (default all)
+#   bench/encode.py: `strata prepare` with a Hugging Face tokenizer vs the
+#     tokenizers library's encode of the same text (same run).
+# usage: bench/run.sh [train|optim|io|offload|eval|sample|galore|plan|encode|all]   (default all)
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -e
 cd "$(dirname "$0")/.."
@@ -26,9 +28,9 @@ cd "$(dirname "$0")/.."
 if grep -q avx512f /proc/cpuinfo && [ -z "$OPENBLAS_CORETYPE" ]; then export OPENBLAS_CORETYPE=SkylakeX; fi
 which=${1:-all}
 case "$which" in
-train | optim | io | offload | eval | sample | galore | plan | all) ;;
+train | optim | io | offload | eval | sample | galore | plan | encode | all) ;;
 *)
-	echo "bench/run.sh: unknown benchmark '$which': give train, optim, io, offload, eval, sample, galore, plan or all" >&2
+	echo "bench/run.sh: unknown benchmark '$which': give train, optim, io, offload, eval, sample, galore, plan, encode or all" >&2
 	exit 2
 	;;
 esac
@@ -89,8 +91,13 @@ fi
 
 if [ "$which" = all ] || [ "$which" = galore ]; then
 	./build/bench/galore --json "bench/results/galore-$stamp.json"
+	OMP_NUM_THREADS=1 ./build/bench/galore --projectors --json "bench/results/galore-proj-$stamp.json"
 fi
 
 if [ "$which" = all ] || [ "$which" = plan ]; then
 	python3 bench/plan.py --json "bench/results/plan-$stamp.json"
+fi
+
+if [ "$which" = all ] || [ "$which" = encode ]; then
+	python3 bench/encode.py --json "bench/results/encode-$stamp.json"
 fi
