@@ -1114,6 +1114,13 @@ Test(offload, bit_identical_sgd_momentum, .timeout = 300)
 {
 	check_placements("", "--optimizer sgd --momentum 0.9 --lr 0.05");
 }
+/* 8-bit SGD's codes and absmax streamed through the tiers (the README's
+ * "every optimizer" had no test for it), accumulating over micro-batches */
+Test(offload, bit_identical_sgd8bit, .timeout = 300)
+{
+	check_placements("", "--optimizer sgd8bit --momentum 0.9 --lr 0.05 --quant-min-size 1024 "
+			     "--grad-accum 2");
+}
 Test(offload, bit_identical_galore, .timeout = 300)
 {
 	check_placements("", "--optimizer galore-adamw --galore-rank 8 --galore-update-gap 2 "
