@@ -112,6 +112,39 @@ Test(train, galore_per_layer_equals_in_memory)
 	cu_expect_same_state(ca, cb, "per-layer vs in-memory GaLore");
 }
 
+/* Per-layer GaLore with accumulation makes a refresh's projector from one
+ * micro-batch's gradient: where a matrix's gradient in the first is all
+ * zero (a micro-batch of prompts alone), from the next with a gradient. It
+ * took the zero one, warned of a zero gradient, and trained the matrix in
+ * its first r coordinates until the next refresh, on steps that had loss
+ * targets. The data: one example, 32 prompt bytes and an empty completion,
+ * so only <eos> is a target, and a 32-token window has it or not by where
+ * it starts (n - t = 2 starts). Seeds 6, 7 and 8 each have, at some step,
+ * a first micro-batch without the target and a second with it (the old
+ * code warned on each) and no step without targets. */
+Test(train, galore_per_layer_refresh_waits_for_a_gradient)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "plzero");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"printf '{\"prompt\": \"abcdefghijabcdefghijabcdefghijab\", \"completion\": \"\"}\\n' "
+			"> %s/ex.jsonl && %s prepare --input %s/ex.jsonl --out %s/zd --val-fraction 0",
+			dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	for (int seed = 6; seed <= 8; seed++) {
+		rc = cu_run(out, sizeof out,
+			    "%s train --model %s/init --data %s/zd --out %s/r%d --steps 4 --seq-len 32 "
+			    "--micro-batch 1 --grad-accum 2 --optimizer galore-adamw --galore-rank 8 "
+			    "--galore-update-gap 1 --galore-start-spread 1 --seed %d --progress none",
+			    cu_bin(), dir, dir, dir, seed, seed);
+		cr_assert_eq(rc, 0, "%s", out);
+		cr_expect(!strstr(out, "zero gradient"), "seed %d: %s", seed, out);
+		rc = cu_run(NULL, 0, "grep -q '\"loss\": null' %s/r%d/metrics.jsonl", dir, seed);
+		cr_expect_neq(rc, 0, "seed %d: a step without targets (the test's premise)", seed);
+	}
+}
+
 /* A non-finite gradient at a refresh update of per-layer GaLore: the
  * refreshed projectors are put back, so the skipped step leaves weights and
  * state exactly as they were. */

@@ -63,7 +63,8 @@ int perlayer_init(struct st_perlayer *pl, const struct st_ops *ops, const struct
 	pl->grad_accum = grad_accum;
 	pl->acc = st_calloc((size_t)m->n_params, sizeof *pl->acc);
 	pl->unit_sumsq = st_calloc((size_t)m->n_units, sizeof *pl->unit_sumsq);
-	if (!pl->acc || !pl->unit_sumsq)
+	pl->pending = st_calloc((size_t)m->n_params, 1);
+	if (!pl->acc || !pl->unit_sumsq || !pl->pending)
 		return ST_FAIL;
 	for (int i = 0; i < m->n_params; i++) {
 		if (!is_layer(m, m->params[i].unit))
@@ -92,6 +93,7 @@ void perlayer_free(struct st_perlayer *pl)
 			free(pl->acc[i]);
 	free(pl->acc);
 	free(pl->unit_sumsq);
+	free(pl->pending);
 	free(pl->bak);
 	free(pl->bak_param);
 	free(pl->bak_off);
@@ -107,6 +109,14 @@ void perlayer_begin(struct st_perlayer *pl, long t)
 	 * rotations read them (the hooks run in backward, after the forward
 	 * waited for every unit's update). */
 	pl->fresh = 1;
+}
+
+static int all_zero(const float *g, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		if (g[k] != 0.0f)
+			return 0;
+	return 1;
 }
 
 /* The backup of parameter i's projector made in this step, or NULL. */
@@ -135,13 +145,17 @@ void perlayer_on_unit(void *ctx, int unit)
 		pl->n_bak = 0;
 		pl->fresh = 0;
 	}
-	const int first = pl->micro == 0;
-	/* the state is written only by a refresh; else read (the projector):
+	const int first = pl->micro == 0, last = pl->micro >= pl->grad_accum - 1;
+	/* the refreshes due at this update, marked at its first micro-batch;
+	 * the state is written only by a refresh, else read (the projector):
 	 * a read need not wait for the slab's last write-back */
 	int refreshed = 0;
-	for (int i = un->first_param; first && i < un->first_param + un->n_params; i++)
-		refreshed |= o->ps[i].galore && !galore_waiting(&o->ps[i], pl->t) &&
-			     galore_refresh_due(&o->ps[i], &o->cfg, pl->t);
+	for (int i = un->first_param; i < un->first_param + un->n_params; i++) {
+		if (first)
+			pl->pending[i] = o->ps[i].galore && !galore_waiting(&o->ps[i], pl->t) &&
+					 galore_refresh_due(&o->ps[i], &o->cfg, pl->t);
+		refreshed |= pl->pending[i];
+	}
 	float *g = store_acquire(pl->store, unit, ST_SLAB_G);
 	char *sb = o->unit_bytes[unit] ? store_acquire_as(pl->store, unit, ST_SLAB_S,
 							  refreshed ? ST_ACCESS_WRITE : ST_ACCESS_READ)
@@ -161,7 +175,20 @@ void perlayer_on_unit(void *ctx, int unit)
 		}
 		if (galore_waiting(ps, pl->t))
 			continue; /* no projector yet: no update, the gradient is dropped */
-		if (first && galore_refresh_due(ps, &o->cfg, pl->t)) {
+		if (pl->pending[i] && !last && all_zero(pg, p->numel)) {
+			/* A zero gradient spans no subspace (a micro-batch of
+			 * prompts alone, under a loss mask): the refresh waits
+			 * for a micro-batch with one. Those before it add
+			 * nothing to R, so the projector it then makes projects
+			 * them exactly too. At the last micro-batch it runs
+			 * whatever the gradient (galore_refresh keeps the old
+			 * subspace for a zero one). */
+			if (first)
+				memset(pl->acc[i], 0, ps->state_numel * sizeof(float));
+			continue;
+		}
+		if (pl->pending[i]) {
+			pl->pending[i] = 0;
 			const float *pold = NULL;
 			if (pl->t > ps->start && !ps->full) { /* keep the old projector for undo / rotation */
 				size_t off = pl->n_bak ? pl->bak_off[pl->n_bak - 1] +

@@ -6,7 +6,9 @@
  *     (R = proj(G), or R += proj(G) for later micro-batches: projection is
  *     linear, so this equals projecting the accumulated gradient exactly);
  *     at a refresh update the projector is computed first, from this
- *     micro-batch's gradient;
+ *     micro-batch's gradient (the first micro-batch's, or, where a
+ *     matrix's gradient in it is all zero, the first one after it with a
+ *     gradient: the zeros before add nothing to R);
  *   - every other parameter of the layer (the norm gains) is added into its
  *     own small accumulator;
  *   - with one micro-batch per step, the layer's squared gradient norm is
@@ -23,8 +25,9 @@
  *   - global-norm clipping counts each GaLore matrix by the norm of its
  *     projected accumulated gradient, ||R||, the gradient its optimizer
  *     actually sees (equal to ||G|| at full rank);
- *   - at a refresh update the projector comes from the first micro-batch's
- *     gradient rather than the step's accumulated one.
+ *   - at a refresh update the projector comes from one micro-batch's
+ *     gradient (the first with a non-zero gradient of that matrix) rather
+ *     than the step's accumulated one.
  * A step skipped for a non-finite gradient restores the projectors refreshed
  * in it, so nothing it computed survives.
  *
@@ -54,6 +57,7 @@ struct st_perlayer {
 	long t;              /* the update this step will make if it is applied */
 	int micro;           /* micro-batches consumed in this step */
 	int fresh;           /* a step began and its first hook has not run */
+	unsigned char *pending; /* per parameter: its refresh is due in this step and not yet made */
 	float **acc;         /* per parameter of a layer unit: R (GaLore) or its gradient */
 	double *unit_sumsq;  /* per unit, for layer units */
 	float *bak;          /* projectors replaced in this step, for undo and rotation */
