@@ -1979,7 +1979,17 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--quant-block --lr 1e-3", "--quant-block needs a value"},
 		{"--lr 1e400", "option 'lr': 1e400 is out of range"},
 		{"--quant-block 100", "--quant-block must be a power of two in [16, 65536] (got 100)"},
-		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0,1) (got 1.5)"},
+		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0,1) as a float (got 1.5)"},
+		/* in range as doubles, not as the floats the optimizer uses: 1
+		 * and 0 turned the weights to NaN at step 1, an lr of 0 trained
+		 * nothing with exit 0 */
+		{"--optimizer sgd8bit --momentum 0.99999999999",
+		 "--momentum must be in [0,1) as a float (got 0.99999999999)"},
+		{"--beta1 0.99999999999", "--beta1 must be in [0,1) as a float (got 0.99999999999)"},
+		{"--eps 1e-50", "--eps must be positive and a float: from 1.17549e-38 to 3.40282e+38 (got 1e-50)"},
+		{"--lr 1e-50", "--lr must be positive and a float: from 1.17549e-38 to 3.40282e+38 (got 1e-50)"},
+		/* read at the first save: the whole run trained, then saved nothing */
+		{"--shard-size x", "--shard-size: 'x' is not a size"},
 		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},
 		{"--optimizer sgd --lr 40", "--lr 40 x --weight-decay 0.1 = 4"},
 		/* each named (all three read "intervals and --eval-tokens must be >= 0") */
@@ -2039,7 +2049,7 @@ Test(faults, bad_values_named_before_anything_runs)
 	const char *w = strstr(out, "STRATA_SIMD=bogus is not a variant this CPU runs (it runs scalar, ");
 	cr_expect(w && !strstr(w + 1, "STRATA_SIMD=bogus"), "not said exactly once: %s", out);
 	/* the variants listed are this CPU's: avx512 only where it has it */
-	const int avx512 = __builtin_cpu_supports("avx512f");
+	const int avx512 = !!__builtin_cpu_supports("avx512f"); /* nonzero, not 1 */
 	char listed[256] = "";
 	if (w)
 		snprintf(listed, sizeof listed, "%.*s", (int)strcspn(w, ")"), w);
@@ -2089,7 +2099,7 @@ Test(faults, config_file_value_named)
 			"echo '{\"beta1\": 1.5}' > %s/bad.json && %s train --model %s/init --data %s/data "
 			"--out %s/r --steps 1 --config %s/bad.json " SMALL,
 			dir, cu_bin(), dir, dir, dir, dir);
-	cr_expect(rc != 0 && strstr(out, "--beta1 must be in [0,1) (got 1.5)") &&
+	cr_expect(rc != 0 && strstr(out, "--beta1 must be in [0,1) as a float (got 1.5)") &&
 			  strstr(out, "/bad.json: the value above is the --config file's"),
 		  "%s", out);
 	/* a bad length the file gave is the file's too */
@@ -2111,7 +2121,7 @@ Test(faults, config_file_value_named)
 		    "echo '{\"steps\": 1}' > %s/ok.json && %s train --model %s/init --data %s/data "
 		    "--out %s/r3 --config %s/ok.json --beta2 2 " SMALL,
 		    dir, cu_bin(), dir, dir, dir, dir);
-	cr_expect(rc != 0 && strstr(out, "--beta2 must be in [0,1) (got 2)") &&
+	cr_expect(rc != 0 && strstr(out, "--beta2 must be in [0,1) as a float (got 2)") &&
 			  !strstr(out, "--config file's"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out,
@@ -2553,7 +2563,7 @@ Test(faults, resume_checks_what_was_saved)
 			"d = json.load(open(p)); d['options']['lr'] = -1; json.dump(d, open(p, 'w'))\" && "
 			"%s train --resume %s/c --steps 3; }",
 			cmd, dir, cu_bin(), dir);
-	cr_expect(rc != 0 && strstr(out, "--lr must be positive (got -1)") &&
+	cr_expect(rc != 0 && strstr(out, "--lr must be positive and a float: from 1.17549e-38 to 3.40282e+38 (got -1)") &&
 			  strstr(out, "/c/step-000002/trainer.json: the value above is the checkpoint's "
 				      "saved one") &&
 			  strstr(out, "the newest earlier checkpoint: --resume "),

@@ -10,6 +10,7 @@
 
 #include "io/fsutil.h"
 #include "optim/optim.h"
+#include "engine/place.h"
 #include "engine/session.h"
 #include "trainer/options.h"
 #include "util/check.h"
@@ -332,7 +333,12 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "a step of %.0f tokens (--micro-batch %d x --seq-len %d x --grad-accum %d) is more "
 		 "than the 268435456 strata holds at once",
 		 step_tokens, o->micro_batch, o->seq_len, o->grad_accum);
-	ST_CHECK(o->lr > 0, h, "--lr must be positive (got %g)", o->lr);
+	/* the optimizer's settings are floats: checked as the floats they
+	 * become (--lr 1e-50 became 0 and trained nothing, --eps 1e-50 became 0
+	 * and --beta1 0.99999999999 became 1, each turning the weights to NaN) */
+	ST_CHECK(o->lr >= FLT_MIN && o->lr <= FLT_MAX, h,
+		 "--lr must be positive and a float: from %g to %g (got %g)", (double)FLT_MIN,
+		 (double)FLT_MAX, o->lr);
 	ST_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
 	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
 	/* AdamW's decoupled decay, and plain SGD's L2 term, scale a decayed
@@ -347,11 +353,15 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "1 - %g <= 0",
 		 o->lr, o->weight_decay, o->lr * o->weight_decay, o->lr * o->weight_decay);
 	ST_CHECK(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
-	ST_CHECK(o->beta1 >= 0 && o->beta1 < 1, h, "--beta1 must be in [0,1) (got %g)", o->beta1);
-	ST_CHECK(o->beta2 >= 0 && o->beta2 < 1, h, "--beta2 must be in [0,1) (got %g)", o->beta2);
-	ST_CHECK(o->eps > 0, h, "--eps must be positive (got %g)", o->eps);
-	ST_CHECK(o->momentum >= 0 && o->momentum < 1, h, "--momentum must be in [0,1) (got %g)",
-		 o->momentum);
+	ST_CHECK(o->beta1 >= 0 && (float)o->beta1 < 1.0f, h,
+		 "--beta1 must be in [0,1) as a float (got %.17g)", o->beta1);
+	ST_CHECK(o->beta2 >= 0 && (float)o->beta2 < 1.0f, h,
+		 "--beta2 must be in [0,1) as a float (got %.17g)", o->beta2);
+	ST_CHECK(o->eps >= FLT_MIN && o->eps <= FLT_MAX, h,
+		 "--eps must be positive and a float: from %g to %g (got %g)", (double)FLT_MIN,
+		 (double)FLT_MAX, o->eps);
+	ST_CHECK(o->momentum >= 0 && (float)o->momentum < 1.0f, h,
+		 "--momentum must be in [0,1) as a float (got %.17g)", o->momentum);
 	ST_CHECK(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
 		 "sgd8bit quantizes the momentum buffer: give --momentum, e.g. 0.9",
 		 "--optimizer sgd8bit without momentum has no state to quantize");
@@ -360,6 +370,9 @@ int train_opts_validate(const struct st_train_opts *o)
 	/* checked for every optimizer, so a typo fails before an 8-bit resume would */
 	ST_CHECK(optim_quant_block_ok(o->quant_block), "give a power of two from 16 to 65536 (256 is bitsandbytes' choice)",
 		 "--quant-block must be a power of two in [16, 65536] (got %d)", o->quant_block);
+	/* read at the first save, hours in: a bad size is named now */
+	size_t shard;
+	ST_TRY(parse_bytes(o->shard_size, &shard, "--shard-size"));
 	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0 (got %d)",
 		 o->max_skipped_steps);
 	ST_CHECK(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
