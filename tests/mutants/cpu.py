@@ -34,6 +34,7 @@
 #
 # LE7 was re-pointed on 2026-11-24 (the decoder's decode_rest_floats has
 # the same line): it now names the line before it in acts_rest_floats.
+# Run at 5d0a6c3's parent: killed (verify-20261124-le7.log).
 #
 # EQUIVALENT lists the mutants that change no output, with the reason; the
 # script skips them unless given --all, and expects them to survive.
