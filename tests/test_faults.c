@@ -1822,6 +1822,13 @@ Test(faults, other_commands_check_their_numbers)
 		  "%s", a);
 	cr_expect_eq(cu_run(out, sizeof out, "%s train -h", cu_bin()), 0, "%s", out);
 	cr_expect(strstr(out, "usage: strata train"), "-h: %s", out);
+	/* the largest --max-seq init takes is one its config.json reader takes
+	 * (it stopped one below, so init wrote a model nothing could load) */
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "%s init --config tiny --out %s/ms --max-seq 2147483647 && %s sample --model "
+			    "%s/ms --tokens 2 --prompt ab",
+			    cu_bin(), dir, cu_bin(), dir),
+		     0, "%s", out);
 	/* a FIFO as the data: refused, not a wait for a writer that never comes */
 	int rc = cu_run(out, sizeof out, "mkfifo %s/fifo.bin && timeout 60 %s train --model %s/init "
 			"--data %s/fifo.bin --out %s/f --steps 1", dir, cu_bin(), dir, dir, dir);

@@ -502,7 +502,7 @@ int cmd_train(int argc, char **argv)
 	if (resume && tokens_given && !steps_given)
 		o.steps = 0;
 	if (o.steps > 0 && o.max_tokens > 0 && tokens_given)
-		st_log_warn("--max-tokens %.0f is not used: --steps %ld sets the run's length",
+		st_log_warn("--max-tokens %.15g is not used: --steps %ld sets the run's length",
 			    o.max_tokens, o.steps);
 	ST_TRY(cli_check_config_values(&a, &src, &o));
 	cli_note_unused_options(&a, conf, &o);

@@ -108,8 +108,10 @@ static int json_int_value(const cJSON *it, const char *key, int *out, const char
 {
 	ST_CHECK(cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble),
 		 "fix the value in config.json", "%s: \"%s\" must be an integer", path, key);
-	ST_CHECK(fabs(it->valuedouble) < 2147483647.0, "fix the value in config.json",
-		 "%s: \"%s\" is %.0f, more than strata's sizes hold (below 2^31)", path, key,
+	/* up to INT_MAX, as config_validate and init take it (this stopped
+	 * below it: init wrote a model strata then refused) */
+	ST_CHECK(fabs(it->valuedouble) <= 2147483647.0, "fix the value in config.json",
+		 "%s: \"%s\" is %.0f, more than strata's sizes hold (at most 2^31 - 1)", path, key,
 		 it->valuedouble);
 	*out = (int)it->valuedouble;
 	return ST_OK;
