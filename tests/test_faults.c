@@ -825,6 +825,7 @@ static int interrupted_run(const char *dir, const char *name, const int *sigs, i
 	else
 		sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
 	posix_spawnattr_setsigdefault(&at, &set);
 	sigemptyset(&set);
 	posix_spawnattr_setsigmask(&at, &set);
@@ -853,7 +854,7 @@ static int interrupted_run(const char *dir, const char *name, const int *sigs, i
 	return status;
 }
 
-/* SIGINT or SIGTERM: the run finishes its step, saves it, says how to go on
+/* SIGINT, SIGTERM or SIGHUP: the run finishes its step, saves it, says how to go on
  * and then dies by that signal (so that a shell loop running it stops too);
  * the saved step is the last one logged, and the run goes on from it. A second signal quits at once; a signal the run
  * started ignoring stays ignored. */
@@ -871,8 +872,10 @@ Test(faults, signal_saves_and_stops)
 		/* started ignoring SIGINT: it stays ignored, SIGTERM is the first */
 		{{SIGINT, SIGTERM}, 2, 1, SIGTERM, "stopped by SIGTERM at step "},
 		{{SIGINT, SIGTERM}, 2, 0, SIGTERM, "SIGTERM, a second signal: quitting now"},
+		/* the terminal closed: it killed the run with nothing saved */
+		{{SIGHUP}, 1, 0, SIGHUP, "stopped by SIGHUP at step "},
 	};
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 5; i++) {
 		char name[16];
 		snprintf(name, sizeof name, "r%d", i);
 		const int st = interrupted_run(dir, name, cases[i].sigs, cases[i].n, cases[i].ignore_int);
@@ -882,7 +885,7 @@ Test(faults, signal_saves_and_stops)
 		cr_expect(strstr(out, cases[i].needle), "case %d: %s", i, out);
 		if (i == 2)
 			cr_expect(!strstr(out, "SIGINT"), "an ignored SIGINT was acted on: %s", out);
-		if (i >= 2)
+		if (i == 2 || i == 3)
 			continue;
 		cr_expect(strstr(out, "saved; go on with: strata train --resume ") &&
 				  strstr(out, ": stopping after the current step and saving a checkpoint"),

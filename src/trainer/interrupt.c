@@ -1,4 +1,4 @@
-/* SIGINT / SIGTERM: see interrupt.h. */
+/* SIGINT / SIGTERM / SIGHUP: see interrupt.h. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -12,9 +12,9 @@ static atomic_int first_signal;
 static atomic_int training; /* the loop has begun: a signal waits for its step */
 static sigset_t caught;
 
-static const char *signal_name(int sig)
+const char *interrupt_name(int sig)
 {
-	return sig == SIGINT ? "SIGINT" : "SIGTERM";
+	return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
 }
 
 /* End the process by sig's default action, from the calling thread. */
@@ -42,18 +42,18 @@ static void *watch(void *arg)
 				dprintf(STDERR_FILENO,
 					"\nstrata: %s: stopping after the current step and saving a "
 					"checkpoint (send it again to quit at once)\n",
-					signal_name(sig));
+					interrupt_name(sig));
 			else
 				dprintf(STDERR_FILENO,
 					"\nstrata: %s: stopping before the first step, with nothing "
 					"trained to save (send it again to quit at once)\n",
-					signal_name(sig));
+					interrupt_name(sig));
 			continue;
 		}
 		dprintf(STDERR_FILENO,
 			"\nstrata: %s, a second signal: quitting now; the checkpoints already saved "
 			"are intact\n",
-			signal_name(sig));
+			interrupt_name(sig));
 		/* The one exit outside the CLI (STYLE.md): asked twice, the user
 		 * wants the process gone now, whatever the other threads hold, and
 		 * every checkpoint is crash-safe. It dies by the signal, as the
@@ -69,14 +69,17 @@ int interrupt_catch(void)
 	 * script's background job ignores SIGINT: Ctrl-C at the terminal is
 	 * not meant for it) */
 	sigemptyset(&caught);
-	const int sigs[] = {SIGINT, SIGTERM};
-	for (int i = 0; i < 2; i++) {
+	/* SIGHUP: the terminal a run was started from closed (an ssh session
+	 * dropped); it killed the run with nothing saved since its last
+	 * checkpoint */
+	const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	for (int i = 0; i < 3; i++) {
 		struct sigaction old;
 		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
 			sigaddset(&caught, sigs[i]);
 	}
 	ST_CHECK(pthread_sigmask(SIG_BLOCK, &caught, NULL) == 0, NULL,
-		 "cannot block SIGINT and SIGTERM");
+		 "cannot block SIGINT, SIGTERM and SIGHUP");
 	pthread_t th;
 	if (pthread_create(&th, NULL, watch, NULL) != 0) {
 		pthread_sigmask(SIG_UNBLOCK, &caught, NULL); /* Ctrl-C must still work */

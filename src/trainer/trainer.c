@@ -622,11 +622,11 @@ static int stop_untrained(struct st_trainer *tr)
 	if (tr->step)
 		st_log_warn("stopped by %s before step %ld: nothing trained since the checkpoint "
 			    "at step %ld, nothing new saved; go on with the same command",
-			    tr->interrupted == SIGINT ? "SIGINT" : "SIGTERM", tr->step + 1, tr->step);
+			    interrupt_name(tr->interrupted), tr->step + 1, tr->step);
 	else
 		st_log_warn("stopped by %s before the first step: nothing trained, nothing saved; "
 			    "start again with the same command",
-			    tr->interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+			    interrupt_name(tr->interrupted));
 	return ST_OK;
 }
 
@@ -884,7 +884,7 @@ int trainer_run(struct st_trainer *tr)
 		tr->interrupted = stop;
 		st_log_warn("stopped by %s at step %ld of %ld, saved; go on with: strata train "
 			    "--resume %s",
-			    stop == SIGINT ? "SIGINT" : "SIGTERM", tr->step, tr->total_steps, tr->o.out);
+			    interrupt_name(stop), tr->step, tr->total_steps, tr->o.out);
 	}
 	return ST_OK;
 }
