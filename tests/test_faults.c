@@ -1201,6 +1201,14 @@ Test(faults, paths_and_messages)
 		cr_expect_neq(rc, 0, "%s accepted: %s", cmd, out);
 		cr_expect(strstr(out, refused[i].needle), "%s: %s", cmd, out);
 	}
+	/* --trace naming a file that is not a trace: refused, not emptied (the
+	 * data's train.bin was cut to 0 bytes and the run died of SIGBUS) */
+	int trc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r --steps 1 "
+			 "--trace %s/data/train.bin",
+			 cu_bin(), dir, dir, dir, dir);
+	cr_expect(trc != 0 && strstr(out, "/data/train.bin: the file is there and is not a trace; it "
+					  "would be emptied"),
+		  "%s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/r && "
 			    "test ! -e %s/init/latest && test ! -e %s/init/metrics.jsonl && "
 			    "test ! -e %s/p",

@@ -17,9 +17,25 @@ double trace_now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* 1 where path is absent, empty or a trace this writer made: anything else
+ * (a data shard or a checkpoint's file named by mistake) was emptied. */
+static int may_replace(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return errno == ENOENT;
+	static const char mark[] = "{\"displayTimeUnit\"";
+	char head[sizeof mark] = {0};
+	const size_t n = fread(head, 1, sizeof mark - 1, f);
+	fclose(f);
+	return n == 0 || !memcmp(head, mark, sizeof mark - 1);
+}
+
 int trace_open(struct st_trace *t, const char *path)
 {
 	memset(t, 0, sizeof *t);
+	ST_CHECK(may_replace(path), "give --trace a new file's path (an earlier trace is replaced)",
+		 "--trace %s: the file is there and is not a trace; it would be emptied", path);
 	t->f = fopen(path, "w");
 	ST_CHECK(t->f, "choose a writable --trace path", "cannot write the trace %s: %s", path,
 		 strerror(errno));
