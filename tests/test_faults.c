@@ -1172,6 +1172,9 @@ Test(faults, paths_and_messages)
 		{"train --resume %s/nope --data %s/data --out %s/r", "/nope does not exist"},
 		{"train --model %s/init --data %s/data --out %s/init --steps 1",
 		 "/init holds a model (config.json); a run directory keeps its checkpoints"},
+		/* a data directory: its shards could not be prepared again */
+		{"train --model %s/init --data %s/data --out %s/data --steps 1",
+		 "/data holds token shards (train.bin); a run directory must not be a data directory"},
 		{"prepare --input %s/text.txt --out %s/data --val-fraction 0%.0s",
 		 "/data already holds token shards (train.bin)"},
 		/* 1/x is the hold-out period, a long */

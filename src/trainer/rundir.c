@@ -111,6 +111,13 @@ int rundir_check(struct st_trainer *tr, int resuming)
 		 "%s holds a model (config.json); a run directory keeps its checkpoints in "
 		 "step-NNNNNN subdirectories and must not be one",
 		 o->out);
+	/* nor a prepared data directory: its shards could then not be
+	 * prepared again (prepare refuses to write into a run) */
+	char shard[4200];
+	snprintf(shard, sizeof shard, "%s/train.bin", o->out);
+	ST_CHECK(!fs_exists(shard), "give the run its own --out directory",
+		 "%s holds token shards (train.bin); a run directory must not be a data directory",
+		 o->out);
 	ST_TRY(lock_run_dir(tr));
 	char probe[4096];
 	snprintf(probe, sizeof probe, "%s/.write-test", o->out);
