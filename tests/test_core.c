@@ -465,12 +465,18 @@ static void check_generate_stops(int decoder)
 		memset(s.w[u], 0, s.model.units[u].numel * sizeof(float));
 	cr_assert_eq(decoder ? session_decoder(&s, 8) : session_exec(&s, 1, 8), ST_OK);
 	const int32_t prompt[2] = {65, 66};
+	int ends[2] = {0, 257};
 	struct st_gen_opts g = {.max_new = 5, .temperature = 0, .top_p = 1, .seed = 1,
-				.stop_at_eos = 1, .eos_id = 0};
+				.stop_at_eos = 1, .eos_ids = ends, .n_eos = 1};
 	gen_count = 0;
 	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_OK);
 	cr_expect_eq(gen_count, 0, "<eos> was emitted");
-	g.eos_id = 257;
+	/* any end token of the list stops it (Llama 3.1 Instruct lists three) */
+	ends[0] = 257, ends[1] = 0, g.n_eos = 2;
+	gen_count = 0;
+	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_OK);
+	cr_expect_eq(gen_count, 0, "the second end token was emitted");
+	g.n_eos = 1;
 	gen_count = 0;
 	cr_expect_eq(generate(&s, prompt, 2, &g, gen_emit, NULL), ST_OK);
 	cr_expect_eq(gen_count, 5);

@@ -2337,6 +2337,20 @@ Test(faults, sample_reads_the_models_token_ids)
 	cr_expect_eq(rc, 0, "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model ''", cu_bin());
 	cr_expect(rc == 1 && strstr(out, "an empty path was given for the model"), "%s", out);
+	/* prepare given the model directory's tokenizer.json as a file reads
+	 * that directory's config.json too: the examples end with the model's
+	 * <eos> (<|user|> here) as they do given the directory (the file gave
+	 * the built-in names' <|end_of_text|>, under the same tokenizer name,
+	 * and a model trained on it never stopped) */
+	rc = cu_run(out, sizeof out,
+		    "mkdir -p %s/l3 && cp tests/data/tokenizers/llama3/tokenizer.json %s/l3/ && "
+		    "printf '{\"vocab_size\": 3002, \"eos_token_id\": 2}' > %s/l3/config.json && "
+		    "printf '{\"prompt\": \"a b\", \"completion\": \" c\"}\\n%%.0s' $(seq 40) > "
+		    "%s/ex.jsonl && %s prepare --input %s/ex.jsonl --tokenizer %s/l3 --out %s/pd && "
+		    "%s prepare --input %s/ex.jsonl --tokenizer %s/l3/tokenizer.json --out %s/pf && "
+		    "cmp %s/pd/train.bin %s/pf/train.bin",
+		    dir, dir, dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
 }
 
 /* --tokenizer DIR for a byte-vocabulary model (strata init writes them

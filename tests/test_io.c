@@ -1546,6 +1546,21 @@ Test(io, tokenizer_dir_config_read_strictly)
 	st_log_mute(old);
 	cr_expect_eq(tk.eos_id, 0, "config.json's ordinary token 7 became <eos>");
 	tokenizer_free(&tk);
+	/* a list: its first is <eos>, and every added token of it an end that
+	 * sample stops at (Llama 3.1 Instruct lists three; it stopped at the
+	 * first alone), an ordinary token (7) and one past the vocabulary
+	 * left out; read as well through the tokenizer.json as a file */
+	const char *list = "{\"eos_token_id\": [1, 7, 0, 99999]}";
+	cr_assert_eq(fs_write_file_atomic(path, list, strlen(list)), ST_OK);
+	char file[300];
+	snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+	for (int k = 0; k < 2; k++) {
+		cr_assert_eq(tokenizer_load(&tk, k ? file : dir), ST_OK);
+		cr_expect_eq(tk.eos_id, 1);
+		cr_expect(tk.n_end == 2 && tk.end_ids[0] == 1 && tk.end_ids[1] == 0, "%d ends: %d %d",
+			  tk.n_end, tk.end_ids[0], tk.end_ids[1]);
+		tokenizer_free(&tk);
+	}
 	unlink(path);
 	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
 	unlink(path);

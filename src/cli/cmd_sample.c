@@ -39,10 +39,10 @@ static void help(void)
 	       "                     directory [the model's, else byte]\n"
 	       "\nGeneration stops at the <eos>, which is not printed: the --model directory's\n"
 	       "config.json eos_token_id where it names one of the tokenizer's added tokens\n"
-	       "(whatever --tokenizer is), else the tokenizer's own. It also stops when the\n"
-	       "output cannot be written (a closed pipe, a full disk), an error. A pipe\n"
-	       "or a file gets the prompt and the text exactly; at a terminal a newline\n"
-	       "ends them.\n"
+	       "(whatever --tokenizer is; any of them, where it lists several), else the\n"
+	       "tokenizer's own. It also stops when the output cannot be written (a closed\n"
+	       "pipe, a full disk), an error. A pipe or a file gets the prompt and the text\n"
+	       "exactly; at a terminal a newline ends them.\n"
 	       "\nEach layer keeps the keys and values of the text so far (a key/value cache\n"
 	       "of --context tokens), so a new token costs one token's pass. When the text\n"
 	       "outgrows the cache, the cache is refilled with the last half of it and\n"
@@ -234,10 +234,15 @@ int cmd_sample(int argc, char **argv)
 		rc = ST_FAIL;
 	if (rc == ST_OK && ids && ctx) {
 		fwrite(prompt, 1, plen, stdout);
+		/* <eos>, and every other end token the model lists */
+		int ends[ST_MAX_END_IDS + 1] = {tk.eos_id}, n_ends = 1;
+		for (int e = 0; e < tk.n_end; e++)
+			if (tk.end_ids[e] != tk.eos_id)
+				ends[n_ends++] = tk.end_ids[e];
 		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
 					.top_k = (int)top_k,
 					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,
-					.eos_id = tk.eos_id};
+					.eos_ids = ends, .n_eos = n_ends};
 		const double t0 = trace_now();
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
 		const double secs = trace_now() - t0;

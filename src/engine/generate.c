@@ -129,7 +129,10 @@ int generate(struct st_session *s, const int32_t *ctx, int n_ctx, const struct s
 		}
 		int32_t next = sample_logits(logits, V, g->temperature, g->top_p, g->top_k, rng_uniform(&r),
 					     scratch);
-		if (g->stop_at_eos && next == g->eos_id)
+		int end = 0;
+		for (int e = 0; g->stop_at_eos && e < g->n_eos; e++)
+			end |= next == g->eos_ids[e];
+		if (end)
 			break; /* the end of the text: not itself printed */
 		hist[n++] = next;
 		if (emit(next, arg))

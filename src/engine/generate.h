@@ -22,7 +22,8 @@ struct st_gen_opts {
 	int top_k;          /* 0: no limit */
 	uint64_t seed;
 	int stop_at_eos;
-	int eos_id;
+	const int *eos_ids; /* it stops at any of these (not printed) */
+	int n_eos;
 };
 
 /* Pick the next token from logits (V) (exposed for tests). */

@@ -61,6 +61,19 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	ST_TRY(fs_read_json(cpath, &root, "fix the model's config.json"));
 	const char *keys[2] = {"bos_token_id", "eos_token_id"};
 	int *ids[2] = {&tk->bos_id, &tk->eos_id};
+	/* several end tokens: the first is <eos> (what prepare ends an example
+	 * with); sample stops at any of them that is an added token */
+	const cJSON *ends = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+	if (cJSON_IsArray(ends)) {
+		tk->n_end = 0;
+		const cJSON *e;
+		cJSON_ArrayForEach(e, ends)
+		{
+			if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < tk->vocab_size &&
+			    bpe_is_added(tk->bpe, (int)e->valuedouble) && tk->n_end < ST_MAX_END_IDS)
+				tk->end_ids[tk->n_end++] = (int)e->valuedouble;
+		}
+	}
 	for (int k = 0; k < 2; k++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
 		if (cJSON_IsArray(v)) /* several end tokens: the first */
@@ -135,8 +148,20 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 	tk->bos_id = find_special(tk->bpe, bos);
 	tk->eos_id = find_special(tk->bpe, eos);
 	/* a model directory's config.json knows which ones the model uses
-	 * (LLaMA-3-Instruct ends turns with <|eot_id|>, not <|end_of_text|>) */
-	if (fs_is_dir(name_or_path) && tokenizer_model_ids(tk, name_or_path) != ST_OK) {
+	 * (LLaMA-3-Instruct ends turns with <|eot_id|>, not <|end_of_text|>);
+	 * a tokenizer.json named as a file in one reads it too (prepare's
+	 * examples ended with <|end_of_text|> given the file and <|eot_id|>
+	 * given its directory, under the same tokenizer name) */
+	char dir[4200];
+	snprintf(dir, sizeof dir, "%s", name_or_path);
+	if (!fs_is_dir(dir)) {
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		else
+			snprintf(dir, sizeof dir, ".");
+	}
+	if (tokenizer_model_ids(tk, dir) != ST_OK) {
 		bpe_free(tk->bpe);
 		tk->bpe = NULL;
 		return ST_FAIL;

@@ -13,10 +13,16 @@
 
 struct st_bpe;
 
+#define ST_MAX_END_IDS 8
+
 struct st_tokenizer {
 	char name[25];       /* recorded in shards: "byte", or "bpe-" + a hash of tokenizer.json */
 	int vocab_size;
 	int bos_id, eos_id;  /* -1 when the tokenizer has none */
+	/* every end token a model's config.json lists (eos_token_id, a list in
+	 * Llama 3.1 Instruct's: <|end_of_text|>, <|eom_id|>, <|eot_id|>) that is
+	 * an added token; 0 of them: eos_id alone. sample stops at any. */
+	int end_ids[ST_MAX_END_IDS], n_end;
 	struct st_bpe *bpe;  /* NULL for the byte tokenizer */
 };
 
