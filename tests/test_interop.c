@@ -145,6 +145,27 @@ Test(gguf, add_bos_token_post_processor)
 	}
 }
 
+/* tokenizer.chat_template is carried into tokenizer_config.json as
+ * chat_template (transformers' apply_chat_template refused the import: the
+ * template was dropped); a file without one writes none. */
+Test(gguf, chat_template_carried)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ggufchat");
+	int rc = cu_run(out, sizeof out,
+			"{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/c.gguf set "
+			"tokenizer.chat_template 8 '{%% for m in messages %%}<|user|>{{ m.content }}{%% endfor %%}' && "
+			"%s import --gguf %s/c.gguf --out %s/mc && %s import --gguf "
+			"tests/data/gguf/model-F32.gguf --out %s/mp && python3 -c \"import json, sys; "
+			"a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2])); "
+			"print(repr(a['chat_template']), 'chat_template' in b)\" %s/mc/tokenizer_config.json "
+			"%s/mp/tokenizer_config.json; }",
+			dir, cu_bin(), dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "'{% for m in messages %}<|user|>{{ m.content }}{% endfor %}' "
+					 "False"),
+		  "%s", out);
+}
+
 /* A copy of blocks.gguf with one field of tensor `name`'s info replaced:
  * its first dimension (rows) or its ggml type. */
 static void blocks_patch(const char *dst, const char *name, int field_is_type, uint64_t value)

@@ -273,11 +273,26 @@ static int check_extra(const struct st_model *m, const struct st_gguf *g)
 /* tokenizer.ggml.* (model gpt2: byte-level BPE) -> tokenizer.json */
 /* tokenizer_config.json beside tokenizer.json: transformers' AutoTokenizer
  * reads its special tokens from there (from tokenizer.json alone it has no
- * <bos> or <eos>, and generate() no end); config.json's ids are the model's. */
-static int write_tokenizer_config(const struct st_config *cfg, const struct st_bpe *b,
-				  const char *dir)
+ * <bos> or <eos>, and generate() no end); config.json's ids are the model's.
+ * An instruct model's tokenizer.chat_template goes there too, as
+ * chat_template (apply_chat_template refused the import without it). */
+static int write_tokenizer_config(const struct st_gguf *g, const struct st_config *cfg,
+				  const struct st_bpe *b, const char *dir)
 {
 	cJSON *root = cJSON_CreateObject();
+	size_t tn = 0;
+	const char *tmpl = gguf_get_str(g, "tokenizer.chat_template", &tn);
+	if (tmpl && memchr(tmpl, 0, tn)) {
+		st_log_warn("%s: tokenizer.chat_template holds a NUL byte: not carried into "
+			    "tokenizer_config.json",
+			    g->path);
+		tmpl = NULL;
+	}
+	char *chat = tmpl ? st_malloc(tn + 1) : NULL;
+	if (chat) {
+		memcpy(chat, tmpl, tn);
+		chat[tn] = '\0';
+	}
 	cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
 	const char *keys[2] = {"bos_token", "eos_token"};
 	const int ids[2] = {cfg->bos_id, cfg->eos_id};
@@ -293,6 +308,9 @@ static int write_tokenizer_config(const struct st_config *cfg, const struct st_b
 	}
 	cJSON_AddNumberToObject(root, "model_max_length", cfg->max_seq);
 	cJSON_AddBoolToObject(root, "clean_up_tokenization_spaces", 0);
+	if (chat)
+		cJSON_AddStringToObject(root, "chat_template", chat);
+	free(chat);
 	char *text = cJSON_Print(root);
 	cJSON_Delete(root);
 	ST_CHECK(text, NULL, "out of memory writing tokenizer_config.json");
@@ -571,7 +589,7 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK)
-		rc = write_tokenizer_config(cfg, b, dir);
+		rc = write_tokenizer_config(g, cfg, b, dir);
 	bpe_free(b);
 	return rc;
 }
