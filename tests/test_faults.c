@@ -1172,6 +1172,12 @@ Test(faults, paths_and_messages)
 		{"train --resume %s/nope --data %s/data --out %s/r", "/nope does not exist"},
 		{"train --model %s/init --data %s/data --out %s/init --steps 1",
 		 "/init holds a model (config.json); a run directory keeps its checkpoints"},
+		/* an option given twice: the last won without a word (two --config
+		 * files: the first dropped whole); only the lists repeat */
+		{"train --model %s/init --data %s/data --out %s/r --optimizer sgd --optimizer adamw",
+		 "--optimizer is given twice ('sgd' and 'adamw')"},
+		{"eval --model %s/init --data %s/data --max_tokens 64 --max-tokens 32%.0s",
+		 "--max-tokens is given twice ('64' and '32')"},
 		/* a data directory: its shards could not be prepared again */
 		{"train --model %s/init --data %s/data --out %s/data --steps 1",
 		 "/data holds token shards (train.bin); a run directory must not be a data directory"},

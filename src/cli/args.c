@@ -12,6 +12,15 @@
 
 const char cli_bare[] = "true";
 
+/* Whether two flags' names are one option ('_' and '-' alike). */
+static int same_key(const char *x, const char *y)
+{
+	for (; *x && *y; x++, y++)
+		if (*x != *y && !((*x == '_' || *x == '-') && (*y == '_' || *y == '-')))
+			return 0;
+	return *x == *y;
+}
+
 int cli_parse(struct cli_args *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof *a);
@@ -34,6 +43,16 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 		}
 		a->n++;
 	}
+	/* an option given twice: the last one won, without a word (two
+	 * --config files, the first dropped whole); only the lists repeat */
+	for (int i = 0; i < a->n; i++)
+		for (int j = 0; j < i; j++)
+			if (same_key(a->key[i], a->key[j]) && !same_key(a->key[i], "input") &&
+			    !same_key(a->key[i], "offload-dir"))
+				ST_CHECK(0, "give it once (only --input and --offload-dir repeat)",
+					 "--%s is given twice ('%s' and '%s')", a->key[i],
+					 a->val[j] == cli_bare ? "" : a->val[j],
+					 a->val[i] == cli_bare ? "" : a->val[i]);
 	return ST_OK;
 }
 
