@@ -1178,6 +1178,9 @@ Test(faults, paths_and_messages)
 		 "--optimizer is given twice ('sgd' and 'adamw')"},
 		{"eval --model %s/init --data %s/data --max_tokens 64 --max-tokens 32%.0s",
 		 "--max-tokens is given twice ('64' and '32')"},
+		/* a whole number past 2^53 in a --config file: read as 2^53 */
+		{"train --config %s/bigseed.json --data %s/data --out %s/r --steps 1",
+		 "bigseed.json: option 'seed': 9007199254740992 is 2^53 or more"},
 		/* a data directory: its shards could not be prepared again */
 		{"train --model %s/init --data %s/data --out %s/data --steps 1",
 		 "/data holds token shards (train.bin); a run directory must not be a data directory"},
@@ -1202,6 +1205,8 @@ Test(faults, paths_and_messages)
 		{"sample --model %s/init --temprature 0.5%.0s%.0s", "hint: did you mean --temperature?"},
 	};
 	cu_run(NULL, 0, "printf '{\"micro_bach\": 2, \"steps\": 1}' > %s/typo.json", dir);
+	cu_run(NULL, 0, "printf '{\"model\": \"%s/init\", \"seed\": 9007199254740993}' > %s/bigseed.json",
+	       dir, dir);
 	cu_run(NULL, 0, "md5sum %s/init/* %s/data/* > %s/sums", dir, dir, dir);
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
 		char cmd[1024];

@@ -266,6 +266,25 @@ int train_opts_load_json(struct st_train_opts *o, const char *path)
 {
 	cJSON *root;
 	ST_TRY(fs_read_json(path, &root, "check the JSON syntax: an object of option: value"));
+	/* a whole-number option of 2^53 or more in a JSON number lost its last
+	 * digits in the double it was read into (a seed of 2^53 + 1 trained
+	 * as 2^53): its digits as a string read exactly. (A checkpoint's
+	 * trainer.json that saved one rounded, before seeds were saved as
+	 * strings, still resumes with it.) */
+	const cJSON *it;
+	cJSON_ArrayForEach(it, root)
+	{
+		const struct st_opt_desc *d = find(it->string);
+		if (cJSON_IsNumber(it) && d && (d->type == OT_INT || d->type == OT_LONG) &&
+		    fabs(it->valuedouble) >= 9007199254740992.0) {
+			ST_ERROR("write the number as a string (\"9007199254740993\"), which is read exactly",
+				 "%s: option '%s': %.17g is 2^53 or more, where a JSON number cannot "
+				 "hold every whole number",
+				 path, it->string, it->valuedouble);
+			cJSON_Delete(root);
+			return ST_FAIL;
+		}
+	}
 	int rc = train_opts_from_cjson(o, root, path);
 	cJSON_Delete(root);
 	return rc;
