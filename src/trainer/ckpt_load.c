@@ -449,7 +449,9 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 			return ST_FAIL;
 		}
 	}
-	if (ok && !(isfinite(toks->valuedouble) && toks->valuedouble >= 0)) {
+	/* up to --max-tokens' bound: 1e300 was taken, and printed as a
+	 * 300-digit count into metrics.jsonl */
+	if (ok && !(toks->valuedouble >= 0 && toks->valuedouble <= 9007199254740992.0)) {
 		ST_ERROR("the checkpoint is damaged; use an earlier one",
 			 "%s: \"tokens_seen\" is %g, not a count", path, toks->valuedouble);
 		cJSON_Delete(root);
