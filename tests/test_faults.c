@@ -1180,6 +1180,8 @@ Test(faults, paths_and_messages)
 		 "--optimizer is given twice ('sgd' and 'adamw')"},
 		{"eval --model %s/init --data %s/data --max_tokens 64 --max-tokens 32%.0s",
 		 "--max-tokens is given twice ('64' and '32')"},
+		/* plan refuses what train refuses (it planned --steps -1 as 1) */
+		{"plan --model %s/init --steps -1%.0s%.0s", "--steps must be >= 0 (got -1)"},
 		/* a whole number past 2^53 in a --config file: read as 2^53 */
 		{"train --config %s/bigseed.json --data %s/data --out %s/r --steps 1",
 		 "bigseed.json: option 'seed': 9007199254740992 is 2^53 or more"},

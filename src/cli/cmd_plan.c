@@ -47,8 +47,8 @@ int cmd_plan(int argc, char **argv)
 	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
 	ST_TRY(cli_train_flags(&a, &o, "config,json"));
 	struct st_train_opts checked = o; /* checked as trainer_plan checks them */
-	if (checked.steps <= 0 && checked.max_tokens <= 0)
-		checked.steps = 1; /* a plan needs no training length */
+	if (checked.steps == 0 && checked.max_tokens <= 0)
+		checked.steps = 1; /* a plan needs no training length (but -1 is no length) */
 	ST_TRY(cli_check_config_values(&a, &src, &checked));
 	cli_note_unused_options(&a, conf, &checked);
 	/* train's resume checks: a plan of what train would refuse (another

@@ -545,8 +545,8 @@ int trainer_plan(const struct st_train_opts *o, int json)
 		return ST_FAIL;
 	tr->o = *o;
 	tr->plan_only = 1;
-	if (tr->o.steps <= 0 && tr->o.max_tokens <= 0)
-		tr->o.steps = 1; /* a plan needs no training length */
+	if (tr->o.steps == 0 && tr->o.max_tokens <= 0)
+		tr->o.steps = 1; /* a plan needs no training length (but -1 is no length) */
 	const struct st_ops *ops;
 	enum st_optim_kind kind;
 	char model_dir[4096], path[4200];
