@@ -1174,12 +1174,9 @@ Test(faults, paths_and_messages)
 		{"train --resume %s/nope --data %s/data --out %s/r", "/nope does not exist"},
 		{"train --model %s/init --data %s/data --out %s/init --steps 1",
 		 "/init holds a model (config.json); a run directory keeps its checkpoints"},
-		/* an option given twice: the last won without a word (two --config
-		 * files: the first dropped whole); only the lists repeat */
-		{"train --model %s/init --data %s/data --out %s/r --optimizer sgd --optimizer adamw",
-		 "--optimizer is given twice ('sgd' and 'adamw')"},
-		{"eval --model %s/init --data %s/data --max_tokens 64 --max-tokens 32%.0s",
-		 "--max-tokens is given twice ('64' and '32')"},
+		/* two --config files: the first was dropped whole */
+		{"train --config %s/typo.json --config %s/bigseed.json --out %s/r",
+		 "--config is given twice ("},
 		/* plan refuses what train refuses (it planned --steps -1 as 1) */
 		{"plan --model %s/init --steps -1%.0s%.0s", "--steps must be >= 0 (got -1)"},
 		/* a whole number past 2^53 in a --config file: read as 2^53 */
@@ -1219,6 +1216,14 @@ Test(faults, paths_and_messages)
 		cr_expect_neq(rc, 0, "%s accepted: %s", cmd, out);
 		cr_expect(strstr(out, refused[i].needle), "%s: %s", cmd, out);
 	}
+	/* an option given twice: the last wins (a wrapper's defaults, then the
+	 * user's), said where the values differ (it was silent) */
+	int drc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --max_tokens 64 "
+			 "--max-tokens 32 --micro-batch 2 --micro-batch 2",
+			 cu_bin(), dir, dir);
+	cr_expect(drc == 0 && strstr(out, "--max-tokens is given twice ('64', then '32'): '32' is used") &&
+			  !strstr(out, "--micro-batch is given twice"),
+		  "%s", out);
 	/* --trace naming a file that is not a trace: refused, not emptied (the
 	 * data's train.bin was cut to 0 bytes and the run died of SIGBUS) */
 	int trc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/r --steps 1 "

@@ -1326,7 +1326,7 @@ Test(train, overflowing_gradient_skipped)
 		  "a clipped gradient was skipped: %s", out);
 }
 
-/* An update that overflows the weights (lr 1e39, which is inf in fp32: a
+/* An update that overflows the weights (lr 3e38, near the largest float: a
  * finite gradient, inf or NaN weights; every later step is then skipped;
  * lr x weight decay >= 1 is refused up front, hence weight decay 0). Its
  * checkpoint, due at that step (--ckpt-interval 1), is refused naming the
@@ -1347,7 +1347,7 @@ Test(train, overflowed_weights_not_checkpointed)
 	cu_run(NULL, 0, "md5sum %s/run/step-00000[24]/* > %s/sums", dir, dir);
 	for (int interval = 1; interval <= 2; interval++) {
 		rc = cu_run(out, sizeof out,
-			    "%s train --resume %s/run --steps 40 --lr 1e39 --weight-decay 0 --warmup 0 "
+			    "%s train --resume %s/run --steps 40 --lr 3e38 --weight-decay 0 --warmup 0 "
 			    "--ckpt-interval %d",
 			    cu_bin(), dir, interval);
 		if (interval == 1) {

@@ -43,16 +43,27 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 		}
 		a->n++;
 	}
-	/* an option given twice: the last one won, without a word (two
-	 * --config files, the first dropped whole); only the lists repeat */
+	/* An option given twice: the last one wins, as a wrapper script's
+	 * defaults followed by the user's own expect, and is said where the
+	 * values differ (it won without a word); two --config files are
+	 * refused (the first was dropped whole, not merged). --input and
+	 * --offload-dir are lists. */
 	for (int i = 0; i < a->n; i++)
-		for (int j = 0; j < i; j++)
-			if (same_key(a->key[i], a->key[j]) && !same_key(a->key[i], "input") &&
-			    !same_key(a->key[i], "offload-dir"))
-				ST_CHECK(0, "give it once (only --input and --offload-dir repeat)",
-					 "--%s is given twice ('%s' and '%s')", a->key[i],
-					 a->val[j] == cli_bare ? "" : a->val[j],
-					 a->val[i] == cli_bare ? "" : a->val[i]);
+		for (int j = 0; j < i; j++) {
+			if (!same_key(a->key[i], a->key[j]) || same_key(a->key[i], "input") ||
+			    same_key(a->key[i], "offload-dir"))
+				continue;
+			const char *was = a->val[j] == cli_bare ? "" : a->val[j];
+			const char *now = a->val[i] == cli_bare ? "" : a->val[i];
+			ST_CHECK(!same_key(a->key[i], "config"),
+				 "give one --config file (the flags after it override its values)",
+				 "--config is given twice ('%s' and '%s'): the files are not merged",
+				 was, now);
+			if (strcmp(was, now) != 0)
+				st_log_warn("--%s is given twice ('%s', then '%s'): '%s' is used",
+					    a->key[i], was, now, now);
+			break;
+		}
 	return ST_OK;
 }
 
