@@ -64,8 +64,8 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	/* several end tokens: the first is <eos> (what prepare ends an example
 	 * with); sample stops at any of them that is an added token */
 	const cJSON *ends = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+	tk->n_end = 0; /* this config.json's, not another's read before */
 	if (cJSON_IsArray(ends)) {
-		tk->n_end = 0;
 		const cJSON *e;
 		cJSON_ArrayForEach(e, ends)
 		{
