@@ -1035,6 +1035,12 @@ Test(train, jsonl_prompt_completion_masks)
 		{"{\"text\": \"a\\\\u0000b\"}", NULL},
 		{"{\"prompt\": \"a\", \"completion\": \"b\", \"completion\": \"c\"}",
 		 "odd.jsonl:1: the key \"completion\" appears twice"},
+		/* half of a surrogate pair, which Python's json reads: named
+		 * (it was "not valid JSON" alone); a whole pair is a character */
+		{"{\"text\": \"a \\ud83d b\"}",
+		 "odd.jsonl:1: not valid JSON: \\ud83d is half of a UTF-16 surrogate pair"},
+		{"{\"text\": \"x \\udc00\"}", "odd.jsonl:1: not valid JSON: \\udc00 is half"},
+		{"{\"text\": \"ok \\ud83d\\ude00\"}", NULL},
 	};
 	snprintf(path, sizeof path, "%s/odd.jsonl", dir);
 	for (int i = 0; i < (int)(sizeof odd / sizeof odd[0]); i++) {

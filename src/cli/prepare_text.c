@@ -67,6 +67,32 @@ static int has_nul_escape(const char *s, size_t n)
 	return 0;
 }
 
+/* Where a JSON text holds half of a UTF-16 surrogate pair (\ud800 to
+ * \udfff without its other half), which cJSON refuses as a whole: the
+ * escape's 6 characters into out, else "". Python's json reads it (and a
+ * text cut inside an emoji's pair can hold one). */
+static void lone_surrogate(const char *s, size_t n, char out[7])
+{
+	out[0] = '\0';
+	for (size_t i = 0; i + 5 < n; i++) {
+		if (s[i] != '\\')
+			continue;
+		const int hi = s[i + 1] == 'u' && (s[i + 2] == 'd' || s[i + 2] == 'D') &&
+			       strchr("89abAB", s[i + 3]) && s[i + 3];
+		const int lo = s[i + 1] == 'u' && (s[i + 2] == 'd' || s[i + 2] == 'D') &&
+			       strchr("cdefCDEF", s[i + 3]) && s[i + 3];
+		const int paired = hi && i + 11 < n && s[i + 6] == '\\' && s[i + 7] == 'u' &&
+				   (s[i + 8] == 'd' || s[i + 8] == 'D') && strchr("cdefCDEF", s[i + 9]) &&
+				   s[i + 9];
+		if ((hi && !paired) || lo) {
+			memcpy(out, s + i, 6);
+			out[6] = '\0';
+			return;
+		}
+		i += paired ? 11 : 1; /* the escaped character, or the whole pair */
+	}
+}
+
 void prep_warn_text(const char *path, const char *text, size_t len)
 {
 	const int jsonl = prep_ends_with(path, ".jsonl");
@@ -139,7 +165,13 @@ int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text
 		char dup_msg[160];
 		snprintf(dup_msg, sizeof dup_msg, "the key \"%.64s\" appears twice: which one is the example's?",
 			 dup ? dup : "");
-		const char *bad = !o ? "not valid JSON"
+		char half[7] = "", half_msg[160];
+		if (!o)
+			lone_surrogate(text + pos, n, half);
+		snprintf(half_msg, sizeof half_msg,
+			 "not valid JSON: %s is half of a UTF-16 surrogate pair, not a character", half);
+		const char *bad = !o && *half ? half_msg
+				  : !o ? "not valid JSON"
 				  : dup ? dup_msg
 				  : !cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) ||
 							    cJSON_IsString(tx))
@@ -151,6 +183,7 @@ int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text
 		if (bad) {
 			ST_ERROR(bad == nul_msg ? "remove the NUL characters from the line"
 				 : bad == dup_msg ? "keep one of them"
+				 : bad == half_msg ? "write the character whole (both halves of the pair, or the character itself)"
 				     : "each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or "
 				       "{\"text\": \"...\"}",
 				 "%s:%d: %s", path, line, bad);
