@@ -1219,10 +1219,12 @@ Test(faults, paths_and_messages)
 	/* an option given twice: the last wins (a wrapper's defaults, then the
 	 * user's), said where the values differ (it was silent) */
 	int drc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --max_tokens 64 "
-			 "--max-tokens 32 --micro-batch 2 --micro-batch 2",
+			 "--max-tokens 32 --micro-batch 2 --micro-batch 2 --max-tokens 64",
 			 cu_bin(), dir, dir);
-	cr_expect(drc == 0 && strstr(out, "--max-tokens is given twice ('64', then '32'): '32' is used") &&
-			  !strstr(out, "--micro-batch is given twice"),
+	cr_expect(drc == 0 && strstr(out, "--max-tokens is given again ('64', then '32'): the last one "
+					  "given is used") &&
+			  strstr(out, "--max-tokens is given again ('32', then '64')") &&
+			  !strstr(out, "--micro-batch is given again"),
 		  "%s", out);
 	/* --trace naming a file that is not a trace: refused, not emptied (the
 	 * data's train.bin was cut to 0 bytes and the run died of SIGBUS) */
@@ -1232,6 +1234,14 @@ Test(faults, paths_and_messages)
 	cr_expect(trc != 0 && strstr(out, "/data/train.bin: the file is there and is not a trace; it "
 					  "would be emptied"),
 		  "%s", out);
+	/* a FIFO a viewer reads is written, not read first (opening it to
+	 * read would wait for a writer that never comes) */
+	trc = cu_run(out, sizeof out,
+		     "mkfifo %s/tf && { timeout 60 cat %s/tf > %s/tf.json 2>/dev/null & } && timeout 60 %s train --model %s/init "
+		     "--data %s/data --out %s/rf --steps 1 --progress none --trace %s/tf && wait && "
+		     "grep -q displayTimeUnit %s/tf.json",
+		     dir, dir, dir, cu_bin(), dir, dir, dir, dir, dir);
+	cr_expect_eq(trc, 0, "a FIFO as --trace: %s", out);
 	cr_expect_eq(cu_run(out, sizeof out, "md5sum -c --quiet %s/sums && test ! -e %s/r && "
 			    "test ! -e %s/init/latest && test ! -e %s/init/metrics.jsonl && "
 			    "test ! -e %s/p",

@@ -1550,7 +1550,7 @@ Test(io, tokenizer_dir_config_read_strictly)
 	 * sample stops at (Llama 3.1 Instruct lists three; it stopped at the
 	 * first alone), an ordinary token (7) and one past the vocabulary
 	 * left out; read as well through the tokenizer.json as a file */
-	const char *list = "{\"eos_token_id\": [1, 7, 0, 99999]}";
+	const char *list = "{\"vocab_size\": 3001, \"eos_token_id\": [1, 7, 0, 99999]}";
 	cr_assert_eq(fs_write_file_atomic(path, list, strlen(list)), ST_OK);
 	char file[300];
 	snprintf(file, sizeof file, "%s/tokenizer.json", dir);
@@ -1559,6 +1559,28 @@ Test(io, tokenizer_dir_config_read_strictly)
 		cr_expect_eq(tk.eos_id, 1);
 		cr_expect(tk.n_end == 2 && tk.end_ids[0] == 1 && tk.end_ids[1] == 0, "%d ends: %d %d",
 			  tk.n_end, tk.end_ids[0], tk.end_ids[1]);
+		/* a second config.json without eos_token_id (sample's --model
+		 * beside another --tokenizer) keeps the list with its <eos> */
+		char other[] = "/tmp/strata-tokcfg2-XXXXXX", opath[300];
+		cr_assert(mkdtemp(other));
+		snprintf(opath, sizeof opath, "%s/config.json", other);
+		cr_assert_eq(fs_write_file_atomic(opath, "{\"vocab_size\": 3001}", 20), ST_OK);
+		cr_assert_eq(tokenizer_model_ids(&tk, other), ST_OK);
+		cr_expect(tk.eos_id == 1 && tk.n_end == 2, "eos %d, %d ends", tk.eos_id, tk.n_end);
+		unlink(opath);
+		rmdir(other);
+		tokenizer_free(&tk);
+	}
+	/* beside a tokenizer.json given as a file, a config.json that is no
+	 * model's (no model_type, architectures or vocab_size) or does not
+	 * parse is left out: <eos> is the tokenizer's own (it stopped the load) */
+	const char *notmodel[2] = {"{\"eos_token_id\": 1}", "{\"a\": 1, \"a\": 2}"};
+	for (int k = 0; k < 2; k++) {
+		cr_assert_eq(fs_write_file_atomic(path, notmodel[k], strlen(notmodel[k])), ST_OK);
+		st_log_mute(1);
+		cr_assert_eq(tokenizer_load(&tk, file), ST_OK, "case %d", k);
+		st_log_mute(old);
+		cr_expect_eq(tk.eos_id, 0, "case %d: the config.json beside was read", k);
 		tokenizer_free(&tk);
 	}
 	unlink(path);

@@ -463,42 +463,6 @@ Test(plan, prefetch_depth_chosen)
 	desc_free(&d);
 }
 
-/* With few units the auto depth stays below the units ahead of the first:
- * a 1-layer model has 3 units, so a depth above 2 would only hold staging
- * slots that never fill. Over budgets from tight to loose and a slow and a
- * fast link. */
-Test(plan, prefetch_depth_within_units)
-{
-	struct desc d;
-	desc_make(&d, "tiny", 1, 4, 64, 1);
-	cr_assert_eq(d.pm.n_units, 3);
-	const size_t total = state_bytes(&d) + d.pm.act_layer * d.pm.n_layers + d.pm.act_rest;
-	int made = 0;
-	for (int link = 0; link < 2; link++) {
-		struct st_profile prof = cpu_profile();
-		prof.h2d_gbs = prof.d2h_gbs = link ? 50 : 0.05;
-		prof.disk_read_gbs = prof.disk_write_gbs = link ? 5 : 0.005;
-		for (int i = 1; i <= 20; i++)
-			for (int h = 1; h <= 4; h++) {
-				struct st_plan_opts o = opts(total * i / 20, total * h / 4, 1);
-				o.place.prefetch = 0;
-				struct st_plan p;
-				const int old = st_log_mute(1);
-				const int rc = plan_make(&p, &d.pm, &prof, &o);
-				st_log_mute(old);
-				if (rc != ST_OK)
-					continue;
-				made++;
-				cr_expect(p.prefetch >= 1 && p.prefetch <= 2,
-					  "link %d, budgets %d/20, %d/4: prefetch %d with 3 units", link, i, h,
-					  p.prefetch);
-				plan_free(&p);
-			}
-	}
-	cr_expect_gt(made, 20);
-	desc_free(&d);
-}
-
 /* Profile files: an older file's single copy and AdamW rates fill both
  * directions and places; a missing key, a word for a rate or a share above
  * one is refused. */

@@ -49,19 +49,19 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 	 * refused (the first was dropped whole, not merged). --input and
 	 * --offload-dir are lists. */
 	for (int i = 0; i < a->n; i++)
-		for (int j = 0; j < i; j++) {
+		for (int j = i - 1; j >= 0; j--) { /* the occurrence just before */
 			if (!same_key(a->key[i], a->key[j]) || same_key(a->key[i], "input") ||
 			    same_key(a->key[i], "offload-dir"))
 				continue;
 			const char *was = a->val[j] == cli_bare ? "" : a->val[j];
 			const char *now = a->val[i] == cli_bare ? "" : a->val[i];
-			ST_CHECK(!same_key(a->key[i], "config"),
-				 "give one --config file (the flags after it override its values)",
+			ST_CHECK(!same_key(a->key[i], "config"), "give one --config",
 				 "--config is given twice ('%s' and '%s'): the files are not merged",
 				 was, now);
 			if (strcmp(was, now) != 0)
-				st_log_warn("--%s is given twice ('%s', then '%s'): '%s' is used",
-					    a->key[i], was, now, now);
+				st_log_warn("--%s is given again ('%s', then '%s'): the last one given is "
+					    "used",
+					    a->key[i], was, now);
 			break;
 		}
 	return ST_OK;

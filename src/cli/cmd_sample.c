@@ -235,13 +235,15 @@ int cmd_sample(int argc, char **argv)
 	if (rc == ST_OK && ids && ctx) {
 		fwrite(prompt, 1, plen, stdout);
 		/* <eos>, and every other end token the model lists */
-		int ends[ST_MAX_END_IDS + 1] = {tk.eos_id}, n_ends = 1;
+		int ends[ST_MAX_END_IDS + 1], n_ends = 0;
+		if (tk.eos_id >= 0)
+			ends[n_ends++] = tk.eos_id;
 		for (int e = 0; e < tk.n_end; e++)
 			if (tk.end_ids[e] != tk.eos_id)
 				ends[n_ends++] = tk.end_ids[e];
 		struct st_gen_opts g = {.max_new = (int)n_tok, .temperature = temp, .top_p = top_p,
 					.top_k = (int)top_k,
-					.seed = (uint64_t)seed, .stop_at_eos = tk.eos_id >= 0,
+					.seed = (uint64_t)seed, .stop_at_eos = n_ends > 0,
 					.eos_ids = ends, .n_eos = n_ends};
 		const double t0 = trace_now();
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);

@@ -64,7 +64,8 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	/* several end tokens: the first is <eos> (what prepare ends an example
 	 * with); sample stops at any of them that is an added token */
 	const cJSON *ends = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-	tk->n_end = 0; /* this config.json's, not another's read before */
+	if (ends)
+		tk->n_end = 0; /* this config.json's list, not another's read before */
 	if (cJSON_IsArray(ends)) {
 		const cJSON *e;
 		cJSON_ArrayForEach(e, ends)
@@ -105,6 +106,33 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	}
 	cJSON_Delete(root);
 	return ST_OK;
+}
+
+/* Whether dir/config.json is a model's (an object with model_type,
+ * architectures or vocab_size): a tokenizer.json given as a file reads the
+ * one beside it only then, and a config.json that does not parse is no
+ * model's, said and left out (an unrelated project's config.json beside a
+ * bare "tokenizer.json" stopped prepare). */
+static int model_config_beside(const char *dir)
+{
+	char path[4300];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	if (!fs_exists(path))
+		return 0;
+	cJSON *root = NULL;
+	const int old = st_log_mute(1);
+	const int rc = fs_read_json(path, &root, NULL);
+	st_log_mute(old);
+	if (rc != ST_OK) {
+		st_log_warn("%s beside the tokenizer is not read for its <bos> and <eos>: %s", path,
+			    st_log_last_error());
+		return 0;
+	}
+	const int model = cJSON_GetObjectItemCaseSensitive(root, "model_type") ||
+			  cJSON_GetObjectItemCaseSensitive(root, "architectures") ||
+			  cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
+	cJSON_Delete(root);
+	return model;
 }
 
 int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
@@ -151,17 +179,19 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 	 * (LLaMA-3-Instruct ends turns with <|eot_id|>, not <|end_of_text|>);
 	 * a tokenizer.json named as a file in one reads it too (prepare's
 	 * examples ended with <|end_of_text|> given the file and <|eot_id|>
-	 * given its directory, under the same tokenizer name) */
+	 * given its directory, under the same tokenizer name), where the
+	 * config.json beside it is a model's */
 	char dir[4200];
 	snprintf(dir, sizeof dir, "%s", name_or_path);
-	if (!fs_is_dir(dir)) {
+	const int given_dir = fs_is_dir(dir);
+	if (!given_dir) {
 		char *slash = strrchr(dir, '/');
 		if (slash)
 			*slash = '\0';
 		else
 			snprintf(dir, sizeof dir, ".");
 	}
-	if (tokenizer_model_ids(tk, dir) != ST_OK) {
+	if ((given_dir || model_config_beside(dir)) && tokenizer_model_ids(tk, dir) != ST_OK) {
 		bpe_free(tk->bpe);
 		tk->bpe = NULL;
 		return ST_FAIL;

@@ -275,7 +275,7 @@ int train_opts_load_json(struct st_train_opts *o, const char *path)
 	cJSON_ArrayForEach(it, root)
 	{
 		const struct st_opt_desc *d = find(it->string);
-		if (cJSON_IsNumber(it) && d && (d->type == OT_INT || d->type == OT_LONG) &&
+		if (cJSON_IsNumber(it) && d && d->type == OT_LONG && /* ints are bounded anyway */
 		    fabs(it->valuedouble) >= 9007199254740992.0) {
 			ST_ERROR("write the number as a string (\"9007199254740993\"), which is read exactly",
 				 "%s: option '%s': %.17g is 2^53 or more, where a JSON number cannot "

@@ -156,6 +156,7 @@ void perlayer_on_unit(void *ctx, int unit)
 					 galore_refresh_due(&o->ps[i], &o->cfg, pl->t);
 		refreshed |= pl->pending[i];
 	}
+	int wrote = 0; /* a refresh ran: the slab goes home (one deferred did not) */
 	float *g = store_acquire(pl->store, unit, ST_SLAB_G);
 	char *sb = o->unit_bytes[unit] ? store_acquire_as(pl->store, unit, ST_SLAB_S,
 							  refreshed ? ST_ACCESS_WRITE : ST_ACCESS_READ)
@@ -189,6 +190,7 @@ void perlayer_on_unit(void *ctx, int unit)
 		}
 		if (pl->pending[i]) {
 			pl->pending[i] = 0;
+			wrote = 1;
 			const float *pold = NULL;
 			if (pl->t > ps->start && !ps->full) { /* keep the old projector for undo / rotation */
 				size_t off = pl->n_bak ? pl->bak_off[pl->n_bak - 1] +
@@ -214,7 +216,7 @@ void perlayer_on_unit(void *ctx, int unit)
 	memset(g, 0, un->numel * sizeof *g); /* ready for the next layer */
 	store_release(pl->store, unit, ST_SLAB_G, 1);
 	if (sb) /* a refresh wrote the projector */
-		store_release(pl->store, unit, ST_SLAB_S, refreshed);
+		store_release(pl->store, unit, ST_SLAB_S, wrote);
 }
 
 void perlayer_end_micro(struct st_perlayer *pl)

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include "util/check.h"
 #include "util/trace.h"
@@ -17,13 +18,20 @@ double trace_now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* 1 where path is absent, empty or a trace this writer made: anything else
- * (a data shard or a checkpoint's file named by mistake) was emptied. */
+/* 1 where path is absent, not a regular file (a FIFO a viewer reads, a
+ * terminal: opening one to read it would wait for a writer), empty or a
+ * trace this writer made; a regular file with anything else in it (a data
+ * shard or a checkpoint's file named by mistake) was emptied. */
 static int may_replace(const char *path)
 {
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return errno == ENOENT;
+	if (!S_ISREG(st.st_mode) || st.st_size == 0)
+		return 1;
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return errno == ENOENT;
+		return 0;
 	static const char mark[] = "{\"displayTimeUnit\"";
 	char head[sizeof mark] = {0};
 	const size_t n = fread(head, 1, sizeof mark - 1, f);
