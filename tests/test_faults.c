@@ -1237,7 +1237,7 @@ Test(faults, paths_and_messages)
 	/* a FIFO a viewer reads is written, not read first (opening it to
 	 * read would wait for a writer that never comes) */
 	trc = cu_run(out, sizeof out,
-		     "mkfifo %s/tf && { timeout 60 cat %s/tf > %s/tf.json 2>/dev/null & } && timeout 60 %s train --model %s/init "
+		     "mkfifo %s/tf && { timeout 60 cat %s/tf > %s/tf.json 2>/dev/null & } && timeout -s KILL 60 %s train --model %s/init "
 		     "--data %s/data --out %s/rf --steps 1 --progress none --trace %s/tf && wait && "
 		     "grep -q displayTimeUnit %s/tf.json",
 		     dir, dir, dir, cu_bin(), dir, dir, dir, dir, dir);
