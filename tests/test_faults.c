@@ -2349,6 +2349,13 @@ Test(faults, sample_reads_the_models_token_ids)
 			"tests/data/tokenizers/gpt2/tokenizer.json",
 		    cu_bin(), dir);
 	cr_expect(rc == 0 && strstr(out, "eos_token_id 257 is"), "%d %s", rc, out);
+	/* the model directory's own tokenizer.json named as a file: its
+	 * config.json read once (the warning came twice) */
+	rc = cu_run(out, sizeof out, "%s sample --model %s/m --tokens 1 --prompt the --tokenizer "
+		    "%s/m/tokenizer.json",
+		    cu_bin(), dir, dir);
+	const char *w1 = strstr(out, "eos_token_id 257 is");
+	cr_expect(rc == 0 && w1 && !strstr(w1 + 1, "eos_token_id 257 is"), "%d %s", rc, out);
 	/* GPT-2's tokenizer has no <bos>: an empty prompt is an error that
 	 * prints nothing (it printed a newline) */
 	rc = cu_run(out, sizeof out, "{ %s sample --model %s/m --prompt '' > %s/o.txt; e=$?; test ! -s %s/o.txt && exit $e; }",

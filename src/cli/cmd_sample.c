@@ -159,8 +159,13 @@ int cmd_sample(int argc, char **argv)
 	 * reads its text: an instruct model ends its turns at its own token
 	 * (tokenizer_load read them already when given the model directory) */
 	char real_tk[PATH_MAX], real_dir[PATH_MAX];
-	const int same_dir = tok_name == dir || (realpath(tok_name, real_tk) && realpath(dir, real_dir) &&
-						 !strcmp(real_tk, real_dir));
+	int same_dir = tok_name == dir || (realpath(tok_name, real_tk) && realpath(dir, real_dir) &&
+					   !strcmp(real_tk, real_dir));
+	/* the model directory's own tokenizer.json named as a file: its
+	 * config.json is read by tokenizer_load already (its warnings said
+	 * twice otherwise) */
+	if (!same_dir && realpath(tok_name, real_tk) && realpath(tk_path, real_dir))
+		same_dir = !strcmp(real_tk, real_dir);
 	if (tokenizer_load(&tk, tok_name) != ST_OK ||
 	    (!same_dir && tokenizer_model_ids(&tk, dir) != ST_OK)) {
 		tokenizer_free(&tk);
