@@ -718,7 +718,8 @@ Test(train, prepare_inputs_checked)
 
 /* Each file ends with <eos> in the split its last chunk went to: with one
  * chunk per file and every second one held out, train.bin and val.bin each
- * hold their files with one <eos> after each. Every <eos> went to train.bin,
+ * hold their files with one <eos> after each (and, with --bos, a <bos>
+ * before each: a document's start, as transformers encodes one). Every <eos> went to train.bin,
  * so validation files ran together and train.bin held <eos><eos> pairs. A
  * tokenizer that names no <eos> (the GPT-2 test tokenizer with its
  * <|endoftext|> renamed) is warned about: the files, and examples, would
@@ -732,23 +733,42 @@ Test(train, prepare_eos_in_each_split)
 			"--input f5.txt --input f6.txt --input f7.txt --input f8.txt --out d --val-fraction 0.5",
 			dir, cu_bin());
 	cr_assert_eq(rc, 0, "%s", out);
-	for (int split = 0; split < 2; split++) {
+	for (int split = 0; split < 4; split++) {
+		/* 2, 3: with --bos, each file starts with <bos>, in its split */
+		if (split == 2) {
+			rc = cu_run(out, sizeof out, "cd %s && %s prepare --input f1.txt --input f2.txt "
+					"--input f3.txt --input f4.txt --input f5.txt --input f6.txt --input f7.txt "
+					"--input f8.txt --out db --val-fraction 0.5 --bos",
+				    dir, cu_bin());
+			cr_assert_eq(rc, 0, "%s", out);
+		}
 		char path[512];
-		snprintf(path, sizeof path, "%s/d/%s.bin", dir, split ? "val" : "train");
+		snprintf(path, sizeof path, "%s/%s/%s.bin", dir, split < 2 ? "d" : "db",
+			 split % 2 ? "val" : "train");
 		struct st_shard sh;
 		cr_assert_eq(shard_open(&sh, path), ST_OK);
 		char got[256];
 		size_t n = 0;
 		for (uint64_t i = 0; i < sh.n_tokens && n + 6 < sizeof got; i++) {
 			const uint32_t t = shard_token(&sh, i);
-			n += t == ST_BYTE_EOS ? (size_t)snprintf(got + n, sizeof got - n, "<eos>")
-					      : (size_t)snprintf(got + n, sizeof got - n, "%c", (char)t);
+			n += t == ST_BYTE_EOS   ? (size_t)snprintf(got + n, sizeof got - n, "<eos>")
+			     : t == ST_BYTE_BOS ? (size_t)snprintf(got + n, sizeof got - n, "<bos>")
+						: (size_t)snprintf(got + n, sizeof got - n, "%c", (char)t);
 		}
 		shard_close(&sh);
-		const char *want = split ? "file 2 line\n<eos>file 4 line\n<eos>file 6 line\n<eos>file 8 line\n<eos>"
-					 : "file 1 line\n<eos>file 3 line\n<eos>file 5 line\n<eos>file 7 line\n<eos>";
-		cr_expect_str_eq(got, want, "%s.bin", split ? "val" : "train");
+		const char *want[4] = {
+			"file 1 line\n<eos>file 3 line\n<eos>file 5 line\n<eos>file 7 line\n<eos>",
+			"file 2 line\n<eos>file 4 line\n<eos>file 6 line\n<eos>file 8 line\n<eos>",
+			"<bos>file 1 line\n<eos><bos>file 3 line\n<eos><bos>file 5 line\n<eos><bos>file 7 line\n<eos>",
+			"<bos>file 2 line\n<eos><bos>file 4 line\n<eos><bos>file 6 line\n<eos><bos>file 8 line\n<eos>"};
+		cr_expect_str_eq(got, want[split], "%s %s.bin", split < 2 ? "d" : "db",
+				 split % 2 ? "val" : "train");
 	}
+	/* a tokenizer without <bos>: --bos is refused, nothing written */
+	rc = cu_run(out, sizeof out, "{ cd %s && %s prepare --input f1.txt --out g --bos --tokenizer "
+			"%s/tests/data/tokenizers/gpt2/tokenizer.json; e=$?; test ! -e g && exit $e; }",
+		    dir, cu_bin(), getcwd((char[PATH_MAX]){0}, PATH_MAX));
+	cr_expect(rc != 0 && strstr(out, "has no <bos>"), "%s", out);
 	rc = cu_run(out, sizeof out, "cd %s && python3 -c \"import json; j = json.load(open('%s/tests/data/"
 			"tokenizers/gpt2/tokenizer.json'))\nfor a in j['added_tokens']:\n    a['content'] = "
 			"a['content'].replace('endoftext', 'end-of-doc')\nv = j['model']['vocab']\n"

@@ -48,6 +48,8 @@ static void help(void)
 	       "  --val-fraction X    share of chunks held out for validation [0.05]\n"
 	       "  --chunk N           split granularity in bytes [16384]\n"
 	       "  --tokenizer T       byte, a Hugging Face tokenizer.json, or a model directory with one [byte]\n"
+	       "  --bos               put the tokenizer's <bos> before each text file, as a\n"
+	       "                      document's start (JSONL examples always have it) [false]\n"
 	       "  --force             replace the shards already in DIR\n");
 }
 
@@ -241,8 +243,9 @@ int cmd_prepare(int argc, char **argv)
 	long chunk;
 	ST_TRY(cli_get_double(&a, "val-fraction", 0.05, &val_frac));
 	ST_TRY(cli_get_long(&a, "chunk", 16384, 1, 1L << 30, &chunk));
-	int force;
+	int force, text_bos;
 	ST_TRY(cli_get_bool(&a, "force", &force));
+	ST_TRY(cli_get_bool(&a, "bos", &text_bos));
 	const char *inputs[CLI_MAX_ARGS];
 	int n_in = 0, stdin_given = 0;
 	cli_get(&a, "input", NULL); /* looked for: a slip of it is named */
@@ -297,6 +300,12 @@ int cmd_prepare(int argc, char **argv)
 		prepare_unmake(out, made, n_made, held);
 		return ST_FAIL;
 	}
+	if (text_bos && tk.bos_id < 0) {
+		ST_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
+		tokenizer_free(&tk);
+		prepare_unmake(out, made, n_made, held);
+		return ST_FAIL;
+	}
 
 	/* every input surveyed first: small corpora get smaller chunks, so
 	 * that the validation split still has about 20 chunks to draw from */
@@ -309,7 +318,7 @@ int cmd_prepare(int argc, char **argv)
 		if (chunk < 256)
 			chunk = 256;
 	}
-	struct prep_split sp = {.chunk = chunk, .period = period};
+	struct prep_split sp = {.chunk = chunk, .period = period, .text_bos = text_bos};
 
 	/* loss masks only where there are examples: with plain text alone
 	 * every token is a target, and a mask would cost 2 bytes a token */

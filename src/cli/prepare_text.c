@@ -260,7 +260,12 @@ int prep_text(const struct st_tokenizer *tk, const char *path, const char *text,
 		if (i + 1 < n && (bytes < chunk || (!line_end && bytes < reach)))
 			continue;
 		split = period > 1 && sp->chunk_idx % period == period - 1;
-		rc = prep_emit(s, split, ids + start, i + 1 - start, 1);
+		if (start == 0 && sp->text_bos && tk->bos_id >= 0) { /* the file's start */
+			const uint32_t bos = (uint32_t)tk->bos_id;
+			rc = prep_emit(s, split, &bos, 1, 0); /* context, as in an example */
+		}
+		if (rc == ST_OK)
+			rc = prep_emit(s, split, ids + start, i + 1 - start, 1);
 		sp->chunk_idx++;
 		sp->text_val += split;
 		start = i + 1;

@@ -27,6 +27,7 @@ struct prep_split {
 	long chunk_idx; /* text chunks cut */
 	long text_val;  /* of them held out */
 	long example;   /* JSONL examples read */
+	int text_bos;   /* --bos: <bos> before each text file, as a document's start */
 };
 
 /* Whether s ends with suffix, in either case (.jsonl, .JSONL). */
