@@ -314,6 +314,9 @@ Test(faults, inconsistent_trainer_json_refused)
 		{"s/(\"updates\":[[:space:]]*)2/\\14611686018427387904/",
 		 "\"updates\" is 4.61169e+18, not a count"},
 		{"s/(\"tokens_seen\":[[:space:]]*)[0-9]+/\\1-5/", "\"tokens_seen\" is -5, not a count"},
+		/* named as the file's (it was said three times, as if a flag's) */
+		{"s/(\"optimizer\":[[:space:]]*)\"adamw8bit\"/\\15/",
+		 "trainer.json: the value above is the checkpoint's saved one"},
 		/* it was taken, and printed into metrics.jsonl in 300 digits */
 		{"s/(\"tokens_seen\":[[:space:]]*)[0-9]+/\\11e300/", "\"tokens_seen\" is 1e+300, not a count"},
 	};

@@ -342,6 +342,8 @@ char *train_opts_to_json(const struct st_train_opts *o)
 int train_opts_validate(const struct st_train_opts *o)
 {
 	const char *h = "fix the option";
+	enum st_optim_kind kind; /* first: the checks below depend on it */
+	ST_TRY(optim_parse_kind(&kind, o->optimizer));
 	ST_CHECK(o->micro_batch > 0, h, "--micro-batch must be positive (got %d)", o->micro_batch);
 	ST_CHECK(o->seq_len > 1, h, "--seq-len must be at least 2 (got %d)", o->seq_len);
 	ST_CHECK(o->grad_accum > 0, h, "--grad-accum must be positive (got %d)", o->grad_accum);
