@@ -775,28 +775,28 @@ Test(offload, stale_cached_profile_measured_again, .timeout = 120)
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "profstale");
 	cu_setup_run(dir, "");
+	/* streamed weights: a plan that needs the profile */
+	const char *streams = "--micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
+			      "--place weights=host";
 	int rc = cu_run(out, sizeof out,
 			"mkdir -p %s/home/.cache/strata && cp tests/data/profiles/ci.json "
 			"%s/home/.cache/strata/profile.json && env -u STRATA_PROFILE HOME=%s/home %s plan "
-			"--model %s/init --micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
-			"--place weights=host 2>&1 && grep -q '\"format\":[[:space:]]*2' %s/home/.cache/strata/profile.json",
-			dir, dir, dir, cu_bin(), dir, dir);
+			"--model %s/init %s 2>&1 && grep -q '\"format\":[[:space:]]*2' "
+			"%s/home/.cache/strata/profile.json",
+			dir, dir, dir, cu_bin(), dir, streams, dir);
 	cr_expect(rc == 0 && strstr(out, "profile.json is from an older strata, whose copy rates "
 					 "counted each byte twice") &&
 			  strstr(out, "measuring this machine"),
 		  "%s", out);
 	/* measured now: used again as it is */
-	rc = cu_run(out, sizeof out,
-		    "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init --micro-batch 2 "
-		    "--seq-len 32 --device-mem 4M --host-mem 64M --place weights=host",
-		    dir, cu_bin(), dir);
+	rc = cu_run(out, sizeof out, "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init %s",
+		    dir, cu_bin(), dir, streams);
 	cr_expect(rc == 0 && !strstr(out, "measuring") && !strstr(out, "older strata"), "%s", out);
 	/* the same file named by $STRATA_PROFILE: the user's, used as written */
 	rc = cu_run(out, sizeof out,
 		    "cp tests/data/profiles/ci.json %s/p.json && STRATA_PROFILE=%s/p.json %s plan "
-		    "--model %s/init --micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
-		    "--place weights=host 2>&1 && cmp -s tests/data/profiles/ci.json %s/p.json",
-		    dir, dir, cu_bin(), dir, dir);
+		    "--model %s/init %s 2>&1 && cmp -s tests/data/profiles/ci.json %s/p.json",
+		    dir, dir, cu_bin(), dir, streams, dir);
 	cr_expect(rc == 0 && !strstr(out, "measuring") && strstr(out, "copy 20.0 / 20.0 GB/s"), "%s",
 		  out);
 	rc = cu_run(out, sizeof out,

@@ -26,6 +26,7 @@
 #include "trainer/ckpt_format.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
+#include "util/parse.h"
 #include "util/finite.h"
 
 int ckpt_resolve(char *out, size_t n, const char *path)
@@ -442,7 +443,7 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	const cJSON *counts[] = {step, upd, skip};
 	for (int i = 0; ok && i < 3; i++) {
 		const double v = counts[i]->valuedouble;
-		if (!(v >= 0 && v <= 9007199254740992.0 && v == floor(v))) {
+		if (!(v >= 0 && v <= ST_EXACT_INT_MAX && v == floor(v))) {
 			ST_ERROR("the checkpoint is damaged; use an earlier one",
 				 "%s: \"%s\" is %g, not a count", path, counts[i]->string, v);
 			cJSON_Delete(root);
@@ -451,7 +452,7 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	}
 	/* up to --max-tokens' bound: 1e300 was taken, and printed as a
 	 * 300-digit count into metrics.jsonl */
-	if (ok && !(toks->valuedouble >= 0 && toks->valuedouble <= 9007199254740992.0)) {
+	if (ok && !(toks->valuedouble >= 0 && toks->valuedouble <= ST_EXACT_INT_MAX)) {
 		ST_ERROR("the checkpoint is damaged; use an earlier one",
 			 "%s: \"tokens_seen\" is %g, not a count", path, toks->valuedouble);
 		cJSON_Delete(root);

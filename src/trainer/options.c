@@ -276,7 +276,7 @@ int train_opts_load_json(struct st_train_opts *o, const char *path)
 	{
 		const struct st_opt_desc *d = find(it->string);
 		if (cJSON_IsNumber(it) && d && d->type == OT_LONG && /* ints are bounded anyway */
-		    fabs(it->valuedouble) >= 9007199254740992.0) {
+		    fabs(it->valuedouble) >= ST_EXACT_INT_MAX) {
 			ST_ERROR("write the number as a string (\"9007199254740993\"), which is read exactly",
 				 "%s: option '%s': %.17g is 2^53 or more, where a JSON number cannot "
 				 "hold every whole number",

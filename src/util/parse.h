@@ -6,6 +6,10 @@
 
 enum st_parse { ST_PARSE_OK, ST_PARSE_NOT_INT, ST_PARSE_RANGE };
 
+/* 2^53: a double (a JSON number, to its readers) holds every whole number
+ * up to it, and not every one past it */
+#define ST_EXACT_INT_MAX 9007199254740992.0
+
 /* A decimal whole number: digits with an optional sign, read exactly over
  * the whole range of long (strtoll), or a decimal form with a point or an
  * exponent that is whole (1e6, 2.5e3), read through a double. Anything else
