@@ -36,7 +36,13 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CU_SRC  := $(wildcard src/ops/cuda/*.cu)
 ifeq ($(HAVE_NVCC),1)
 CFLAGS  += -DST_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-NVFLAGS := -O3 -std=c++17 -Isrc -arch=sm_90 -Xcompiler -fPIC -DST_HAVE_CUDA=1
+# machine code for Ampere (sm_80) and Hopper (sm_90), and compute_80 PTX that
+# the driver compiles for the GPUs between and after (sm_86, sm_89, ...): the
+# kernels use nothing Hopper's own. -MMD -MP: a changed header (ops.h's args
+# structs, passed to the kernels by value) rebuilds the .cu objects.
+NVFLAGS := -O3 -std=c++17 -Isrc -Xcompiler -fPIC -DST_HAVE_CUDA=1 -MMD -MP \
+	   -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	   -gencode arch=compute_80,code=compute_80
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif

@@ -31,6 +31,7 @@
  * struct is host memory (passed by value), and its map pointers are device
  * memory (256 floats each). */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -428,7 +429,9 @@ __global__ void sgd8_kernel(float *p, uint8_t *mom_codes, float *mom_absmax, con
 
 	float amax = 0.0f;
 	for (int i = threadIdx.x; i < len; i += blockDim.x) {
-		const float m = sgd8_mom(&s, mom_codes[b0 + i], old, g[b0 + i], p[b0 + i], a);
+		/* the first step reads no codes: they are not yet written */
+		const uint8_t c = a.first_step ? 0 : mom_codes[b0 + i];
+		const float m = sgd8_mom(&s, c, old, g[b0 + i], p[b0 + i], a);
 		if (stashed)
 			stash[i] = m;
 		amax = fmaxf(amax, fabsf(m));
@@ -437,7 +440,8 @@ __global__ void sgd8_kernel(float *p, uint8_t *mom_codes, float *mom_absmax, con
 	const float div = amax > 0.0f ? amax : 1.0f;
 	for (int i = threadIdx.x; i < len; i += blockDim.x) {
 		const float m = stashed ? stash[i]
-					: sgd8_mom(&s, mom_codes[b0 + i], old, g[b0 + i], p[b0 + i], a);
+					: sgd8_mom(&s, a.first_step ? 0 : mom_codes[b0 + i], old,
+						   g[b0 + i], p[b0 + i], a);
 		p[b0 + i] = __fsub_rn(p[b0 + i], __fmul_rn(a.lr, m));
 		mom_codes[b0 + i] = q8_code(s.thr, __fdiv_rn(m, div));
 	}
@@ -456,9 +460,10 @@ __device__ static __forceinline__ void sgd8_warp_block(float *p, uint8_t *codes,
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
 		const size_t e0 = w8_first(q, h);
-		uint8_t c[4];
+		uint8_t c[4] = {0, 0, 0, 0}; /* the first step reads no codes */
 		float ge[4];
-		w8_load<FULL>(c, codes, e0, n);
+		if (!a.first_step)
+			w8_load<FULL>(c, codes, e0, n);
 		w8_load<FULL>(ge, g, e0, n);
 		w8_load<FULL>(pe + 4 * h, p, e0, n);
 #pragma unroll
@@ -542,6 +547,8 @@ extern "C" cudaError_t cuda_adamw8_step_general(float *p, uint8_t *m_codes, uint
 		return cudaSuccess;
 	const size_t nblocks = (n + (size_t)a->block - 1) / (size_t)a->block;
 	const size_t smem = a->block <= Q8_STASH ? 2 * (size_t)a->block * sizeof(float) : 0;
+	if (nblocks > INT_MAX) /* past a grid's x extent (2^31 - 1): not cut short */
+		return cudaErrorInvalidValue;
 	adamw8_kernel<<<(unsigned)nblocks, q8_threads(a->block), smem, stream>>>(
 		p, m_codes, v_codes, m_absmax, v_absmax, g, n, *a);
 	return cudaGetLastError();
@@ -606,6 +613,8 @@ extern "C" cudaError_t cuda_sgd8_step_general(float *p, uint8_t *mom_codes, floa
 	}
 	const size_t nblocks = (n + (size_t)a->block - 1) / (size_t)a->block;
 	const size_t smem = a->block <= Q8_STASH ? (size_t)a->block * sizeof(float) : 0;
+	if (nblocks > INT_MAX) /* past a grid's x extent (2^31 - 1): not cut short */
+		return cudaErrorInvalidValue;
 	sgd8_kernel<<<(unsigned)nblocks, q8_threads(a->block), smem, stream>>>(p, mom_codes,
 									     mom_absmax, g, n, *a);
 	return cudaGetLastError();

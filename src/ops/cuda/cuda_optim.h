@@ -5,7 +5,9 @@
  *
  * Pointers are device memory; the args struct is host memory, passed by
  * value to the kernel; its map pointers (8-bit) are device memory, 256
- * floats each. Each launcher enqueues on `stream` and returns the launch
+ * floats each. (optim_moment_map gives the host copies inside st_optim: the
+ * CUDA backend's table, when it is built, must put device copies in the
+ * args it passes on.) Each launcher enqueues on `stream` and returns the launch
  * error (cudaSuccess or the error of the launch itself; faults during the
  * run show at the next synchronization).
  *
