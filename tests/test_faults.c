@@ -1876,6 +1876,12 @@ Test(faults, other_commands_check_their_numbers)
 			    "%s/ms --tokens 2 --prompt ab",
 			    cu_bin(), dir, cu_bin(), dir),
 		     0, "%s", out);
+	/* --max-seq 1 is refused: no --seq-len trains such a model (2 is the
+	 * least), and the hints sent one to the other */
+	cr_expect(cu_run(out, sizeof out, "%s init --config tiny --out %s/ms1 --max-seq 1", cu_bin(),
+			 dir) == 1 &&
+			  strstr(out, "--max-seq must be in [2, "),
+		  "%s", out);
 	/* a FIFO as the data: refused, not a wait for a writer that never comes */
 	int rc = cu_run(out, sizeof out, "mkfifo %s/fifo.bin && timeout 60 %s train --model %s/init "
 			"--data %s/fifo.bin --out %s/f --steps 1", dir, cu_bin(), dir, dir, dir);
@@ -2351,7 +2357,23 @@ Test(faults, sample_reads_the_models_token_ids)
 	rc = cu_run(out, sizeof out, "%s sample --model %s/m --tokens 1 --prompt the --tokenizer "
 			"tests/data/tokenizers/gpt2/tokenizer.json",
 		    cu_bin(), dir);
-	cr_expect(rc == 0 && strstr(out, "eos_token_id 257 is"), "%d %s", rc, out);
+	cr_expect(rc == 0 && strstr(out, "eos_token_id 257 is") &&
+			  !strstr(out, "not the model's own"),
+		  "%d %s", rc, out);
+	/* a --tokenizer other than the model's own tokenizer.json is warned
+	 * (its ids are other tokens to the model: the text came out wrong
+	 * without a word) */
+	rc = cu_run(out, sizeof out, "%s sample --model %s/m --tokens 1 --prompt the --tokenizer "
+			"tests/data/tokenizers/smollm/tokenizer.json",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "smollm/tokenizer.json ('bpe-") &&
+			  strstr(out, "is not the model's own tokenizer.json ('bpe-"),
+		  "%d %s", rc, out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/m --tokens 1 --prompt the --tokenizer byte",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "--tokenizer byte: the model's ids are the tokens of its "
+					 "tokenizer.json"),
+		  "%d %s", rc, out);
 	/* the model directory's own tokenizer.json named as a file: its
 	 * config.json read once (the warning came twice) */
 	rc = cu_run(out, sizeof out, "%s sample --model %s/m --tokens 1 --prompt the --tokenizer "

@@ -684,7 +684,7 @@ Test(train, prepare_inputs_checked)
 			"--input %s/latin1.txt --out %s/d",
 			dir, dir, cu_bin(), dir, dir, dir, dir);
 	cr_expect(rc == 0 && strstr(out, "/ex.json is read as plain text") &&
-			  strstr(out, "/latin1.txt is not UTF-8 text: 1 bytes are NUL or invalid UTF-8, "
+			  strstr(out, "/latin1.txt is not UTF-8 text: 1 byte is NUL or invalid UTF-8, "
 				      "the first at byte 3") &&
 			  !strstr(out, "a.txt is not UTF-8") && strstr(out, "held out ") &&
 			  strstr(out, "% of the tokens: one chunk in 20"),
@@ -694,7 +694,15 @@ Test(train, prepare_inputs_checked)
 	rc = cu_run(out, sizeof out, "tr '\\n' ' ' < %s/a.txt > %s/oneline.txt && "
 			"%s prepare --input %s/oneline.txt --out %s/one",
 			dir, dir, cu_bin(), dir, dir);
-	cr_expect(rc == 0 && strstr(out, "% of the tokens: one chunk in 20"), "one line: %s", out);
+	cr_expect(rc == 0 && strstr(out, "% of the tokens: one chunk in 20") &&
+			  !strstr(out, "--chunk"),
+		  "one line: %s", out);
+	/* a --chunk given and lowered for a small corpus is said (it was not) */
+	rc = cu_run(out, sizeof out, "%s prepare --input %s/oneline.txt --out %s/onec --chunk 100000",
+		    cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "--chunk 100000: ") &&
+			  strstr(out, "give the held-out share about 20 chunks"),
+		  "%s", out);
 	/* a strata shard is not text; JSONL's invalid UTF-8 and a .json array
 	 * of examples are said */
 	rc = cu_run(out, sizeof out, "%s prepare --input %s/d/train.bin --out %s/again", cu_bin(), dir,
@@ -704,7 +712,7 @@ Test(train, prepare_inputs_checked)
 			"printf '[{\"text\": \"a\"}]' > %s/arr.json && %s prepare --input %s/l1.jsonl "
 			"--input %s/arr.json --out %s/j --val-fraction 0",
 			dir, dir, cu_bin(), dir, dir, dir);
-	cr_expect(rc == 0 && strstr(out, "/l1.jsonl is not UTF-8 text: 1 bytes are invalid UTF-8") &&
+	cr_expect(rc == 0 && strstr(out, "/l1.jsonl is not UTF-8 text: 1 byte is invalid UTF-8") &&
 			  strstr(out, "/arr.json is read as plain text; if it is a JSON array of examples"),
 		  "%s", out);
 	char cmd[1 << 15], bin[PATH_MAX];
@@ -2054,6 +2062,27 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s --seq-len 32 "
 			"--max-tokens 9223372036854775807 --json", cu_bin(), dir, shard);
 	cr_expect(rc == 0 && strstr(out, "\"tokens\": 99}"), "%s", out);
+	/* at any --seq-len: a window past the shard is lowered to its 99
+	 * targets (a model of 2^31 - 1 positions asked for 37.6 GiB of
+	 * activations at --seq-len 1000000) with the same loss */
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s --seq-len 256 --json",
+		    cu_bin(), dir, shard);
+	cr_assert_eq(rc, 0, "%s", out);
+	char whole[256];
+	snprintf(whole, sizeof whole, "%s", strstr(out, "{\"loss\""));
+	rc = cu_run(out, sizeof out, "mkdir -p %s/long && cp %s/init/* %s/long/ && sed -i "
+			"'s/\"max_position_embeddings\":[[:space:]]*[0-9]*/\"max_position_embeddings\": 2147483647/' "
+			"%s/long/config.json && %s eval --model %s/long --data %s --seq-len 1000000 --json",
+		    dir, dir, dir, dir, cu_bin(), dir, shard);
+	cr_expect(rc == 0 && strstr(out, "--seq-len 1000000: 99, the targets") &&
+			  strstr(out, whole),
+		  "%s\nat --seq-len 256: %s", out, whole);
+	/* a directory with no shards at all (empty, or a prepare stopped
+	 * before its swap) is named as such, not as one without val.bin */
+	rc = cu_run(out, sizeof out, "mkdir -p %s/noshards && %s eval --model %s/init --data %s/noshards",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/noshards holds no token shards (no val.bin, no train.bin)"),
+		  "%s", out);
 	/* --prompt-file (a file, or - for standard input) is --prompt with the
 	 * file's text; both at once are refused; --top-k 1 at any temperature
 	 * is greedy */
@@ -2151,6 +2180,22 @@ Test(train, eval_and_sample_cli)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/big --data %s/data --seq-len 32", cu_bin(),
 		    dir, dir);
 	cr_expect(rc != 0 && strstr(out, "/big is not finite"), "%s", out);
+	/* a finite loss past e^709 (gains at 1e5): its perplexity is past a
+	 * double, given as null in --json with a warning; the exit is 0 */
+	rc = cu_run(out, sizeof out, "cp -r %s/big %s/hot && python3 -c \"\n"
+			"import json, struct\n"
+			"p = '%s/hot/model.safetensors'\n"
+			"b = bytearray(open(p, 'rb').read())\n"
+			"n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])\n"
+			"a, z = h['model.norm.weight']['data_offsets']\n"
+			"b[8 + n + a:8 + n + z] = struct.pack('<f', 1e5) * ((z - a) // 4)\n"
+			"open(p, 'wb').write(b)\" && %s eval --model %s/hot --data %s/data --seq-len 32 "
+			"--json --max-tokens 64 2>&1 >%s/hot.json && python3 -c 'import json, sys; "
+			"r = json.load(open(sys.argv[1])); "
+			"assert r[\"loss\"] > 709 and r[\"perplexity\"] is None, r' %s/hot.json",
+		    dir, dir, dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "is past a double's range: --json gives it as null"), "%s",
+		  out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/big --tokens 3", cu_bin(), dir);
 	cr_expect(rc != 0 && strstr(out, "next-token scores are not finite") && !memchr(out, 0, 3),
 		  "%s", out);

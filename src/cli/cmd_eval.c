@@ -125,11 +125,30 @@ int cmd_eval(int argc, char **argv)
 	struct st_data d = {0};
 	const char *val = fs_is_dir(data) ? NULL : data;
 	int rc = data_open(&d, fs_is_dir(data) ? data : NULL, val, cfg.vocab_size, 0);
-	if (rc == ST_OK && !d.has_val) {
+	char train_bin[4200];
+	snprintf(train_bin, sizeof train_bin, "%s/train.bin", data);
+	if (rc == ST_OK && !d.has_val && !fs_exists(train_bin)) {
+		/* an empty directory, or one a prepare was stopped in before its swap */
+		ST_ERROR("prepare the text into it with strata prepare, or give a prepared "
+			 "directory or shard file",
+			 "%s holds no token shards (no val.bin, no train.bin)", data);
+		rc = ST_FAIL;
+	} else if (rc == ST_OK && !d.has_val) {
 		ST_ERROR("prepare it with a --val-fraction above 0, or give a shard file (such as "
 			 "its train.bin)",
 			 "no val.bin in %s", data);
 		rc = ST_FAIL;
+	}
+	/* a window past the shard scores nothing more: the shard's targets all
+	 * fit one window of its length less one (the same loss, for less memory) */
+	if (rc == ST_OK && d.val.n_tokens - 1 < (uint64_t)t) {
+		const long fit = d.val.n_tokens - 1 < 2 ? 2 : (long)(d.val.n_tokens - 1);
+		if (fit < t) {
+			if (cli_get(&a, "seq-len", NULL))
+				st_log_info("--seq-len %ld: %ld, the targets %s holds", t, fit,
+					    d.val.path);
+			t = fit;
+		}
 	}
 	if (rc == ST_OK)
 		rc = data_check_tokenizer(&d, dir);
@@ -149,6 +168,10 @@ int cmd_eval(int argc, char **argv)
 			 "the tokens scored hold no loss targets (prompts only, under the loss mask)");
 		rc = ST_FAIL;
 	}
+	if (rc == ST_OK && isfinite(loss) && !isfinite(exp(loss)))
+		st_log_warn("the perplexity, e^%.1f, is past a double's range: --json gives it as "
+			    "null",
+			    loss);
 	if (rc == ST_OK) {
 		char l[32], p[32];
 		if (json)

@@ -45,7 +45,7 @@ int cmd_init(int argc, char **argv)
 	ST_TRY(cli_get_long(&a, "seed", 1, LONG_MIN, LONG_MAX, &seed));
 	/* 0 (absent): the preset's own */
 	ST_TRY(cli_get_long(&a, "vocab", 0, 1, INT_MAX, &vocab));
-	ST_TRY(cli_get_long(&a, "max-seq", 0, 1, INT_MAX, &max_seq));
+	ST_TRY(cli_get_long(&a, "max-seq", 0, 2, INT_MAX, &max_seq));
 	int tied, force, stable;
 	ST_TRY(cli_get_bool(&a, "tied", &tied));
 	ST_TRY(cli_get_bool(&a, "force", &force));

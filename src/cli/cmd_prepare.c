@@ -46,7 +46,8 @@ static void help(void)
 	       "                      from standard input)\n"
 	       "  --out DIR           writes DIR/train.bin and DIR/val.bin\n"
 	       "  --val-fraction X    share of chunks held out for validation [0.05]\n"
-	       "  --chunk N           split granularity in bytes [16384]\n"
+	       "  --chunk N           split granularity in bytes [16384]; smaller for a small\n"
+	       "                      corpus, so that validation has about 20 chunks\n"
 	       "  --tokenizer T       byte, a Hugging Face tokenizer.json, or a model directory with one [byte]\n"
 	       "  --bos               put the tokenizer's <bos> before each text file, as a\n"
 	       "                      document's start (JSONL examples always have it) [false]\n"
@@ -314,9 +315,14 @@ int cmd_prepare(int argc, char **argv)
 	int rc = in ? prep_survey(inputs, n_in, in, &expect_bytes) : ST_FAIL;
 	long period = val_frac > 0 ? (long)lround(1.0 / val_frac) : 0;
 	if (period > 1 && (long)(expect_bytes / (size_t)chunk) < 20 * period) {
+		const long given = chunk;
 		chunk = (long)(expect_bytes / (size_t)(20 * period));
 		if (chunk < 256)
 			chunk = 256;
+		if (chunk < given && cli_get(&a, "chunk", NULL))
+			st_log_info("--chunk %ld: %ld, so that the %zu bytes of text give the "
+				    "held-out share about 20 chunks to draw from",
+				    given, chunk, expect_bytes);
 	}
 	struct prep_split sp = {.chunk = chunk, .period = period, .text_bos = text_bos};
 

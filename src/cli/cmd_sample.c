@@ -185,6 +185,24 @@ int cmd_sample(int argc, char **argv)
 			    "are not this model's %d (the prompt's ids may mean other tokens to it, and "
 			    "ids past %d print nothing); give --tokenizer",
 			    dir, tk.vocab_size, cfg.vocab_size, tk.vocab_size - 1);
+	/* a --tokenizer other than the model's own: its ids stand for other
+	 * text to the model (eval refuses byte data for such a model and warns
+	 * of another BPE; here the user chose it, so it is said, not refused) */
+	char own[25];
+	if (rc == ST_OK && !same_dir && fs_exists(tk_path) &&
+	    tokenizer_file_name(tk_path, own) == ST_OK && strcmp(own, tk.name) != 0) {
+		if (tk.bpe)
+			st_log_warn("--tokenizer %s ('%s') is not the model's own tokenizer.json "
+				    "('%s'): unless the two are one tokenizer saved twice, the prompt's "
+				    "ids mean other tokens to the model; leave out --tokenizer to use its "
+				    "own",
+				    tok_name, tk.name, own);
+		else
+			st_log_warn("--tokenizer byte: the model's ids are the tokens of its "
+				    "tokenizer.json ('%s'), not bytes, so the prompt's ids mean other "
+				    "tokens to it; leave out --tokenizer to use its own",
+				    own);
+	}
 	if (rc == ST_OK && bos && tk.bos_id < 0) {
 		ST_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
 		rc = ST_FAIL;

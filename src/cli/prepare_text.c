@@ -118,13 +118,13 @@ void prep_warn_text(const char *path, const char *text, size_t len)
 		}
 	}
 	if (bad && jsonl) /* a raw NUL is refused by the example reader */
-		st_log_warn("%s is not UTF-8 text: %zu bytes are invalid UTF-8, the first at byte %zu "
+		st_log_warn("%s is not UTF-8 text: %zu byte%s invalid UTF-8, the first at byte %zu "
 			    "(their bytes are kept in the examples as they are)",
-			    path, bad, at);
+			    path, bad, bad == 1 ? " is" : "s are", at);
 	else if (bad)
-		st_log_warn("%s is not UTF-8 text: %zu bytes are NUL or invalid UTF-8, the first at byte "
-			    "%zu (their bytes are kept as they are)",
-			    path, bad, at);
+		st_log_warn("%s is not UTF-8 text: %zu byte%s NUL or invalid UTF-8, the first at "
+			    "byte %zu (their bytes are kept as they are)",
+			    path, bad, bad == 1 ? " is" : "s are", at);
 }
 
 int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text, size_t len,

@@ -119,7 +119,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 			 : big == 1 && forced_on ? "raise --device-mem, or place fewer kinds on the device (--place)"
 			 : big == 1 ? "raise --device-mem"
 			 : big == 2 ? "raise --device-mem, or lower --device-updates"
-			 : o->prefetch_given ? "raise --device-mem, or lower --prefetch"
+			 : o->prefetch_given && o->prefetch > 1 ? "raise --device-mem, or lower --prefetch"
 					     : "raise --device-mem",
 			 "the device budget %s cannot hold %s (%s): %s missing",
 			 fmt_bytes(b1, sizeof b1, (double)D), fmt_bytes(b2, sizeof b2, (double)dev), parts,
@@ -184,7 +184,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		ST_ERROR(o->host_fixed > H && o->host_fixed_hint ? o->host_fixed_hint
 			 : rest ? "raise --host-mem, or give --offload-dir DIR (one per SSD) for the rest"
 			 : o->host_reserved ? "raise --host-mem, or swap fewer layers to the host"
-			 : o->prefetch_given ? "raise --host-mem, or lower --prefetch"
+			 : o->prefetch_given && o->prefetch > 1 ? "raise --host-mem, or lower --prefetch"
 					     : "raise --host-mem",
 			 "the host budget %s cannot hold %s (%s): %s missing",
 			 fmt_bytes(b1, sizeof b1, (double)H), fmt_bytes(b2, sizeof b2, (double)need),

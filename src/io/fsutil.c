@@ -582,7 +582,11 @@ int fs_read_json(const char *path, cJSON **root, const char *hint)
 	}
 	if (!cJSON_IsObject(r)) {
 		cJSON_Delete(r);
-		ST_ERROR(hint, "%s: not valid JSON%s", path, r ? " (not an object)" : "");
+		if (r)
+			ST_ERROR(hint, "%s: holds a JSON %s where an object ({...}) belongs", path,
+				 cJSON_IsArray(r) ? "array" : cJSON_IsString(r) ? "string" : "value");
+		else
+			ST_ERROR(hint, "%s: not valid JSON", path);
 		return ST_FAIL;
 	}
 	const char *dup = fs_json_duplicate_key(r);

@@ -16,9 +16,9 @@ int data_check_shard(const struct st_shard *s, int vocab_size, int min_tokens)
 		 "%s was made by tokenizer '%s' with vocabulary %u, larger than the model's %d",
 		 s->path, s->tokenizer, s->vocab_size, vocab_size);
 	ST_CHECK(s->n_tokens >= (uint64_t)min_tokens,
-		 "use more text, or a shorter --seq-len",
-		 "%s holds %llu tokens, too few for one window of %d", s->path,
-		 (unsigned long long)s->n_tokens, min_tokens);
+		 min_tokens > 2 ? "use more text, or a shorter --seq-len" : "use more text",
+		 "%s holds %llu token%s, too few for one window of %d", s->path,
+		 (unsigned long long)s->n_tokens, s->n_tokens == 1 ? "" : "s", min_tokens);
 	/* the header's vocabulary is outside the shard's checksum: a token at
 	 * or past it says header and tokens disagree */
 	ST_CHECK(s->vocab_size >= 1, "re-run strata prepare: the shard is damaged",

@@ -68,10 +68,13 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 		printf("updates:     %d of %d units on the device, the rest on the CPU; nothing "
 		       "streams\n",
 		       p->n_dev_updates, m->n_units);
-	printf("%-12s %12s %12s %12s   (pools included)\n", "tier total",
+	/* the disk's total is in whole --io-block blocks per slab (and whole
+	 * stripes), more than its rows' bytes on a small model */
+	printf("%-12s %12s %12s %12s   (pools included%s)\n", "tier total",
 	       fmt_bytes(b[0], 32, (double)pl->bytes[ST_TIER_DEVICE]),
 	       fmt_bytes(b[1], 32, (double)pl->bytes[ST_TIER_HOST]),
-	       fmt_bytes(b[2], 32, (double)pl->bytes[ST_TIER_DISK]));
+	       fmt_bytes(b[2], 32, (double)pl->bytes[ST_TIER_DISK]),
+	       pl->bytes[ST_TIER_DISK] ? "; on disk each slab takes whole --io-block blocks" : "");
 	printf("%-12s %12s %12s %12s\n", "budget",
 	       pl->budget[ST_TIER_DEVICE] ? fmt_bytes(b[0], 32, (double)pl->budget[ST_TIER_DEVICE]) : "unlimited",
 	       pl->budget[ST_TIER_HOST] ? fmt_bytes(b[1], 32, (double)pl->budget[ST_TIER_HOST]) : "unlimited",
