@@ -3,12 +3,16 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trainer/interrupt.h"
 #include "util/check.h"
 
 static atomic_int first_signal;
+/* when the first signal came (CLOCK_MONOTONIC), for telling a second signal
+ * from the first one delivered twice */
+static struct timespec first_at;
 static atomic_int training; /* the loop has begun: a signal waits for its step */
 static sigset_t caught;
 
@@ -29,6 +33,21 @@ static void die_by(int sig)
 	_exit(128 + sig); /* not reached */
 }
 
+/* One signal often arrives twice within microseconds: timeout(1) sends it
+ * to the process and then to its process group, and a closed terminal's
+ * SIGHUP comes from the kernel to the foreground group and again from the
+ * shell to its jobs. Taken as "send it again", it quit the run with nothing
+ * saved (5 of 8 `timeout -s TERM` runs). The same signal within this long of
+ * the first is that first one; a person's second Ctrl-C comes later. */
+#define REPEAT_WINDOW_S 0.5
+
+static double since_first(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - first_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - first_at.tv_nsec);
+}
+
 static void *watch(void *arg)
 {
 	(void)arg;
@@ -37,6 +56,10 @@ static void *watch(void *arg)
 		if (sigwait(&caught, &sig) != 0)
 			continue;
 		int none = 0;
+		if (sig == atomic_load(&first_signal) && since_first() < REPEAT_WINDOW_S)
+			continue; /* the first signal, delivered again */
+		if (atomic_load(&first_signal) == 0)
+			clock_gettime(CLOCK_MONOTONIC, &first_at); /* only this thread writes it */
 		if (atomic_compare_exchange_strong(&first_signal, &none, sig)) {
 			if (atomic_load(&training))
 				dprintf(STDERR_FILENO,
@@ -78,6 +101,13 @@ int interrupt_catch(void)
 		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
 			sigaddset(&caught, sigs[i]);
 	}
+	/* SIGPIPE: the reader of the run's output went away (`strata train |
+	 * tee log`, and tee ended by a closed terminal); its default action
+	 * killed the run at its next line with nothing saved. Ignored, the
+	 * lost lines are lost and the run goes on, saving its checkpoints and
+	 * metrics.jsonl, as under nohup (a closed terminal's SIGHUP, when it
+	 * reaches the run, still saves and stops it). */
+	signal(SIGPIPE, SIG_IGN);
 	ST_CHECK(pthread_sigmask(SIG_BLOCK, &caught, NULL) == 0, NULL,
 		 "cannot block SIGINT, SIGTERM and SIGHUP");
 	pthread_t th;

@@ -9,7 +9,9 @@
  * recorded (the trainer finishes its step, saves a checkpoint and stops,
  * and the CLI then ends the process by that signal); a second one ends the
  * process at once, by the signal, which loses nothing saved (checkpoints
- * are written to a temp directory and renamed).
+ * are written to a temp directory and renamed). The same signal again
+ * within half a second is the first one delivered twice, not a second.
+ * SIGPIPE is ignored: a run whose output's reader went away goes on.
  * A signal the process started with ignored (SIG_IGN) is left alone. */
 #ifndef ST_INTERRUPT_H
 #define ST_INTERRUPT_H
