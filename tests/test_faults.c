@@ -539,6 +539,17 @@ Test(faults, resumes_that_could_mix_runs)
 			    "test ! -e %s/run/step-000001",
 			    dir, dir, dir),
 		     0, "--keep-ckpts removed the wrong checkpoints: %s", out);
+	/* this run's steps falling among the abandoned ones (every 2nd step
+	 * over a run saved at every step): --keep-ckpts 2 keeps this run's
+	 * newest two and leaves the abandoned 3, 5 and 7 (it counted every
+	 * step up to the current one: it kept the abandoned step 7 and
+	 * removed this run's own step 6) */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/iv --steps 8 "
+			"--ckpt-interval 1 --keep-ckpts 0 " SMALL " && %s train --resume %s/iv/step-000002 --steps 8 "
+			"--ckpt-interval 2 --keep-ckpts 2 && ls %s/iv | grep step- | tr '\\n' ' '",
+		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "step-000003 step-000005 step-000006 step-000007 step-000008 "),
+		  "%s", out);
 	/* both spellings of one option */
 	rc = cu_run(out, sizeof out, "echo '{\"seq_len\": 64, \"seq-len\": 32}' > %s/two.json && %s train "
 			"--model %s/init --data %s/data --out %s/two --steps 1 --config %s/two.json",

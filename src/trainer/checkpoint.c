@@ -301,6 +301,11 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	cJSON_AddNumberToObject(r, "last_loss", tr->last_loss);
 	/* bit-identical resume holds for the same thread count (matmul rounding) */
 	cJSON_AddNumberToObject(r, "threads", omp_get_max_threads());
+	/* the checkpoint before this one in the run's history (null: none) */
+	if (tr->prev_ckpt_step >= 0 && tr->prev_ckpt_step < tr->step)
+		cJSON_AddNumberToObject(r, "prev_step", (double)tr->prev_ckpt_step);
+	else
+		cJSON_AddNullToObject(r, "prev_step");
 	if (isfinite(tr->last_val_loss))
 		cJSON_AddNumberToObject(r, "last_val_loss", tr->last_val_loss);
 	cJSON *opts = train_opts_to_cjson(&tr->o);
@@ -459,28 +464,68 @@ void ckpt_tidy(const char *out, const char *spare)
 	closedir(d);
 }
 
+/* The "prev_step" of the checkpoint at dir: its step, -1 for null (the
+ * first of a fresh run), -2 when absent (saved before 2026-11-24) or
+ * unreadable. */
+static long prev_step_of(const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/trainer.json", dir);
+	cJSON *root = NULL;
+	const int old = st_log_mute(1);
+	const int read = fs_read_json(path, &root, NULL) == ST_OK;
+	st_log_mute(old);
+	if (!read)
+		return -2;
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prev_step");
+	const long v = cJSON_IsNull(p) ? -1
+		       : cJSON_IsNumber(p) && p->valuedouble >= 0 && p->valuedouble < 1e15
+			       ? (long)p->valuedouble
+			       : -2;
+	cJSON_Delete(root);
+	return v;
+}
+
 /* After a save: what ckpt_tidy removes, and the oldest checkpoints beyond
- * keep of those up to current (step directories holding a trainer.json:
- * another tool's step-N is not the run's history). */
-static void prune(const char *out, int keep, long current)
+ * keep of this run's history. That history is the chain of "prev_step"s
+ * from the step just saved (current, whose predecessor is prev): a run
+ * resumed from an earlier step leaves the later checkpoints of the run it
+ * resumed off the chain, neither counted nor removed, however its steps
+ * fall among them (counting every step up to current, as before, kept an
+ * abandoned step-35 and removed this run's own step-20 and step-30). A
+ * checkpoint saved before prev_step was recorded ends the chain: the step
+ * directories below it (holding a trainer.json: another tool's step-N is
+ * not the run's history) count, as they did. */
+static void prune(const char *out, int keep, long current, long prev)
 {
 	ckpt_tidy(out, NULL);
-	DIR *d = opendir(out);
-	if (!d)
-		return;
 	long steps[4096];
 	int n = 0;
-	struct dirent *e;
+	steps[n++] = current;
+	long legacy_below = -1; /* an old checkpoint's step: every step under it counts */
 	char path[4200];
-	while ((e = readdir(d))) {
+	for (long p = prev; p >= 0 && p < steps[n - 1] && n < 4096;) {
+		snprintf(path, sizeof path, "%s/step-%06ld", out, p);
+		snprintf(path + strlen(path), sizeof path - strlen(path), "/trainer.json");
+		if (!fs_exists(path))
+			break; /* removed already, or resumed from another directory */
+		steps[n++] = p;
+		path[strlen(path) - strlen("/trainer.json")] = '\0';
+		const long q = prev_step_of(path);
+		if (q == -2)
+			legacy_below = p;
+		p = q;
+	}
+	DIR *d = legacy_below >= 0 ? opendir(out) : NULL;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
 		long s;
-		/* steps past this one are a run this one resumed from an earlier
-		 * step of: not its history, neither counted nor removed */
 		snprintf(path, sizeof path, "%s/%s/trainer.json", out, e->d_name);
-		if (fs_step_name(e->d_name, &s) && s <= current && n < 4096 && fs_exists(path))
+		if (fs_step_name(e->d_name, &s) && s < legacy_below && n < 4096 && fs_exists(path))
 			steps[n++] = s;
 	}
-	closedir(d);
+	if (d)
+		closedir(d);
 	if (keep <= 0 || n <= keep)
 		return;
 	qsort(steps, (size_t)n, sizeof steps[0], cmp_long);
@@ -643,7 +688,7 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 		fs_rmtree(old);
 
 	ST_TRY(point_latest(out, c->name));
-	prune(out, tr->o.keep_ckpts, c->step);
+	prune(out, tr->o.keep_ckpts, c->step, c->prev_step);
 	return ST_OK;
 }
 
@@ -773,12 +818,14 @@ int ckpt_begin(struct st_trainer *tr)
 	snprintf(c->name, sizeof c->name, "step-%06ld", tr->step);
 	snprintf(c->tmp, sizeof c->tmp, "%s/.tmp-%s.%d", tr->o.out, c->name, (int)getpid());
 	c->step = tr->step;
+	c->prev_step = tr->prev_ckpt_step < tr->step ? tr->prev_ckpt_step : -1;
 	c->nonfinite = c->in_place = 0;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", c->tmp);
 	if ((fs_exists(c->tmp) && fs_rmtree(c->tmp) != ST_OK) || fs_mkdir_p(c->tmp) != ST_OK ||
 	    save_trainer_json(tr, path) != ST_OK)
 		return save_failed(tr);
+	tr->prev_ckpt_step = tr->step; /* the next one's predecessor */
 	c->updates = tr->updates;
 	c->t0 = t0;
 	c->pause_s = now_s() - t0;

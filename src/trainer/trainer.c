@@ -91,6 +91,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	tr->metrics_at_start = -1;
 	tr->o = *o;
 	tr->last_loss = tr->last_val_loss = NAN; /* none yet */
+	tr->prev_ckpt_step = -1;
 	pthread_mutex_init(&tr->ck.mu, NULL);
 	pthread_cond_init(&tr->ck.cv, NULL);
 	ST_TRY(train_opts_validate(&tr->o));
@@ -187,8 +188,10 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		tr->up.no_grad = tr->no_grad;
 	}
 
-	if (resuming)
+	if (resuming) {
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
+		tr->prev_ckpt_step = tr->step;
+	}
 	train_schedule(&tr->o, tr->step, tr->tokens_seen, &tr->total_steps, &tr->warmup);
 	const int decays = strcmp(tr->o.schedule, "constant") != 0;
 	if (tr->warmup > tr->total_steps)

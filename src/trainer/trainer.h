@@ -31,6 +31,7 @@ struct st_ckpt_async {
 	int w_done, s_done;   /* units whose weights / state are captured */
 	int rc;
 	long step, updates;
+	long prev_step;       /* trainer.json's "prev_step" (-1: null) */
 	char name[64], tmp[4096];
 	double t0, pause_s, wait_s; /* when it began; the pause; updates' waits */
 	int finished;         /* the capture thread is done: its message may be said */
@@ -84,6 +85,11 @@ struct st_trainer {
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
 	int ckpt_threads; /* the threads the loaded checkpoint's run used (0: not saved) */
+	/* the step of the checkpoint before the next one in this run's history:
+	 * the last one saved, or the one resumed from; -1: none. Saved in
+	 * trainer.json as "prev_step", so that --keep-ckpts can tell this run's
+	 * checkpoints from those of a run it resumed an earlier step of. */
+	long prev_ckpt_step;
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
 	char *tok_text[ST_TOK_FILES]; /* those files as they were at the start (NULL: */
 	size_t tok_len[ST_TOK_FILES]; /* absent), for every checkpoint: the source may go */
