@@ -527,6 +527,29 @@ Test(faults, resumes_that_could_mix_runs)
 			" && %s train --resume %s/run/step-000001 --out %s/other --steps 2",
 		    cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "/other holds the checkpoints of another run than"), "%s", out);
+	/* another run's checkpoint copied into the run under a name of its
+	 * own: told by the run's identity (it went on there, pruning the run's
+	 * own checkpoints and moving its `latest`) */
+	rc = cu_run(out, sizeof out, "cp -a %s/other/step-000001 %s/run/imported && { %s train --resume "
+			"%s/run/imported --steps 2; }",
+		    dir, dir, cu_bin(), dir);
+	cu_run(NULL, 0, "rm -rf %s/run/imported", dir);
+	cr_expect(rc != 0 && strstr(out, "/run holds the checkpoints of another run than") &&
+			  strstr(out, "is of run "),
+		  "%s", out);
+	/* a checkpoint copied out of its run, resumed where no run is: not
+	 * the parent directory as the run's without a word (its latest,
+	 * metrics.jsonl and steps went there); with --out it goes on */
+	rc = cu_run(out, sizeof out, "cd %s && cp -a run/step-000001 lone && %s train --resume lone "
+			"--steps 2",
+		    dir, cu_bin());
+	cr_expect(rc != 0 && strstr(out, "/lone is a checkpoint outside a run directory") &&
+			  cu_run(NULL, 0, "test ! -e %s/latest && test ! -e %s/metrics.jsonl", dir, dir) == 0,
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "cd %s && %s train --resume lone --steps 2 --out lonerun && "
+			"test -d lonerun/step-000002",
+		    dir, cu_bin());
+	cr_expect_eq(rc, 0, "%s", out);
 	/* an earlier step of a 4-step run, resumed for 2 steps keeping 1 */
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --keep-ckpts 0 && md5sum %s/run/step-000003/* "
 			"%s/run/step-000004/* > %s/later.md5",

@@ -171,6 +171,33 @@ static int run_dir_of(char *out, size_t n, const char *dir)
 	return ST_OK;
 }
 
+/* A checkpoint copied out of its run under a name of its own (not step-N)
+ * into a directory that holds no run: its parent would become the run
+ * directory, and `latest`, metrics.jsonl and the new step-N land there
+ * without a word (the working directory, $HOME). Refused without --out. */
+static int check_lone_checkpoint(const char *ckpt, const char *parent)
+{
+	char real[PATH_MAX], path[PATH_MAX + 32];
+	long s, first;
+	if (!realpath(ckpt, real))
+		return ST_OK; /* said where it is opened */
+	const char *base = strrchr(real, '/');
+	if (fs_step_name(base ? base + 1 : real, &s))
+		return ST_OK;
+	snprintf(path, sizeof path, "%s/latest", parent);
+	struct stat st;
+	if (lstat(path, &st) == 0)
+		return ST_OK;
+	snprintf(path, sizeof path, "%s/metrics.jsonl", parent);
+	if (fs_exists(path) || ckpt_count_later(parent, -1, LONG_MAX, &first))
+		return ST_OK;
+	ST_ERROR("give --out DIR for the run's checkpoints (a new directory, or the run it came from)",
+		 "%s is a checkpoint outside a run directory: the run would go on in %s, which holds "
+		 "no run (no latest, metrics.jsonl or step-N)",
+		 real, parent);
+	return ST_FAIL;
+}
+
 /* A resume whose length or schedule options differ from the run's: the
  * warmup and decay are a function of the whole run, so the learning rate
  * from here on follows the new curve, not the one the run was on. Said once. */
@@ -496,6 +523,8 @@ int cmd_train(int argc, char **argv)
 		note_config_out(&a, conf, conf_out, o.out);
 	}
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	if (resume && !cli_get(&a, "out", NULL))
+		ST_TRY(check_lone_checkpoint(dir, o.out));
 	o.offload_dir_given |= given(&a, conf, "offload-dir"); /* a --config's too */
 	/* A new token budget on resume, without --steps: the budget sets the
 	 * length, not the steps saved with the run (--steps wins when both are

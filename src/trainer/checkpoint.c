@@ -28,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -301,6 +303,7 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	cJSON_AddNumberToObject(r, "last_loss", tr->last_loss);
 	/* bit-identical resume holds for the same thread count (matmul rounding) */
 	cJSON_AddNumberToObject(r, "threads", omp_get_max_threads());
+	cJSON_AddStringToObject(r, "run_id", tr->run_id);
 	/* the checkpoint before this one in the run's history (null: none) */
 	if (tr->prev_ckpt_step >= 0 && tr->prev_ckpt_step < tr->step)
 		cJSON_AddNumberToObject(r, "prev_step", (double)tr->prev_ckpt_step);
@@ -395,6 +398,38 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 	}
 	closedir(d);
 	return n;
+}
+
+int ckpt_run_id(const char *ckpt_dir, char id[17])
+{
+	id[0] = '\0';
+	char path[4200];
+	snprintf(path, sizeof path, "%s/trainer.json", ckpt_dir);
+	cJSON *root = NULL;
+	const int old = st_log_mute(1);
+	const int read = fs_read_json(path, &root, NULL) == ST_OK;
+	st_log_mute(old);
+	if (!read)
+		return 0;
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "run_id");
+	if (cJSON_IsString(r) && strlen(r->valuestring) == 16 &&
+	    strspn(r->valuestring, "0123456789abcdef") == 16)
+		memcpy(id, r->valuestring, 17);
+	cJSON_Delete(root);
+	return id[0] != '\0';
+}
+
+void ckpt_new_run_id(char id[17])
+{
+	uint64_t x = 0;
+	if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+		/* no entropy source: the time and the process, distinct enough */
+		struct timespec t;
+		clock_gettime(CLOCK_REALTIME, &t);
+		x = ((uint64_t)t.tv_sec * 1000000007u) ^ (uint64_t)t.tv_nsec ^
+		    ((uint64_t)getpid() << 40);
+	}
+	snprintf(id, 17, "%016llx", (unsigned long long)x);
 }
 
 /* The digits at s (at least one): past them, or NULL. */

@@ -2,6 +2,7 @@
  * checkpoints save, the checks before anything is written there, and
  * metrics.jsonl. */
 #define _GNU_SOURCE /* vasprintf */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -158,6 +159,30 @@ int rundir_check(struct st_trainer *tr, int resuming)
 			 "%s holds the checkpoints of another run than %s; a resume writes only into its "
 			 "own run directory or a new one",
 			 o->out, ckpt);
+		/* own by place, but another run's by identity: a checkpoint of
+		 * another run copied in under a name of its own (the run went on
+		 * there among this directory's checkpoints, pruning them) */
+		char id[17], other[17], step_dir[4400];
+		const char *stranger = NULL;
+		DIR *d = ckpt_run_id(ckpt, id) ? opendir(o->out) : NULL;
+		struct dirent *e;
+		while (d && !stranger && (e = readdir(d))) {
+			long s;
+			snprintf(step_dir, sizeof step_dir, "%s/%s", o->out, e->d_name);
+			if (fs_step_name(e->d_name, &s) && ckpt_run_id(step_dir, other) &&
+			    strcmp(id, other) != 0)
+				stranger = e->d_name;
+		}
+		char name[300];
+		snprintf(name, sizeof name, "%s", stranger ? stranger : "");
+		if (d)
+			closedir(d);
+		ST_CHECK(!*name,
+			 "give --out an empty or new directory, or resume that run itself with --resume DIR",
+			 "%s holds the checkpoints of another run than %s (%s/%s is of run %s, the "
+			 "checkpoint of run %s); a resume writes only into its own run directory or a "
+			 "new one",
+			 o->out, ckpt, o->out, name, other, id);
 	}
 	return ST_OK;
 }

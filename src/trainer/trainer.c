@@ -188,6 +188,10 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		tr->up.no_grad = tr->no_grad;
 	}
 
+	/* a resume carries its run's identity on; a checkpoint saved before
+	 * there was one starts it here */
+	if (!resuming || !ckpt_run_id(tr->ckpt_loaded, tr->run_id))
+		ckpt_new_run_id(tr->run_id);
 	if (resuming) {
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
 		tr->prev_ckpt_step = tr->step;

@@ -90,6 +90,11 @@ struct st_trainer {
 	 * trainer.json as "prev_step", so that --keep-ckpts can tell this run's
 	 * checkpoints from those of a run it resumed an earlier step of. */
 	long prev_ckpt_step;
+	/* the run's identity, 16 hex digits: drawn at a fresh start and carried
+	 * by every checkpoint of the run and of its resumes ("run_id" in
+	 * trainer.json), so that a checkpoint of another run copied into a run
+	 * directory is told from its own */
+	char run_id[17];
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
 	char *tok_text[ST_TOK_FILES]; /* those files as they were at the start (NULL: */
 	size_t tok_len[ST_TOK_FILES]; /* absent), for every checkpoint: the source may go */
@@ -196,6 +201,11 @@ void ckpt_name_earlier(const char *ckpt_dir);
 /* How many step directories in run directory out are past step and at most
  * last; the first of them into *first. */
 int ckpt_count_later(const char *out, long step, long last, long *first);
+/* The "run_id" of the checkpoint at ckpt_dir into id; 0 (id "") where it
+ * has none (saved before 2026-11-24, or unreadable). */
+int ckpt_run_id(const char *ckpt_dir, char id[17]);
+/* A fresh run's identity (16 hex digits). */
+void ckpt_new_run_id(char id[17]);
 /* The temp directories and files that processes killed in a save or a
  * removal left in run directory out, whose lock the caller holds (an aside
  * copy put back first): removed, except spare (the checkpoint a run
