@@ -467,6 +467,15 @@ Test(faults, resume_from_another_directory)
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/o --data nosuch",
 		    bin, dir, dir);
 	cr_expect(rc != 0 && strstr(out, "nosuch") && !strstr(out, "saved options"), "%s", out);
+	/* the saved absolute path gone (the data moved): named as the run's,
+	 * with --data as the way on (it said "check the path") */
+	rc = cu_run(out, sizeof out, "mv %s/cur %s/moved && { %s train --resume %s/run/step-000002 "
+			"--out %s/o --steps 3; }",
+		    dir, dir, bin, dir, dir);
+	cu_run(NULL, 0, "mv %s/moved %s/cur", dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/cur, saved with the run, does not exist now") &&
+			  strstr(out, "give --data PATH where the training data is now"),
+		  "%s", out);
 	/* a checkpoint from before: its data path relative to where it ran */
 	cu_run(NULL, 0, "cp -r %s/run/step-000002 %s/old && sed -Ei 's|\"%s/cur\"|\"data\"|' "
 			"%s/old/trainer.json",
@@ -1080,7 +1089,21 @@ Test(faults, damaged_checkpoint_names_an_earlier_one)
 				    dir, dir, dir),
 			     0, "%s: the run changed", files[i]);
 	}
+	/* a step-N directory that holds no checkpoint is not named (--resume
+	 * then found nothing there) */
 	int rc = cu_run(out, sizeof out,
+			"rm -rf %s/c && cp -a %s/run %s/c && mkdir %s/c/step-000000 && truncate -s 10 "
+			"%s/c/step-000002/model.safetensors && %s train --resume %s/c --steps 3",
+			dir, dir, dir, dir, dir, cu_bin(), dir);
+	char want1[512];
+	snprintf(want1, sizeof want1, "the newest earlier checkpoint: --resume %s/c/step-000001", dir);
+	cr_expect(rc != 0 && strstr(out, want1), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "rm -rf %s/c/step-000002 && truncate -s 100 %s/c/step-000001/model.safetensors && "
+		    "%s train --resume %s/c/step-000001 --steps 3",
+		    dir, dir, cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "/c holds no checkpoint earlier than step 1"), "%s", out);
+	rc = cu_run(out, sizeof out,
 			"rm -rf %s/c && cp -a %s/run %s/c && truncate -s 100 %s/c/step-000001/model.safetensors && "
 			"%s train --resume %s/c/step-000001 --steps 3",
 			dir, dir, dir, dir, cu_bin(), dir);

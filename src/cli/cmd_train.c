@@ -456,6 +456,14 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 			 "the %s path '%s' came from the checkpoint's saved options and is relative to "
 			 "where that run started (runs save absolute paths since 2026-11-23)",
 			 i ? "validation" : "data", paths[i]);
+	/* an absolute one that is gone: the data moved since (its open would
+	 * say only "check the path") */
+	for (int i = 0; i < 2; i++)
+		ST_CHECK(!*paths[i] || strcmp(paths[i], saved_paths[i]) || fs_exists(paths[i]),
+			 i ? "give --val PATH where the validation data is now"
+			   : "give --data PATH where the training data is now (the same tokens)",
+			 "the %s path %s, saved with the run, does not exist now", i ? "validation" : "data",
+			 paths[i]);
 	note_new_data(a, conf, saved, o);
 	if (strncmp(o->optimizer, "galore", 6) || strncmp(saved->optimizer, "galore", 6))
 		return ST_OK; /* other pairs: the state's own checks (checkpoint.c) */

@@ -123,11 +123,16 @@ void ckpt_name_earlier(const char *ckpt_dir)
 	if (!d)
 		return;
 	struct dirent *e;
-	while ((e = readdir(d)))
-		if (fs_step_name(e->d_name, &s) && s < current && s > best) {
+	char path[4600];
+	while ((e = readdir(d))) {
+		/* a checkpoint: a step-N directory without trainer.json (empty,
+		 * another tool's) was named, and --resume then found nothing */
+		snprintf(path, sizeof path, "%s/%s/trainer.json", run, e->d_name);
+		if (fs_step_name(e->d_name, &s) && s < current && s > best && fs_exists(path)) {
 			best = s;
 			snprintf(best_name, sizeof best_name, "%s", e->d_name);
 		}
+	}
 	closedir(d);
 	if (best >= 0)
 		st_log_info("the newest earlier checkpoint: --resume %s/%s", run, best_name);
