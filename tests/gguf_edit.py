@@ -10,6 +10,7 @@ usage: gguf_edit.py SRC DST extend-tokens N   # N more tokens than there are
        gguf_edit.py SRC DST string-types      # token_type as a list of strings
        gguf_edit.py SRC DST set KEY TYPE VAL  # a key added or replaced (TYPE:
                                               # GGUF's number; 8 a string)
+       gguf_edit.py SRC DST rename-token I TEXT  # token I's text made TEXT
 """
 import struct
 import sys
@@ -86,6 +87,8 @@ def main():
         tokens[-1] = b""
     elif edit == "nul-token":
         tokens[-1] = b"a\0b"
+    elif edit == "rename-token":
+        tokens[int(sys.argv[4])] = sys.argv[5].encode()
     elif edit == "string-types":
         types[1], types[2] = ARR, (STR, [b"%d" % t for t in types[2][1]])
     elif edit == "set":

@@ -166,6 +166,47 @@ Test(gguf, chat_template_carried)
 		  "%s", out);
 }
 
+/* The end tokens llama.cpp stops a generation at go into
+ * generation_config.json's eos_token_id, after <eos>, for transformers'
+ * generate and strata sample (both ran on past them): an EOT or EOM id the
+ * file names (a control token; an ordinary one warned and left out), or
+ * without one a control token spelled as llama.cpp's EOT texts; a file
+ * with <eos> alone writes none. */
+Test(gguf, end_tokens_carried)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ggufend");
+	const char *show = "python3 -c \"import json, sys; print(json.load(open(sys.argv[1]))"
+			   "['eos_token_id'])\"";
+	int rc = cu_run(out, sizeof out,
+			"{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/e.gguf set "
+			"tokenizer.ggml.eot_token_id 4 0 && %s import --gguf %s/e.gguf --out %s/me && "
+			"%s %s/me/generation_config.json; }",
+			dir, cu_bin(), dir, dir, show, dir);
+	cr_expect(rc == 0 && strstr(out, "[1, 0]"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/o.gguf set "
+		    "tokenizer.ggml.eom_token_id 4 100 && %s import --gguf %s/o.gguf --out %s/mo && "
+		    "test ! -e %s/mo/generation_config.json; }",
+		    dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "tokenizer.ggml.eom_token_id is not the id of a control "
+					 "token: left out"),
+		  "%s", out);
+	/* no EOT named: a control token spelled <|eot_id|> (token 0 renamed
+	 * here) is taken for one, as llama.cpp takes it */
+	rc = cu_run(out, sizeof out,
+		    "{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/t.gguf rename-token 0 "
+		    "'<|eot_id|>' && %s import --gguf %s/t.gguf --out %s/mt && %s "
+		    "%s/mt/generation_config.json; }",
+		    dir, cu_bin(), dir, dir, show, dir);
+	cr_expect(rc == 0 && strstr(out, "[1, 0]"), "%s", out);
+	/* <eos> alone: none written */
+	rc = cu_run(out, sizeof out, "{ %s import --gguf tests/data/gguf/model-F32.gguf --out %s/mp && "
+				     "test ! -e %s/mp/generation_config.json; }",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
+}
+
 /* A copy of blocks.gguf with one field of tensor `name`'s info replaced:
  * its first dimension (rows) or its ggml type. */
 static void blocks_patch(const char *dst, const char *name, int field_is_type, uint64_t value)

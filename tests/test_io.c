@@ -1583,6 +1583,30 @@ Test(io, tokenizer_dir_config_read_strictly)
 		cr_expect_eq(tk.eos_id, 0, "case %d: the config.json beside was read", k);
 		tokenizer_free(&tk);
 	}
+	/* generation_config.json's end tokens join config.json's, after its
+	 * <eos> (Llama 3 Instruct lists <|eot_id|> there alone: sample ran on
+	 * past it); ordinary tokens, ids past the vocabulary and one already
+	 * listed left out; one that does not parse warned and left out */
+	const char *one = "{\"vocab_size\": 3001, \"eos_token_id\": 1}";
+	cr_assert_eq(fs_write_file_atomic(path, one, strlen(one)), ST_OK);
+	char gen[300];
+	snprintf(gen, sizeof gen, "%s/generation_config.json", dir);
+	const char *gens[3] = {"{\"eos_token_id\": [1, 7, 0, 99999]}", "{\"eos_token_id\": 0}",
+			       "{\"eos_token_id\": [0], \"eos_token_id\": [2]}"};
+	for (int k = 0; k < 3; k++) {
+		cr_assert_eq(fs_write_file_atomic(gen, gens[k], strlen(gens[k])), ST_OK);
+		st_log_mute(k == 2);
+		cr_assert_eq(tokenizer_load(&tk, dir), ST_OK, "case %d", k);
+		st_log_mute(old);
+		cr_expect_eq(tk.eos_id, 1, "case %d", k);
+		if (k < 2)
+			cr_expect(tk.n_end == 2 && tk.end_ids[0] == 1 && tk.end_ids[1] == 0,
+				  "case %d: %d ends: %d %d", k, tk.n_end, tk.end_ids[0], tk.end_ids[1]);
+		else
+			cr_expect(tk.n_end <= 1, "a generation_config.json that does not parse was read");
+		tokenizer_free(&tk);
+	}
+	unlink(gen);
 	unlink(path);
 	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
 	unlink(path);

@@ -47,6 +47,53 @@ static void printable(char *out, size_t n, const char *text, size_t len)
 	out[o] = '\0';
 }
 
+/* An end token from a JSON number: added to end_ids where it is an added
+ * token of tk not there already. */
+static void add_end_id(struct st_tokenizer *tk, const cJSON *v)
+{
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tk->vocab_size ||
+	    !bpe_is_added(tk->bpe, (int)v->valuedouble))
+		return;
+	for (int i = 0; i < tk->n_end; i++)
+		if (tk->end_ids[i] == (int)v->valuedouble)
+			return;
+	if (tk->n_end < ST_MAX_END_IDS)
+		tk->end_ids[tk->n_end++] = (int)v->valuedouble;
+}
+
+/* generation_config.json's end tokens beside config.json's: transformers'
+ * generate stops at its eos_token_id list (Llama 3 Instruct's names
+ * <|eot_id|> there and not in config.json; a GGUF import writes one), and
+ * sample stops where generate does (it ran on past <|eot_id|>). The added
+ * tokens among them join end_ids after <eos>; one that does not parse is
+ * warned and left out. */
+static void gen_end_ids(struct st_tokenizer *tk, const char *model_dir)
+{
+	char path[4300];
+	snprintf(path, sizeof path, "%s/generation_config.json", model_dir);
+	if (!fs_exists(path))
+		return;
+	cJSON *root = NULL;
+	const int old = st_log_mute(1);
+	const int rc = fs_read_json(path, &root, NULL);
+	st_log_mute(old);
+	if (rc != ST_OK) {
+		st_log_warn("%s is not read for its end tokens: %s", path, st_log_last_error());
+		return;
+	}
+	const cJSON *ends = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+	if (tk->n_end == 0 && tk->eos_id >= 0 && ends) /* <eos> first, as config.json's */
+		tk->end_ids[tk->n_end++] = tk->eos_id;
+	const cJSON *list = cJSON_IsArray(ends) ? ends : NULL, *e;
+	cJSON_ArrayForEach(e, list)
+		add_end_id(tk, e);
+	if (cJSON_IsNumber(ends))
+		add_end_id(tk, ends);
+	if (tk->eos_id < 0 && tk->n_end > 0)
+		tk->eos_id = tk->end_ids[0]; /* no <eos> in config.json: the list's first */
+	cJSON_Delete(root);
+}
+
 int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 {
 	if (!tk->bpe)
@@ -66,15 +113,9 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	const cJSON *ends = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
 	if (ends)
 		tk->n_end = 0; /* this config.json's list, not another's read before */
-	if (cJSON_IsArray(ends)) {
-		const cJSON *e;
-		cJSON_ArrayForEach(e, ends)
-		{
-			if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < tk->vocab_size &&
-			    bpe_is_added(tk->bpe, (int)e->valuedouble) && tk->n_end < ST_MAX_END_IDS)
-				tk->end_ids[tk->n_end++] = (int)e->valuedouble;
-		}
-	}
+	const cJSON *list = cJSON_IsArray(ends) ? ends : NULL, *e;
+	cJSON_ArrayForEach(e, list)
+		add_end_id(tk, e);
 	for (int k = 0; k < 2; k++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
 		if (cJSON_IsArray(v)) /* several end tokens: the first */
@@ -105,6 +146,7 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 		*ids[k] = id;
 	}
 	cJSON_Delete(root);
+	gen_end_ids(tk, model_dir);
 	return ST_OK;
 }
 

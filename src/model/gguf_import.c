@@ -321,6 +321,67 @@ static int write_tokenizer_config(const struct st_gguf *g, const struct st_confi
 	return rc;
 }
 
+/* generation_config.json: the end tokens generation stops at, as llama.cpp
+ * ends a generation: <eos>, tokenizer.ggml.eot_token_id and eom_token_id,
+ * and where the file names no EOT, a control token llama.cpp takes for one
+ * by its text (an early Llama 3 Instruct conversion names <|end_of_text|>
+ * as <eos> and nothing else, and its turns end with <|eot_id|>). Written
+ * only when there is more than <eos>: transformers' generate stops at any
+ * of the list, and so does strata sample (they ran on past <|eot_id|>). */
+static int write_generation_config(const struct st_gguf *g, const struct st_config *cfg,
+				   const struct st_bpe *b, const char *dir)
+{
+	int ends[8], n = 0;
+	if (cfg->eos_id >= 0)
+		ends[n++] = cfg->eos_id;
+	const char *keys[2] = {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"};
+	int eot_named = 0;
+	for (int k = 0; k < 2; k++) {
+		uint64_t v;
+		if (!gguf_kv(g, keys[k]))
+			continue;
+		if (gguf_get_u64(g, keys[k], &v) != ST_OK || v >= (uint64_t)cfg->vocab_size ||
+		    !bpe_is_added(b, (int)v)) {
+			st_log_warn("%s: %s is not the id of a control token: left out", g->path, keys[k]);
+			continue;
+		}
+		eot_named |= k == 0;
+		int dup = 0;
+		for (int i = 0; i < n; i++)
+			dup |= ends[i] == (int)v;
+		if (!dup)
+			ends[n++] = (int)v;
+	}
+	/* llama.cpp's texts of an end of turn (llama-vocab.cpp), when no EOT
+	 * is named */
+	const char *eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"};
+	for (int t = 0; t < 4 && !eot_named; t++) {
+		const int id = bpe_token_id(b, eot_texts[t]);
+		if (id < 0 || !bpe_is_added(b, id))
+			continue;
+		int dup = 0;
+		for (int i = 0; i < n; i++)
+			dup |= ends[i] == id;
+		if (!dup)
+			ends[n++] = id;
+		break;
+	}
+	if (n < 2)
+		return ST_OK;
+	cJSON *root = cJSON_CreateObject();
+	if (cfg->bos_id >= 0)
+		cJSON_AddNumberToObject(root, "bos_token_id", cfg->bos_id);
+	cJSON_AddItemToObject(root, "eos_token_id", cJSON_CreateIntArray(ends, n));
+	char *text = cJSON_Print(root);
+	cJSON_Delete(root);
+	ST_CHECK(text, NULL, "out of memory writing generation_config.json");
+	char path[4200];
+	snprintf(path, sizeof path, "%s/generation_config.json", dir);
+	const int rc = fs_write_file_atomic(path, text, strlen(text));
+	free(text);
+	return rc;
+}
+
 /* A tokenizer the import cannot rebuild exactly as llama.cpp runs it: the
  * weights and config are still the model, so they import, and the user is
  * told where the tokenizer has to come from (prepare and sample read the
@@ -590,6 +651,8 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 	}
 	if (rc == ST_OK)
 		rc = write_tokenizer_config(g, cfg, b, dir);
+	if (rc == ST_OK)
+		rc = write_generation_config(g, cfg, b, dir);
 	bpe_free(b);
 	return rc;
 }
