@@ -1210,6 +1210,7 @@ Test(faults, config_values_checked_before_sizing)
 		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"rms_norm_eps\":1e-50", "below the smallest normal float"},
 		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"attention_bias\":true", "\"attention_bias\" is true"},
 		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_act\":3", "\"hidden_act\" must be a string"},
+		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_act\":\"gelu\"", "unsupported hidden_act \"gelu\""},
 		{"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"eos_token_id\":[]", "\"eos_token_id\" is an empty list"},
 		/* an integer, too large: said as such (it was "must be an integer") */
 		{"\"num_hidden_layers\":3000000000,\"num_attention_heads\":4",
@@ -1228,6 +1229,12 @@ Test(faults, config_values_checked_before_sizing)
 			"grep -qE '\"eos_token_id\":[[:space:]]*200,' %s/ok/config.json",
 			base, dir, cu_bin(), dir, dir, dir);
 	cr_expect_eq(rc, 0, "a list of end tokens: %s", out);
+	/* "swish": transformers' other name for SiLU (it was refused) */
+	rc = cu_run(out, sizeof out,
+		    "printf '{%s,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_act\":\"swish\"}' "
+		    "> %s/sw.json && %s init --config %s/sw.json --out %s/sw",
+		    base, dir, cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "hidden_act swish: %s", out);
 	/* A config.json that disagrees with its weights fails on the headers,
 	 * before 6 GB for a 6M-token embedding is asked for (1 GB of address
 	 * space is plenty for this model otherwise). */

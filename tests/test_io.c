@@ -1652,6 +1652,48 @@ Test(io, bpe_empty_normalizer_sequence)
 		  st_log_last_error());
 }
 
+/* Model fields the tokenizers library reads as no change are taken: a
+ * model without "type" (read as the BPE its vocab and merges make) and a
+ * "dropout" of 0 give the file's ids; a dropout above 0 is refused. */
+Test(io, bpe_untyped_model_and_zero_dropout)
+{
+	struct st_tokenizer ref;
+	cr_assert_eq(tokenizer_load(&ref, "tests/data/tokenizers/gpt2"), ST_OK);
+	const char *s = "caf\xc3\xa9 <|endoftext|> don't  123\n";
+	uint32_t a[128], b[128];
+	const size_t nb = tokenizer_encode(&ref, b, s, strlen(s));
+	tokenizer_free(&ref);
+	for (int k = 0; k < 3; k++) {
+		cJSON *root = tu_read_json("tests/data/tokenizers/gpt2/tokenizer.json");
+		cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+		if (k == 0) {
+			cJSON_DeleteItemFromObjectCaseSensitive(model, "type");
+		} else {
+			cJSON_DeleteItemFromObjectCaseSensitive(model, "dropout");
+			cJSON_AddNumberToObject(model, "dropout", k == 1 ? 0.0 : 0.1);
+		}
+		char path[256];
+		tpath(path, "tokenizer.json");
+		char *text = cJSON_PrintUnformatted(root);
+		cJSON_Delete(root);
+		cr_assert_eq(fs_write_file_atomic(path, text, strlen(text)), ST_OK);
+		free(text);
+		struct st_tokenizer tk;
+		const int old = st_log_mute(1);
+		const int rc = tokenizer_load(&tk, path);
+		st_log_mute(old);
+		if (k == 2) {
+			cr_expect(rc == ST_FAIL && strstr(st_log_last_error(), "dropout is not supported"),
+				  "%s", st_log_last_error());
+			continue;
+		}
+		cr_assert_eq(rc, ST_OK, "case %d: %s", k, st_log_last_error());
+		const size_t na = tokenizer_encode(&tk, a, s, strlen(s));
+		cr_expect(na == nb && !memcmp(a, b, na * sizeof *a), "case %d: other ids", k);
+		tokenizer_free(&tk);
+	}
+}
+
 Test(io, bpe_bad_files)
 {
 	char dir[] = "/tmp/strata-bpe-XXXXXX";

@@ -265,8 +265,11 @@ int bpe_load(struct st_bpe **out, const char *path)
 	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
 	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
 	int rc = ST_OK;
-	if (!cJSON_IsObject(model) || strcmp(type_of(model), "BPE") || !cJSON_IsObject(vocab) ||
-	    !cJSON_IsArray(merges)) {
+	/* a model without "type" is read by the tokenizers library as the
+	 * model its fields make: a vocab object and a merges list, BPE */
+	const int untyped = cJSON_IsObject(model) && !cJSON_GetObjectItemCaseSensitive(model, "type");
+	if (!cJSON_IsObject(model) || (strcmp(type_of(model), "BPE") && !untyped) ||
+	    !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
 		ST_ERROR(hint, "%s: the model is not a BPE model with a vocab and merges (type %s)", path,
 			 cJSON_IsObject(model) ? type_of(model) : "missing");
 		rc = ST_FAIL;
@@ -299,7 +302,10 @@ int bpe_load(struct st_bpe **out, const char *path)
 	const char *unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix", "dropout", NULL};
 	for (int i = 0; unsupported[i]; i++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, unsupported[i]);
-		if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !*v->valuestring)) {
+		/* none: null, "", or a dropout of 0 (the tokenizers library drops
+		 * nothing then) */
+		if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !*v->valuestring) &&
+		    !(i == 2 && cJSON_IsNumber(v) && v->valuedouble == 0)) {
 			ST_ERROR(hint, "%s: the BPE model's %s is not supported", path, unsupported[i]);
 			goto fail;
 		}

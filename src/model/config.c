@@ -242,7 +242,9 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
 	ST_CHECK(!act || cJSON_IsNull(act) || cJSON_IsString(act), "fix the value in config.json",
 		 "%s: \"hidden_act\" must be a string", path);
-	ST_CHECK(!act || !cJSON_IsString(act) || strcmp(act->valuestring, "silu") == 0,
+	/* "swish" is transformers' other name for SiLU (ACT2FN maps both) */
+	ST_CHECK(!act || !cJSON_IsString(act) || strcmp(act->valuestring, "silu") == 0 ||
+			 strcmp(act->valuestring, "swish") == 0,
 		 "LLaMA uses SwiGLU (hidden_act \"silu\")", "%s: unsupported hidden_act \"%s\"", path,
 		 act->valuestring);
 	/* Hugging Face's LLaMA can carry biases; strata's has none, and would
