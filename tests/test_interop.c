@@ -207,6 +207,38 @@ Test(gguf, end_tokens_carried)
 	cr_expect_eq(rc, 0, "%s", out);
 }
 
+/* Files named for what they are: one part of a split model (the usual
+ * download of a large one: its first part was "missing a tensor", its
+ * second "unsupported architecture 'missing'"), a big-endian file (it was
+ * "GGUF version 50331648"), and an add_bos_token that is no bool (read as
+ * false, without a word; llama.cpp refuses it). */
+Test(gguf, split_big_endian_and_mistyped_files_named)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "ggufnamed");
+	int rc = cu_run(out, sizeof out,
+			"{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/a.gguf set "
+			"split.count 2 3 && python3 tests/gguf_edit.py %s/a.gguf %s/s.gguf set split.no 2 1 "
+			"&& %s import --gguf %s/s.gguf --out %s/ms; }",
+			dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/s.gguf is part 2 of 3 of a split model") &&
+			  strstr(out, "llama-gguf-split --merge"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "{ python3 -c \"import sys; b = bytearray(open(sys.argv[1], 'rb').read()); "
+		    "b[4:8] = b[4:8][::-1]; open(sys.argv[2], 'wb').write(b)\" "
+		    "tests/data/gguf/model-F32.gguf %s/be.gguf && %s import --gguf %s/be.gguf --out %s/mb; }",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/be.gguf is a big-endian GGUF file (version 3"), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/u.gguf set "
+		    "tokenizer.ggml.add_bos_token 0 1 && %s import --gguf %s/u.gguf --out %s/mu; }",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "tokenizer.ggml.add_bos_token is not a bool") &&
+			  cu_run(NULL, 0, "test ! -e %s/mu/config.json", dir) == 0,
+		  "%s", out);
+}
+
 /* A copy of blocks.gguf with one field of tensor `name`'s info replaced:
  * its first dimension (rows) or its ggml type. */
 static void blocks_patch(const char *dst, const char *name, int field_is_type, uint64_t value)

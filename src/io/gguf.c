@@ -101,6 +101,12 @@ static int parse(struct st_gguf *g)
 		 "%s is not a GGUF file (no GGUF magic)", g->path);
 	c.p += 4;
 	g->version = (uint32_t)take(&c, 4, "the version");
+	/* version 2 or 3 with its bytes the other way round: a big-endian file
+	 * (llama.cpp's --bigendian, for s390x), whose every number reads so */
+	const uint32_t swapped = __builtin_bswap32(g->version);
+	ST_CHECK(swapped != 2 && swapped != 3,
+		 "convert the model again without --bigendian (strata reads little-endian files)",
+		 "%s is a big-endian GGUF file (version %u, its bytes swapped)", g->path, swapped);
 	ST_CHECK(g->version == 2 || g->version == 3, "convert it with a current llama.cpp",
 		 "%s: GGUF version %u (strata reads versions 2 and 3)", g->path, g->version);
 	uint64_t nt = take(&c, 8, "the tensor count"), nk = take(&c, 8, "the key count");

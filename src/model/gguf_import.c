@@ -89,6 +89,23 @@ static int meta_real(const struct st_gguf *g, const char *key, double dflt, doub
 static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 {
 	size_t n;
+	uint64_t v;
+	/* one part of a model split over several files (gguf-split: the usual
+	 * form of a large model's download); its second part has no
+	 * architecture, and the first not every tensor */
+	if (gguf_kv(g, "split.count") && gguf_get_u64(g, "split.count", &v) == ST_OK && v > 1) {
+		uint64_t no = 0;
+		gguf_get_u64(g, "split.no", &no);
+		ST_ERROR("merge the parts into one file with llama.cpp's `llama-gguf-split --merge "
+			 "FIRST-PART MERGED.gguf`, then import that",
+			 "%s is part %llu of %llu of a split model", g->path,
+			 (unsigned long long)no + 1, (unsigned long long)v);
+		return ST_FAIL;
+	}
+	const struct st_gguf_kv *add_bos = gguf_kv(g, "tokenizer.ggml.add_bos_token");
+	ST_CHECK(!add_bos || add_bos->type == GGUF_BOOL, "the file's metadata is damaged",
+		 "%s: tokenizer.ggml.add_bos_token is not a bool (llama.cpp refuses it too)",
+		 g->path);
 	const char *arch = gguf_get_str(g, "general.architecture", &n);
 	ST_CHECK(arch && n == 5 && !memcmp(arch, "llama", 5),
 		 "strata reads llama-architecture GGUF files (LLaMA, Mistral-style, SmolLM, ...)",
@@ -96,7 +113,6 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 		 arch ? (int)n : gguf_kv(g, "general.architecture") ? 12 : 7,
 		 arch ? arch : gguf_kv(g, "general.architecture") ? "not a string" : "missing");
 	memset(cfg, 0, sizeof *cfg);
-	uint64_t v;
 	ST_TRY(meta_size(g, "llama.embedding_length", 0, &cfg->dim));
 	ST_TRY(meta_size(g, "llama.block_count", 0, &cfg->n_layers));
 	ST_TRY(meta_size(g, "llama.feed_forward_length", 0, &cfg->ffn_dim));
