@@ -2536,6 +2536,20 @@ Test(faults, byte_model_as_tokenizer)
 	cr_expect(rc != 0 && strstr(out, "/v has no tokenizer.json, and its vocabulary (3100) is not "
 					 "the byte tokenizer's (258)"),
 		  "%s", out);
+	/* byte shards for such a model: as meant where its config.json names
+	 * no token ids (init --vocab), warned where it names its own
+	 * tokenizer's (a SentencePiece GGUF import: they trained without a
+	 * word, byte ids read as Llama 2's tokens) */
+	rc = cu_run(out, sizeof out, "%s eval --model %s/v --data %s/data --max-tokens 64", cu_bin(),
+		    dir, dir);
+	cr_expect(rc == 0 && !strstr(out, "names the ids of a tokenizer of its own"), "%s", out);
+	rc = cu_run(out, sizeof out, "sed -i 's/\"vocab_size\"/\"bos_token_id\": 1, \"eos_token_id\": 2, "
+				     "\"vocab_size\"/' %s/v/config.json && %s eval --model %s/v --data %s/data "
+				     "--max-tokens 64",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "names the ids of a tokenizer of its own (bos_token_id 1, "
+					 "eos_token_id 2) and has no tokenizer.json"),
+		  "%s", out);
 }
 
 /* What a command prints must reach stdout: on a full disk (/dev/full) eval

@@ -151,7 +151,7 @@ int cmd_eval(int argc, char **argv)
 		}
 	}
 	if (rc == ST_OK)
-		rc = data_check_tokenizer(&d, dir);
+		rc = data_check_tokenizer(&d, dir, &cfg);
 	double loss = 0;
 	long n = 0;
 	if (rc == ST_OK) {

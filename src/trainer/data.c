@@ -137,7 +137,8 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 	return ST_OK;
 }
 
-int data_check_tokenizer(const struct st_data *d, const char *model_dir)
+int data_check_tokenizer(const struct st_data *d, const char *model_dir,
+			 const struct st_config *cfg)
 {
 	char path[4200], name[25];
 	snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
@@ -150,6 +151,21 @@ int data_check_tokenizer(const struct st_data *d, const char *model_dir)
 		 "%s was tokenized with the byte tokenizer, but the model %s has a tokenizer.json: "
 		 "its ids are that tokenizer's tokens, not bytes",
 		 s ? s->path : "", model_dir);
+	/* bytes for a model without tokenizer.json whose config.json names the
+	 * ids of a tokenizer of its own (a SentencePiece GGUF import, a Hugging
+	 * Face directory without its tokenizer.json): its ids are that
+	 * tokenizer's tokens (0-2 <unk>, <s>, </s> in Llama 2's, the bytes
+	 * three ids further on). A model from `strata init --vocab N` names no
+	 * ids, and trains on bytes as meant: nothing said. */
+	if (s && !strcmp(s->tokenizer, "byte") && !fs_exists(path) &&
+	    cfg->vocab_size != ST_BYTE_VOCAB && (cfg->bos_id >= 0 || cfg->eos_id >= 0))
+		st_log_warn("%s was tokenized with the byte tokenizer, but the model %s (vocabulary "
+			    "%d) names the ids of a tokenizer of its own (bos_token_id %d, "
+			    "eos_token_id %d) and has no tokenizer.json: to it the data's ids are "
+			    "that tokenizer's tokens, not bytes (put its tokenizer.json in %s and "
+			    "prepare the data with --tokenizer %s)",
+			    s->path, model_dir, cfg->vocab_size, cfg->bos_id, cfg->eos_id, model_dir,
+			    model_dir);
 	if (s && !fs_exists(path) && strcmp(s->tokenizer, "byte") != 0) {
 		/* checkpoints carry the model's tokenizer files: there are none */
 		st_log_warn("%s was tokenized with '%s', but %s has no tokenizer.json: sample "

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "io/shard.h"
+#include "model/config.h"
 
 struct st_data {
 	struct st_shard train, val;
@@ -31,8 +32,10 @@ void data_close(struct st_data *d);
  * error. Shards of another tokenizer.json than the directory's (ids that
  * mean other text, unless it is the same tokenizer saved twice): a warning,
  * and one where the directory has no tokenizer.json for shards that need
- * one. */
-int data_check_tokenizer(const struct st_data *d, const char *model_dir);
+ * one, or none for byte shards while its config.json (cfg) names token ids
+ * of a tokenizer of its own. */
+int data_check_tokenizer(const struct st_data *d, const char *model_dir,
+			 const struct st_config *cfg);
 /* Fill tokens/targets (b,t) of micro-batch `micro` of step `step`. */
 void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
 		      uint64_t seed, long step, int micro);

@@ -137,7 +137,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 
 	ST_TRY(data_open(&tr->data, tr->o.data, tr->o.val, m->cfg.vocab_size, 1));
 	ST_TRY(rundir_absolute_paths(&tr->o, resuming)); /* trainer.json must name them from anywhere */
-	ST_TRY(data_check_tokenizer(&tr->data, model_dir));
+	ST_TRY(data_check_tokenizer(&tr->data, model_dir, &m->cfg));
 	ST_CHECK(tr->data.train.n_tokens > (uint64_t)tr->o.seq_len,
 		 "use more text, or a shorter --seq-len",
 		 "the training data %s holds %llu tokens, fewer than one window of %d + 1",
