@@ -198,6 +198,18 @@ Test(faults, latest_not_moved_said_as_such)
 				"--steps 5",
 			    dir, i, mnt, dir, i, cu_bin(), dir, i, cases[i].step);
 		cr_expect(rc == 0 && strstr(out, "resumed from"), "%s", out);
+		/* --resume RUN, `latest` on step 2 behind the whole step 4: the
+		 * newer one is named with the path that goes on from it (it went
+		 * on from step 2 and spoke of step 4 as an abandoned run's) */
+		if (i == 1) {
+			rc = cu_run(out, sizeof out, "rm -rf %s/p && cp -a %s/r %s/p && %s train --resume "
+					"%s/p --steps 2",
+				    dir, mnt, dir, cu_bin(), dir);
+			cr_expect(rc == 0 && strstr(out, "/p/latest names step-000002, but step-000004, "
+							 "saved after it by the same run, is newer") &&
+					  strstr(out, "go on from it with --resume "),
+				  "%s", out);
+		}
 		umount(mnt);
 	}
 }
@@ -812,7 +824,8 @@ Test(faults, kills_between_checkpoint_steps)
 	cr_expect_eq(cu_run(out, sizeof out, "readlink %s/run/latest", dir), 0);
 	cr_expect_str_eq(out, "step-000001\n", "latest stays on the abandoned steps");
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 2", cu_bin(), dir);
-	cr_expect(rc == 0 && strstr(out, "/run/step-000001 at step 1") && strstr(out, "done: step 2,"),
+	cr_expect(rc == 0 && strstr(out, "/run/step-000001 at step 1") && strstr(out, "done: step 2,") &&
+			  !strstr(out, "saved after it by the same run"),
 		  "a plain --resume did not go on from step 1: %s", out);
 
 	/* a fresh run that saved nothing, started again */

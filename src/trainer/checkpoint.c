@@ -304,11 +304,17 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	/* bit-identical resume holds for the same thread count (matmul rounding) */
 	cJSON_AddNumberToObject(r, "threads", omp_get_max_threads());
 	cJSON_AddStringToObject(r, "run_id", tr->run_id);
+	cJSON_AddStringToObject(r, "ckpt_id", tr->ck.id);
 	/* the checkpoint before this one in the run's history (null: none) */
 	if (tr->prev_ckpt_step >= 0 && tr->prev_ckpt_step < tr->step)
 		cJSON_AddNumberToObject(r, "prev_step", (double)tr->prev_ckpt_step);
 	else
 		cJSON_AddNullToObject(r, "prev_step");
+	/* null beside a step: resumed from a checkpoint saved without an id */
+	if (tr->prev_ckpt_step >= 0 && tr->prev_ckpt_step < tr->step && *tr->prev_ckpt_id)
+		cJSON_AddStringToObject(r, "prev_id", tr->prev_ckpt_id);
+	else
+		cJSON_AddNullToObject(r, "prev_id");
 	if (isfinite(tr->last_val_loss))
 		cJSON_AddNumberToObject(r, "last_val_loss", tr->last_val_loss);
 	cJSON *opts = train_opts_to_cjson(&tr->o);
@@ -400,9 +406,19 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 	return n;
 }
 
-int ckpt_run_id(const char *ckpt_dir, char id[17])
+/* A 16-hex-digit id from a JSON string into id, else "". */
+static void id_of(char id[17], const cJSON *v)
 {
 	id[0] = '\0';
+	if (cJSON_IsString(v) && strlen(v->valuestring) == 16 &&
+	    strspn(v->valuestring, "0123456789abcdef") == 16)
+		memcpy(id, v->valuestring, 17);
+}
+
+int ckpt_read_ids(const char *ckpt_dir, struct ckpt_ids *ids)
+{
+	ids->run[0] = ids->self[0] = ids->prev[0] = '\0';
+	ids->prev_step = -2;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", ckpt_dir);
 	cJSON *root = NULL;
@@ -411,15 +427,53 @@ int ckpt_run_id(const char *ckpt_dir, char id[17])
 	st_log_mute(old);
 	if (!read)
 		return 0;
-	const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "run_id");
-	if (cJSON_IsString(r) && strlen(r->valuestring) == 16 &&
-	    strspn(r->valuestring, "0123456789abcdef") == 16)
-		memcpy(id, r->valuestring, 17);
+	id_of(ids->run, cJSON_GetObjectItemCaseSensitive(root, "run_id"));
+	id_of(ids->self, cJSON_GetObjectItemCaseSensitive(root, "ckpt_id"));
+	id_of(ids->prev, cJSON_GetObjectItemCaseSensitive(root, "prev_id"));
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prev_step");
+	ids->prev_step = cJSON_IsNull(p) ? -1
+			 : cJSON_IsNumber(p) && p->valuedouble >= 0 && p->valuedouble < 1e15
+				 ? (long)p->valuedouble
+				 : -2;
 	cJSON_Delete(root);
-	return id[0] != '\0';
+	return 1;
 }
 
-void ckpt_new_run_id(char id[17])
+int ckpt_chain(const char *out, long from, long *steps, int max, long *legacy)
+{
+	*legacy = -1;
+	char dir[4400];
+	struct ckpt_ids ids, prev;
+	int n = 0;
+	snprintf(dir, sizeof dir, "%s/step-%06ld", out, from);
+	if (max < 1 || !ckpt_read_ids(dir, &ids))
+		return 0;
+	steps[n++] = from;
+	while (n < max) {
+		const long p = ids.prev_step;
+		if (p == -2) { /* saved before the chain was: its history unknown */
+			*legacy = steps[n - 1];
+			break;
+		}
+		if (p < 0 || p >= steps[n - 1])
+			break; /* the first of a fresh run (or a step out of order) */
+		if (!*ids.prev) { /* resumed from a checkpoint saved before ids were */
+			*legacy = p + 1;
+			break;
+		}
+		/* gone (pruned, or resumed from another directory), or another
+		 * checkpoint saved there since (a run resumed from an earlier step
+		 * saving that step again): the chain ends */
+		snprintf(dir, sizeof dir, "%s/step-%06ld", out, p);
+		if (!ckpt_read_ids(dir, &prev) || strcmp(prev.self, ids.prev) != 0)
+			break;
+		steps[n++] = p;
+		ids = prev;
+	}
+	return n;
+}
+
+void ckpt_new_id(char id[17])
 {
 	uint64_t x = 0;
 	if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
@@ -499,64 +553,28 @@ void ckpt_tidy(const char *out, const char *spare)
 	closedir(d);
 }
 
-/* The "prev_step" of the checkpoint at dir: its step, -1 for null (the
- * first of a fresh run), -2 when absent (saved before 2026-11-24) or
- * unreadable. */
-static long prev_step_of(const char *dir)
-{
-	char path[4200];
-	snprintf(path, sizeof path, "%s/trainer.json", dir);
-	cJSON *root = NULL;
-	const int old = st_log_mute(1);
-	const int read = fs_read_json(path, &root, NULL) == ST_OK;
-	st_log_mute(old);
-	if (!read)
-		return -2;
-	const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prev_step");
-	const long v = cJSON_IsNull(p) ? -1
-		       : cJSON_IsNumber(p) && p->valuedouble >= 0 && p->valuedouble < 1e15
-			       ? (long)p->valuedouble
-			       : -2;
-	cJSON_Delete(root);
-	return v;
-}
-
 /* After a save: what ckpt_tidy removes, and the oldest checkpoints beyond
- * keep of this run's history. That history is the chain of "prev_step"s
- * from the step just saved (current, whose predecessor is prev): a run
+ * keep of this run's history, the chain of checkpoints from the one just
+ * saved (current) back through each one's predecessor (ckpt_chain). A run
  * resumed from an earlier step leaves the later checkpoints of the run it
  * resumed off the chain, neither counted nor removed, however its steps
  * fall among them (counting every step up to current, as before, kept an
- * abandoned step-35 and removed this run's own step-20 and step-30). A
- * checkpoint saved before prev_step was recorded ends the chain: the step
- * directories below it (holding a trainer.json: another tool's step-N is
- * not the run's history) count, as they did. */
-static void prune(const char *out, int keep, long current, long prev)
+ * abandoned step-7 and removed this run's own step-6). A checkpoint saved
+ * before the chain was recorded ends it: the step directories below it
+ * (holding a trainer.json: another tool's step-N is not the run's history)
+ * count, as they all did. */
+static void prune(const char *out, int keep, long current)
 {
 	ckpt_tidy(out, NULL);
-	long steps[4096];
-	int n = 0;
-	steps[n++] = current;
-	long legacy_below = -1; /* an old checkpoint's step: every step under it counts */
+	long steps[4096], legacy;
+	int n = ckpt_chain(out, current, steps, 4096, &legacy);
 	char path[4200];
-	for (long p = prev; p >= 0 && p < steps[n - 1] && n < 4096;) {
-		snprintf(path, sizeof path, "%s/step-%06ld", out, p);
-		snprintf(path + strlen(path), sizeof path - strlen(path), "/trainer.json");
-		if (!fs_exists(path))
-			break; /* removed already, or resumed from another directory */
-		steps[n++] = p;
-		path[strlen(path) - strlen("/trainer.json")] = '\0';
-		const long q = prev_step_of(path);
-		if (q == -2)
-			legacy_below = p;
-		p = q;
-	}
-	DIR *d = legacy_below >= 0 ? opendir(out) : NULL;
+	DIR *d = legacy >= 0 ? opendir(out) : NULL;
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
 		long s;
 		snprintf(path, sizeof path, "%s/%s/trainer.json", out, e->d_name);
-		if (fs_step_name(e->d_name, &s) && s < legacy_below && n < 4096 && fs_exists(path))
+		if (fs_step_name(e->d_name, &s) && s < legacy && n < 4096 && fs_exists(path))
 			steps[n++] = s;
 	}
 	if (d)
@@ -723,7 +741,7 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 		fs_rmtree(old);
 
 	ST_TRY(point_latest(out, c->name));
-	prune(out, tr->o.keep_ckpts, c->step, c->prev_step);
+	prune(out, tr->o.keep_ckpts, c->step);
 	return ST_OK;
 }
 
@@ -853,7 +871,7 @@ int ckpt_begin(struct st_trainer *tr)
 	snprintf(c->name, sizeof c->name, "step-%06ld", tr->step);
 	snprintf(c->tmp, sizeof c->tmp, "%s/.tmp-%s.%d", tr->o.out, c->name, (int)getpid());
 	c->step = tr->step;
-	c->prev_step = tr->prev_ckpt_step < tr->step ? tr->prev_ckpt_step : -1;
+	ckpt_new_id(c->id);
 	c->nonfinite = c->in_place = 0;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/trainer.json", c->tmp);
@@ -861,6 +879,7 @@ int ckpt_begin(struct st_trainer *tr)
 	    save_trainer_json(tr, path) != ST_OK)
 		return save_failed(tr);
 	tr->prev_ckpt_step = tr->step; /* the next one's predecessor */
+	memcpy(tr->prev_ckpt_id, c->id, sizeof c->id);
 	c->updates = tr->updates;
 	c->t0 = t0;
 	c->pause_s = now_s() - t0;

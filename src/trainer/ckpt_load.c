@@ -29,6 +29,43 @@
 #include "util/parse.h"
 #include "util/finite.h"
 
+/* A checkpoint of run directory run saved after the step `latest` names
+ * (named) by the same run, whose save stopped before `latest` moved (a
+ * kill between the two renames, a tmpfs out of inodes): the checkpoint
+ * chain back from it (ckpt_chain: each hop the very checkpoint its
+ * successor names) reaches named, and its trainer.json was written after
+ * `latest` was last set (a resume from an earlier step sets `latest` back
+ * to it on purpose, after the later ones were saved). Said, with the path
+ * that goes on from it; `latest` is still what --resume RUN takes, since a
+ * copy of the run may not keep the times that tell the two apart. (It went
+ * on from `latest`'s step and then spoke of the newer one as a checkpoint
+ * of an abandoned run.) */
+static void later_than_latest(const char *run, long named)
+{
+	char name[256], path[4400], link[4200];
+	const long newest = ckpt_newest(run, name, sizeof name);
+	if (newest <= named)
+		return;
+	long steps[4096], legacy;
+	const int k = ckpt_chain(run, newest, steps, 4096, &legacy);
+	int on = 0;
+	for (int i = 1; i < k; i++)
+		on |= steps[i] == named;
+	struct stat tj, ln;
+	snprintf(path, sizeof path, "%s/%s/trainer.json", run, name);
+	snprintf(link, sizeof link, "%s/latest", run);
+	if (!on || stat(path, &tj) != 0 || lstat(link, &ln) != 0 ||
+	    (tj.st_mtim.tv_sec < ln.st_mtim.tv_sec ||
+	     (tj.st_mtim.tv_sec == ln.st_mtim.tv_sec && tj.st_mtim.tv_nsec < ln.st_mtim.tv_nsec)))
+		return;
+	static int said; /* train resolves the path twice */
+	if (!said++)
+		st_log_warn("%s/latest names step-%06ld, but %s, saved after it by the same run, is "
+			    "newer (its save stopped before `latest` moved): go on from it with "
+			    "--resume %s/%s",
+			    run, named, name, run, name);
+}
+
 int ckpt_resolve(char *out, size_t n, const char *path)
 {
 	char p[4200];
@@ -98,6 +135,9 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 		ckpt_name_earlier(out);
 		return ST_FAIL;
 	}
+	long named;
+	if (target[0] != '/' && fs_step_name(target, &named))
+		later_than_latest(path, named);
 	return ST_OK;
 }
 

@@ -162,15 +162,16 @@ int rundir_check(struct st_trainer *tr, int resuming)
 		/* own by place, but another run's by identity: a checkpoint of
 		 * another run copied in under a name of its own (the run went on
 		 * there among this directory's checkpoints, pruning them) */
-		char id[17], other[17], step_dir[4400];
+		struct ckpt_ids mine, other;
+		char step_dir[4400];
 		const char *stranger = NULL;
-		DIR *d = ckpt_run_id(ckpt, id) ? opendir(o->out) : NULL;
+		DIR *d = ckpt_read_ids(ckpt, &mine) && *mine.run ? opendir(o->out) : NULL;
 		struct dirent *e;
 		while (d && !stranger && (e = readdir(d))) {
 			long s;
 			snprintf(step_dir, sizeof step_dir, "%s/%s", o->out, e->d_name);
-			if (fs_step_name(e->d_name, &s) && ckpt_run_id(step_dir, other) &&
-			    strcmp(id, other) != 0)
+			if (fs_step_name(e->d_name, &s) && ckpt_read_ids(step_dir, &other) &&
+			    *other.run && strcmp(mine.run, other.run) != 0)
 				stranger = e->d_name;
 		}
 		char name[300];
@@ -182,7 +183,7 @@ int rundir_check(struct st_trainer *tr, int resuming)
 			 "%s holds the checkpoints of another run than %s (%s/%s is of run %s, the "
 			 "checkpoint of run %s); a resume writes only into its own run directory or a "
 			 "new one",
-			 o->out, ckpt, o->out, name, other, id);
+			 o->out, ckpt, o->out, name, other.run, mine.run);
 	}
 	return ST_OK;
 }

@@ -190,11 +190,17 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 
 	/* a resume carries its run's identity on; a checkpoint saved before
 	 * there was one starts it here */
-	if (!resuming || !ckpt_run_id(tr->ckpt_loaded, tr->run_id))
-		ckpt_new_run_id(tr->run_id);
+	struct ckpt_ids ids = {.prev_step = -2};
+	if (resuming)
+		ckpt_read_ids(tr->ckpt_loaded, &ids);
+	if (*ids.run)
+		memcpy(tr->run_id, ids.run, sizeof ids.run);
+	else
+		ckpt_new_id(tr->run_id);
 	if (resuming) {
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
 		tr->prev_ckpt_step = tr->step;
+		memcpy(tr->prev_ckpt_id, ids.self, sizeof ids.self); /* "": history unknown */
 	}
 	train_schedule(&tr->o, tr->step, tr->tokens_seen, &tr->total_steps, &tr->warmup);
 	const int decays = strcmp(tr->o.schedule, "constant") != 0;

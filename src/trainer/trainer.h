@@ -31,7 +31,7 @@ struct st_ckpt_async {
 	int w_done, s_done;   /* units whose weights / state are captured */
 	int rc;
 	long step, updates;
-	long prev_step;       /* trainer.json's "prev_step" (-1: null) */
+	char id[17];          /* its "ckpt_id" */
 	char name[64], tmp[4096];
 	double t0, pause_s, wait_s; /* when it began; the pause; updates' waits */
 	int finished;         /* the capture thread is done: its message may be said */
@@ -85,16 +85,16 @@ struct st_trainer {
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
 	int ckpt_threads; /* the threads the loaded checkpoint's run used (0: not saved) */
-	/* the step of the checkpoint before the next one in this run's history:
-	 * the last one saved, or the one resumed from; -1: none. Saved in
-	 * trainer.json as "prev_step", so that --keep-ckpts can tell this run's
-	 * checkpoints from those of a run it resumed an earlier step of. */
-	long prev_ckpt_step;
-	/* the run's identity, 16 hex digits: drawn at a fresh start and carried
-	 * by every checkpoint of the run and of its resumes ("run_id" in
-	 * trainer.json), so that a checkpoint of another run copied into a run
-	 * directory is told from its own */
+	/* The run's identity and its history, in trainer.json (struct
+	 * ckpt_ids): the run's id, drawn at a fresh start and carried by every
+	 * checkpoint of the run and of its resumes, tells a checkpoint of
+	 * another run copied into a run directory from its own; each
+	 * checkpoint's own id and its predecessor's step and id (the last one
+	 * saved, or the one resumed from; step -1 and id "": none) chain this
+	 * run's checkpoints, for --keep-ckpts and a `latest` that lags. */
 	char run_id[17];
+	long prev_ckpt_step;
+	char prev_ckpt_id[17];
 	char model_dir[4096];   /* where the weights came from (its tokenizer files travel on) */
 	char *tok_text[ST_TOK_FILES]; /* those files as they were at the start (NULL: */
 	size_t tok_len[ST_TOK_FILES]; /* absent), for every checkpoint: the source may go */
@@ -201,11 +201,24 @@ void ckpt_name_earlier(const char *ckpt_dir);
 /* How many step directories in run directory out are past step and at most
  * last; the first of them into *first. */
 int ckpt_count_later(const char *out, long step, long last, long *first);
-/* The "run_id" of the checkpoint at ckpt_dir into id; 0 (id "") where it
- * has none (saved before 2026-11-24, or unreadable). */
-int ckpt_run_id(const char *ckpt_dir, char id[17]);
-/* A fresh run's identity (16 hex digits). */
-void ckpt_new_run_id(char id[17]);
+/* A checkpoint's identities, from its trainer.json: "run_id", "ckpt_id",
+ * and the checkpoint before it in its run, "prev_step" and "prev_id". An
+ * id is 16 hex digits, "" where absent (saved before 2026-11-24); prev_step
+ * is -1 for none (the first of a fresh run), -2 where absent. */
+struct ckpt_ids {
+	char run[17], self[17], prev[17];
+	long prev_step;
+};
+/* 0 (and every field empty or -2) where trainer.json cannot be read. */
+int ckpt_read_ids(const char *ckpt_dir, struct ckpt_ids *ids);
+/* The steps of run directory out's checkpoint chain from step-from back
+ * (from first), each hop's directory holding the checkpoint its successor
+ * names (its "ckpt_id" the successor's "prev_id"), at most max; *legacy:
+ * the step of a checkpoint on it saved before the chain was recorded (its
+ * history unknown), else -1. Returns the count. */
+int ckpt_chain(const char *out, long from, long *steps, int max, long *legacy);
+/* A fresh identity (16 hex digits). */
+void ckpt_new_id(char id[17]);
 /* The temp directories and files that processes killed in a save or a
  * removal left in run directory out, whose lock the caller holds (an aside
  * copy put back first): removed, except spare (the checkpoint a run
