@@ -286,6 +286,19 @@ static int check_extra(const struct st_model *m, const struct st_gguf *g)
 	return ST_OK;
 }
 
+/* root, printed, as dir/name (written whole or not at all); root freed. */
+static int write_json(cJSON *root, const char *dir, const char *name)
+{
+	char *text = cJSON_Print(root);
+	cJSON_Delete(root);
+	ST_CHECK(text, NULL, "out of memory writing %s", name);
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	const int rc = fs_write_file_atomic(path, text, strlen(text));
+	free(text);
+	return rc;
+}
+
 /* tokenizer.ggml.* (model gpt2: byte-level BPE) -> tokenizer.json */
 /* tokenizer_config.json beside tokenizer.json: transformers' AutoTokenizer
  * reads its special tokens from there (from tokenizer.json alone it has no
@@ -327,14 +340,7 @@ static int write_tokenizer_config(const struct st_gguf *g, const struct st_confi
 	if (chat)
 		cJSON_AddStringToObject(root, "chat_template", chat);
 	free(chat);
-	char *text = cJSON_Print(root);
-	cJSON_Delete(root);
-	ST_CHECK(text, NULL, "out of memory writing tokenizer_config.json");
-	char path[4200];
-	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-	const int rc = fs_write_file_atomic(path, text, strlen(text));
-	free(text);
-	return rc;
+	return write_json(root, dir, "tokenizer_config.json");
 }
 
 /* generation_config.json: the end tokens generation stops at, as llama.cpp
@@ -388,14 +394,7 @@ static int write_generation_config(const struct st_gguf *g, const struct st_conf
 	if (cfg->bos_id >= 0)
 		cJSON_AddNumberToObject(root, "bos_token_id", cfg->bos_id);
 	cJSON_AddItemToObject(root, "eos_token_id", cJSON_CreateIntArray(ends, n));
-	char *text = cJSON_Print(root);
-	cJSON_Delete(root);
-	ST_CHECK(text, NULL, "out of memory writing generation_config.json");
-	char path[4200];
-	snprintf(path, sizeof path, "%s/generation_config.json", dir);
-	const int rc = fs_write_file_atomic(path, text, strlen(text));
-	free(text);
-	return rc;
+	return write_json(root, dir, "generation_config.json");
 }
 
 /* A tokenizer the import cannot rebuild exactly as llama.cpp runs it: the
