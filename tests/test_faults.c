@@ -205,9 +205,10 @@ Test(faults, latest_not_moved_said_as_such)
 			rc = cu_run(out, sizeof out, "rm -rf %s/p && cp -a %s/r %s/p && %s train --resume "
 					"%s/p --steps 2",
 				    dir, mnt, dir, cu_bin(), dir);
-			cr_expect(rc == 0 && strstr(out, "/p/latest names step-000002, but step-000004, "
-							 "saved after it by the same run, is newer") &&
-					  strstr(out, "go on from it with --resume "),
+			cr_expect(rc == 0 && strstr(out, "/p/latest names step-000002, but ") &&
+					  strstr(out, "/p/step-000004, saved after it by the same run, is "
+						      "newer") &&
+					  strstr(out, "give that path to use it"),
 				  "%s", out);
 		}
 		umount(mnt);
@@ -571,6 +572,13 @@ Test(faults, resumes_that_could_mix_runs)
 			"test -d lonerun/step-000002",
 		    dir, cu_bin());
 	cr_expect_eq(rc, 0, "%s", out);
+	/* a step-N copied alone into a directory is no run's either */
+	rc = cu_run(out, sizeof out, "cd %s && mkdir -p solo && cp -a run/step-000001 solo/ && "
+			"{ %s train --resume solo/step-000001 --steps 2; }",
+		    dir, cu_bin());
+	cr_expect(rc != 0 && strstr(out, "/solo/step-000001 is a checkpoint outside a run directory") &&
+			  cu_run(NULL, 0, "test ! -e %s/solo/latest", dir) == 0,
+		  "%s", out);
 	/* an earlier step of a 4-step run, resumed for 2 steps keeping 1 */
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 4 --keep-ckpts 0 && md5sum %s/run/step-000003/* "
 			"%s/run/step-000004/* > %s/later.md5",
@@ -599,6 +607,36 @@ Test(faults, resumes_that_could_mix_runs)
 			"--model %s/init --data %s/data --out %s/two --steps 1 --config %s/two.json",
 		    dir, cu_bin(), dir, dir, dir, dir);
 	cr_expect(rc != 0 && strstr(out, "option 'seq-len' is given twice, as \"seq_len\" and \"seq-len\""),
+		  "%s", out);
+}
+
+/* Checkpoints saved before run and checkpoint ids (their trainer.json
+ * without run_id, ckpt_id, prev_step, prev_id): --keep-ckpts counts the
+ * steps below the first such one as it did, and resumes from them, also
+ * from an earlier step, go on in their run directory (each such resume drew
+ * a run id of its own, and the next resume found "another run's"
+ * checkpoints there). */
+Test(faults, checkpoints_from_before_ids)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "oldids");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/old --steps 4 --ckpt-interval 1 "
+			"--keep-ckpts 0 " SMALL " && for f in %s/old/step-*/trainer.json; do python3 -c "
+			"\"import json, sys; t = json.load(open(sys.argv[1])); "
+			"[t.pop(k) for k in ('run_id', 'ckpt_id', 'prev_step', 'prev_id')]; "
+			"json.dump(t, open(sys.argv[1], 'w'))\" $f || exit 1; done",
+			cu_bin(), dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s train --resume %s/old --steps 6 && %s train --resume %s/old/step-000002 --steps 3 "
+		    "--keep-ckpts 2 && %s train --resume %s/old --steps 4 --keep-ckpts 2 && ls %s/old | "
+		    "grep step- | tr '\\n' ' '",
+		    cu_bin(), dir, cu_bin(), dir, cu_bin(), dir, dir);
+	/* the last two: the chain 4 -> 3, then step 2 and below as before */
+	cr_expect(rc == 0 && strstr(out, "step-000003 step-000004 step-000005 step-000006 ") &&
+			  !strstr(out, "step-000001") && !strstr(out, "step-000002 "),
 		  "%s", out);
 }
 
@@ -1997,6 +2035,13 @@ Test(faults, other_commands_check_their_numbers)
 			"%s/trail/config.json && %s eval --model %s/trail --data %s/data", dir, dir, dir,
 		    cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "/trail/config.json: not valid JSON (more after the object"),
+		  "%s", out);
+	/* valid JSON that is no object: named as what it is (it was "not
+	 * valid JSON (not an object)") */
+	rc = cu_run(out, sizeof out, "cp -r %s/init %s/arr && printf '[1, 2]' > %s/arr/config.json && "
+			"%s eval --model %s/arr --data %s/data",
+		    dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "/arr/config.json: holds a JSON array where an object"),
 		  "%s", out);
 }
 

@@ -171,10 +171,12 @@ static int run_dir_of(char *out, size_t n, const char *dir)
 	return ST_OK;
 }
 
-/* A checkpoint copied out of its run under a name of its own (not step-N)
- * into a directory that holds no run: its parent would become the run
- * directory, and `latest`, metrics.jsonl and the new step-N land there
- * without a word (the working directory, $HOME). Refused without --out. */
+/* A checkpoint copied out of its run into a directory that holds no run:
+ * its parent would become the run directory, and `latest`, metrics.jsonl
+ * and the new step-N land there without a word (the working directory,
+ * $HOME). Refused without --out. A run directory holds `latest`,
+ * metrics.jsonl, or a step-N besides the checkpoint itself (a step-N
+ * copied alone into a directory is no run's either). */
 static int check_lone_checkpoint(const char *ckpt, const char *parent)
 {
 	char real[PATH_MAX], path[PATH_MAX + 32];
@@ -182,18 +184,17 @@ static int check_lone_checkpoint(const char *ckpt, const char *parent)
 	if (!realpath(ckpt, real))
 		return ST_OK; /* said where it is opened */
 	const char *base = strrchr(real, '/');
-	if (fs_step_name(base ? base + 1 : real, &s))
-		return ST_OK;
+	const int is_step = fs_step_name(base ? base + 1 : real, &s);
 	snprintf(path, sizeof path, "%s/latest", parent);
 	struct stat st;
 	if (lstat(path, &st) == 0)
 		return ST_OK;
 	snprintf(path, sizeof path, "%s/metrics.jsonl", parent);
-	if (fs_exists(path) || ckpt_count_later(parent, -1, LONG_MAX, &first))
+	if (fs_exists(path) || ckpt_count_later(parent, -1, LONG_MAX, &first) > is_step)
 		return ST_OK;
 	ST_ERROR("give --out DIR for the run's checkpoints (a new directory, or the run it came from)",
 		 "%s is a checkpoint outside a run directory: the run would go on in %s, which holds "
-		 "no run (no latest, metrics.jsonl or step-N)",
+		 "no run (no latest, metrics.jsonl or other step-N)",
 		 real, parent);
 	return ST_FAIL;
 }
@@ -459,7 +460,8 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 	/* an absolute one that is gone: the data moved since (its open would
 	 * say only "check the path") */
 	for (int i = 0; i < 2; i++)
-		ST_CHECK(!*paths[i] || strcmp(paths[i], saved_paths[i]) || fs_exists(paths[i]),
+		ST_CHECK(!*paths[i] || strcmp(paths[i], saved_paths[i]) || fs_exists(paths[i]) ||
+				 given(a, conf, i ? "val" : "data"), /* the user's: its open says */
 			 i ? "give --val PATH where the validation data is now"
 			   : "give --data PATH where the training data is now (the same tokens)",
 			 "the %s path %s, saved with the run, does not exist now", i ? "validation" : "data",

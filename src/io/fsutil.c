@@ -581,12 +581,12 @@ int fs_read_json(const char *path, cJSON **root, const char *hint)
 		return ST_FAIL;
 	}
 	if (!cJSON_IsObject(r)) {
-		cJSON_Delete(r);
+		const char *kind = cJSON_IsArray(r) ? "array" : cJSON_IsString(r) ? "string" : "value";
 		if (r)
-			ST_ERROR(hint, "%s: holds a JSON %s where an object ({...}) belongs", path,
-				 cJSON_IsArray(r) ? "array" : cJSON_IsString(r) ? "string" : "value");
+			ST_ERROR(hint, "%s: holds a JSON %s where an object ({...}) belongs", path, kind);
 		else
 			ST_ERROR(hint, "%s: not valid JSON", path);
+		cJSON_Delete(r);
 		return ST_FAIL;
 	}
 	const char *dup = fs_json_duplicate_key(r);

@@ -28,9 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdint.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -303,7 +301,10 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	cJSON_AddNumberToObject(r, "last_loss", tr->last_loss);
 	/* bit-identical resume holds for the same thread count (matmul rounding) */
 	cJSON_AddNumberToObject(r, "threads", omp_get_max_threads());
-	cJSON_AddStringToObject(r, "run_id", tr->run_id);
+	if (*tr->run_id)
+		cJSON_AddStringToObject(r, "run_id", tr->run_id);
+	else /* a run resumed from a checkpoint saved before run ids */
+		cJSON_AddNullToObject(r, "run_id");
 	cJSON_AddStringToObject(r, "ckpt_id", tr->ck.id);
 	/* the checkpoint before this one in the run's history (null: none) */
 	if (tr->prev_ckpt_step >= 0 && tr->prev_ckpt_step < tr->step)
@@ -406,86 +407,6 @@ int ckpt_count_later(const char *out, long step, long last, long *first)
 	return n;
 }
 
-/* A 16-hex-digit id from a JSON string into id, else "". */
-static void id_of(char id[17], const cJSON *v)
-{
-	id[0] = '\0';
-	if (cJSON_IsString(v) && strlen(v->valuestring) == 16 &&
-	    strspn(v->valuestring, "0123456789abcdef") == 16)
-		memcpy(id, v->valuestring, 17);
-}
-
-int ckpt_read_ids(const char *ckpt_dir, struct ckpt_ids *ids)
-{
-	ids->run[0] = ids->self[0] = ids->prev[0] = '\0';
-	ids->prev_step = -2;
-	char path[4200];
-	snprintf(path, sizeof path, "%s/trainer.json", ckpt_dir);
-	cJSON *root = NULL;
-	const int old = st_log_mute(1);
-	const int read = fs_read_json(path, &root, NULL) == ST_OK;
-	st_log_mute(old);
-	if (!read)
-		return 0;
-	id_of(ids->run, cJSON_GetObjectItemCaseSensitive(root, "run_id"));
-	id_of(ids->self, cJSON_GetObjectItemCaseSensitive(root, "ckpt_id"));
-	id_of(ids->prev, cJSON_GetObjectItemCaseSensitive(root, "prev_id"));
-	const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prev_step");
-	ids->prev_step = cJSON_IsNull(p) ? -1
-			 : cJSON_IsNumber(p) && p->valuedouble >= 0 && p->valuedouble < 1e15
-				 ? (long)p->valuedouble
-				 : -2;
-	cJSON_Delete(root);
-	return 1;
-}
-
-int ckpt_chain(const char *out, long from, long *steps, int max, long *legacy)
-{
-	*legacy = -1;
-	char dir[4400];
-	struct ckpt_ids ids, prev;
-	int n = 0;
-	snprintf(dir, sizeof dir, "%s/step-%06ld", out, from);
-	if (max < 1 || !ckpt_read_ids(dir, &ids))
-		return 0;
-	steps[n++] = from;
-	while (n < max) {
-		const long p = ids.prev_step;
-		if (p == -2) { /* saved before the chain was: its history unknown */
-			*legacy = steps[n - 1];
-			break;
-		}
-		if (p < 0 || p >= steps[n - 1])
-			break; /* the first of a fresh run (or a step out of order) */
-		if (!*ids.prev) { /* resumed from a checkpoint saved before ids were */
-			*legacy = p + 1;
-			break;
-		}
-		/* gone (pruned, or resumed from another directory), or another
-		 * checkpoint saved there since (a run resumed from an earlier step
-		 * saving that step again): the chain ends */
-		snprintf(dir, sizeof dir, "%s/step-%06ld", out, p);
-		if (!ckpt_read_ids(dir, &prev) || strcmp(prev.self, ids.prev) != 0)
-			break;
-		steps[n++] = p;
-		ids = prev;
-	}
-	return n;
-}
-
-void ckpt_new_id(char id[17])
-{
-	uint64_t x = 0;
-	if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
-		/* no entropy source: the time and the process, distinct enough */
-		struct timespec t;
-		clock_gettime(CLOCK_REALTIME, &t);
-		x = ((uint64_t)t.tv_sec * 1000000007u) ^ (uint64_t)t.tv_nsec ^
-		    ((uint64_t)getpid() << 40);
-	}
-	snprintf(id, 17, "%016llx", (unsigned long long)x);
-}
-
 /* The digits at s (at least one): past them, or NULL. */
 static const char *past_digits(const char *s)
 {
@@ -566,6 +487,8 @@ void ckpt_tidy(const char *out, const char *spare)
 static void prune(const char *out, int keep, long current)
 {
 	ckpt_tidy(out, NULL);
+	if (keep <= 0)
+		return; /* every one kept */
 	long steps[4096], legacy;
 	int n = ckpt_chain(out, current, steps, 4096, &legacy);
 	char path[4200];

@@ -60,10 +60,10 @@ static void later_than_latest(const char *run, long named)
 		return;
 	static int said; /* train resolves the path twice */
 	if (!said++)
-		st_log_warn("%s/latest names step-%06ld, but %s, saved after it by the same run, is "
-			    "newer (its save stopped before `latest` moved): go on from it with "
-			    "--resume %s/%s",
-			    run, named, name, run, name);
+		st_log_warn("%s/latest names step-%06ld, but %s/%s, saved after it by the same run, is "
+			    "newer (its save seems to have stopped before `latest` moved): give that "
+			    "path to use it",
+			    run, named, run, name);
 }
 
 int ckpt_resolve(char *out, size_t n, const char *path)

@@ -56,8 +56,13 @@ static void *watch(void *arg)
 		if (sigwait(&caught, &sig) != 0)
 			continue;
 		int none = 0;
-		if (sig == atomic_load(&first_signal) && since_first() < REPEAT_WINDOW_S)
-			continue; /* the first signal, delivered again */
+		if (sig == atomic_load(&first_signal) && since_first() < REPEAT_WINDOW_S) {
+			/* the first signal, delivered again */
+			dprintf(STDERR_FILENO, "strata: %s again at once: taken as the first (send it "
+				"again later to quit at once)\n",
+				interrupt_name(sig));
+			continue;
+		}
 		if (atomic_load(&first_signal) == 0)
 			clock_gettime(CLOCK_MONOTONIC, &first_at); /* only this thread writes it */
 		if (atomic_compare_exchange_strong(&first_signal, &none, sig)) {

@@ -190,12 +190,16 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 
 	/* a resume carries its run's identity on; a checkpoint saved before
 	 * there was one starts it here */
+	/* a fresh run draws its id; a resume carries its run's on, and one
+	 * from a checkpoint saved before there were ids has none, nor do its
+	 * checkpoints (drawn at each such resume, two resumes into one run
+	 * directory made it look like two runs' and refused it) */
 	struct ckpt_ids ids = {.prev_step = -2};
 	if (resuming)
 		ckpt_read_ids(tr->ckpt_loaded, &ids);
 	if (*ids.run)
 		memcpy(tr->run_id, ids.run, sizeof ids.run);
-	else
+	else if (!resuming)
 		ckpt_new_id(tr->run_id);
 	if (resuming) {
 		ST_TRY(ckpt_load_state(tr, tr->ckpt_loaded));
