@@ -188,8 +188,6 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		tr->up.no_grad = tr->no_grad;
 	}
 
-	/* a resume carries its run's identity on; a checkpoint saved before
-	 * there was one starts it here */
 	/* a fresh run draws its id; a resume carries its run's on, and one
 	 * from a checkpoint saved before there were ids has none, nor do its
 	 * checkpoints (drawn at each such resume, two resumes into one run
