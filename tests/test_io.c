@@ -1137,6 +1137,58 @@ Test(io, byte_tokenizer_round_trip)
 	cr_assert_eq(tokenizer_decode_one(&tk, buf, sizeof buf, 100000), 0);
 }
 
+/* The ids of text encoded a part at a time, as strata prepare reads a file:
+ * parts of w bytes from where the last one's ids ended, twice as long after
+ * a part that encoded nothing. out: room for 2 tokenizer_max_ids(len). */
+static size_t encode_in_parts(const struct st_tokenizer *tk, const char *t, size_t len, size_t w,
+			      uint32_t *out, int *stalls)
+{
+	size_t off = 0, n = 0, win = w;
+	unsigned fresh = ~0u;
+	*stalls = 0;
+	for (;;) {
+		const size_t have = len - off < win ? len - off : win;
+		const int last = off + have == len;
+		size_t used;
+		const size_t k = tokenizer_encode_part(tk, out + n, t + off, have, last, &fresh, &used);
+		cr_assert_neq(k, ST_ENCODE_FAILED);
+		cr_assert_leq(used, have);
+		cr_assert(!last || used == have, "the last part encoded %zu of %zu bytes", used, have);
+		cr_assert(used || !k, "a part that used no bytes gave %zu ids", k);
+		n += k;
+		off += used;
+		if (last)
+			return n;
+		*stalls += !used;
+		win = used ? w : 2 * win;
+	}
+}
+
+/* tokenizer_encode_part: for every part length from 1 byte, the parts' ids
+ * are the whole text's, on the reference samples one by one and joined
+ * (added tokens, whitespace runs, digits, invalid UTF-8 cut anywhere). */
+static void check_parts_match_whole(const struct st_tokenizer *tk, const char *name,
+				    const char *t, size_t tl)
+{
+	uint32_t *whole = malloc(tokenizer_max_ids(tl) * sizeof *whole);
+	uint32_t *parts = malloc(2 * tokenizer_max_ids(tl) * sizeof *parts);
+	const size_t n = tokenizer_encode(tk, whole, t, tl);
+	const size_t widths[] = {1, 2, 3, 4, 5, 7, 11, 16, 33, 64, 200};
+	for (size_t k = 0; k < sizeof widths / sizeof *widths; k++) {
+		int stalls;
+		const size_t m = encode_in_parts(tk, t, tl, widths[k], parts, &stalls);
+		size_t at = 0;
+		while (at < n && at < m && parts[at] == whole[at])
+			at++;
+		cr_expect(m == n && at == n,
+			  "%s: parts of %zu bytes give %zu ids, the whole text %zu; first difference "
+			  "at id %zu, in \"%.60s\"",
+			  name, widths[k], m, n, at, t);
+	}
+	free(whole);
+	free(parts);
+}
+
 /* Hugging Face byte-level BPE: the ids of the reference library (tokenizers,
  * written by scripts/tokref.py into tests/data/tokenizers/NAME/ref.json) on
  * a varied sample: unicode, whitespace runs, digits, contractions, special
@@ -1178,9 +1230,20 @@ static void check_bpe_reference(const char *name)
 			  "%s: decoding differs from the library's for \"%s\"", name, t);
 		free(dec);
 		free(ids);
+		check_parts_match_whole(&tk, name, t, tl);
 		n_samples++;
 	}
 	cr_expect_gt(n_samples, 20);
+	/* the samples joined, with text around them that has long runs */
+	char *joined = NULL;
+	size_t jl = 0;
+	FILE *f = open_memstream(&joined, &jl);
+	cJSON_ArrayForEach(sample, cJSON_GetObjectItem(root, "samples"))
+		fprintf(f, "%s\n\n   %s", cJSON_GetObjectItem(sample, "text")->valuestring,
+			"word\xff\xe2\x82 12345 ");
+	fclose(f);
+	check_parts_match_whole(&tk, name, joined, jl);
+	free(joined);
 	cJSON_Delete(root);
 	tokenizer_free(&tk);
 }
@@ -1431,6 +1494,68 @@ Test(io, bpe_white_space_in_split_regexes)
 	cJSON_Delete(root);
 }
 
+/* A text encoded a part at a time (strata prepare reads a file so) gives
+ * the whole text's ids where the prefix space goes on the first stage's
+ * texts (GPT-2's ByteLevel with add_prefix_space: every run between added
+ * tokens) or the second's (a Split, then ByteLevel with it: every piece),
+ * and through three stages (SmolLM's Digits, then ByteLevel's regex, with
+ * and without the prefix space). The text: llama3's reference samples
+ * joined, with added tokens among them.
+ * Parts of 64 bytes must also move on without waiting for the text's end. */
+Test(io, bpe_encodes_in_parts)
+{
+	char dir[] = "/tmp/strata-bpe5-XXXXXX", path[256];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/t.json", dir);
+	cJSON *t = tu_read_json("tests/data/tokenizers/gpt2/tokenizer.json");
+	cJSON_ReplaceItemInObject(cJSON_GetObjectItem(t, "pre_tokenizer"), "add_prefix_space",
+				  cJSON_CreateTrue());
+	char *json = cJSON_PrintUnformatted(t);
+	cr_assert_eq(fs_write_file_atomic(path, json, strlen(json)), ST_OK);
+	free(json);
+	cJSON_Delete(t);
+	/* SmolLM's stages with the prefix space: the Digits split leaves gaps,
+	 * which go on down a stage part by part */
+	char path2[256];
+	snprintf(path2, sizeof path2, "%s/s.json", dir);
+	t = tu_read_json("tests/data/tokenizers/smollm/tokenizer.json");
+	cJSON *stages = cJSON_GetObjectItem(cJSON_GetObjectItem(t, "pre_tokenizer"), "pretokenizers");
+	cJSON_ReplaceItemInObject(cJSON_GetArrayItem(stages, 1), "add_prefix_space", cJSON_CreateTrue());
+	json = cJSON_PrintUnformatted(t);
+	cr_assert_eq(fs_write_file_atomic(path2, json, strlen(json)), ST_OK);
+	free(json);
+	cJSON_Delete(t);
+	cJSON *ref = tu_read_json("tests/data/tokenizers/llama3/ref.json");
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	const cJSON *sample;
+	int k = 0;
+	cJSON_ArrayForEach(sample, cJSON_GetObjectItem(ref, "samples"))
+		fprintf(f, "%s%s", cJSON_GetObjectItem(sample, "text")->valuestring,
+			k++ % 3 ? "\n" : "<|endoftext|>  x<|begin_of_text|>");
+	fclose(f);
+	const char *const toks[5] = {path, "tests/data/tokenizers/xllama3", path2,
+				     "tests/data/tokenizers/smollm", "tests/data/tokenizers/llama3"};
+	for (int i = 0; i < 5; i++) {
+		struct st_tokenizer tk;
+		cr_assert_eq(tokenizer_load(&tk, toks[i]), ST_OK, "%s", toks[i]);
+		check_parts_match_whole(&tk, toks[i], text, len);
+		uint32_t *ids = malloc(2 * tokenizer_max_ids(len) * sizeof *ids);
+		int stalls;
+		encode_in_parts(&tk, text, len, 64, ids, &stalls);
+		cr_expect_lt(stalls, (int)(len / 64 / 4), "%s: %d of %zu parts of 64 bytes encoded nothing",
+			     toks[i], stalls, len / 64);
+		free(ids);
+		tokenizer_free(&tk);
+	}
+	free(text);
+	cJSON_Delete(ref);
+	unlink(path);
+	unlink(path2);
+	rmdir(dir);
+}
+
 /* Added tokens matched leftmost-longest through their byte trie: nested
  * ones ("<x>" and "<x>y"), one whose text starts inside another's ("zz<x"
  * before "<x>y"), near misses ("<t30>", "<x" at the end) and 3000 sharing
@@ -1482,6 +1607,7 @@ Test(io, bpe_added_tokens_longest_first)
 		const size_t n = tokenizer_encode(&tk, ids, cases[c].text, strlen(cases[c].text));
 		cr_expect(n == cases[c].n && !memcmp(ids, cases[c].ids, n * sizeof *ids),
 			  "\"%s\": %zu ids, want %zu", cases[c].text, n, cases[c].n);
+		check_parts_match_whole(&tk, "added", cases[c].text, strlen(cases[c].text));
 	}
 	tokenizer_free(&tk);
 	/* in two passes, as the library cuts them: the tokens with normalized
@@ -1505,6 +1631,7 @@ Test(io, bpe_added_tokens_longest_first)
 		const size_t n = tokenizer_encode(&tk, ids, two_texts[c], strlen(two_texts[c]));
 		cr_expect(n == (c ? 2u : 4u) && !memcmp(ids, two[c], n * sizeof *ids),
 			  "\"%s\": %zu ids", two_texts[c], n);
+		check_parts_match_whole(&tk, "two passes", two_texts[c], strlen(two_texts[c]));
 	}
 	tokenizer_free(&tk);
 	unlink(path);

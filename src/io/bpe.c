@@ -164,7 +164,8 @@ static int compile_re(struct st_bpe *b, const char *pattern, int literal, const 
 			 (char *)msg);
 		return ST_FAIL;
 	}
-	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* faster where available; optional */
+	/* faster where available; optional. Partial: bpe_encode_part */
+	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
 	b->re[b->n_re++] = re;
 	return ST_OK;
 }

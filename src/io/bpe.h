@@ -32,6 +32,9 @@ int bpe_token_id(const struct st_bpe *b, const char *content);
  * prefix space can add one per piece); returns the count, or
  * ST_ENCODE_FAILED (said) when memory runs out. */
 size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len);
+/* tokenizer_encode_part for a BPE tokenizer */
+size_t bpe_encode_part(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
+		       int last, unsigned *fresh, size_t *used);
 /* Whether id is one of the added tokens (the special ones among them). */
 int bpe_is_added(const struct st_bpe *b, int id);
 /* The bytes of one token (its text for added tokens); NULL for an unknown id. */

@@ -8,21 +8,25 @@
 #include "io/tokenizer.h"
 #include "util/check.h"
 
-/* The longest token of t that text starts with (its index), or -1. */
-static int longest_added(const struct added_trie *t, const char *text, size_t len)
+/* The longest token of t that text starts with (its index), or -1. *open:
+ * whether the search ran into the text's end, so that more text could give
+ * a longer token, or one where there is none. */
+static int longest_added(const struct added_trie *t, const char *text, size_t len, int *open)
 {
 	int hit = -1;
+	*open = 0;
 	if (!len || !t->starts[(unsigned char)text[0]])
 		return -1;
 	uint32_t node = 0;
 	for (size_t j = 0; j < len; j++) {
 		const size_t slot = pmap_slot(&t->map, trie_key(node, text[j]));
 		if (!t->map.keys[slot])
-			break;
+			return hit;
 		node = t->map.merged[slot];
 		if (t->tok[node] >= 0)
 			hit = t->tok[node]; /* deeper: longer */
 	}
+	*open = 1;
 	return hit;
 }
 
@@ -43,6 +47,15 @@ struct enc {
 	size_t cap;  /* bytes of a piece the arrays hold */
 	int failed;  /* out of memory: the call returns ST_ENCODE_FAILED */
 	pcre2_match_data *md[ST_BPE_STAGES];
+};
+
+/* A text that may go on past its end (bpe_encode_part): the pieces that
+ * more text cannot change are encoded, and where they end is said. */
+struct part {
+	int last;    /* the text ends here: everything is encoded */
+	unsigned fresh; /* in: bit k, the text starts one of stage k's texts
+			 * (split_from); out: the same for text + used */
+	size_t used; /* out: the bytes encoded */
 };
 
 /* Room for a piece of n bytes; 0 (and e->failed) when memory runs out. */
@@ -182,14 +195,32 @@ static size_t encode_piece(const struct st_bpe *b, uint32_t *out, const unsigned
 
 /* Text through pre-tokenizer stages level.. (each an Isolated split: the
  * matches and the gaps between them are pieces), then each piece through
- * BPE. ByteLevel's prefix space goes on the pieces that reach its stage. */
+ * BPE. ByteLevel's prefix space goes on the pieces that reach its stage.
+ *
+ * With p not last, text may go on past len. The regex then runs with
+ * PCRE2_PARTIAL_HARD, which returns a match only when finding it looked at
+ * nothing past len (else PCRE2_ERROR_PARTIAL, at the first place a match
+ * might start), so each match returned is the one the whole text gives,
+ * and the gap before it is whole. The last gap goes on at least to where
+ * the partial match starts (to len when none can): what of it is there goes
+ * down a stage the same way, and p->used says how far the pieces reach.
+ * p->fresh, bit k: the text given to stage k starts one of its texts (a
+ * piece of stage k - 1; for stage 0, a run between added tokens), so that
+ * it takes the prefix space where that is stage k's; not so for a text
+ * that goes on from an earlier part, last or not. Without p the text is
+ * whole and starts at every stage. */
 static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
-			 int level, struct enc *e)
+			 int level, struct enc *e, struct part *p)
 {
+	const int last = !p || p->last;
+	if (p)
+		p->used = last ? len : 0;
 	if (!len || e->failed)
 		return 0;
 	char *prefixed = NULL;
-	if (level == b->bl_stage && b->add_prefix_space && text[0] != ' ') {
+	size_t shift = 0; /* the prefix space's byte */
+	if (level == b->bl_stage && b->add_prefix_space && text[0] != ' ' &&
+	    (!p || (p->fresh >> level & 1))) {
 		prefixed = malloc(len + 1);
 		if (!prefixed) {
 			e->failed = 1;
@@ -199,16 +230,41 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 		memcpy(prefixed + 1, text, len);
 		text = prefixed;
 		len++;
+		shift = 1;
 	}
 	size_t n = 0;
 	if (level >= b->n_re || level >= ST_BPE_STAGES) { /* n_re < ST_BPE_STAGES: for gcc */
-		n = encode_piece(b, out, (const unsigned char *)text, len, e);
+		/* one piece: whole only at the text's end */
+		n = last ? encode_piece(b, out, (const unsigned char *)text, len, e) : 0;
 		free(prefixed);
 		return n;
 	}
 	size_t pos = 0, prev = 0;
+	const uint32_t opts = last ? 0 : PCRE2_PARTIAL_HARD;
+	/* A gap at the text's start may go on from an earlier part (p->fresh
+	 * says where); every other piece, a match included, is a new one */
+	struct part first_gap = {.last = 1, .fresh = p ? p->fresh : ~0u};
 	while (pos < len && !e->failed) {
-		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, 0, e->md[level], NULL);
+		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, opts, e->md[level], NULL);
+		if (!last && (rc == PCRE2_ERROR_PARTIAL || rc == PCRE2_ERROR_NOMATCH)) {
+			const size_t gap_end =
+				rc == PCRE2_ERROR_PARTIAL ? pcre2_get_ovector_pointer(e->md[level])[0] : len;
+			/* the gap's first gap_end - prev bytes, down a stage: a new
+			 * piece of this stage there if any came before it */
+			const unsigned above = ~0u << (level + 1);
+			struct part sub = {.fresh = prev ? p->fresh | above : p->fresh};
+			n += split_from(b, out + n, text + prev, gap_end > prev ? gap_end - prev : 0,
+					level + 1, e, &sub);
+			const size_t done = prev + sub.used; /* bytes of text, prefix included */
+			if (done <= shift) { /* nothing, or the prefix space alone: no start */
+				n = 0;
+			} else {
+				p->used = done - shift;
+				p->fresh = (p->fresh & ~(~0u << level)) | (sub.fresh & above);
+			}
+			free(prefixed);
+			return n;
+		}
 		if (rc < 0) {
 			if (rc != PCRE2_ERROR_NOMATCH) /* a match limit: say so, keep the rest whole */
 				st_log_warn("tokenizer: pre-tokenizer regex failed (PCRE2 error %d) on a "
@@ -218,9 +274,10 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md[level]);
 		size_t s = ov[0], end = ov[1];
 		if (s > prev)
-			n += split_from(b, out + n, text + prev, s - prev, level + 1, e);
+			n += split_from(b, out + n, text + prev, s - prev, level + 1, e,
+					prev ? NULL : &first_gap);
 		if (end > s)
-			n += split_from(b, out + n, text + s, end - s, level + 1, e);
+			n += split_from(b, out + n, text + s, end - s, level + 1, e, NULL);
 		prev = end;
 		if (end == s) { /* an empty match: step over one character */
 			pos = end + 1;
@@ -231,51 +288,83 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 		}
 	}
 	if (prev < len)
-		n += split_from(b, out + n, text + prev, len - prev, level + 1, e);
+		n += split_from(b, out + n, text + prev, len - prev, level + 1, e,
+				prev ? NULL : &first_gap);
+	if (p && !last) { /* every match whole to len, or a regex error sent the rest as one gap */
+		p->used = len - shift;
+		p->fresh = (p->fresh & ~(~0u << level)) | (~0u << (level + 1));
+	}
 	free(prefixed);
 	return n;
 }
 
 /* Added tokens first, leftmost and then longest, as the tokenizers library
  * cuts them: those of trie t, then in the text between them those of the
- * next trie; what is left goes through the pre-tokenizer and BPE. */
+ * next trie; what is left goes through the pre-tokenizer and BPE. For a
+ * text that may go on (p->last 0), the scan stops where a token could run
+ * past the end: the run of text before it goes on as not last either, and
+ * p->used says how much was encoded. */
 static size_t encode_added(const struct st_bpe *b, int t, uint32_t *out, const char *text,
-			   size_t len, struct enc *e)
+			   size_t len, struct enc *e, struct part *p)
 {
 	if (t == 2)
-		return split_from(b, out, text, len, 0, e);
-	size_t n = 0, start = 0;
+		return split_from(b, out, text, len, 0, e, p);
+	size_t n = 0, start = 0, end = len;
+	unsigned fresh = p->fresh; /* the run from start: the text's own start */
 	for (size_t i = 0; i < len;) {
-		const int hit = longest_added(&b->trie[t], text + i, len - i);
+		int open;
+		const int hit = longest_added(&b->trie[t], text + i, len - i, &open);
+		if (open && !p->last) {
+			end = i;
+			break;
+		}
 		if (hit < 0) {
 			i++;
 			continue;
 		}
-		n += encode_added(b, t + 1, out + n, text + start, i - start, e);
+		struct part whole = {.last = 1, .fresh = fresh};
+		n += encode_added(b, t + 1, out + n, text + start, i - start, e, &whole);
 		out[n++] = b->added[hit].id;
 		i += b->added[hit].len;
 		start = i;
+		fresh = ~0u; /* a run after an added token starts at every stage */
 	}
-	return n + encode_added(b, t + 1, out + n, text + start, len - start, e);
+	struct part rest = {.last = p->last && end == len, .fresh = fresh};
+	n += encode_added(b, t + 1, out + n, text + start, end - start, e, &rest);
+	p->used = start + rest.used;
+	p->fresh = rest.fresh;
+	return n;
 }
 
-size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
+size_t bpe_encode_part(const struct st_bpe *b, uint32_t *out, const char *text, size_t len,
+		       int last, unsigned *fresh, size_t *used)
 {
 	struct enc e = {0};
 	int ok = 1;
 	for (int i = 0; i < b->n_re && ok; i++)
 		ok = (e.md[i] = pcre2_match_data_create_from_pattern(b->re[i], NULL)) != NULL;
 	e.failed = !ok;
-	size_t n = 0;
-	if (!ok)
-		goto done;
-	n = encode_added(b, 0, out, text, len, &e);
-done:
+	if (!last) { /* a character cut at the end waits whole for the next part:
+		      * PCRE2 takes its first bytes for an invalid character */
+		size_t j = len;
+		while (j > 0 && len - j < 4 && ((unsigned char)text[j - 1] & 0xc0) == 0x80)
+			j--;
+		if (j > 0) {
+			const unsigned char c = (unsigned char)text[j - 1];
+			const size_t k = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+			if (c >= 0xc0 && c < 0xf8 && j - 1 + k > len)
+				len = j - 1;
+		}
+	}
+	struct part p = {.last = last, .fresh = *fresh};
+	size_t n = ok ? encode_added(b, 0, out, text, len, &e, &p) : 0;
 	if (e.failed) {
 		ST_ERROR("free some memory, or split the text into smaller files",
 			 "tokenizer: out of memory encoding %zu bytes of text", len);
 		n = ST_ENCODE_FAILED;
 	}
+	*used = p.used;
+	*fresh = p.fresh;
 	free(e.sym);
 	free(e.nxt);
 	free(e.prv);
@@ -285,4 +374,11 @@ done:
 		if (e.md[i])
 			pcre2_match_data_free(e.md[i]);
 	return n;
+}
+
+size_t bpe_encode(const struct st_bpe *b, uint32_t *out, const char *text, size_t len)
+{
+	unsigned fresh = ~0u;
+	size_t used;
+	return bpe_encode_part(b, out, text, len, 1, &fresh, &used);
 }

@@ -276,6 +276,16 @@ size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char
 	return len;
 }
 
+size_t tokenizer_encode_part(const struct st_tokenizer *tk, uint32_t *out, const char *text,
+			     size_t len, int last, unsigned *fresh, size_t *used)
+{
+	if (tk->bpe)
+		return bpe_encode_part(tk->bpe, out, text, len, last, fresh, used);
+	*used = len;
+	*fresh = 0;
+	return tokenizer_encode(tk, out, text, len);
+}
+
 size_t tokenizer_decode_one(const struct st_tokenizer *tk, char *buf, size_t cap, uint32_t id)
 {
 	if (tk->bpe) {

@@ -45,6 +45,16 @@ static inline size_t tokenizer_max_ids(size_t len) { return 2 * len + 1; }
 #define ST_ENCODE_FAILED ((size_t)-1)
 size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char *text,
 			size_t len);
+/* A text that comes in parts (a file read a window at a time): the ids of
+ * the first *used bytes of text, those that no text after len can change,
+ * so that the parts' ids joined are tokenizer_encode's of the whole text.
+ * With last, text ends at len and all of it is encoded. *fresh: ~0u at the
+ * text's start, then as this call leaves it, for the next part, which
+ * starts at text + *used (the bytes past it given again, and more). A part
+ * may encode nothing (*used 0): the next must then be longer. out needs
+ * room for tokenizer_max_ids(len). Returns the count, or ST_ENCODE_FAILED. */
+size_t tokenizer_encode_part(const struct st_tokenizer *tk, uint32_t *out, const char *text,
+			     size_t len, int last, unsigned *fresh, size_t *used);
 /* The text of one id into buf (at most cap bytes; a longer token is cut);
  * returns the bytes written (0 for the byte tokenizer's specials and for ids
  * outside the vocabulary). */
