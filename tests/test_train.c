@@ -793,9 +793,9 @@ Test(train, prepare_eos_in_each_split)
  * --chunk + 64 KiB (and split merges across a cut, and added a prefix space
  * per chunk, with tokenizers that have them). Here paragraphs, then one
  * 150 KB line, through the llama3 test tokenizer at --chunk 256: train.bin
- * is the whole file's encoding and its <eos>; with a split, train and
- * validation together hold as many ids. An encoder out of memory fails the
- * command. */
+ * is the whole file's encoding and its <eos>, read at once or in parts of
+ * 7 bytes (tokenizer_encode_part); with a split, train and validation
+ * together hold as many ids. An encoder out of memory fails the command. */
 Test(train, prepare_encodes_each_file_whole)
 {
 	char dir[256], path[512];
@@ -809,8 +809,10 @@ Test(train, prepare_encodes_each_file_whole)
 	fclose(f);
 	int rc = cu_run(out, sizeof out, "%s prepare --input %s --out %s/d --chunk 256 --val-fraction 0 "
 			"--tokenizer tests/data/tokenizers/llama3 && %s prepare --input %s --out %s/s --chunk 256 "
-			"--val-fraction 0.1 --tokenizer tests/data/tokenizers/llama3",
-			cu_bin(), path, dir, cu_bin(), path, dir);
+			"--val-fraction 0.1 --tokenizer tests/data/tokenizers/llama3 && "
+			"STRATA_PREP_PART=7 %s prepare --input %s --out %s/p --chunk 256 --val-fraction 0 "
+			"--tokenizer tests/data/tokenizers/llama3",
+			cu_bin(), path, dir, cu_bin(), path, dir, cu_bin(), path, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	struct st_tokenizer tk;
 	cr_assert_eq(tokenizer_load(&tk, "tests/data/tokenizers/llama3"), ST_OK);
@@ -822,23 +824,25 @@ Test(train, prepare_encodes_each_file_whole)
 	const size_t n = tokenizer_encode(&tk, want, text, len);
 	want[n] = (uint32_t)tk.eos_id;
 	struct st_shard sh, tr, va;
-	snprintf(path, sizeof path, "%s/d/train.bin", dir);
-	cr_assert_eq(shard_open(&sh, path), ST_OK);
-	cr_expect_eq(sh.n_tokens, n + 1, "%llu ids in train.bin, the whole file gives %zu + <eos>",
-		     (unsigned long long)sh.n_tokens, n);
-	size_t first_diff = n + 1;
-	for (size_t i = 0; i < n + 1 && i < sh.n_tokens && first_diff > n; i++)
-		if (shard_token(&sh, i) != want[i])
-			first_diff = i;
-	cr_expect_eq(first_diff, n + 1, "train.bin differs from the whole file's encoding at id %zu",
-		     first_diff);
+	for (int parts = 0; parts < 2; parts++) { /* read at once; in parts of 7 bytes */
+		snprintf(path, sizeof path, "%s/%s/train.bin", dir, parts ? "p" : "d");
+		cr_assert_eq(shard_open(&sh, path), ST_OK);
+		cr_expect_eq(sh.n_tokens, n + 1, "%s: %llu ids, the whole file gives %zu + <eos>",
+			     path, (unsigned long long)sh.n_tokens, n);
+		size_t first_diff = n + 1;
+		for (size_t i = 0; i < n + 1 && i < sh.n_tokens && first_diff > n; i++)
+			if (shard_token(&sh, i) != want[i])
+				first_diff = i;
+		cr_expect_eq(first_diff, n + 1, "%s differs from the whole file's encoding at id %zu",
+			     path, first_diff);
+		shard_close(&sh);
+	}
 	snprintf(path, sizeof path, "%s/s/train.bin", dir);
 	cr_assert_eq(shard_open(&tr, path), ST_OK);
 	snprintf(path, sizeof path, "%s/s/val.bin", dir);
 	cr_assert_eq(shard_open(&va, path), ST_OK);
 	cr_expect(va.n_tokens > 0 && tr.n_tokens + va.n_tokens == n + 1, "%llu + %llu ids, want %zu",
 		  (unsigned long long)tr.n_tokens, (unsigned long long)va.n_tokens, n + 1);
-	shard_close(&sh);
 	shard_close(&tr);
 	shard_close(&va);
 	free(want);
@@ -858,20 +862,23 @@ Test(train, prepare_encodes_each_file_whole)
 	cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/a/train.bin && rm %s/a.txt", dir, dir), 0);
 }
 
-/* prepare's memory is bounded by its largest input, not by the corpus: ten
- * 8 MB files (byte tokenizer: 80 M ids) peak within 16 MiB of one of them
- * alone, and under one file's text and ids (5 bytes a byte: 40 MB) + 64 MiB
- * for the program and its libraries (about 10 MiB measured). Holding every
- * text and every id until the end, as prepare did, peaked at 431 MB here
- * (README). The shards hold every byte and each file's <eos>. */
-Test(train, prepare_memory_bounded_by_the_largest_file, .timeout = 120)
+/* prepare's memory is bounded by the part of a file it reads at a time
+ * (16 MiB), not by the file or the corpus (byte tokenizer: 4 bytes of ids
+ * a byte). Six 8 MB files peak within 16 MiB of one of them alone; the
+ * same 48 MB in one file within a part's text and ids (5 x 16 MiB) + 64 MiB
+ * for the program and its libraries (about 10 MiB measured), where holding
+ * the file and its ids, as prepare did until 2026-11-25, needs 240 MB (372
+ * MB peak for a 97 MB file with the llama3 test tokenizer, 76 MB read in
+ * parts: README); in parts of 1 MiB, within 5 MiB + 64 MiB, and the same
+ * shards. The shards hold every byte and each file's <eos>. */
+Test(train, prepare_memory_bounded_by_a_part, .timeout = 180)
 {
 	char dir[256], path[512], cmd[4096];
 	cu_tmpdir(dir, sizeof dir, "preprss");
 	const size_t file_bytes = 8000000;
 	int len = snprintf(cmd, sizeof cmd, "%s prepare --out %s/all", cu_bin(), dir);
 	size_t total = 0;
-	for (int f = 0; f < 10; f++) {
+	for (int f = 0; f < 6; f++) {
 		snprintf(path, sizeof path, "%s/t%d.txt", dir, f);
 		cu_write_text(path, file_bytes, 11 + (unsigned)f);
 		struct stat st;
@@ -881,18 +888,34 @@ Test(train, prepare_memory_bounded_by_the_largest_file, .timeout = 120)
 	}
 	int status;
 	const size_t rss_all = cu_peak_rss(cmd, &status);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of 10 files failed: %s", cmd);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of 6 files failed: %s", cmd);
 	snprintf(cmd, sizeof cmd, "%s prepare --out %s/one --input %s/t0.txt", cu_bin(), dir, dir);
 	const size_t rss_one = cu_peak_rss(cmd, &status);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of one file failed: %s", cmd);
-	cr_log_info("prepare peak RSS: %.1f MiB for 10 files of 8 MB, %.1f MiB for one",
-		    rss_all / 1048576.0, rss_one / 1048576.0);
-	const size_t bound = 5 * file_bytes + (64u << 20);
-	cr_expect_leq(rss_all, bound, "prepare of 10 x 8 MB peaked at %.1f MiB, over %.1f MiB",
-		      rss_all / 1048576.0, bound / 1048576.0);
+	cr_assert_eq(cu_run(NULL, 0, "cat %s/t?.txt > %s/big.txt", dir, dir), 0);
+	snprintf(cmd, sizeof cmd, "%s prepare --out %s/big --input %s/big.txt", cu_bin(), dir, dir);
+	const size_t rss_big = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare of 48 MB failed: %s", cmd);
+	snprintf(cmd, sizeof cmd, "env STRATA_PREP_PART=1048576 %s prepare --out %s/parts --input %s/big.txt",
+		 cu_bin(), dir, dir);
+	const size_t rss_parts = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare in 1 MiB parts failed: %s",
+		  cmd);
+	cr_log_info("prepare peak RSS: %.1f MiB for 6 files of 8 MB, %.1f MiB for one, %.1f MiB for "
+		    "all in one file, %.1f MiB for it in 1 MiB parts",
+		    rss_all / 1048576.0, rss_one / 1048576.0, rss_big / 1048576.0,
+		    rss_parts / 1048576.0);
 	cr_expect_leq(rss_all, rss_one + (16u << 20),
-		      "prepare of 10 files peaked at %.1f MiB, one of them alone at %.1f MiB",
+		      "prepare of 6 files peaked at %.1f MiB, one of them alone at %.1f MiB",
 		      rss_all / 1048576.0, rss_one / 1048576.0);
+	const size_t part = 16u << 20, bound = 5 * part + (64u << 20);
+	cr_expect_leq(rss_big, bound, "prepare of one 48 MB file peaked at %.1f MiB, over %.1f MiB",
+		      rss_big / 1048576.0, bound / 1048576.0);
+	cr_expect_leq(rss_parts, 5 * (1u << 20) + (64u << 20),
+		      "prepare in parts of 1 MiB peaked at %.1f MiB", rss_parts / 1048576.0);
+	cr_expect_eq(cu_run(out, sizeof out, "cmp %s/big/train.bin %s/parts/train.bin && "
+			    "cmp %s/big/val.bin %s/parts/val.bin", dir, dir, dir, dir), 0,
+		     "1 MiB parts gave other shards: %s", out);
 	uint64_t n = 0;
 	for (int split = 0; split < 2; split++) {
 		struct st_shard sh;
@@ -901,8 +924,75 @@ Test(train, prepare_memory_bounded_by_the_largest_file, .timeout = 120)
 		n += sh.n_tokens;
 		shard_close(&sh);
 	}
-	cr_expect_eq(n, total + 10, "%llu ids for %zu bytes in 10 files", (unsigned long long)n,
+	cr_expect_eq(n, total + 6, "%llu ids for %zu bytes in 6 files", (unsigned long long)n,
 		     total);
+	cu_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* A corpus read in parts of a few bytes (STRATA_PREP_PART) gives the
+ * shards, loss masks and messages of one read at once: plain text, JSONL
+ * examples (a part ends at a line end; a line longer than a part is read
+ * longer), standard input, text that is not UTF-8 (a character cut between
+ * parts counted once), with the byte tokenizer and one that puts a prefix
+ * space on each piece. */
+Test(train, prepare_in_parts_as_at_once)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "prepparts");
+	char *text = NULL;
+	size_t tl = 0;
+	FILE *f = open_memstream(&text, &tl);
+	for (int i = 0; i < 400; i++)
+		fprintf(f, "Line %d: caf\xc3\xa9 na\xc3\xafve \xf0\x9f\x98\x80 %s\n\n  indent\twith\ttabs%s",
+			i, i % 5 ? "words and 12345 numbers" : "bad \xff\xe2\x82 bytes",
+			i % 7 ? "" : "<|end_of_text|>");
+	fclose(f);
+	char path[512];
+	snprintf(path, sizeof path, "%s/t.txt", dir);
+	cr_assert_eq(fs_write_file_atomic(path, text, tl), ST_OK);
+	free(text);
+	snprintf(path, sizeof path, "%s/e.jsonl", dir);
+	f = fopen(path, "w");
+	cr_assert(f);
+	for (int i = 0; i < 80; i++)
+		fprintf(f, i % 4 ? "{\"prompt\": \"Q%d caf\xc3\xa9?\", \"completion\": \" A %d\"}\n"
+				 : "{\"text\": \"plain %d \\u00e9 and %d\"}\n\n",
+			i, i);
+	fclose(f);
+	char xllama3[4200], cwd[4096];
+	cr_assert(getcwd(cwd, sizeof cwd));
+	snprintf(xllama3, sizeof xllama3, "%s/tests/data/tokenizers/xllama3", cwd);
+	const char *const toks[2] = {"byte", xllama3};
+	for (int t = 0; t < 2; t++) {
+		static const char *const parts[3] = {"", "STRATA_PREP_PART=1 ", "STRATA_PREP_PART=13 "};
+		char first[sizeof out] = "";
+		for (int p = 0; p < 3; p++) {
+			int rc = cu_run(out, sizeof out,
+					"cd %s && { %s%s prepare --input t.txt --input e.jsonl --out p%d "
+					"--tokenizer %s --chunk 128 --bos && cat t.txt | %s%s prepare "
+					"--input - --out s%d --tokenizer %s --chunk 100; }",
+					dir, parts[p], cu_bin(), p, toks[t], parts[p], cu_bin(), p, toks[t]);
+			cr_assert_eq(rc, 0, "%s", out);
+			for (char *q; (q = strstr(out, " p1")) || (q = strstr(out, " p2")) ||
+				      (q = strstr(out, " s1")) || (q = strstr(out, " s2"));)
+				q[2] = '0'; /* the directories' names aside */
+			if (!p) {
+				snprintf(first, sizeof first, "%s", out);
+				cr_expect(strstr(out, "not UTF-8") && strstr(out, "examples;"), "%s", out);
+			} else {
+				cr_expect_str_eq(out, first, "%s: %sanother message", toks[t], parts[p]);
+			}
+			if (p)
+				cr_expect_eq(cu_run(out, sizeof out,
+						    "cd %s && for f in train.bin val.bin train.mask.bin "
+						    "val.mask.bin; do cmp p0/$f p%d/$f || exit 1; done && "
+						    "cmp s0/train.bin s%d/train.bin && cmp s0/val.bin s%d/val.bin",
+						    dir, p, p, p),
+					     0, "%s: %sother shards: %s", toks[t], parts[p], out);
+		}
+		cu_run(NULL, 0, "cd %s && rm -rf p0 p1 p2 s0 s1 s2", dir);
+	}
+	cu_run(NULL, 0, "rm -rf %s", dir);
 }
 
 /* Sharded weights (model-0000k-of-0000n.safetensors + index, as Hugging

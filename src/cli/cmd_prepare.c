@@ -13,11 +13,11 @@
  * train.mask.bin / val.mask.bin beside the shards (1 = a target, 0 = context
  * only), which the trainer and `strata eval` read with them.
  *
- * Memory: one input at a time. Every input is looked at first (prep_survey:
- * its size by stat, the checks that refuse it); then each is read, encoded
- * and its tokens written as they come to the shard writers in a staging
- * directory, and freed before the next, so that a prepare needs memory for
- * its largest file (the text and its ids), not for the corpus. An input
+ * Memory: one part of one input at a time. Every input is looked at first
+ * (prep_survey: its size by stat, the checks that refuse it); then each is
+ * read a part (16 MiB) at a time, encoded and its tokens written as they
+ * come to the shard writers in a staging directory, so that a prepare needs
+ * memory for a part's text and ids, not for its largest file. An input
  * whose size stat cannot tell (standard input, a pipe) is read whole in the
  * survey and held until its turn. The chunking lives in prepare_text.c. */
 #include <dirent.h>
@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,28 +123,6 @@ static int prep_survey(const char *const *inputs, int n_in, struct prep_input *i
 			st_log_warn("--input %s is empty: nothing from it", inputs[f]);
 		*bytes += in[f].len;
 	}
-	return ST_OK;
-}
-
-/* Address space for the ids of a len-byte text, reserved, not committed:
- * pages are used as ids are written. Reserved again, larger, for a text
- * longer than the last reservation (a file grown since the survey). */
-static int ids_reserve(uint32_t **ids, size_t *bytes, size_t len)
-{
-	const size_t need = tokenizer_max_ids(len) * sizeof **ids;
-	if (*ids && need <= *bytes)
-		return ST_OK;
-	if (*ids)
-		munmap(*ids, *bytes);
-	*ids = NULL;
-	*bytes = 0;
-	void *map = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-			 -1, 0);
-	ST_CHECK(map != MAP_FAILED, "prepare the corpus in several smaller files",
-		 "cannot reserve %zu bytes of address space for the ids of a %zu-byte file: %s", need,
-		 len, strerror(errno));
-	*ids = map;
-	*bytes = need;
 	return ST_OK;
 }
 
@@ -355,41 +332,25 @@ int cmd_prepare(int argc, char **argv)
 			rc = shard_writer_open(wr[k], from, mask ? 2 : (uint32_t)tk.vocab_size,
 					       mask ? "mask" : tk.name);
 	}
-	/* Each text file is encoded whole, then its ids are cut into chunks:
-	 * encoding chunk by chunk gave other ids than the tokenizer does where a
-	 * cut fell inside what it would merge ("\n\n" is one Llama 3 token) and
-	 * added a prefix space at every chunk with add_prefix_space. So one
-	 * file's text and ids are held at a time, and no more: the chunks go to
-	 * the writers as they are cut, and the text is freed before the next. */
-	size_t text_max = 0, ids_bytes = 0;
-	for (int f = 0; f < n_in && in; f++)
-		if (!prep_ends_with(inputs[f], ".jsonl") && in[f].len > text_max)
-			text_max = in[f].len;
-	uint32_t *ids = NULL;
-	if (rc == ST_OK)
-		rc = ids_reserve(&ids, &ids_bytes, text_max);
-	/* one token's text, whole: a line break past a fixed buffer's end
-	 * would not count as one */
+	/* Each file is read a part at a time (prepare_text.c): no more than a
+	 * part's text and ids are held, however large the file. One token's
+	 * text, whole: a line break past a fixed buffer's end would not count
+	 * as one. */
 	const size_t piece_cap = tokenizer_max_token_len(&tk);
 	char *piece = rc == ST_OK ? st_malloc(piece_cap) : NULL;
 	if (!piece)
 		rc = ST_FAIL;
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
-		char *text = in[f].text;
-		size_t len = in[f].len;
-		in[f].text = NULL;
-		if (!text && (rc = fs_read_file(inputs[f], &text, &len)) != ST_OK)
-			break;
-		total_bytes += len;
-		prep_warn_text(inputs[f], text, len);
+		size_t read = 0;
 		if (prep_ends_with(inputs[f], ".jsonl"))
-			rc = prep_jsonl(&tk, inputs[f], text, len, &sp, &sink);
-		else if ((rc = ids_reserve(&ids, &ids_bytes, len)) == ST_OK)
-			rc = prep_text(&tk, inputs[f], text, len, ids, piece, piece_cap, &sp, &sink);
-		free(text);
+			rc = prep_jsonl(&tk, inputs[f], in[f].text, in[f].len, &sp, &sink, &read);
+		else
+			rc = prep_text(&tk, inputs[f], in[f].text, in[f].len, piece, piece_cap, &sp,
+				       &sink, &read);
+		total_bytes += read;
+		free(in[f].text);
+		in[f].text = NULL;
 	}
-	if (ids)
-		munmap(ids, ids_bytes);
 	free(piece);
 	for (int f = 0; in && f < n_in; f++)
 		free(in[f].text); /* held inputs not reached */

@@ -1,15 +1,20 @@
 /* strata prepare's inputs into tokens (prepare_text.h): a text file is
- * encoded whole and its ids cut into chunks of about --chunk bytes at line
- * ends, every period-th chunk to validation; a JSONL file gives one example
- * a line, [bos] + prompt + completion + [eos], every period-th example to
- * validation, with a loss mask (0 on the prompt and bos). Runs of tokens go
- * straight to the split's shard writer, so no more than one file's ids are
- * held at a time. */
+ * encoded and its ids cut into chunks of about --chunk bytes at line ends,
+ * every period-th chunk to validation; a JSONL file gives one example a
+ * line, [bos] + prompt + completion + [eos], every period-th example to
+ * validation, with a loss mask (0 on the prompt and bos). Files are read a
+ * part at a time (16 MiB), so a corpus file larger than memory is prepared
+ * as well as a small one: a text file's parts are encoded with
+ * tokenizer_encode_part, which gives the ids of the whole file, and a JSONL
+ * file's parts end at line ends. Runs of tokens go straight to the split's
+ * shard writer. */
 #include <cJSON.h>
 #include <string.h>
 #include <strings.h>
 #include <stdlib.h>
-#include <sys/mman.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "cli/prepare_text.h"
 #include "io/fsutil.h"
@@ -93,10 +98,100 @@ static void lone_surrogate(const char *s, size_t n, char out[7])
 	}
 }
 
-void prep_warn_text(const char *path, const char *text, size_t len)
+/* ---- reading a file a part at a time --------------------------------------------- */
+
+/* Bytes per part: STRATA_PREP_PART (tests cut files into parts of a few
+ * bytes), else 16 MiB. A part that cannot be used (one line of JSONL, or a
+ * text the tokenizer cannot cut, longer than it) is read longer. */
+static size_t part_bytes(void)
+{
+	const char *env = getenv("STRATA_PREP_PART");
+	const long v = env ? atol(env) : 0;
+	return v > 0 ? (size_t)v : (size_t)16 << 20;
+}
+
+/* A file's bytes text[0..len), from byte off of the file: read from fd into
+ * buf, or a window on a text held whole (mem: standard input, read by the
+ * survey). eof: text runs to the file's end. */
+struct reader {
+	const char *path;
+	int fd;
+	const char *mem;
+	size_t mem_len;
+	char *buf;
+	size_t cap, len, off;
+	const char *text;
+	int eof;
+};
+
+static int reader_open(struct reader *r, const char *path, const char *held, size_t held_len)
+{
+	*r = (struct reader){.path = path, .fd = -1, .mem = held, .mem_len = held_len,
+			     .cap = part_bytes()};
+	if (held)
+		return ST_OK;
+	r->fd = open(path, O_RDONLY | O_CLOEXEC);
+	ST_CHECK(r->fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
+		 strerror(errno));
+	return ST_OK;
+}
+
+static void reader_close(struct reader *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r->buf);
+}
+
+/* text as long as the part allows (cap), or to the end */
+static int reader_fill(struct reader *r)
+{
+	if (r->mem) {
+		r->text = r->mem + r->off;
+		r->len = r->mem_len - r->off < r->cap ? r->mem_len - r->off : r->cap;
+		r->eof = r->off + r->len == r->mem_len;
+		return ST_OK;
+	}
+	if (!r->buf || r->cap > r->len) {
+		char *b = realloc(r->buf, r->cap);
+		ST_CHECK(b, "free some memory", "out of memory reading %s (%zu bytes at a time)",
+			 r->path, r->cap);
+		r->buf = b;
+	}
+	r->text = r->buf;
+	while (r->len < r->cap && !r->eof) {
+		const ssize_t got = read(r->fd, r->buf + r->len, r->cap - r->len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		ST_CHECK(got >= 0, "check the file and the device it is on", "cannot read %s: %s",
+			 r->path, strerror(errno));
+		r->eof = got == 0;
+		r->len += (size_t)got;
+	}
+	return ST_OK;
+}
+
+/* The first used bytes are done with; none: the next part is twice as long */
+static void reader_next(struct reader *r, size_t used)
+{
+	if (!used)
+		r->cap *= 2;
+	r->off += used;
+	if (!r->mem) {
+		memmove(r->buf, r->buf + used, r->len - used);
+		r->len -= used;
+	}
+}
+
+/* ---- what is said about an input's text ------------------------------------------ */
+
+/* A file that looks like JSONL under another name, said from its first part. */
+static void warn_json_name(const char *path, const char *text, size_t len)
 {
 	const int jsonl = prep_ends_with(path, ".jsonl");
-	size_t i = strspn(text, " \t\r\n\xef\xbb\xbf");
+	size_t i = 0; /* past white space and a byte order mark */
+	while (i < len && text[i] && strchr(" \t\r\n\xef\xbb\xbf", text[i]))
+		i++;
 	if (!jsonl && (prep_ends_with(path, ".json") || prep_ends_with(path, ".ndjson")) &&
 	    i < len && text[i] == '{')
 		st_log_warn("%s is read as plain text; if it holds one example per line, name it "
@@ -106,42 +201,67 @@ void prep_warn_text(const char *path, const char *text, size_t len)
 		st_log_warn("%s is read as plain text; if it is a JSON array of examples, write them "
 			    "one object per line into a .jsonl file to train on them as examples",
 			    path);
-	size_t bad = 0, at = 0;
-	for (size_t p = 0; p < len;) {
-		const size_t n = utf8_len((const unsigned char *)text + p, len - p);
-		if (!n || !text[p]) {
-			if (!bad++)
-				at = p;
+}
+
+/* Bytes that are NUL or not UTF-8, counted over the parts of a file. */
+struct utf8_count {
+	size_t bad, at; /* how many; the file offset of the first */
+	size_t done;    /* the file's bytes counted so far */
+};
+
+/* The reader's bytes up to file offset upto, each once (a character that
+ * runs past upto is counted whole, its bytes read from the part) */
+static void count_bad(struct utf8_count *c, const struct reader *r, size_t upto)
+{
+	size_t p = c->done > r->off ? c->done - r->off : 0;
+	for (; r->off + p < upto;) {
+		const size_t n = utf8_len((const unsigned char *)r->text + p, r->len - p);
+		if (!n || !r->text[p]) {
+			if (!c->bad++)
+				c->at = r->off + p;
 			p++;
 		} else {
 			p += n;
 		}
 	}
-	if (bad && jsonl) /* a raw NUL is refused by the example reader */
-		st_log_warn("%s is not UTF-8 text: %zu byte%s invalid UTF-8, the first at byte %zu "
-			    "(their bytes are kept in the examples as they are)",
-			    path, bad, bad == 1 ? " is" : "s are", at);
-	else if (bad)
-		st_log_warn("%s is not UTF-8 text: %zu byte%s NUL or invalid UTF-8, the first at "
-			    "byte %zu (their bytes are kept as they are)",
-			    path, bad, bad == 1 ? " is" : "s are", at);
+	c->done = r->off + p;
 }
 
-int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text, size_t len,
-	       struct prep_split *sp, struct prep_sink *s)
+static void warn_bad(const struct utf8_count *c, const char *path)
+{
+	const int jsonl = prep_ends_with(path, ".jsonl");
+	if (c->bad && jsonl) /* a raw NUL is refused by the example reader */
+		st_log_warn("%s is not UTF-8 text: %zu byte%s invalid UTF-8, the first at byte %zu "
+			    "(their bytes are kept in the examples as they are)",
+			    path, c->bad, c->bad == 1 ? " is" : "s are", c->at);
+	else if (c->bad)
+		st_log_warn("%s is not UTF-8 text: %zu byte%s NUL or invalid UTF-8, the first at "
+			    "byte %zu (their bytes are kept as they are)",
+			    path, c->bad, c->bad == 1 ? " is" : "s are", c->at);
+}
+
+/* A JSONL file's state between its parts */
+struct jsonl {
+	long line;
+	long empty; /* examples with nothing to learn but <eos> */
+	uint32_t *ids;
+	size_t cap;
+};
+
+/* The examples of text[0..len), whole lines (the last one may end at the
+ * file's end) */
+static int jsonl_lines(const struct st_tokenizer *tk, const char *path, const char *text,
+		       size_t len, struct prep_split *sp, struct prep_sink *s, struct jsonl *js)
 {
 	const long period = sp->period;
-	uint32_t *ids = NULL;
-	size_t cap = 0;
-	int line = 0, rc = ST_OK;
-	long empty = 0; /* examples with nothing to learn but <eos> */
+	int rc = ST_OK;
 	static const char nul_msg[] = "a NUL character (\\u0000 or a raw 0 byte), which strata's "
 				      "text cannot hold (the example would end there)";
 	for (size_t pos = 0; pos < len && rc == ST_OK;) {
 		size_t end = pos;
 		while (end < len && text[end] != '\n')
 			end++;
-		line++;
+		js->line++;
 		const size_t n = end - pos;
 		int blank = 1;
 		for (size_t i = pos; i < end && blank; i++)
@@ -186,12 +306,12 @@ int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text
 				 : bad == half_msg ? "write the character whole (both halves of the pair, or the character itself)"
 				     : "each line must be {\"prompt\": \"...\", \"completion\": \"...\"} or "
 				       "{\"text\": \"...\"}",
-				 "%s:%d: %s", path, line, bad);
+				 "%s:%ld: %s", path, js->line, bad);
 			cJSON_Delete(o);
 			rc = ST_FAIL;
 			break;
 		}
-		empty += !*(cJSON_IsString(tx) ? tx->valuestring : co->valuestring);
+		js->empty += !*(cJSON_IsString(tx) ? tx->valuestring : co->valuestring);
 		const int split = period > 1 && sp->example % period == period - 1;
 		const char *parts[2] = {cJSON_IsString(tx) ? NULL : pr->valuestring,
 					cJSON_IsString(tx) ? tx->valuestring : co->valuestring};
@@ -203,19 +323,19 @@ int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text
 			if (!parts[k])
 				continue;
 			size_t pl = strlen(parts[k]), need = tokenizer_max_ids(pl);
-			if (need > cap) {
-				uint32_t *v = realloc(ids, need * sizeof *v);
+			if (need > js->cap) {
+				uint32_t *v = realloc(js->ids, need * sizeof *v);
 				if (!v) {
 					ST_ERROR(NULL, "out of memory");
 					rc = ST_FAIL;
 					break;
 				}
-				ids = v;
-				cap = need;
+				js->ids = v;
+				js->cap = need;
 			}
-			size_t c = tokenizer_encode(tk, ids, parts[k], pl);
-			rc = c == ST_ENCODE_FAILED ? ST_FAIL
-						    : prep_emit(s, split, ids, c, k == 1); /* the prompt is context only */
+			size_t c = tokenizer_encode(tk, js->ids, parts[k], pl);
+			rc = c == ST_ENCODE_FAILED ? ST_FAIL /* the prompt is context only */
+						    : prep_emit(s, split, js->ids, c, k == 1);
 		}
 		if (rc == ST_OK && tk->eos_id >= 0) {
 			uint32_t eos = (uint32_t)tk->eos_id;
@@ -225,57 +345,155 @@ int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text
 		sp->example++;
 		pos = end + 1;
 	}
-	free(ids);
-	if (rc == ST_OK && empty)
-		st_log_warn("%s: %ld example%s an empty completion or text: only <eos> is learned "
-			    "from %s",
-			    path, empty, empty == 1 ? " has" : "s have", empty == 1 ? "it" : "them");
 	return rc;
 }
 
-int prep_text(const struct st_tokenizer *tk, const char *path, const char *text, size_t len,
-	      uint32_t *ids, char *piece, size_t piece_cap, struct prep_split *sp,
-	      struct prep_sink *s)
+int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+	       struct prep_split *sp, struct prep_sink *s, size_t *bytes)
+{
+	struct reader r;
+	ST_TRY(reader_open(&r, path, held, held_len));
+	struct jsonl js = {0};
+	struct utf8_count bad = {0};
+	int rc;
+	while ((rc = reader_fill(&r)) == ST_OK) {
+		size_t used = r.len; /* to the last line end, or the end */
+		while (!r.eof && used > 0 && r.text[used - 1] != '\n')
+			used--;
+		count_bad(&bad, &r, r.off + used);
+		if ((rc = jsonl_lines(tk, path, r.text, used, sp, s, &js)) != ST_OK || r.eof)
+			break;
+		reader_next(&r, used);
+	}
+	*bytes = r.off + r.len;
+	reader_close(&r);
+	free(js.ids);
+	if (rc == ST_OK)
+		warn_bad(&bad, path);
+	if (rc == ST_OK && js.empty)
+		st_log_warn("%s: %ld example%s an empty completion or text: only <eos> is learned "
+			    "from %s",
+			    path, js.empty, js.empty == 1 ? " has" : "s have",
+			    js.empty == 1 ? "it" : "them");
+	return rc;
+}
+
+/* A text file's chunks being cut: the ids of the chunk not yet written
+ * (from earlier parts) and its bytes of text. */
+struct chunker {
+	uint32_t *ids;
+	size_t n, cap;
+	size_t bytes;
+	int split; /* of the chunk last cut */
+	int cut;   /* chunks of this file cut */
+};
+
+/* A chunk ends with ids[0..n) (after what c holds) */
+static int chunk_cut(const struct st_tokenizer *tk, struct chunker *c, const uint32_t *ids,
+		     size_t n, struct prep_split *sp, struct prep_sink *s)
+{
+	const long period = sp->period;
+	c->split = period > 1 && sp->chunk_idx % period == period - 1;
+	int rc = ST_OK;
+	if (!c->cut++ && sp->text_bos && tk->bos_id >= 0) { /* the file's start */
+		const uint32_t bos = (uint32_t)tk->bos_id;
+		rc = prep_emit(s, c->split, &bos, 1, 0); /* context, as in an example */
+	}
+	if (rc == ST_OK && c->n)
+		rc = prep_emit(s, c->split, c->ids, c->n, 1);
+	if (rc == ST_OK && n)
+		rc = prep_emit(s, c->split, ids, n, 1);
+	sp->chunk_idx++;
+	sp->text_val += c->split;
+	c->n = 0;
+	c->bytes = 0;
+	return rc;
+}
+
+/* ids[0..n) held until their chunk is cut */
+static int chunk_hold(struct chunker *c, const uint32_t *ids, size_t n)
+{
+	if (c->n + n > c->cap) {
+		const size_t cap = 2 * (c->n + n);
+		uint32_t *v = realloc(c->ids, cap * sizeof *v);
+		ST_CHECK(v, "free some memory", "out of memory holding a chunk of %zu tokens", c->n + n);
+		c->ids = v;
+		c->cap = cap;
+	}
+	memcpy(c->ids + c->n, ids, n * sizeof *ids);
+	c->n += n;
+	return ST_OK;
+}
+
+int prep_text(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+	      char *piece, size_t piece_cap, struct prep_split *sp, struct prep_sink *s,
+	      size_t *bytes)
 {
 	/* chunks of about --chunk bytes, each ending after a token that
 	 * ends a line where one comes within another --chunk (at most
 	 * 64 KiB) bytes: a text with long or no lines is still cut near
 	 * --chunk, so that it can hold out its validation share */
 	const size_t chunk = (size_t)sp->chunk;
-	const long period = sp->period;
 	const size_t reach = chunk + (chunk < 65536 ? chunk : 65536);
-	const size_t n = tokenizer_encode(tk, ids, text, len);
-	if (n == ST_ENCODE_FAILED) {
-		ST_ERROR(NULL, "strata prepare: %s could not be encoded; nothing was written", path);
-		return ST_FAIL;
-	}
-	int rc = ST_OK;
-	size_t start = 0, bytes = 0;
-	int split = 0; /* of the chunk last cut */
-	for (size_t i = 0; i < n && rc == ST_OK; i++) {
-		const size_t b = tokenizer_decode_one(tk, piece, piece_cap, ids[i]);
-		bytes += b;
-		/* GPT-2's tokens join a line break to the next line's indent */
-		const int line_end = b > 0 && memchr(piece, '\n', b);
-		if (i + 1 < n && (bytes < chunk || (!line_end && bytes < reach)))
-			continue;
-		split = period > 1 && sp->chunk_idx % period == period - 1;
-		if (start == 0 && sp->text_bos && tk->bos_id >= 0) { /* the file's start */
-			const uint32_t bos = (uint32_t)tk->bos_id;
-			rc = prep_emit(s, split, &bos, 1, 0); /* context, as in an example */
+	struct reader r;
+	ST_TRY(reader_open(&r, path, held, held_len));
+	struct chunker c = {0};
+	struct utf8_count bad = {0};
+	uint32_t *ids = NULL;
+	size_t ids_cap = 0, n_ids = 0;
+	unsigned fresh = ~0u;
+	int rc;
+	while ((rc = reader_fill(&r)) == ST_OK) {
+		if (r.off == 0)
+			warn_json_name(path, r.text, r.len);
+		if (tokenizer_max_ids(r.len) > ids_cap) {
+			uint32_t *v = realloc(ids, tokenizer_max_ids(r.len) * sizeof *v);
+			if (!v) {
+				ST_ERROR("free some memory", "out of memory encoding %s (%zu bytes at a time)",
+					 path, r.len);
+				rc = ST_FAIL;
+				break;
+			}
+			ids = v;
+			ids_cap = tokenizer_max_ids(r.len);
+		}
+		size_t used;
+		const size_t n = tokenizer_encode_part(tk, ids, r.text, r.len, r.eof, &fresh, &used);
+		if (n == ST_ENCODE_FAILED) {
+			ST_ERROR(NULL, "strata prepare: %s could not be encoded; nothing was written", path);
+			rc = ST_FAIL;
+			break;
+		}
+		count_bad(&bad, &r, r.off + used);
+		n_ids += n;
+		size_t start = 0;
+		for (size_t i = 0; i < n && rc == ST_OK; i++) {
+			const size_t b = tokenizer_decode_one(tk, piece, piece_cap, ids[i]);
+			c.bytes += b;
+			/* GPT-2's tokens join a line break to the next line's indent */
+			const int line_end = b > 0 && memchr(piece, '\n', b);
+			if (c.bytes < chunk || (!line_end && c.bytes < reach))
+				continue;
+			rc = chunk_cut(tk, &c, ids + start, i + 1 - start, sp, s);
+			start = i + 1;
 		}
 		if (rc == ST_OK)
-			rc = prep_emit(s, split, ids + start, i + 1 - start, 1);
-		sp->chunk_idx++;
-		sp->text_val += split;
-		start = i + 1;
-		bytes = 0;
+			rc = chunk_hold(&c, ids + start, n - start);
+		if (rc != ST_OK || r.eof)
+			break;
+		reader_next(&r, used);
 	}
-	/* the file's ids are written out: give their pages back */
-	madvise(ids, tokenizer_max_ids(len) * sizeof *ids, MADV_DONTNEED);
-	/* the file's end: in the split of its last chunk, which it ends */
+	*bytes = r.off + r.len;
+	reader_close(&r);
+	free(ids);
+	/* the file's last chunk, then its end: in the split of that chunk */
+	if (rc == ST_OK && c.n)
+		rc = chunk_cut(tk, &c, NULL, 0, sp, s);
+	free(c.ids);
 	uint32_t eos = (uint32_t)tk->eos_id;
-	if (rc == ST_OK && n > 0 && tk->eos_id >= 0)
-		rc = prep_emit(s, split, &eos, 1, 1);
+	if (rc == ST_OK && n_ids > 0 && tk->eos_id >= 0)
+		rc = prep_emit(s, c.split, &eos, 1, 1);
+	if (rc == ST_OK)
+		warn_bad(&bad, path);
 	return rc;
 }

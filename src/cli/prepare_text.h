@@ -34,18 +34,18 @@ struct prep_split {
 int prep_ends_with(const char *s, const char *suffix);
 /* n tokens into split's shard, with mask value m where there are masks. */
 int prep_emit(struct prep_sink *s, int split, const uint32_t *ids, size_t n, uint32_t m);
-/* What is said about input path's text before it is used: text that looks
- * like JSONL under another name, text that is not UTF-8 (both are taken as
- * they are). text is NUL-terminated (fs_read_file). */
-void prep_warn_text(const char *path, const char *text, size_t len);
-/* A JSONL file of examples into the sink. */
-int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *text, size_t len,
-	       struct prep_split *sp, struct prep_sink *s);
-/* A text file, encoded whole into ids (room for tokenizer_max_ids(len)),
- * cut into chunks into the sink; piece holds one token's text (piece_cap:
- * tokenizer_max_token_len). */
-int prep_text(const struct st_tokenizer *tk, const char *path, const char *text, size_t len,
-	      uint32_t *ids, char *piece, size_t piece_cap, struct prep_split *sp,
-	      struct prep_sink *s);
+/* A JSONL file of examples into the sink; held: its text, read whole
+ * already (standard input), else the file is read a part at a time.
+ * *bytes: the bytes read. Text that is not UTF-8 is said. */
+int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+	       struct prep_split *sp, struct prep_sink *s, size_t *bytes);
+/* A text file, encoded a part at a time (tokenizer_encode_part: the whole
+ * file's ids) and cut into chunks into the sink; held, *bytes as for
+ * prep_jsonl; piece holds one token's text (piece_cap:
+ * tokenizer_max_token_len). Text that looks like JSON examples under
+ * another name, or is not UTF-8, is said. */
+int prep_text(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+	      char *piece, size_t piece_cap, struct prep_split *sp, struct prep_sink *s,
+	      size_t *bytes);
 
 #endif

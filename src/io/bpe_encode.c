@@ -344,18 +344,6 @@ size_t bpe_encode_part(const struct st_bpe *b, uint32_t *out, const char *text, 
 	for (int i = 0; i < b->n_re && ok; i++)
 		ok = (e.md[i] = pcre2_match_data_create_from_pattern(b->re[i], NULL)) != NULL;
 	e.failed = !ok;
-	if (!last) { /* a character cut at the end waits whole for the next part:
-		      * PCRE2 takes its first bytes for an invalid character */
-		size_t j = len;
-		while (j > 0 && len - j < 4 && ((unsigned char)text[j - 1] & 0xc0) == 0x80)
-			j--;
-		if (j > 0) {
-			const unsigned char c = (unsigned char)text[j - 1];
-			const size_t k = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-			if (c >= 0xc0 && c < 0xf8 && j - 1 + k > len)
-				len = j - 1;
-		}
-	}
 	struct part p = {.last = last, .fresh = *fresh};
 	size_t n = ok ? encode_added(b, 0, out, text, len, &e, &p) : 0;
 	if (e.failed) {

@@ -279,6 +279,18 @@ size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char
 size_t tokenizer_encode_part(const struct st_tokenizer *tk, uint32_t *out, const char *text,
 			     size_t len, int last, unsigned *fresh, size_t *used)
 {
+	if (!last) { /* a character cut at the end waits whole for the next part:
+		      * PCRE2 would take its first bytes for an invalid character */
+		size_t j = len;
+		while (j > 0 && len - j < 4 && ((unsigned char)text[j - 1] & 0xc0) == 0x80)
+			j--;
+		if (j > 0) {
+			const unsigned char c = (unsigned char)text[j - 1];
+			const size_t k = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+			if (c >= 0xc0 && c < 0xf8 && j - 1 + k > len)
+				len = j - 1;
+		}
+	}
 	if (tk->bpe)
 		return bpe_encode_part(tk->bpe, out, text, len, last, fresh, used);
 	*used = len;

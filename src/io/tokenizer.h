@@ -51,7 +51,9 @@ size_t tokenizer_encode(const struct st_tokenizer *tk, uint32_t *out, const char
  * With last, text ends at len and all of it is encoded. *fresh: ~0u at the
  * text's start, then as this call leaves it, for the next part, which
  * starts at text + *used (the bytes past it given again, and more). A part
- * may encode nothing (*used 0): the next must then be longer. out needs
+ * may encode nothing (*used 0): the next must then be longer. A UTF-8
+ * character cut at len waits for the next part, so *used ends between
+ * characters unless last. out needs
  * room for tokenizer_max_ids(len). Returns the count, or ST_ENCODE_FAILED. */
 size_t tokenizer_encode_part(const struct st_tokenizer *tk, uint32_t *out, const char *text,
 			     size_t len, int last, unsigned *fresh, size_t *used);
