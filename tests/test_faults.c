@@ -2756,7 +2756,8 @@ Test(faults, windows_without_targets)
  * text the model trains on), and a prepared directory's train.bin given as
  * --data finds the val.bin beside it (evaluation was skipped). Text given to
  * prepare beside examples, too short to give a chunk to validation, is
- * warned (the held-out loss scored the examples alone). */
+ * warned (the held-out loss scored the examples alone), and so is a
+ * validation shard without the loss mask the training data has. */
 Test(faults, validation_shard_checked_against_training_data)
 {
 	char dir[256];
@@ -2788,6 +2789,17 @@ Test(faults, validation_shard_checked_against_training_data)
 	cr_expect(rc == 0 && strstr(out, "the text inputs (1 chunk) gave no chunk to validation (one in 20 "
 					 "is held out)"),
 		  "%s", out);
+	/* examples whose validation shard lost its loss mask: train and eval
+	 * say that the held-out loss scores prompts too (they said nothing) */
+	static const char warn[] = "/mix/val.bin has no loss mask beside it, but the training data "
+				   "has one";
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/mix", cu_bin(), dir, dir);
+	cr_expect(rc == 0 && !strstr(out, warn), "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "rm %s/mix/val.mask.bin && { %s train --model %s/init --data %s/mix --out %s/m "
+		    "--steps 1 " SMALL " && %s eval --model %s/init --data %s/mix; }",
+		    dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, warn) && strstr(strstr(out, warn) + 1, warn), "%s", out);
 }
 
 /* A resume checks what trainer.json saved against what it finds:

@@ -46,15 +46,21 @@ static int check_tokens(const struct st_shard *s, int vocab_size)
 	return data_check_shard(s, vocab_size, 2);
 }
 
+/* The loss mask's path for shard X.bin (X.mask.bin); 0 for another name. */
+static int mask_path(char *path, size_t cap, const char *shard)
+{
+	const size_t n = strlen(shard);
+	if (n < 4 || strcmp(shard + n - 4, ".bin"))
+		return 0;
+	snprintf(path, cap, "%.*s.mask.bin", (int)(n - 4), shard);
+	return 1;
+}
+
 /* X.mask.bin beside X.bin, when there is one: it must match the shard. */
 static int open_mask(struct st_shard *mask, int *has, const struct st_shard *s)
 {
 	char path[4200];
-	size_t n = strlen(s->path);
-	if (n < 4 || strcmp(s->path + n - 4, ".bin"))
-		return ST_OK;
-	snprintf(path, sizeof path, "%.*s.mask.bin", (int)(n - 4), s->path);
-	if (!fs_exists(path))
+	if (!mask_path(path, sizeof path, s->path) || !fs_exists(path))
 		return ST_OK;
 	ST_TRY(shard_open(mask, path));
 	*has = 1;
@@ -116,6 +122,16 @@ int data_open(struct st_data *d, const char *data, const char *val, int vocab_si
 			data_close(d);
 			return ST_FAIL;
 		}
+		/* examples to train on (a loss mask beside train.bin, opened or
+		 * not: eval opens no training shard) but none to score */
+		char train_mask[4200];
+		if (!d->has_val_mask &&
+		    (d->has_train_mask || (mask_path(train_mask, sizeof train_mask, train_path) &&
+					   fs_exists(train_mask))))
+			st_log_warn("the validation shard %s has no loss mask beside it, but the "
+				    "training data has one: the held-out loss scores every token, "
+				    "prompts and <bos> included; re-run strata prepare to write both",
+				    d->val.path);
 	}
 	if (d->has_train && d->has_val) {
 		/* ids of another tokenizer score as noise; the training shard itself
