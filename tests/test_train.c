@@ -869,8 +869,9 @@ Test(train, prepare_encodes_each_file_whole)
  * for the program and its libraries (about 10 MiB measured), where holding
  * the file and its ids, as prepare did until 2026-11-25, needs 240 MB (372
  * MB peak for a 97 MB file with the llama3 test tokenizer, 76 MB read in
- * parts: README); in parts of 1 MiB, within 5 MiB + 64 MiB, and the same
- * shards. The shards hold every byte and each file's <eos>. */
+ * parts: README); in parts of 1 MiB, within 5 MiB + 64 MiB; from standard
+ * input (read whole until 2026-11-25) within the same bound as the file; the
+ * same shards every way. The shards hold every byte and each file's <eos>. */
 Test(train, prepare_memory_bounded_by_a_part, .timeout = 180)
 {
 	char dir[256], path[512], cmd[4096];
@@ -901,10 +902,16 @@ Test(train, prepare_memory_bounded_by_a_part, .timeout = 180)
 	const size_t rss_parts = cu_peak_rss(cmd, &status);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare in 1 MiB parts failed: %s",
 		  cmd);
+	/* from standard input, read a part at a time after the survey's first */
+	snprintf(cmd, sizeof cmd, "cat %s/big.txt | %s prepare --out %s/stdin --input -", dir,
+		 cu_bin(), dir);
+	const size_t rss_stdin = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prepare from stdin failed: %s",
+		  cmd);
 	cr_log_info("prepare peak RSS: %.1f MiB for 6 files of 8 MB, %.1f MiB for one, %.1f MiB for "
-		    "all in one file, %.1f MiB for it in 1 MiB parts",
+		    "all in one file, %.1f MiB for it in 1 MiB parts, %.1f MiB from standard input",
 		    rss_all / 1048576.0, rss_one / 1048576.0, rss_big / 1048576.0,
-		    rss_parts / 1048576.0);
+		    rss_parts / 1048576.0, rss_stdin / 1048576.0);
 	cr_expect_leq(rss_all, rss_one + (16u << 20),
 		      "prepare of 6 files peaked at %.1f MiB, one of them alone at %.1f MiB",
 		      rss_all / 1048576.0, rss_one / 1048576.0);
@@ -913,9 +920,12 @@ Test(train, prepare_memory_bounded_by_a_part, .timeout = 180)
 		      rss_big / 1048576.0, bound / 1048576.0);
 	cr_expect_leq(rss_parts, 5 * (1u << 20) + (64u << 20),
 		      "prepare in parts of 1 MiB peaked at %.1f MiB", rss_parts / 1048576.0);
-	cr_expect_eq(cu_run(out, sizeof out, "cmp %s/big/train.bin %s/parts/train.bin && "
-			    "cmp %s/big/val.bin %s/parts/val.bin", dir, dir, dir, dir), 0,
-		     "1 MiB parts gave other shards: %s", out);
+	cr_expect_leq(rss_stdin, bound, "prepare of 48 MB from standard input peaked at %.1f MiB",
+		      rss_stdin / 1048576.0);
+	cr_expect_eq(cu_run(out, sizeof out, "cd %s && cmp big/train.bin parts/train.bin && "
+			    "cmp big/val.bin parts/val.bin && cmp big/train.bin stdin/train.bin && "
+			    "cmp big/val.bin stdin/val.bin", dir), 0,
+		     "1 MiB parts or standard input gave other shards: %s", out);
 	uint64_t n = 0;
 	for (int split = 0; split < 2; split++) {
 		struct st_shard sh;

@@ -55,9 +55,9 @@ static void help(void)
 
 /* One input as the survey leaves it, before any is encoded. */
 struct prep_input {
-	struct stat st; /* st_ino 0 where not a regular file */
-	char *text;     /* read whole already: an input whose size stat cannot tell */
-	size_t len;     /* text's bytes, or the file's size by stat */
+	struct stat st;         /* st_ino 0 where not a regular file */
+	struct prep_source src; /* begun: an input whose size stat cannot tell */
+	size_t len;             /* the file's size by stat, or src's bytes read */
 };
 
 /* The first bytes (at most 8, *n of them) of a regular file: enough to tell
@@ -91,12 +91,18 @@ static int peek_head(const char *path, char head[8], size_t *n)
  * into a corpus: one that cannot be read, the same file as an earlier input
  * (its text would be in both splits, and validation loss would read low), a
  * token shard given as text. A regular file's size comes from stat, and its
- * text is read at its turn; an input whose size stat cannot tell (standard
- * input or another pipe, a /proc file: they report 0) is read whole here and
- * held until its turn. *bytes: the inputs' bytes, all told. */
-static int prep_survey(const char *const *inputs, int n_in, struct prep_input *in, size_t *bytes)
+ * text is read at its turn; of an input whose size stat cannot tell
+ * (standard input or another pipe, a /proc file: they report 0) the first
+ * part is read here, or the first `sure` bytes where more (past those the
+ * corpus is too large for the chunk rule to matter), and held until its
+ * turn, when the rest is read. *bytes: the inputs' bytes, all told, or as
+ * many as those bytes when one goes on. */
+static int prep_survey(const char *const *inputs, int n_in, struct prep_input *in, size_t sure,
+		       size_t *bytes)
 {
 	*bytes = 0;
+	for (int f = 0; f < n_in; f++)
+		in[f].src.fd = -1;
 	for (int f = 0; f < n_in; f++) {
 		/* st_ino 0 when not a regular file: a FIFO or /dev/stdin is read once anyway */
 		struct stat *st = &in[f].st;
@@ -110,16 +116,17 @@ static int prep_survey(const char *const *inputs, int n_in, struct prep_input *i
 			ST_TRY(peek_head(inputs[f], head, &n_head));
 			in[f].len = (size_t)st->st_size;
 		} else {
-			ST_TRY(fs_read_file(inputs[f], &in[f].text, &in[f].len));
+			ST_TRY(prep_source_open(&in[f].src, inputs[f], sure));
+			in[f].len = in[f].src.len;
 		}
 		for (int g = 0; g < f && st->st_ino; g++)
 			ST_CHECK(in[g].st.st_dev != st->st_dev || in[g].st.st_ino != st->st_ino,
 				 "give each file once: text in both splits makes the validation loss read low",
 				 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
-		ST_CHECK(!shard_has_magic(sized ? head : in[f].text, sized ? n_head : in[f].len),
+		ST_CHECK(!shard_has_magic(sized ? head : in[f].src.text, sized ? n_head : in[f].len),
 			 "give the text the shards were made from, or train on this directory's shards",
 			 "--input %s is a strata token shard, not text", inputs[f]);
-		if (!in[f].len)
+		if (!in[f].len && (sized || in[f].src.eof))
 			st_log_warn("--input %s is empty: nothing from it", inputs[f]);
 		*bytes += in[f].len;
 	}
@@ -289,8 +296,11 @@ int cmd_prepare(int argc, char **argv)
 	 * that the validation split still has about 20 chunks to draw from */
 	struct prep_input *in = st_calloc((size_t)n_in, sizeof *in);
 	size_t total_bytes = 0, expect_bytes = 0;
-	int rc = in ? prep_survey(inputs, n_in, in, &expect_bytes) : ST_FAIL;
 	long period = val_frac > 0 ? (long)lround(1.0 / val_frac) : 0;
+	/* chunk 20 period, saturated: past it, the chunk rule below cannot apply */
+	const double sure_d = period > 1 ? (double)chunk * 20.0 * (double)period : 0.0;
+	const size_t sure = sure_d < 1e18 ? (size_t)sure_d : (size_t)1e18;
+	int rc = in ? prep_survey(inputs, n_in, in, sure, &expect_bytes) : ST_FAIL;
 	if (period > 1 && (long)(expect_bytes / (size_t)chunk) < 20 * period) {
 		const long given = chunk;
 		chunk = (long)(expect_bytes / (size_t)(20 * period));
@@ -343,17 +353,15 @@ int cmd_prepare(int argc, char **argv)
 	for (int f = 0; f < n_in && rc == ST_OK; f++) {
 		size_t read = 0;
 		if (prep_ends_with(inputs[f], ".jsonl"))
-			rc = prep_jsonl(&tk, inputs[f], in[f].text, in[f].len, &sp, &sink, &read);
+			rc = prep_jsonl(&tk, inputs[f], &in[f].src, &sp, &sink, &read);
 		else
-			rc = prep_text(&tk, inputs[f], in[f].text, in[f].len, piece, piece_cap, &sp,
-				       &sink, &read);
+			rc = prep_text(&tk, inputs[f], &in[f].src, piece, piece_cap, &sp, &sink,
+				       &read);
 		total_bytes += read;
-		free(in[f].text);
-		in[f].text = NULL;
 	}
 	free(piece);
 	for (int f = 0; in && f < n_in; f++)
-		free(in[f].text); /* held inputs not reached */
+		prep_source_close(&in[f].src); /* inputs begun and not reached */
 	free(in);
 	const long example = sp.example, chunk_idx = sp.chunk_idx, text_val = sp.text_val;
 	const size_t n_train = sink.tok[0].n, n_val = sink.tok[1].n;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/prepare_text.h"
@@ -110,26 +111,79 @@ static size_t part_bytes(void)
 	return v > 0 ? (size_t)v : (size_t)16 << 20;
 }
 
-/* A file's bytes text[0..len), from byte off of the file: read from fd into
- * buf, or a window on a text held whole (mem: standard input, read by the
- * survey). eof: text runs to the file's end. */
+int prep_source_open(struct prep_source *src, const char *path, size_t min)
+{
+	*src = (struct prep_source){.fd = open(path, O_RDONLY | O_CLOEXEC)};
+	ST_CHECK(src->fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
+		 strerror(errno));
+	struct stat st;
+	int err = fstat(src->fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+	const size_t want = min > part_bytes() ? min : part_bytes();
+	size_t cap = 0;
+	while (!err && !src->eof && src->len < want) {
+		if (src->len == cap) {
+			cap = cap ? 2 * cap : 65536;
+			char *b = realloc(src->text, cap);
+			if (!b) {
+				err = ENOMEM;
+				break;
+			}
+			src->text = b;
+		}
+		const ssize_t got = read(src->fd, src->text + src->len, cap - src->len);
+		if (got < 0 && errno != EINTR)
+			err = errno;
+		src->eof = got == 0;
+		src->len += got > 0 ? (size_t)got : 0;
+	}
+	if (src->eof || err) {
+		close(src->fd);
+		src->fd = -1;
+	}
+	if (err) {
+		free(src->text);
+		*src = (struct prep_source){.fd = -1};
+		ST_ERROR(err == EISDIR ? "give the path of a file" : "check the file and the device it is on",
+			 "cannot read %s: %s", path, strerror(err));
+		return ST_FAIL;
+	}
+	return ST_OK;
+}
+
+void prep_source_close(struct prep_source *src)
+{
+	if (src->fd >= 0)
+		close(src->fd);
+	free(src->text);
+	*src = (struct prep_source){.fd = -1};
+}
+
+/* A file's bytes text[0..len), from byte off of the file, read into buf:
+ * from a source the survey began (its first bytes, then its fd), or from
+ * the file opened at its turn. eof: text runs to the file's end. */
 struct reader {
 	const char *path;
 	int fd;
-	const char *mem;
-	size_t mem_len;
 	char *buf;
-	size_t cap, len, off;
+	size_t cap, buf_cap, len, off;
 	const char *text;
 	int eof;
 };
 
-static int reader_open(struct reader *r, const char *path, const char *held, size_t held_len)
+/* src: taken over (closed with the reader) where the survey began it; else
+ * the file is opened here */
+static int reader_open(struct reader *r, const char *path, struct prep_source *src)
 {
-	*r = (struct reader){.path = path, .fd = -1, .mem = held, .mem_len = held_len,
-			     .cap = part_bytes()};
-	if (held)
+	*r = (struct reader){.path = path, .fd = -1, .cap = part_bytes()};
+	if (src && (src->text || src->fd >= 0 || src->eof)) { /* begun by the survey */
+		r->fd = src->fd;
+		r->buf = src->text;
+		r->len = r->buf_cap = src->len;
+		r->eof = src->eof;
+		r->cap = r->len > r->cap ? r->len : r->cap;
+		*src = (struct prep_source){.fd = -1};
 		return ST_OK;
+	}
 	r->fd = open(path, O_RDONLY | O_CLOEXEC);
 	ST_CHECK(r->fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
 		 strerror(errno));
@@ -146,17 +200,12 @@ static void reader_close(struct reader *r)
 /* text as long as the part allows (cap), or to the end */
 static int reader_fill(struct reader *r)
 {
-	if (r->mem) {
-		r->text = r->mem + r->off;
-		r->len = r->mem_len - r->off < r->cap ? r->mem_len - r->off : r->cap;
-		r->eof = r->off + r->len == r->mem_len;
-		return ST_OK;
-	}
-	if (!r->buf || r->cap > r->len) {
+	if (r->buf_cap < r->cap && !r->eof) {
 		char *b = realloc(r->buf, r->cap);
 		ST_CHECK(b, "free some memory", "out of memory reading %s (%zu bytes at a time)",
 			 r->path, r->cap);
 		r->buf = b;
+		r->buf_cap = r->cap;
 	}
 	r->text = r->buf;
 	while (r->len < r->cap && !r->eof) {
@@ -177,10 +226,8 @@ static void reader_next(struct reader *r, size_t used)
 	if (!used)
 		r->cap *= 2;
 	r->off += used;
-	if (!r->mem) {
-		memmove(r->buf, r->buf + used, r->len - used);
-		r->len -= used;
-	}
+	memmove(r->buf, r->buf + used, r->len - used);
+	r->len -= used;
 }
 
 /* ---- what is said about an input's text ------------------------------------------ */
@@ -348,11 +395,11 @@ static int jsonl_lines(const struct st_tokenizer *tk, const char *path, const ch
 	return rc;
 }
 
-int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+int prep_jsonl(const struct st_tokenizer *tk, const char *path, struct prep_source *src,
 	       struct prep_split *sp, struct prep_sink *s, size_t *bytes)
 {
 	struct reader r;
-	ST_TRY(reader_open(&r, path, held, held_len));
+	ST_TRY(reader_open(&r, path, src));
 	struct jsonl js = {0};
 	struct utf8_count bad = {0};
 	int rc;
@@ -425,7 +472,7 @@ static int chunk_hold(struct chunker *c, const uint32_t *ids, size_t n)
 	return ST_OK;
 }
 
-int prep_text(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+int prep_text(const struct st_tokenizer *tk, const char *path, struct prep_source *src,
 	      char *piece, size_t piece_cap, struct prep_split *sp, struct prep_sink *s,
 	      size_t *bytes)
 {
@@ -436,7 +483,7 @@ int prep_text(const struct st_tokenizer *tk, const char *path, const char *held,
 	const size_t chunk = (size_t)sp->chunk;
 	const size_t reach = chunk + (chunk < 65536 ? chunk : 65536);
 	struct reader r;
-	ST_TRY(reader_open(&r, path, held, held_len));
+	ST_TRY(reader_open(&r, path, src));
 	struct chunker c = {0};
 	struct utf8_count bad = {0};
 	uint32_t *ids = NULL;

@@ -34,17 +34,31 @@ struct prep_split {
 int prep_ends_with(const char *s, const char *suffix);
 /* n tokens into split's shard, with mask value m where there are masks. */
 int prep_emit(struct prep_sink *s, int split, const uint32_t *ids, size_t n, uint32_t m);
-/* A JSONL file of examples into the sink; held: its text, read whole
- * already (standard input), else the file is read a part at a time.
+/* An input whose size stat cannot tell (standard input, a pipe, a /proc
+ * file) as the survey leaves it: its first len bytes in text, the rest to
+ * read from fd (-1 once the end was read: eof). */
+struct prep_source {
+	char *text;
+	size_t len;
+	int fd;
+	int eof;
+};
+/* Opens path and reads its first bytes: a part's (16 MiB), or min where
+ * that is more (the bytes that settle the corpus's size for the chunk
+ * rule), or all of it where it is shorter. Errors said. */
+int prep_source_open(struct prep_source *src, const char *path, size_t min);
+void prep_source_close(struct prep_source *src);
+/* A JSONL file of examples into the sink, read a part at a time: from src
+ * (taken over and closed) where the survey began it, else opened here.
  * *bytes: the bytes read. Text that is not UTF-8 is said. */
-int prep_jsonl(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+int prep_jsonl(const struct st_tokenizer *tk, const char *path, struct prep_source *src,
 	       struct prep_split *sp, struct prep_sink *s, size_t *bytes);
 /* A text file, encoded a part at a time (tokenizer_encode_part: the whole
- * file's ids) and cut into chunks into the sink; held, *bytes as for
+ * file's ids) and cut into chunks into the sink; src, *bytes as for
  * prep_jsonl; piece holds one token's text (piece_cap:
  * tokenizer_max_token_len). Text that looks like JSON examples under
  * another name, or is not UTF-8, is said. */
-int prep_text(const struct st_tokenizer *tk, const char *path, const char *held, size_t held_len,
+int prep_text(const struct st_tokenizer *tk, const char *path, struct prep_source *src,
 	      char *piece, size_t piece_cap, struct prep_split *sp, struct prep_sink *s,
 	      size_t *bytes);
 
