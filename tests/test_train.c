@@ -943,8 +943,8 @@ Test(train, prepare_memory_bounded_by_a_part, .timeout = 180)
  * shards, loss masks and messages of one read at once: plain text, JSONL
  * examples (a part ends at a line end; a line longer than a part is read
  * longer), standard input, text that is not UTF-8 (a character cut between
- * parts counted once), with the byte tokenizer and one that puts a prefix
- * space on each piece. */
+ * parts counted once; JSON under another name said once), with the byte
+ * tokenizer and one that puts a prefix space on each piece. */
 Test(train, prepare_in_parts_as_at_once)
 {
 	char dir[256];
@@ -972,13 +972,16 @@ Test(train, prepare_in_parts_as_at_once)
 	char xllama3[4200], cwd[4096];
 	cr_assert(getcwd(cwd, sizeof cwd));
 	snprintf(xllama3, sizeof xllama3, "%s/tests/data/tokenizers/xllama3", cwd);
+	snprintf(path, sizeof path, "%s/j.json", dir);
+	static const char json_text[] = "{\"a\": \"hello world\"}\n{\"b\": 2}\n";
+	cr_assert_eq(fs_write_file_atomic(path, json_text, strlen(json_text)), ST_OK);
 	const char *const toks[2] = {"byte", xllama3};
 	for (int t = 0; t < 2; t++) {
 		static const char *const parts[3] = {"", "STRATA_PREP_PART=1 ", "STRATA_PREP_PART=13 "};
 		char first[sizeof out] = "";
 		for (int p = 0; p < 3; p++) {
 			int rc = cu_run(out, sizeof out,
-					"cd %s && { %s%s prepare --input t.txt --input e.jsonl --out p%d "
+					"cd %s && { %s%s prepare --input t.txt --input e.jsonl --input j.json --out p%d "
 					"--tokenizer %s --chunk 128 --bos && cat t.txt | %s%s prepare "
 					"--input - --out s%d --tokenizer %s --chunk 100; }",
 					dir, parts[p], cu_bin(), p, toks[t], parts[p], cu_bin(), p, toks[t]);
@@ -988,7 +991,9 @@ Test(train, prepare_in_parts_as_at_once)
 				q[2] = '0'; /* the directories' names aside */
 			if (!p) {
 				snprintf(first, sizeof first, "%s", out);
-				cr_expect(strstr(out, "not UTF-8") && strstr(out, "examples;"), "%s", out);
+				cr_expect(strstr(out, "not UTF-8") && strstr(out, "examples;") &&
+						  strstr(out, "j.json is read as plain text"),
+					  "%s", out);
 			} else {
 				cr_expect_str_eq(out, first, "%s: %sanother message", toks[t], parts[p]);
 			}

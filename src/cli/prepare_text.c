@@ -489,9 +489,9 @@ int prep_text(const struct st_tokenizer *tk, const char *path, struct prep_sourc
 	uint32_t *ids = NULL;
 	size_t ids_cap = 0, n_ids = 0;
 	unsigned fresh = ~0u;
-	int rc;
+	int rc, looked = 0;
 	while ((rc = reader_fill(&r)) == ST_OK) {
-		if (r.off == 0)
+		if (!looked++) /* once: a first part that encodes nothing is read again */
 			warn_json_name(path, r.text, r.len);
 		if (tokenizer_max_ids(r.len) > ids_cap) {
 			uint32_t *v = realloc(ids, tokenizer_max_ids(r.len) * sizeof *v);

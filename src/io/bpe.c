@@ -166,6 +166,9 @@ static int compile_re(struct st_bpe *b, const char *pattern, int literal, const 
 	}
 	/* faster where available; optional. Partial: bpe_encode_part */
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
+	uint32_t behind = 0;
+	if (pcre2_pattern_info(re, PCRE2_INFO_MAXLOOKBEHIND, &behind) == 0 && behind)
+		b->looks_back = 1;
 	b->re[b->n_re++] = re;
 	return ST_OK;
 }

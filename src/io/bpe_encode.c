@@ -240,30 +240,27 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 		return n;
 	}
 	size_t pos = 0, prev = 0;
+	/* a text that goes on from an earlier part does not start a line (^) */
 	const uint32_t opts = last ? 0 : PCRE2_PARTIAL_HARD;
+	const uint32_t bol = p && !(p->fresh >> level & 1) ? PCRE2_NOTBOL : 0;
 	/* A gap at the text's start may go on from an earlier part (p->fresh
 	 * says where); every other piece, a match included, is a new one */
 	struct part first_gap = {.last = 1, .fresh = p ? p->fresh : ~0u};
+	size_t gap_end = len; /* not last: where the open gap is known to reach */
+	int open = 0;
 	while (pos < len && !e->failed) {
-		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, opts, e->md[level], NULL);
-		if (!last && (rc == PCRE2_ERROR_PARTIAL || rc == PCRE2_ERROR_NOMATCH)) {
-			const size_t gap_end =
-				rc == PCRE2_ERROR_PARTIAL ? pcre2_get_ovector_pointer(e->md[level])[0] : len;
-			/* the gap's first gap_end - prev bytes, down a stage: a new
-			 * piece of this stage there if any came before it */
-			const unsigned above = ~0u << (level + 1);
-			struct part sub = {.fresh = prev ? p->fresh | above : p->fresh};
-			n += split_from(b, out + n, text + prev, gap_end > prev ? gap_end - prev : 0,
-					level + 1, e, &sub);
-			const size_t done = prev + sub.used; /* bytes of text, prefix included */
-			if (done <= shift) { /* nothing, or the prefix space alone: no start */
-				n = 0;
-			} else {
-				p->used = done - shift;
-				p->fresh = (p->fresh & ~(~0u << level)) | (sub.fresh & above);
-			}
-			free(prefixed);
-			return n;
+		int rc = pcre2_match(b->re[level], (PCRE2_SPTR)text, len, pos, opts | bol, e->md[level],
+				     NULL);
+		if (!last && rc < 0) {
+			/* PARTIAL: a match may start at ovector[0]; NOMATCH: none
+			 * before len. An error (a match limit) is met again at the
+			 * same place with more text, where the whole text's rest is
+			 * one gap: nothing past prev is taken until the last part. */
+			gap_end = rc == PCRE2_ERROR_PARTIAL ? pcre2_get_ovector_pointer(e->md[level])[0]
+				  : rc == PCRE2_ERROR_NOMATCH ? len
+							      : prev;
+			open = 1;
+			break;
 		}
 		if (rc < 0) {
 			if (rc != PCRE2_ERROR_NOMATCH) /* a match limit: say so, keep the rest whole */
@@ -287,10 +284,30 @@ static size_t split_from(const struct st_bpe *b, uint32_t *out, const char *text
 			pos = end;
 		}
 	}
+	/* not last, the loop ended before len (an empty match stepped past the
+	 * last character): the gap from prev goes on */
+	open |= !last && prev < len;
+	if (open) {
+		/* the gap's first gap_end - prev bytes, down a stage: a new
+		 * piece of this stage there if any came before it */
+		const unsigned above = ~0u << (level + 1);
+		struct part sub = {.fresh = prev ? p->fresh | above : p->fresh};
+		n += split_from(b, out + n, text + prev, gap_end > prev ? gap_end - prev : 0, level + 1,
+				e, &sub);
+		const size_t done = prev + sub.used; /* bytes of text, prefix included */
+		if (done <= shift) { /* nothing, or the prefix space alone: no start */
+			n = 0;
+		} else {
+			p->used = done - shift;
+			p->fresh = (p->fresh & ~(~0u << level)) | (sub.fresh & above);
+		}
+		free(prefixed);
+		return n;
+	}
 	if (prev < len)
 		n += split_from(b, out + n, text + prev, len - prev, level + 1, e,
 				prev ? NULL : &first_gap);
-	if (p && !last) { /* every match whole to len, or a regex error sent the rest as one gap */
+	if (p && !last) { /* every match whole, to len */
 		p->used = len - shift;
 		p->fresh = (p->fresh & ~(~0u << level)) | (~0u << (level + 1));
 	}
@@ -345,7 +362,9 @@ size_t bpe_encode_part(const struct st_bpe *b, uint32_t *out, const char *text, 
 		ok = (e.md[i] = pcre2_match_data_create_from_pattern(b->re[i], NULL)) != NULL;
 	e.failed = !ok;
 	struct part p = {.last = last, .fresh = *fresh};
-	size_t n = ok ? encode_added(b, 0, out, text, len, &e, &p) : 0;
+	/* a regex that looks behind a match's start would see the part's start
+	 * as the text's: such a text is encoded whole, at its last part */
+	size_t n = ok && (last || !b->looks_back) ? encode_added(b, 0, out, text, len, &e, &p) : 0;
 	if (e.failed) {
 		ST_ERROR("free some memory, or split the text into smaller files",
 			 "tokenizer: out of memory encoding %zu bytes of text", len);

@@ -99,6 +99,9 @@ struct st_bpe {
 	 * added to the pieces that reach stage bl_stage */
 	pcre2_code *re[ST_BPE_STAGES];
 	int n_re, bl_stage;
+	/* a stage's regex looks behind where a match starts (a lookbehind,
+	 * \b, \A): a text in parts cannot be cut (bpe_encode_part) */
+	int looks_back;
 };
 
 #endif
