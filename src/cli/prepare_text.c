@@ -111,6 +111,21 @@ static size_t part_bytes(void)
 	return v > 0 ? (size_t)v : (size_t)16 << 20;
 }
 
+/* Reads fd into buf until *len reaches cap or the end (*eof); 0 or errno */
+static int read_into(int fd, char *buf, size_t cap, size_t *len, int *eof)
+{
+	while (*len < cap && !*eof) {
+		const ssize_t got = read(fd, buf + *len, cap - *len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return errno;
+		*eof = got == 0;
+		*len += (size_t)got;
+	}
+	return 0;
+}
+
 int prep_source_open(struct prep_source *src, const char *path, size_t min)
 {
 	*src = (struct prep_source){.fd = open(path, O_RDONLY | O_CLOEXEC)};
@@ -121,20 +136,14 @@ int prep_source_open(struct prep_source *src, const char *path, size_t min)
 	const size_t want = min > part_bytes() ? min : part_bytes();
 	size_t cap = 0;
 	while (!err && !src->eof && src->len < want) {
-		if (src->len == cap) {
-			cap = cap ? 2 * cap : 65536;
-			char *b = realloc(src->text, cap);
-			if (!b) {
-				err = ENOMEM;
-				break;
-			}
-			src->text = b;
+		cap = cap ? 2 * cap : 65536;
+		char *b = realloc(src->text, cap);
+		if (!b) {
+			err = ENOMEM;
+			break;
 		}
-		const ssize_t got = read(src->fd, src->text + src->len, cap - src->len);
-		if (got < 0 && errno != EINTR)
-			err = errno;
-		src->eof = got == 0;
-		src->len += got > 0 ? (size_t)got : 0;
+		src->text = b;
+		err = read_into(src->fd, src->text, cap < want ? cap : want, &src->len, &src->eof);
 	}
 	if (src->eof || err) {
 		close(src->fd);
@@ -208,15 +217,9 @@ static int reader_fill(struct reader *r)
 		r->buf_cap = r->cap;
 	}
 	r->text = r->buf;
-	while (r->len < r->cap && !r->eof) {
-		const ssize_t got = read(r->fd, r->buf + r->len, r->cap - r->len);
-		if (got < 0 && errno == EINTR)
-			continue;
-		ST_CHECK(got >= 0, "check the file and the device it is on", "cannot read %s: %s",
-			 r->path, strerror(errno));
-		r->eof = got == 0;
-		r->len += (size_t)got;
-	}
+	const int err = r->eof ? 0 : read_into(r->fd, r->buf, r->cap, &r->len, &r->eof);
+	ST_CHECK(!err, "check the file and the device it is on", "cannot read %s: %s", r->path,
+		 strerror(err));
 	return ST_OK;
 }
 
