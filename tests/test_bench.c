@@ -132,6 +132,6 @@ Test(bench_cli, full_disk_fails_the_run)
 Test(bench_cli, strata_number_flag_without_value)
 {
 	int rc = cu_run(out, sizeof out, "%s eval --model nosuch --seq-len", cu_bin());
-	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
 	cr_expect(strstr(out, "--seq-len needs a value"), "%s", out);
 }

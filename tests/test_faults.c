@@ -2008,7 +2008,7 @@ Test(faults, other_commands_check_their_numbers)
 	cr_expect(strcmp(a, b) != 0, "seeds 2^53 and 2^53 + 1 gave the same text: %s", a);
 	cr_expect_eq(cu_run(a, sizeof a, s, cu_bin(), dir, "9223372036854775807"), 0, "%s", a);
 	cr_expect(cu_run(a, sizeof a, "%s sample --model %s/init --tokens 4 --temperature 1e-400",
-			 cu_bin(), dir) == 1 &&
+			 cu_bin(), dir) == 2 &&
 			  strstr(a, "--temperature: 1e-400 is out of range"),
 		  "%s", a);
 	cr_expect_eq(cu_run(out, sizeof out, "%s train -h", cu_bin()), 0, "%s", out);
@@ -2023,7 +2023,7 @@ Test(faults, other_commands_check_their_numbers)
 	/* --max-seq 1 is refused: no --seq-len trains such a model (2 is the
 	 * least), and the hints sent one to the other */
 	cr_expect(cu_run(out, sizeof out, "%s init --config tiny --out %s/ms1 --max-seq 1", cu_bin(),
-			 dir) == 1 &&
+			 dir) == 2 &&
 			  strstr(out, "--max-seq must be in [2, "),
 		  "%s", out);
 	/* a FIFO as the data: refused, not a wait for a writer that never comes */
@@ -2536,7 +2536,7 @@ Test(faults, sample_reads_the_models_token_ids)
 	 * prints nothing (it printed a newline) */
 	rc = cu_run(out, sizeof out, "{ %s sample --model %s/m --prompt '' > %s/o.txt; e=$?; test ! -s %s/o.txt && exit $e; }",
 		    cu_bin(), dir, dir, dir);
-	cr_expect(rc == 1 && strstr(out, "an empty --prompt starts from <bos>, and the tokenizer"), "%d %s",
+	cr_expect(rc == 2 && strstr(out, "an empty --prompt starts from <bos>, and the tokenizer"), "%d %s",
 		  rc, out);
 	/* --tokenizer takes a run as --model does (its latest checkpoint's
 	 * tokenizer.json; it looked for RUN/tokenizer.json), and an empty

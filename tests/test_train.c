@@ -496,6 +496,72 @@ Test(train, bad_model_files)
 	expect_fail("shape mismatch", "mlp.", cu_run(out, sizeof out, run, cu_bin(), dir, dir, dir));
 }
 
+/* A command line refused for its own sake exits 2, as a shell tool's usage
+ * error does, and every other failure 1: a wrapper that retries failed
+ * runs can tell "fix the command" from "it failed". Usage errors from the
+ * flags, a --config file, and the option checks deeper in (an unknown
+ * optimizer, --place, GaLore's rank, --seq-len past the model's), each
+ * with its message; and the failures that are not usage: a missing file,
+ * a damaged one, a run directory in use. */
+Test(train, usage_errors_exit_2)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "usage");
+	cu_setup_run(dir, "");
+	const char *run = "%s train --model %s/init --data %s/data --out %s/run --steps 1 " SMALL " %s";
+	static const struct {
+		const char *flags, *says;
+	} usage[] = {
+		{ "--stesp 3", "did you mean 'steps'?" },
+		{ "--lr", "--lr needs a value" },
+		{ "--lr fast", "'fast' is not a number" },
+		{ "--lr -1", "--lr must be positive" },
+		{ "--optimizer adam9", "use --optimizer adamw" },
+		{ "--quant-block 100 --optimizer adamw8bit", "--quant-block" },
+		{ "--device-mem 12Q", "--device-mem: '12Q' is not a size" },
+		{ "--place optimizer=disk", "needs a disk tier" },
+		{ "--recompute 1 --activations keep", "give one of --recompute and --activations" },
+		{ "--activations kx", "'x' is not k, r, h or d" },
+		{ "--optimizer galore-adamw --galore-rank -3", "--galore-rank must be positive" },
+		{ "--seq-len 1000", "exceeds the model's max_position_embeddings" },
+		{ "--config %s/cfg.json --config %s/cfg.json", "--config is given twice" },
+	};
+	for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+		char flags[512];
+		snprintf(flags, sizeof flags, usage[i].flags, dir, dir);
+		const int rc = cu_run(out, sizeof out, run, cu_bin(), dir, dir, dir, flags);
+		cr_expect(rc == 2 && strstr(out, usage[i].says), "%s: exit %d\n%s", flags, rc, out);
+	}
+	cu_run(NULL, 0, "printf '{\"lr\": \"fast\"}' > %s/bad.json", dir);
+	int rc = cu_run(out, sizeof out, "%s train --config %s/bad.json --model %s/init --data %s/data "
+				 "--out %s/run --steps 1",
+			cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 2 && strstr(out, "'fast' is not a number") && strstr(out, "bad.json"),
+		  "a --config value: exit %d\n%s", rc, out);
+	/* the other commands */
+	const char *other[] = {
+		"%s init --out %s/x --seed x",	     "%s prepare --input %s/text.txt",
+		"%s eval --model %s/init --data",    "%s sample --model %s/init --top-p 2",
+		"%s plan --model %s/init --steps 1 --micro-batch 0", "%s import --out %s/imp",
+		"%s train",
+	};
+	for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+		rc = cu_run(out, sizeof out, other[i], cu_bin(), dir);
+		cr_expect(rc == 2 && strstr(out, "error:"), "%s: exit %d\n%s", other[i], rc, out);
+	}
+	/* not usage: a model that is not there, a damaged one, a run in use */
+	rc = cu_run(out, sizeof out, "%s train --model %s/nosuch --data %s/data --out %s/run --steps 1",
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 1 && strstr(out, "does not exist"), "a missing model: exit %d\n%s", rc, out);
+	cu_run(NULL, 0, "cp -r %s/init %s/cut && truncate -s 5000 %s/cut/model.safetensors", dir, dir,
+	       dir);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/cut --data %s/data", cu_bin(), dir, dir);
+	cr_expect(rc == 1 && strstr(out, "model.safetensors"), "a truncated model: exit %d\n%s", rc,
+		  out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/nosuch --tokens 2", cu_bin(), dir);
+	cr_expect_eq(rc, 1, "sample of a missing model: %s", out);
+}
+
 Test(train, impossible_configs)
 {
 	char dir[256];

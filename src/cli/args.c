@@ -26,9 +26,9 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 	memset(a, 0, sizeof *a);
 	for (int i = 0; i < argc; i++) {
 		const char *s = !strcmp(argv[i], "-h") ? "--help" : argv[i];
-		ST_CHECK(s[0] == '-' && s[1] == '-' && s[2], "flags look like --name value",
+		ST_CHECK_USAGE(s[0] == '-' && s[1] == '-' && s[2], "flags look like --name value",
 			 "unexpected argument '%s'", s);
-		ST_CHECK(a->n < CLI_MAX_ARGS, "concatenate inputs into fewer files",
+		ST_CHECK_USAGE(a->n < CLI_MAX_ARGS, "concatenate inputs into fewer files",
 			 "too many arguments (more than %d options)", CLI_MAX_ARGS);
 		const char *eq = strchr(s, '=');
 		if (eq) {
@@ -55,7 +55,7 @@ int cli_parse(struct cli_args *a, int argc, char **argv)
 				continue;
 			const char *was = a->val[j] == cli_bare ? "" : a->val[j];
 			const char *now = a->val[i] == cli_bare ? "" : a->val[i];
-			ST_CHECK(!same_key(a->key[i], "config"), "give one --config",
+			ST_CHECK_USAGE(!same_key(a->key[i], "config"), "give one --config",
 				 "--config is given twice ('%s' and '%s'): the files are not merged",
 				 was, now);
 			if (strcmp(was, now) != 0)
@@ -111,7 +111,7 @@ int cli_has(struct cli_args *a, const char *key)
 int cli_get_str(struct cli_args *a, const char *key, const char *def, const char **out)
 {
 	*out = cli_get(a, key, def);
-	ST_CHECK(*out != cli_bare,
+	ST_CHECK_USAGE(*out != cli_bare,
 		 "give the value after it (a value that starts with -- as --name=VALUE)",
 		 "--%s needs a value", key);
 	return ST_OK;
@@ -121,7 +121,7 @@ int cli_get_bool(struct cli_args *a, const char *key, int *out)
 {
 	const char *v = cli_get(a, key, NULL);
 	*out = !v ? 0 : v == cli_bare ? 1 : train_opts_bool(v);
-	ST_CHECK(*out >= 0, "give the flag alone, or true or false after it",
+	ST_CHECK_USAGE(*out >= 0, "give the flag alone, or true or false after it",
 		 "--%s: '%s' is not true or false", key, v);
 	return ST_OK;
 }
@@ -154,7 +154,7 @@ int cli_get_out(struct cli_args *a, const char *key, FILE **out)
 	if (!path)
 		return ST_OK;
 	char tmp[4200];
-	ST_CHECK(strlen(path) < sizeof tmp - 8, "give a shorter path", "--%s: path too long", key);
+	ST_CHECK_USAGE(strlen(path) < sizeof tmp - 8, "give a shorter path", "--%s: path too long", key);
 	out_tmp(tmp, sizeof tmp, path);
 	*out = fopen(tmp, "w");
 	ST_CHECK(*out, "give a path in a directory that exists and is writable",
@@ -192,11 +192,11 @@ int cli_get_long(struct cli_args *a, const char *key, long def, long lo, long hi
 	*out = def;
 	if (!v)
 		return ST_OK;
-	ST_CHECK(v != cli_bare, "give a whole number after it", "--%s needs a value", key);
+	ST_CHECK_USAGE(v != cli_bare, "give a whole number after it", "--%s needs a value", key);
 	long x = 0;
 	const enum st_parse r = st_parse_whole(v, &x);
-	ST_CHECK(r != ST_PARSE_NOT_INT, "give a whole number", "--%s: '%s' is not an integer", key, v);
-	ST_CHECK(r == ST_PARSE_OK && x >= lo && x <= hi, NULL, "--%s must be in [%ld, %ld] (got %s)",
+	ST_CHECK_USAGE(r != ST_PARSE_NOT_INT, "give a whole number", "--%s: '%s' is not an integer", key, v);
+	ST_CHECK_USAGE(r == ST_PARSE_OK && x >= lo && x <= hi, NULL, "--%s must be in [%ld, %ld] (got %s)",
 		 key, lo, hi, v);
 	*out = x;
 	return ST_OK;
@@ -208,11 +208,11 @@ int cli_get_double(struct cli_args *a, const char *key, double def, double *out)
 	*out = def;
 	if (!v)
 		return ST_OK;
-	ST_CHECK(v != cli_bare, "give a number after it", "--%s needs a value", key);
+	ST_CHECK_USAGE(v != cli_bare, "give a number after it", "--%s needs a value", key);
 	double d = 0;
 	const enum st_parse r = st_parse_real(v, &d);
-	ST_CHECK(r != ST_PARSE_NOT_INT, "give a decimal number", "--%s: '%s' is not a number", key, v);
-	ST_CHECK(r == ST_PARSE_OK, "give a number a double can hold (about 1e-308 to 1e308)",
+	ST_CHECK_USAGE(r != ST_PARSE_NOT_INT, "give a decimal number", "--%s: '%s' is not a number", key, v);
+	ST_CHECK_USAGE(r == ST_PARSE_OK, "give a number a double can hold (about 1e-308 to 1e308)",
 		 "--%s: %s is out of range", key, v);
 	*out = d;
 	return ST_OK;
@@ -233,7 +233,7 @@ int cli_check_unused(const struct cli_args *a, const char *prog)
 				 near, prog);
 		else
 			snprintf(hint, sizeof hint, "run `%s --help` for its options", prog);
-		ST_ERROR(hint, "%s: unknown option --%s", prog, a->key[i]);
+		ST_USAGE_ERROR(hint, "%s: unknown option --%s", prog, a->key[i]);
 		return ST_FAIL;
 	}
 	return ST_OK;

@@ -32,19 +32,19 @@ int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem)
 	forward_mem_defaults(mem);
 	const char *v;
 	ST_TRY(cli_get_str(a, "device-mem", "auto", &v));
-	ST_CHECK(strlen(v) < sizeof mem->device_mem, "give a size such as 2G", "--device-mem '%s' is too long", v);
+	ST_CHECK_USAGE(strlen(v) < sizeof mem->device_mem, "give a size such as 2G", "--device-mem '%s' is too long", v);
 	snprintf(mem->device_mem, sizeof mem->device_mem, "%s", v);
 	ST_TRY(cli_get_str(a, "host-mem", "auto", &v));
-	ST_CHECK(strlen(v) < sizeof mem->host_mem, "give a size such as 4G", "--host-mem '%s' is too long", v);
+	ST_CHECK_USAGE(strlen(v) < sizeof mem->host_mem, "give a size such as 4G", "--host-mem '%s' is too long", v);
 	snprintf(mem->host_mem, sizeof mem->host_mem, "%s", v);
 	cli_get(a, "offload-dir", NULL); /* looked for: a slip of it is named */
 	for (int i = 0; i < a->n; i++) {
 		if (!cli_key_is(a->key[i], "offload-dir"))
 			continue;
 		a->used[i] = 1;
-		ST_CHECK(a->val[i] != cli_bare, "give the directory after it", "--offload-dir needs a value");
+		ST_CHECK_USAGE(a->val[i] != cli_bare, "give the directory after it", "--offload-dir needs a value");
 		const size_t len = strlen(mem->offload_dir);
-		ST_CHECK(len + strlen(a->val[i]) + 2 < sizeof mem->offload_dir, "use shorter paths",
+		ST_CHECK_USAGE(len + strlen(a->val[i]) + 2 < sizeof mem->offload_dir, "use shorter paths",
 			 "--offload-dir: too many or too long directories");
 		if (*a->val[i])
 			snprintf(mem->offload_dir + len, sizeof mem->offload_dir - len, "%s%s",
@@ -95,10 +95,10 @@ int cmd_eval(int argc, char **argv)
 	struct st_forward_mem mem;
 	ST_TRY(cli_get_forward_mem(&a, &mem));
 	ST_TRY(cli_check_unused(&a, "strata eval"));
-	ST_CHECK(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
-	ST_CHECK(*model && *data, "pass --model DIR and --data PATH",
+	ST_CHECK_USAGE(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
+	ST_CHECK_USAGE(*model && *data, "pass --model DIR and --data PATH",
 		 "strata eval: an empty path was given for --%s", *model ? "data" : "model");
-	ST_CHECK(b * t <= INT_MAX / 2, "lower --micro-batch or --seq-len",
+	ST_CHECK_USAGE(b * t <= INT_MAX / 2, "lower --micro-batch or --seq-len",
 		 "--micro-batch %ld x --seq-len %ld tokens is more than one batch can hold", b, t);
 
 	char dir[4096];

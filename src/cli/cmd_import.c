@@ -42,8 +42,8 @@ int cmd_import(int argc, char **argv)
 	size_t shard = 0;
 	ST_TRY(parse_bytes(shard_size, &shard, "--shard-size"));
 	ST_TRY(cli_check_unused(&a, "strata import"));
-	ST_CHECK(in, "pass --gguf FILE", "strata import: no input (--gguf)");
-	ST_CHECK(out, "pass --out DIR", "strata import: no output directory (--out)");
+	ST_CHECK_USAGE(in, "pass --gguf FILE", "strata import: no input (--gguf)");
+	ST_CHECK_USAGE(out, "pass --out DIR", "strata import: no output directory (--out)");
 	ST_CHECK(force || !model_dir_holds_model(out),
 		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
 	/* the input before the output directory is made */

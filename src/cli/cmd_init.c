@@ -53,7 +53,7 @@ int cmd_init(int argc, char **argv)
 	size_t shard = 0;
 	ST_TRY(parse_bytes(shard_size, &shard, "--shard-size"));
 	ST_TRY(cli_check_unused(&a, "strata init"));
-	ST_CHECK(out, "pass --out DIR", "strata init: no output directory (--out)");
+	ST_CHECK_USAGE(out, "pass --out DIR", "strata init: no output directory (--out)");
 
 	struct st_config cfg;
 	ST_TRY(config_resolve(&cfg, conf));

@@ -236,10 +236,10 @@ int cmd_prepare(int argc, char **argv)
 	cli_get(&a, "input", NULL); /* looked for: a slip of it is named */
 	for (int i = 0; i < a.n; i++)
 		if (!strcmp(a.key[i], "input")) {
-			ST_CHECK(a.val[i] != cli_bare, "give the file after it", "--input needs a value");
+			ST_CHECK_USAGE(a.val[i] != cli_bare, "give the file after it", "--input needs a value");
 			/* - is standard input, as sample's --prompt-file - (plain text) */
 			const int is_stdin = !strcmp(a.val[i], "-");
-			ST_CHECK(!(is_stdin && stdin_given++), "give - once",
+			ST_CHECK_USAGE(!(is_stdin && stdin_given++), "give - once",
 				 "--input - is given twice: standard input is read once");
 			inputs[n_in++] = is_stdin ? "/dev/stdin" : a.val[i];
 			a.used[i] = 1;
@@ -255,8 +255,8 @@ int cmd_prepare(int argc, char **argv)
 			tok_name = tk_dir;
 		st_log_mute(old);
 	}
-	ST_CHECK(out, "pass --out DIR", "strata prepare: no output directory (--out)");
-	ST_CHECK(n_in > 0, "pass --input FILE", "strata prepare: no input text (--input)");
+	ST_CHECK_USAGE(out, "pass --out DIR", "strata prepare: no output directory (--out)");
+	ST_CHECK_USAGE(n_in > 0, "pass --input FILE", "strata prepare: no input text (--input)");
 	char path[4096];
 	snprintf(path, sizeof path, "%s/train.bin", out);
 	ST_CHECK(force || !fs_exists(path), "pass --force to replace them, or choose another --out",
@@ -269,10 +269,10 @@ int cmd_prepare(int argc, char **argv)
 		 "into one",
 		 out, marker);
 	/* every k-th chunk or example is held out, k = round(1 / fraction) >= 2 */
-	ST_CHECK(val_frac >= 0 && val_frac <= 0.5, "use a fraction like 0.05",
+	ST_CHECK_USAGE(val_frac >= 0 && val_frac <= 0.5, "use a fraction like 0.05",
 		 "--val-fraction must be in [0, 0.5] (got %g)", val_frac);
 	/* one chunk in 1/val_frac held out: a count that must fit a long */
-	ST_CHECK(val_frac == 0 || val_frac >= 1e-9, "use 0 to hold out nothing",
+	ST_CHECK_USAGE(val_frac == 0 || val_frac >= 1e-9, "use 0 to hold out nothing",
 		 "--val-fraction %g holds out less than one chunk in 10^9", val_frac);
 	/* --out and its lock first, so that a second prepare into it is refused
 	 * before either spends its time encoding */
@@ -286,7 +286,7 @@ int cmd_prepare(int argc, char **argv)
 		return ST_FAIL;
 	}
 	if (text_bos && tk.bos_id < 0) {
-		ST_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
+		ST_USAGE_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
 		tokenizer_free(&tk);
 		prepare_unmake(out, made, n_made, held);
 		return ST_FAIL;

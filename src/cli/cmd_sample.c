@@ -101,11 +101,11 @@ int cmd_sample(int argc, char **argv)
 	struct st_forward_mem mem;
 	ST_TRY(cli_get_forward_mem(&a, &mem));
 	ST_TRY(cli_check_unused(&a, "strata sample"));
-	ST_CHECK(!prompt_file || !cli_get(&a, "prompt", NULL), "give one of them",
+	ST_CHECK_USAGE(!prompt_file || !cli_get(&a, "prompt", NULL), "give one of them",
 		 "strata sample: both --prompt and --prompt-file");
-	ST_CHECK(model, "pass --model DIR", "strata sample: no model (--model)");
-	ST_CHECK(temp >= 0, "give 0 (greedy) or more", "--temperature must be >= 0 (got %g)", temp);
-	ST_CHECK(top_p > 0 && top_p <= 1, "give a share such as 0.95 (1: no cut)",
+	ST_CHECK_USAGE(model, "pass --model DIR", "strata sample: no model (--model)");
+	ST_CHECK_USAGE(temp >= 0, "give 0 (greedy) or more", "--temperature must be >= 0 (got %g)", temp);
+	ST_CHECK_USAGE(top_p > 0 && top_p <= 1, "give a share such as 0.95 (1: no cut)",
 		 "--top-p must be in (0, 1] (got %g)", top_p);
 	/* the file's text as it is, its last newline included: a prompt ends
 	 * where the model is to go on */
@@ -204,11 +204,11 @@ int cmd_sample(int argc, char **argv)
 				    own);
 	}
 	if (rc == ST_OK && bos && tk.bos_id < 0) {
-		ST_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
+		ST_USAGE_ERROR("leave out --bos", "--bos: the tokenizer %s has no <bos>", tok_name);
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK && !*prompt && tk.bos_id < 0) {
-		ST_ERROR("give a prompt", "an empty --prompt starts from <bos>, and the tokenizer %s "
+		ST_USAGE_ERROR("give a prompt", "an empty --prompt starts from <bos>, and the tokenizer %s "
 			 "has none", tok_name);
 		rc = ST_FAIL;
 	}

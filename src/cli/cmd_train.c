@@ -132,12 +132,12 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 	for (int i = 0; i < a->n; i++) {
 		if (skip && skipped(skip, a->key[i]))
 			continue;
-		ST_CHECK(a->val[i] != cli_bare || !train_opts_needs_value(a->key[i]),
+		ST_CHECK_USAGE(a->val[i] != cli_bare || !train_opts_needs_value(a->key[i]),
 			 "give the value after it; strata train --help lists each option's values",
 			 "--%s needs a value", a->key[i]);
 		if (cli_key_is(a->key[i], "offload-dir")) {
 			size_t len = strlen(dirs);
-			ST_CHECK(len + strlen(a->val[i]) + 2 < sizeof dirs, "use shorter paths",
+			ST_CHECK_USAGE(len + strlen(a->val[i]) + 2 < sizeof dirs, "use shorter paths",
 				 "--offload-dir: too many or too long directories");
 			if (*a->val[i])
 				snprintf(dirs + len, sizeof dirs - len, "%s%s", len ? "," : "", a->val[i]);
@@ -352,7 +352,7 @@ int cli_check_config_values(struct cli_args *a, const struct cli_train_src *src,
 	if (!flags_ok || strcmp(merged, alone) != 0 || !strcmp(merged, without))
 		return ST_OK;
 	train_opts_validate(o); /* said as it fails */
-	ST_ERROR("fix the value in the file, or give the option as a flag",
+	ST_USAGE_ERROR("fix the value in the file, or give the option as a flag",
 		 "%s: the value above is the --config file's", src->conf);
 	return ST_FAIL;
 }
@@ -413,13 +413,13 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 	const int names_ok = optim_parse_kind(&from, saved->optimizer) == ST_OK &&
 			     optim_parse_kind(&to, o->optimizer) == ST_OK;
 	st_log_mute(old_mute);
-	ST_CHECK(!names_ok || from == to || ckpt_can_convert(from, to),
+	ST_CHECK_USAGE(!names_ok || from == to || ckpt_can_convert(from, to),
 		 "resume with the optimizer the run was started with (adamw and adamw8bit convert "
 		 "into each other, as do sgd and sgd8bit)",
 		 "the run trained with --optimizer %s, whose state cannot become --optimizer %s's",
 		 saved->optimizer, o->optimizer);
 	/* plain SGD without momentum keeps no buffer for sgd8bit to quantize */
-	ST_CHECK(!names_ok || from != ST_OPT_SGD || to != ST_OPT_SGD8 || saved->momentum != 0.0,
+	ST_CHECK_USAGE(!names_ok || from != ST_OPT_SGD || to != ST_OPT_SGD8 || saved->momentum != 0.0,
 		 "resume with --optimizer sgd --momentum 0, or start a new run for sgd8bit",
 		 "the run trained with --optimizer sgd and no momentum: its checkpoint has no momentum "
 		 "buffer for sgd8bit to quantize");
@@ -432,7 +432,7 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 		const int saved_bad = train_opts_validate(saved) != ST_OK;
 		st_log_mute(old);
 		if (saved_bad) {
-			ST_ERROR("fix the value in the file, give the option as a flag, or resume from "
+			ST_USAGE_ERROR("fix the value in the file, give the option as a flag, or resume from "
 				 "another checkpoint",
 				 "%s/trainer.json: the value above is the checkpoint's saved one", ckpt);
 			ckpt_name_earlier(ckpt);
@@ -479,7 +479,7 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 		 "this run spread its first projectors over %d update%s: give --galore-start-spread "
 		 "%d with a --galore-update-gap of %d or more",
 		 spread, spread == 1 ? "" : "s", spread, spread);
-	ST_CHECK(first_spread(o) == spread, hint,
+	ST_CHECK_USAGE(first_spread(o) == spread, hint,
 		 "--galore-start-spread %d with --galore-update-gap %d on resume spreads the first "
 		 "projectors over %d update%s; this run used %d, which fixed when each matrix's "
 		 "updates began",
@@ -497,7 +497,7 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 	int want[3], had[3];
 	galore_ranks(o->galore_rank, &cfg, want);
 	galore_ranks(saved->galore_rank, &cfg, had);
-	ST_CHECK(!memcmp(want, had, sizeof want),
+	ST_CHECK_USAGE(!memcmp(want, had, sizeof want),
 		 "leave --galore-rank as the run started (start a new run for another rank)",
 		 "--galore-rank %g on resume: the run used %g, and its projectors and moments have "
 		 "that rank",
@@ -513,7 +513,7 @@ int cmd_train(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	ST_CHECK(a.n > 0, "strata train --help lists the options",
+	ST_CHECK_USAGE(a.n > 0, "strata train --help lists the options",
 		 "strata train: give --model DIR --data DIR --out DIR and a length (--steps N or "
 		 "--max-tokens N), or --resume RUN");
 	/* order of precedence: defaults < checkpoint's options < --config < flags */

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/check.h"
 #include "util/parse.h"
 
 #define STRATA_VERSION "0.1.0"
@@ -117,7 +118,7 @@ int main(int argc, char **argv)
 		    {"eval", cmd_eval},   {"sample", cmd_sample}, {"import", cmd_import}, {"plan", cmd_plan}};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))
-			return finish(cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : 1);
+			return finish(cmds[i].fn(argc - 2, argv + 2) == 0 ? 0 : st_log_exit_status());
 	/* worded as every other error, so a script that looks for "error:"
 	 * finds it; an option before the command (`strata --out x init`) is
 	 * the likely slip, and said */

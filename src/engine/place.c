@@ -27,7 +27,7 @@ static size_t max_of(const size_t *v, int n)
 int place_check_disk(const int force[ST_SLAB__COUNT], int n_dirs)
 {
 	for (int k = 0; k < ST_SLAB__COUNT; k++)
-		ST_CHECK(force[k] != ST_TIER_DISK || n_dirs > 0, "give --offload-dir DIR (one per SSD)",
+		ST_CHECK_USAGE(force[k] != ST_TIER_DISK || n_dirs > 0, "give --offload-dir DIR (one per SSD)",
 			 "--place %s=disk needs a disk tier, and there is no offload directory",
 			 slab_kind_name((enum st_slab_kind)k));
 	return ST_OK;
@@ -286,15 +286,15 @@ int parse_bytes(const char *s, size_t *out, const char *what)
 	const int block = strstr(what, "block") != NULL;
 	const char *eg = block ? "give a size such as 1M or 4M (a multiple of 4K, at most 64M)"
 			       : "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto";
-	ST_CHECK(end != s && *end == '\0' && digits > 0 &&
+	ST_CHECK_USAGE(end != s && *end == '\0' && digits > 0 &&
 			 strchr("KMGTkmgtBb \t", s[lead + digits]) && v >= 0 && v * mul < 1.8e19,
 		 eg, "%s: '%s' is not a size", what, s);
-	ST_CHECK(v > 0, block ? eg : "give a size such as 512M, or auto (the default)",
+	ST_CHECK_USAGE(v > 0, block ? eg : "give a size such as 512M, or auto (the default)",
 		 "%s: '%s' is not a size", what, s);
-	ST_CHECK(v * mul >= 1, "give at least one byte, or auto",
+	ST_CHECK_USAGE(v * mul >= 1, "give at least one byte, or auto",
 		 "%s: '%s' is less than one byte", what, s);
 	/* a bare number counts bytes: 1.5 is surely 1.5G missing its unit */
-	ST_CHECK(mul > 1 || v == floor(v), "give a unit (1.5G) or a whole number of bytes",
+	ST_CHECK_USAGE(mul > 1 || v == floor(v), "give a unit (1.5G) or a whole number of bytes",
 		 "%s: '%s' is not a whole number of bytes", what, s);
 	*out = (size_t)(v * mul);
 	return ST_OK;
@@ -309,14 +309,14 @@ int parse_place(const char *s, int force[ST_SLAB__COUNT])
 	const char *hint = "use e.g. --place weights=host,gradients=host,optimizer=disk "
 			   "(tiers: device, host, disk)";
 	char buf[256];
-	ST_CHECK(strlen(s) < sizeof buf, hint, "--place '%s' is too long", s);
-	ST_CHECK(strspn(s, ",") < strlen(s), hint, "--place '%s' names nothing (auto: leave it out)",
+	ST_CHECK_USAGE(strlen(s) < sizeof buf, hint, "--place '%s' is too long", s);
+	ST_CHECK_USAGE(strspn(s, ",") < strlen(s), hint, "--place '%s' names nothing (auto: leave it out)",
 		 s); /* strtok would find no item and read it as auto */
 	strcpy(buf, s);
 	for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
 	     item = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(item, '=');
-		ST_CHECK(eq, hint, "--place: '%s' is not KIND=TIER", item);
+		ST_CHECK_USAGE(eq, hint, "--place: '%s' is not KIND=TIER", item);
 		*eq = '\0';
 		const char *kind = item, *tier = eq + 1;
 		int k = !strcmp(kind, "weights") ? ST_SLAB_W
@@ -325,13 +325,13 @@ int parse_place(const char *s, int force[ST_SLAB__COUNT])
 		int t = !strcmp(tier, "device") ? ST_TIER_DEVICE
 			: !strcmp(tier, "host") ? ST_TIER_HOST
 			: !strcmp(tier, "disk") ? ST_TIER_DISK : -1;
-		ST_CHECK(k >= 0, hint, "--place: unknown slab kind '%s' (weights, gradients, optimizer)",
+		ST_CHECK_USAGE(k >= 0, hint, "--place: unknown slab kind '%s' (weights, gradients, optimizer)",
 			 kind);
-		ST_CHECK(t >= 0, hint, "--place: unknown tier '%s' (device, host, disk)", tier);
-		ST_CHECK(force[k] == UNDECIDED, hint, "--place names %s twice", kind);
+		ST_CHECK_USAGE(t >= 0, hint, "--place: unknown tier '%s' (device, host, disk)", tier);
+		ST_CHECK_USAGE(force[k] == UNDECIDED, hint, "--place names %s twice", kind);
 		/* the state of a unit lives on the device exactly when its update
 		 * runs there, which --device-updates chooses per unit */
-		ST_CHECK(!(k == ST_SLAB_S && t == ST_TIER_DEVICE),
+		ST_CHECK_USAGE(!(k == ST_SLAB_S && t == ST_TIER_DEVICE),
 			 "give --device-updates N instead (N units, up to all of the model's units, as "
 			 "`strata plan` counts them; auto: the planner chooses)",
 			 "--place optimizer=device: optimizer state is on the device for the units "

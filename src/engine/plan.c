@@ -629,11 +629,11 @@ int plan_parse_act(const char *s, int n_layers, unsigned char *act, int *forced)
 		}
 	const char *hint = "use --activations auto, keep, recompute, host, disk, or one letter per "
 			   "layer from the first (k keep, r recompute, h host, d disk), e.g. ddhhrrkk";
-	ST_CHECK((int)strlen(s) == n_layers, hint,
+	ST_CHECK_USAGE((int)strlen(s) == n_layers, hint,
 		 "--activations '%s': %zu letters for a model of %d layers", s, strlen(s), n_layers);
 	for (int l = 0; l < n_layers; l++) {
 		const char *at = strchr("krhd", s[l]);
-		ST_CHECK(s[l] && at, hint, "--activations '%s': '%c' is not k, r, h or d", s, s[l]);
+		ST_CHECK_USAGE(s[l] && at, hint, "--activations '%s': '%c' is not k, r, h or d", s, s[l]);
 		act[l] = (unsigned char)(at - "krhd");
 	}
 	return ST_OK;

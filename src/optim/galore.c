@@ -76,21 +76,21 @@ int galore_plan(struct st_optim *o)
 	const struct st_model *m = o->m;
 	if (!is_galore_kind(c->kind))
 		return ST_OK;
-	ST_CHECK(c->galore_rank > 0, "give --galore-rank as a rank (128) or a fraction of the hidden size (0.25)",
+	ST_CHECK_USAGE(c->galore_rank > 0, "give --galore-rank as a rank (128) or a fraction of the hidden size (0.25)",
 		 "--galore-rank must be positive (got %g)", c->galore_rank);
-	ST_CHECK(c->galore_rank < 1 || c->galore_rank == floor(c->galore_rank),
+	ST_CHECK_USAGE(c->galore_rank < 1 || c->galore_rank == floor(c->galore_rank),
 		 "give a whole rank (128) or a fraction of the hidden size below 1 (0.25)",
 		 "--galore-rank %g is neither a whole rank nor a fraction below 1", c->galore_rank);
-	ST_CHECK(c->galore_gap >= 1, "the paper uses 200", "--galore-update-gap must be >= 1 (got %d)",
+	ST_CHECK_USAGE(c->galore_gap >= 1, "the paper uses 200", "--galore-update-gap must be >= 1 (got %d)",
 		 c->galore_gap);
-	ST_CHECK(c->galore_scale > 0, "the paper uses 0.25", "--galore-scale must be positive (got %g)",
+	ST_CHECK_USAGE(c->galore_scale > 0, "the paper uses 0.25", "--galore-scale must be positive (got %g)",
 		 c->galore_scale);
 	/* a whole rank past every matrix is full rank (capped below); past
 	 * INT_MAX the cast alone would be undefined */
 	const int want = c->galore_rank >= INT_MAX ? INT_MAX
 			 : c->galore_rank >= 1	  ? (int)c->galore_rank
 						  : (int)lround(c->galore_rank * m->cfg.dim);
-	ST_CHECK(want >= 1, "use a larger --galore-rank",
+	ST_CHECK_USAGE(want >= 1, "use a larger --galore-rank",
 		 "--galore-rank %g of hidden size %d rounds to rank 0", c->galore_rank, m->cfg.dim);
 	int n_gal = 0;
 	for (int i = 0; i < m->n_params; i++) {

@@ -26,7 +26,7 @@ int optim_parse_kind(enum st_optim_kind *k, const char *s)
 			*k = kinds[i].kind;
 			return ST_OK;
 		}
-	ST_ERROR("use --optimizer adamw, sgd, adamw8bit, sgd8bit, galore-adamw or galore-adamw8bit",
+	ST_USAGE_ERROR("use --optimizer adamw, sgd, adamw8bit, sgd8bit, galore-adamw or galore-adamw8bit",
 		 "unknown optimizer '%s'", s);
 	return ST_FAIL;
 }
@@ -70,7 +70,7 @@ int optim_init(struct st_optim *o, const struct st_optim_cfg *c, const struct st
 	o->cfg = *c;
 	o->m = m;
 	if (optim_kind_is_8bit(c->kind))
-		ST_CHECK(optim_quant_block_ok(c->quant_block), "use a power of two such as 256", "--quant-block must be a power of two in [16, 65536] (got %d)",
+		ST_CHECK_USAGE(optim_quant_block_ok(c->quant_block), "use a power of two such as 256", "--quant-block must be a power of two in [16, 65536] (got %d)",
 			 c->quant_block);
 	o->ps = st_calloc((size_t)m->n_params, sizeof *o->ps);
 	o->unit_bytes = st_calloc((size_t)m->n_units, sizeof *o->unit_bytes);

@@ -125,7 +125,7 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 				 "did you mean '%s'? `strata train --help` lists the options", near);
 		else
 			snprintf(hint, sizeof hint, "run `strata train --help` for the list of options");
-		ST_ERROR(hint, "unknown option '%s'", key);
+		ST_USAGE_ERROR(hint, "unknown option '%s'", key);
 		return ST_FAIL;
 	}
 	char *field = (char *)o + d->offset;
@@ -135,10 +135,10 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 		/* decimal only, 1e6 allowed for token budgets */
 		long v = 0;
 		const enum st_parse r = st_parse_whole(value, &v);
-		ST_CHECK(r != ST_PARSE_NOT_INT, "give a whole number",
+		ST_CHECK_USAGE(r != ST_PARSE_NOT_INT, "give a whole number",
 			 "option '%s': '%s' is not an integer", d->key, value);
 		const long lim = d->type == OT_INT ? INT_MAX : LONG_MAX;
-		ST_CHECK(r == ST_PARSE_OK && v <= lim && v >= -lim, "give a smaller number",
+		ST_CHECK_USAGE(r == ST_PARSE_OK && v <= lim && v >= -lim, "give a smaller number",
 			 "option '%s': %s is out of range (its size must be at most %ld)", d->key,
 			 value, lim);
 		if (d->type == OT_INT)
@@ -150,9 +150,9 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 	case OT_DOUBLE: {
 		double v = 0;
 		const enum st_parse r = st_parse_real(value, &v);
-		ST_CHECK(r != ST_PARSE_NOT_INT, "give a decimal number",
+		ST_CHECK_USAGE(r != ST_PARSE_NOT_INT, "give a decimal number",
 			 "option '%s': '%s' is not a number", d->key, value);
-		ST_CHECK(r == ST_PARSE_OK, "give a number a double can hold (about 1e-308 to 1e308)",
+		ST_CHECK_USAGE(r == ST_PARSE_OK, "give a number a double can hold (about 1e-308 to 1e308)",
 			 "option '%s': %s is out of range", d->key, value);
 		*(double *)field = v;
 		break;
@@ -160,13 +160,13 @@ int train_opts_set(struct st_train_opts *o, const char *key, const char *value)
 	case OT_BOOL:
 		*(int *)field = train_opts_bool(value);
 		if (*(int *)field < 0) {
-			ST_ERROR("use true or false", "option '%s': '%s' is not a boolean", d->key,
+			ST_USAGE_ERROR("use true or false", "option '%s': '%s' is not a boolean", d->key,
 				 value);
 			return ST_FAIL;
 		}
 		break;
 	case OT_STR:
-		ST_CHECK(strlen(value) < d->size, "use a shorter value", "option '%s': value too long",
+		ST_CHECK_USAGE(strlen(value) < d->size, "use a shorter value", "option '%s': value too long",
 			 d->key);
 		memcpy(field, value, strlen(value) + 1);
 		break;
@@ -184,7 +184,7 @@ void train_opts_defaults(struct st_train_opts *o)
 
 int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char *where)
 {
-	ST_CHECK(cJSON_IsObject(obj), "the options must be a JSON object", "%s: not a JSON object",
+	ST_CHECK_USAGE(cJSON_IsObject(obj), "the options must be a JSON object", "%s: not a JSON object",
 		 where);
 	const cJSON *it;
 	/* one option under both spellings ("seq_len" and "seq-len") is a key
@@ -193,7 +193,7 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 	{
 		const struct st_opt_desc *d = find(it->string);
 		for (const cJSON *o2 = it->next; d && o2; o2 = o2->next)
-			ST_CHECK(find(o2->string) != d, "keep one of them",
+			ST_CHECK_USAGE(find(o2->string) != d, "keep one of them",
 				 "%s: option '%s' is given twice, as \"%s\" and \"%s\"", where, d->key,
 				 it->string, o2->string);
 	}
@@ -205,7 +205,7 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 			val = it->valuestring;
 		else if (cJSON_IsBool(it)) {
 			const struct st_opt_desc *d = find(it->string);
-			ST_CHECK(!d || d->type == OT_BOOL,
+			ST_CHECK_USAGE(!d || d->type == OT_BOOL,
 				 "write the number or text the option takes (`strata train --help`)",
 				 "%s: option '%s' takes a value, not true or false", where,
 				 it->string);
@@ -238,24 +238,24 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 					comma = d;
 			const int rc = ok && !comma ? train_opts_set(o, "offload-dir", joined) : ST_FAIL;
 			free(joined);
-			ST_CHECK(ok, "give a list of directory names, or one string \"a,b\"",
+			ST_CHECK_USAGE(ok, "give a list of directory names, or one string \"a,b\"",
 				 "%s: option 'offload-dir' holds a list with something other than short "
 				 "strings",
 				 where);
-			ST_CHECK(!comma, "rename the directory, or give it through a link without a comma",
+			ST_CHECK_USAGE(!comma, "rename the directory, or give it through a link without a comma",
 				 "%s: offload directory '%s' has a comma in its name, which strata reads as "
 				 "two directories",
 				 where, comma->valuestring);
 			ST_TRY(rc);
 			continue;
 		} else {
-			ST_ERROR("options are strings, numbers or booleans (offload-dir: also a list of "
+			ST_USAGE_ERROR("options are strings, numbers or booleans (offload-dir: also a list of "
 				 "strings)",
 				 "%s: option '%s' has an unsupported value", where, it->string);
 			return ST_FAIL;
 		}
 		if (train_opts_set(o, it->string, val) != ST_OK) {
-			ST_ERROR(NULL, "in %s", where);
+			ST_USAGE_ERROR(NULL, "in %s", where);
 			return ST_FAIL;
 		}
 	}
@@ -277,7 +277,7 @@ int train_opts_load_json(struct st_train_opts *o, const char *path)
 		const struct st_opt_desc *d = find(it->string);
 		if (cJSON_IsNumber(it) && d && d->type == OT_LONG && /* ints are bounded anyway */
 		    fabs(it->valuedouble) >= ST_EXACT_INT_MAX) {
-			ST_ERROR("write the number as a string (\"9007199254740993\"), which is read exactly",
+			ST_USAGE_ERROR("write the number as a string (\"9007199254740993\"), which is read exactly",
 				 "%s: option '%s': %.17g is 2^53 or more, where a JSON number cannot "
 				 "hold every whole number",
 				 path, it->string, it->valuedouble);
@@ -344,100 +344,100 @@ int train_opts_validate(const struct st_train_opts *o)
 	const char *h = "fix the option";
 	enum st_optim_kind kind; /* first: the checks below depend on it */
 	ST_TRY(optim_parse_kind(&kind, o->optimizer));
-	ST_CHECK(o->micro_batch > 0, h, "--micro-batch must be positive (got %d)", o->micro_batch);
-	ST_CHECK(o->seq_len > 1, h, "--seq-len must be at least 2 (got %d)", o->seq_len);
-	ST_CHECK(o->grad_accum > 0, h, "--grad-accum must be positive (got %d)", o->grad_accum);
+	ST_CHECK_USAGE(o->micro_batch > 0, h, "--micro-batch must be positive (got %d)", o->micro_batch);
+	ST_CHECK_USAGE(o->seq_len > 1, h, "--seq-len must be at least 2 (got %d)", o->seq_len);
+	ST_CHECK_USAGE(o->grad_accum > 0, h, "--grad-accum must be positive (got %d)", o->grad_accum);
 	/* a step's tokens and targets are held at once (8 bytes a token): 2^28
 	 * tokens (2 GiB) is far beyond any step that trains well */
 	const double step_tokens = (double)o->micro_batch * o->seq_len * o->grad_accum;
-	ST_CHECK(step_tokens <= (double)(1 << 28), "lower --grad-accum, --micro-batch or --seq-len",
+	ST_CHECK_USAGE(step_tokens <= (double)(1 << 28), "lower --grad-accum, --micro-batch or --seq-len",
 		 "a step of %.0f tokens (--micro-batch %d x --seq-len %d x --grad-accum %d) is more "
 		 "than the 268435456 strata holds at once",
 		 step_tokens, o->micro_batch, o->seq_len, o->grad_accum);
 	/* the optimizer's settings are floats: checked as the floats they
 	 * become (--lr 1e-50 became 0 and trained nothing, --eps 1e-50 became 0
 	 * and --beta1 0.99999999999 became 1, each turning the weights to NaN) */
-	ST_CHECK(o->lr >= FLT_MIN && o->lr <= FLT_MAX, h,
+	ST_CHECK_USAGE(o->lr >= FLT_MIN && o->lr <= FLT_MAX, h,
 		 "--lr must be positive and a float: from %g to %g (got %g)", (double)FLT_MIN,
 		 (double)FLT_MAX, o->lr);
-	ST_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
-	ST_CHECK(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
+	ST_CHECK_USAGE(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
+	ST_CHECK_USAGE(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
 	/* AdamW's decoupled decay, and plain SGD's L2 term, scale a decayed
 	 * weight by 1 - lr*wd each step: at lr*wd >= 1 that factor is <= 0, and
 	 * the run would train a model that is zeroed or flipped each step while
 	 * every loss stays finite. (With momentum mu, SGD's L2 term builds up to
 	 * about lr*wd/(1 - mu) a step, so there this bound is necessary, not
 	 * sufficient.) */
-	ST_CHECK(o->lr * o->weight_decay < 1,
+	ST_CHECK_USAGE(o->lr * o->weight_decay < 1,
 		 "lower --lr or --weight-decay: their product is usually 1e-5 to 1e-3",
 		 "--lr %g x --weight-decay %g = %g: each step would scale every decayed weight by "
 		 "1 - %g <= 0",
 		 o->lr, o->weight_decay, o->lr * o->weight_decay, o->lr * o->weight_decay);
-	ST_CHECK(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
-	ST_CHECK(o->beta1 >= 0 && (float)o->beta1 < 1.0f, h,
+	ST_CHECK_USAGE(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
+	ST_CHECK_USAGE(o->beta1 >= 0 && (float)o->beta1 < 1.0f, h,
 		 "--beta1 must be in [0,1) as a float (got %.17g)", o->beta1);
-	ST_CHECK(o->beta2 >= 0 && (float)o->beta2 < 1.0f, h,
+	ST_CHECK_USAGE(o->beta2 >= 0 && (float)o->beta2 < 1.0f, h,
 		 "--beta2 must be in [0,1) as a float (got %.17g)", o->beta2);
-	ST_CHECK(o->eps >= FLT_MIN && o->eps <= FLT_MAX, h,
+	ST_CHECK_USAGE(o->eps >= FLT_MIN && o->eps <= FLT_MAX, h,
 		 "--eps must be positive and a float: from %g to %g (got %g)", (double)FLT_MIN,
 		 (double)FLT_MAX, o->eps);
-	ST_CHECK(o->momentum >= 0 && (float)o->momentum < 1.0f, h,
+	ST_CHECK_USAGE(o->momentum >= 0 && (float)o->momentum < 1.0f, h,
 		 "--momentum must be in [0,1) as a float (got %.17g)", o->momentum);
-	ST_CHECK(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
+	ST_CHECK_USAGE(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
 		 "sgd8bit quantizes the momentum buffer: give --momentum, e.g. 0.9",
 		 "--optimizer sgd8bit without momentum has no state to quantize");
-	ST_CHECK(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0 (got %ld)",
+	ST_CHECK_USAGE(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0 (got %ld)",
 		 o->quant_min_size);
 	/* checked for every optimizer, so a typo fails before an 8-bit resume would */
-	ST_CHECK(optim_quant_block_ok(o->quant_block), "give a power of two from 16 to 65536 (256 is bitsandbytes' choice)",
+	ST_CHECK_USAGE(optim_quant_block_ok(o->quant_block), "give a power of two from 16 to 65536 (256 is bitsandbytes' choice)",
 		 "--quant-block must be a power of two in [16, 65536] (got %d)", o->quant_block);
 	/* read at the first save, hours in: a bad size is named now */
 	size_t shard;
 	ST_TRY(parse_bytes(o->shard_size, &shard, "--shard-size"));
-	ST_CHECK(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0 (got %d)",
+	ST_CHECK_USAGE(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0 (got %d)",
 		 o->max_skipped_steps);
-	ST_CHECK(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
+	ST_CHECK_USAGE(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
 		 "--galore-proj must be randomized or svd (got '%s')", o->galore_proj);
 	/* checked before it becomes a float: 1e-50 became 0 ("must be positive
 	 * (got 0)") and 1e39 inf, which trained the weights to -inf */
-	ST_CHECK(o->galore_scale >= FLT_MIN && o->galore_scale <= FLT_MAX, "the paper uses 0.25",
+	ST_CHECK_USAGE(o->galore_scale >= FLT_MIN && o->galore_scale <= FLT_MAX, "the paper uses 0.25",
 		 "--galore-scale must be positive and a float: from %g to %g (got %g)",
 		 (double)FLT_MIN, (double)FLT_MAX, o->galore_scale);
-	ST_CHECK(o->galore_start_spread >= 1, "1 computes every first projector at the first update",
+	ST_CHECK_USAGE(o->galore_start_spread >= 1, "1 computes every first projector at the first update",
 		 "--galore-start-spread must be >= 1 (got %d)", o->galore_start_spread);
-	ST_CHECK(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
+	ST_CHECK_USAGE(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
 		 "--galore-moments must be keep or rotate (got '%s')", o->galore_moments);
-	ST_CHECK(o->steps >= 0, h, "--steps must be >= 0 (got %ld)", o->steps);
-	ST_CHECK(o->warmup >= -1, "give 0 or more steps, or -1 for a tenth of the run",
+	ST_CHECK_USAGE(o->steps >= 0, h, "--steps must be >= 0 (got %ld)", o->steps);
+	ST_CHECK_USAGE(o->warmup >= -1, "give 0 or more steps, or -1 for a tenth of the run",
 		 "--warmup must be >= -1 (got %ld)", o->warmup);
-	ST_CHECK(!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "linear") ||
+	ST_CHECK_USAGE(!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "linear") ||
 			 !strcmp(o->schedule, "wsd") || !strcmp(o->schedule, "constant"),
 		 "use --schedule cosine, linear, wsd or constant", "unknown --schedule '%s'",
 		 o->schedule);
-	ST_CHECK(o->decay_frac > 0 && o->decay_frac <= 1, "0.2 decays over the last fifth of the run",
+	ST_CHECK_USAGE(o->decay_frac > 0 && o->decay_frac <= 1, "0.2 decays over the last fifth of the run",
 		 "--decay-frac must be in (0, 1] (got %g)", o->decay_frac);
-	ST_CHECK(o->max_tokens >= 0 && o->max_tokens <= 9007199254740992.0,
+	ST_CHECK_USAGE(o->max_tokens >= 0 && o->max_tokens <= 9007199254740992.0,
 		 "give a token count up to 2^53 (9e15)", "--max-tokens must be in [0, 2^53] (got %g)",
 		 o->max_tokens);
-	ST_CHECK(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
+	ST_CHECK_USAGE(o->steps > 0 || o->max_tokens > 0, "give --steps N or --max-tokens N",
 		 "no training length: --steps and --max-tokens are both 0");
-	ST_CHECK(o->eval_interval >= 0, "give 0 to evaluate at the end only",
+	ST_CHECK_USAGE(o->eval_interval >= 0, "give 0 to evaluate at the end only",
 		 "--eval-interval must be >= 0 (got %ld)", o->eval_interval);
-	ST_CHECK(o->ckpt_interval >= 0, "give 0 to save at the end only",
+	ST_CHECK_USAGE(o->ckpt_interval >= 0, "give 0 to save at the end only",
 		 "--ckpt-interval must be >= 0 (got %ld)", o->ckpt_interval);
-	ST_CHECK(o->eval_tokens >= 0, "give 0 to score the whole validation shard",
+	ST_CHECK_USAGE(o->eval_tokens >= 0, "give 0 to score the whole validation shard",
 		 "--eval-tokens must be >= 0 (got %ld)", o->eval_tokens);
-	ST_CHECK(o->keep_ckpts >= 0, "give 0 to keep every checkpoint",
+	ST_CHECK_USAGE(o->keep_ckpts >= 0, "give 0 to keep every checkpoint",
 		 "--keep-ckpts must be >= 0 (got %d)", o->keep_ckpts);
-	ST_CHECK(o->threads >= 0 && o->threads <= ST_MAX_THREADS, h,
+	ST_CHECK_USAGE(o->threads >= 0 && o->threads <= ST_MAX_THREADS, h,
 		 "--threads must be in [0, %d] (got %d)", ST_MAX_THREADS, o->threads);
-	ST_CHECK(o->log_interval > 0, h, "--log-interval must be positive (got %d)", o->log_interval);
-	ST_CHECK(o->prefetch >= 0 && o->prefetch <= 64, h,
+	ST_CHECK_USAGE(o->log_interval > 0, h, "--log-interval must be positive (got %d)", o->log_interval);
+	ST_CHECK_USAGE(o->prefetch >= 0 && o->prefetch <= 64, h,
 		 "--prefetch must be between 0 (auto) and 64 (got %d)", o->prefetch);
-	ST_CHECK(o->trace_steps >= 0, h, "--trace-steps must be >= 0 (got %d)", o->trace_steps);
-	ST_CHECK(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
+	ST_CHECK_USAGE(o->trace_steps >= 0, h, "--trace-steps must be >= 0 (got %d)", o->trace_steps);
+	ST_CHECK_USAGE(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
 		 "use --device cpu, cuda or auto", "unknown device '%s'", o->device);
-	ST_CHECK(!strcmp(o->progress, "auto") || !strcmp(o->progress, "bar") ||
+	ST_CHECK_USAGE(!strcmp(o->progress, "auto") || !strcmp(o->progress, "bar") ||
 			 !strcmp(o->progress, "lines") || !strcmp(o->progress, "none"),
 		 "use --progress auto, bar, lines or none", "unknown progress mode '%s'", o->progress);
 	return ST_OK;

@@ -236,7 +236,7 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 	const int L = tr->s.model.cfg.n_layers;
 	const int rc_set = strcmp(tr->o.recompute, "auto") != 0;
 	const int act_set = strcmp(tr->o.activations, "auto") != 0;
-	ST_CHECK(!(rc_set && act_set), "give one of --recompute and --activations",
+	ST_CHECK_USAGE(!(rc_set && act_set), "give one of --recompute and --activations",
 		 "--recompute %s and --activations %s both choose the activation policy",
 		 tr->o.recompute, tr->o.activations);
 	ch->act = st_calloc((size_t)L + 1, 1);
@@ -247,7 +247,7 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 		char *end = NULL;
 		if (strcmp(tr->o.recompute, "all"))
 			v = strtol(tr->o.recompute, &end, 10);
-		ST_CHECK(!end || (!*end && end != tr->o.recompute && v >= 0 && v <= L),
+		ST_CHECK_USAGE(!end || (!*end && end != tr->o.recompute && v >= 0 && v <= L),
 			 "use --recompute N (0 to the number of layers), all, or auto",
 			 "--recompute '%s' is not a layer count between 0 and %d", tr->o.recompute, L);
 		for (int l = 0; l < L; l++)
@@ -262,11 +262,11 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 	if (strcmp(tr->o.device_updates, "auto")) {
 		char *end;
 		long v = strtol(tr->o.device_updates, &end, 10);
-		ST_CHECK(!*end && end != tr->o.device_updates && v >= 0 && v <= tr->s.model.n_units,
+		ST_CHECK_USAGE(!*end && end != tr->o.device_updates && v >= 0 && v <= tr->s.model.n_units,
 			 "use --device-updates N (0 to the number of units) or auto",
 			 "--device-updates '%s' is not a unit count between 0 and %d", tr->o.device_updates,
 			 tr->s.model.n_units);
-		ST_CHECK(!(v && tr->per_layer), "give --galore-per-layer false for device updates",
+		ST_CHECK_USAGE(!(v && tr->per_layer), "give --galore-per-layer false for device updates",
 			 "GaLore's per-layer updates read accumulators the backward fills on the CPU; "
 			 "they cannot move to the device");
 		ch->po.device_updates = (int)v;
@@ -360,7 +360,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	snprintf(ch->dirbuf, sizeof ch->dirbuf, "%s", tr->o.offload_dir);
 	for (char *save = NULL, *d = strtok_r(ch->dirbuf, ",", &save); d;
 	     d = strtok_r(NULL, ",", &save)) {
-		ST_CHECK(ch->n_dirs < 64, "give at most 64 --offload-dir directories",
+		ST_CHECK_USAGE(ch->n_dirs < 64, "give at most 64 --offload-dir directories",
 			 "too many offload directories");
 		ch->dirs[ch->n_dirs++] = d;
 	}
@@ -369,13 +369,13 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	 * train would make (its --out) */
 	if (offdirs_check_exist(ch->dirs, ch->n_dirs, tr->o.out) != ST_OK)
 		return offdirs_resume_note(tr);
-	ST_CHECK(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
+	ST_CHECK_USAGE(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
 		 "--io-depth %d must be between 1 and 4096 (0: 16)", tr->o.io_depth);
 	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
 	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
 	if (!ch->po.place.io_block)
 		ch->po.place.io_block = 1u << 20; /* "auto": the store's default */
-	ST_CHECK(ch->po.place.io_block % ST_IO_ALIGN == 0 && ch->po.place.io_block <= (64u << 20),
+	ST_CHECK_USAGE(ch->po.place.io_block % ST_IO_ALIGN == 0 && ch->po.place.io_block <= (64u << 20),
 		 "use e.g. --io-block 1M (a multiple of 4K, at most 64M)",
 		 "--io-block %s must be a multiple of %d bytes, at most 64 MiB", tr->o.io_block,
 		 ST_IO_ALIGN);
@@ -559,7 +559,7 @@ int trainer_plan(const struct st_train_opts *o, int json)
 	if (rc == ST_OK && *tr->o.resume)
 		rc = ckpt_resolve(model_dir, sizeof model_dir, tr->o.resume);
 	else if (rc == ST_OK && !*tr->o.model) {
-		ST_ERROR("pass --model DIR", "strata plan: no model (--model DIR)");
+		ST_USAGE_ERROR("pass --model DIR", "strata plan: no model (--model DIR)");
 		rc = ST_FAIL;
 	} else if (rc == ST_OK)
 		snprintf(model_dir, sizeof model_dir, "%s", tr->o.model);
@@ -571,7 +571,7 @@ int trainer_plan(const struct st_train_opts *o, int json)
 	}
 	int built = 0, optim = 0;
 	if (rc == ST_OK && tr->o.seq_len > cfg.max_seq) { /* train refuses it: see trainer_open */
-		ST_ERROR("lower --seq-len", "--seq-len %d exceeds the model's max_position_embeddings %d",
+		ST_USAGE_ERROR("lower --seq-len", "--seq-len %d exceeds the model's max_position_embeddings %d",
 			 tr->o.seq_len, cfg.max_seq);
 		rc = ST_FAIL;
 	}

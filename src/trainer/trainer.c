@@ -110,7 +110,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		ST_TRY(ckpt_resolve(tr->ckpt_loaded, sizeof tr->ckpt_loaded, tr->o.resume));
 		snprintf(model_dir, sizeof model_dir, "%s", tr->ckpt_loaded);
 	} else {
-		ST_CHECK(*tr->o.model, "create one with `strata init --config tiny --out DIR`",
+		ST_CHECK_USAGE(*tr->o.model, "create one with `strata init --config tiny --out DIR`",
 			 "no model given (--model DIR)");
 		snprintf(model_dir, sizeof model_dir, "%s", tr->o.model);
 	}
@@ -131,7 +131,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		return ST_FAIL;
 	}
 	const struct st_model *m = &tr->s.model;
-	ST_CHECK(tr->o.seq_len <= m->cfg.max_seq, "lower --seq-len",
+	ST_CHECK_USAGE(tr->o.seq_len <= m->cfg.max_seq, "lower --seq-len",
 		 "--seq-len %d exceeds the model's max_position_embeddings %d", tr->o.seq_len,
 		 m->cfg.max_seq);
 

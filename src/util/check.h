@@ -25,14 +25,35 @@ int st_log_mute(int muted);
 const char *st_log_last_error(void);
 void st_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A command-line error: an unknown option, an option without its value, a
+ * value that is not a number or out of its range, options missing or that
+ * cannot go together (from flags, a --config file or a run's saved options).
+ * Said as st_log_error says an error; when it is the first error said in
+ * the process, the CLI exits 2, the status a shell tool gives a usage error,
+ * where every other failure exits 1 (st_log_exit_status). */
+void st_log_usage_error(const char *file, int line, const char *hint, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* The failing exit status: 2 when the first error said was a usage error. */
+int st_log_exit_status(void);
+
 /* Report an error with a hint for the user (hint may be NULL). */
 #define ST_ERROR(hint, ...) st_log_error(__FILE__, __LINE__, (hint), __VA_ARGS__)
+#define ST_USAGE_ERROR(hint, ...) st_log_usage_error(__FILE__, __LINE__, (hint), __VA_ARGS__)
 
 /* If cond is false: report and return ST_FAIL from the enclosing function. */
 #define ST_CHECK(cond, hint, ...)                                                          \
 	do {                                                                               \
 		if (!(cond)) {                                                             \
 			ST_ERROR((hint), __VA_ARGS__);                                     \
+			return ST_FAIL;                                                    \
+		}                                                                          \
+	} while (0)
+
+/* ST_CHECK for a command-line error (st_log_usage_error). */
+#define ST_CHECK_USAGE(cond, hint, ...)                                                    \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			ST_USAGE_ERROR((hint), __VA_ARGS__);                               \
 			return ST_FAIL;                                                    \
 		}                                                                          \
 	} while (0)

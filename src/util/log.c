@@ -19,22 +19,47 @@ int st_log_mute(int m)
 
 const char *st_log_last_error(void) { return last; }
 
+/* The kind of the first error said in the process: 0 none yet, 1 any
+ * error, 2 a usage error. Muted errors do not count: a muted check that
+ * fails is a question asked, not the command's failure. */
+static int first_said;
+
+static void say(int usage, const char *file, int line, const char *hint, const char *fmt,
+		va_list ap)
+{
+	va_list again;
+	va_copy(again, ap);
+	vsnprintf(last, sizeof last, fmt, ap);
+	if (!muted) {
+		int none = 0;
+		__atomic_compare_exchange_n(&first_said, &none, usage ? 2 : 1, 0, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+		fputs("strata: error: ", stderr);
+		vfprintf(stderr, fmt, again);
+		fprintf(stderr, " [%s:%d]\n", file, line);
+		if (hint && *hint)
+			fprintf(stderr, "  hint: %s\n", hint);
+	}
+	va_end(again);
+}
+
 void st_log_error(const char *file, int line, const char *hint, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(last, sizeof last, fmt, ap);
+	say(0, file, line, hint, fmt, ap);
 	va_end(ap);
-	if (muted)
-		return;
-	fputs("strata: error: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, " [%s:%d]\n", file, line);
-	if (hint && *hint)
-		fprintf(stderr, "  hint: %s\n", hint);
 }
+
+void st_log_usage_error(const char *file, int line, const char *hint, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	say(1, file, line, hint, fmt, ap);
+	va_end(ap);
+}
+
+int st_log_exit_status(void) { return __atomic_load_n(&first_said, __ATOMIC_RELAXED) == 2 ? 2 : 1; }
 
 void st_log_warn(const char *fmt, ...)
 {
