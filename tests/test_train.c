@@ -1380,6 +1380,51 @@ Test(train, schedule_wsd_trains_and_resumes)
 	cr_expect(rc == 0 && strstr(out, "never decays"), "%s", out);
 }
 
+/* The default warmup (--warmup -1, a tenth of the run) is fixed when the
+ * run starts: a resume at 8x the length keeps the run's 1 step, where it
+ * grew to 8 and sent steps 6 and 7 back into warmup (0.75 and 0.875 of a
+ * stable wsd rate). trainer.json records it; a --warmup given again on the
+ * resume, -1 too, is the new leg's. */
+Test(train, default_warmup_kept_on_resume)
+{
+	char dir[256], m[512];
+	cu_tmpdir(dir, sizeof dir, "warm");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/r --steps 10 --schedule wsd "
+			"--lr 2e-3 --ckpt-interval 5 --eval-interval 0 %s",
+			cu_bin(), dir, dir, dir, SMALL);
+	cr_assert_eq(rc, 0, "run failed: %s", out);
+	cr_expect_eq(cu_run(out, sizeof out, "grep -q '\"warmup_steps\":[[:space:]]*1,' "
+					      "%s/r/step-000005/trainer.json",
+			    dir),
+		     0, "trainer.json does not record the warmup");
+	struct st_train_opts o;
+	train_opts_defaults(&o);
+	snprintf(o.schedule, sizeof o.schedule, "wsd");
+	o.lr = 2e-3;
+	rc = cu_run(out, sizeof out, "%s train --resume %s/r/step-000005 --out %s/s --steps 80 %s",
+		    cu_bin(), dir, dir, "--progress lines --eval-interval 0");
+	cr_assert_eq(rc, 0, "resume failed: %s", out);
+	cr_expect(strstr(out, "the schedule now spans 80 steps (warmup 1), not 10 (warmup 1)"), "%s",
+		  out);
+	snprintf(m, sizeof m, "%s/s/metrics.jsonl", dir);
+	expect_lrs(m, &o, 6, 12, 80, 1);
+	cr_expect_eq(lr_at(&o, 6, 80, 1), 2e-3);
+	/* that resume's own checkpoints carry the kept warmup on */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/s --steps 90 %s", cu_bin(), dir,
+		    "--progress lines --eval-interval 0");
+	cr_expect(rc == 0 && strstr(out, "spans 90 steps (warmup 1), not 80 (warmup 1)"), "%s", out);
+	/* given again: the new length's tenth */
+	rc = cu_run(out, sizeof out,
+		    "%s train --resume %s/r/step-000005 --out %s/g --steps 80 --warmup -1 %s", cu_bin(),
+		    dir, dir, "--progress lines --eval-interval 0");
+	cr_assert_eq(rc, 0, "resume failed: %s", out);
+	snprintf(m, sizeof m, "%s/g/metrics.jsonl", dir);
+	expect_lrs(m, &o, 6, 9, 80, 8);
+	cr_expect_lt(lr_at(&o, 6, 80, 8), 2e-3);
+}
+
 /* A non-finite gradient skips the update (weights and moments untouched),
  * is counted, and stops training once more than --max-skipped-steps. */
 Test(train, nonfinite_gradient_skips_step)

@@ -206,6 +206,8 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 {
 	long total, warmup;
 	train_schedule(saved, tr->step, tr->tokens_seen, &total, &warmup);
+	if (saved->warmup < 0 && tr->run_warmup >= 0)
+		warmup = tr->run_warmup; /* the one the run used (trainer.json) */
 	const long next = tr->step + 1;
 	if (next > tr->total_steps)
 		return; /* nothing to train */
@@ -536,6 +538,7 @@ int cmd_train(int argc, char **argv)
 	if (resume && !cli_get(&a, "out", NULL))
 		ST_TRY(check_lone_checkpoint(dir, o.out));
 	o.offload_dir_given |= given(&a, conf, "offload-dir"); /* a --config's too */
+	o.warmup_given = given(&a, conf, "warmup");
 	/* A new token budget on resume, without --steps: the budget sets the
 	 * length, not the steps saved with the run (--steps wins when both are
 	 * given, as in a fresh run). */

@@ -297,6 +297,8 @@ static int save_trainer_json(const struct st_trainer *tr, const char *path)
 	cJSON_AddNumberToObject(r, "updates", (double)tr->updates);
 	cJSON_AddNumberToObject(r, "skipped", (double)tr->skipped);
 	cJSON_AddNumberToObject(r, "total_steps", (double)tr->total_steps);
+	/* the warmup in steps (--warmup -1 resolved): a resume keeps it */
+	cJSON_AddNumberToObject(r, "warmup_steps", (double)tr->warmup);
 	json_add_exact(r, "tokens_seen", tr->tokens_seen); /* exact: it counts a --max-tokens budget */
 	cJSON_AddNumberToObject(r, "last_loss", tr->last_loss);
 	/* bit-identical resume holds for the same thread count (matmul rounding) */

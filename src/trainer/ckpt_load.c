@@ -455,12 +455,13 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	const cJSON *last = cJSON_GetObjectItemCaseSensitive(root, "last_loss");
 	const cJSON *val = cJSON_GetObjectItemCaseSensitive(root, "last_val_loss");
 	const cJSON *thr = cJSON_GetObjectItemCaseSensitive(root, "threads");
+	const cJSON *wu = cJSON_GetObjectItemCaseSensitive(root, "warmup_steps");
 	const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(root, "model");
 	const cJSON *dh = cJSON_GetObjectItemCaseSensitive(root, "train_data_fnv1a");
 	const cJSON *sdata = cJSON_GetObjectItemCaseSensitive(
 		cJSON_GetObjectItemCaseSensitive(root, "options"), "data");
 	int ok = cJSON_IsNumber(step) && cJSON_IsNumber(toks) && cJSON_IsNumber(upd) &&
-		 cJSON_IsNumber(skip);
+		 cJSON_IsNumber(skip) && (!wu || cJSON_IsNumber(wu));
 	/* threads: a count, or absent (checkpoints before it was saved) */
 	if (ok && thr && !(cJSON_IsNumber(thr) && thr->valuedouble >= 1 &&
 			   thr->valuedouble <= 1 << 20 && thr->valuedouble == floor(thr->valuedouble))) {
@@ -485,8 +486,9 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 	}
 	/* whole numbers a long holds exactly (a double's 2^53), before the casts:
 	 * 4.5 or 1e300 is damage, not a count */
-	const cJSON *counts[] = {step, upd, skip};
-	for (int i = 0; ok && i < 3; i++) {
+	/* warmup_steps: absent in checkpoints before 2026-11-25 */
+	const cJSON *counts[] = {step, upd, skip, wu};
+	for (int i = 0; ok && i < 4 && counts[i]; i++) {
 		const double v = counts[i]->valuedouble;
 		if (!(v >= 0 && v <= ST_EXACT_INT_MAX && v == floor(v))) {
 			ST_ERROR("the checkpoint is damaged; use an earlier one",
@@ -511,6 +513,7 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 		tr->last_loss = cJSON_IsNumber(last) ? last->valuedouble : NAN;
 		tr->last_val_loss = cJSON_IsNumber(val) ? val->valuedouble : NAN;
 		tr->ckpt_threads = thr ? (int)thr->valuedouble : 0;
+		tr->run_warmup = wu ? (long)wu->valuedouble : -1;
 	}
 	cJSON_Delete(root);
 	ST_CHECK(ok, "the checkpoint is damaged; use an earlier one", "%s: missing step counts", path);

@@ -92,6 +92,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	tr->o = *o;
 	tr->last_loss = tr->last_val_loss = NAN; /* none yet */
 	tr->prev_ckpt_step = -1;
+	tr->run_warmup = -1;
 	pthread_mutex_init(&tr->ck.mu, NULL);
 	pthread_cond_init(&tr->ck.cv, NULL);
 	ST_TRY(train_opts_validate(&tr->o));
@@ -205,6 +206,12 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		memcpy(tr->prev_ckpt_id, ids.self, sizeof ids.self); /* "": history unknown */
 	}
 	train_schedule(&tr->o, tr->step, tr->tokens_seen, &tr->total_steps, &tr->warmup);
+	/* The warmup belongs to the run's start: with --warmup -1 (a tenth of
+	 * the run) a resume keeps the one the run used, so a longer --steps
+	 * does not send a run past its warmup back into it (a stable wsd
+	 * checkpoint resumed at 10x the length went back to 0.85 lr). */
+	if (resuming && tr->o.warmup < 0 && !tr->o.warmup_given && tr->run_warmup >= 0)
+		tr->warmup = tr->run_warmup;
 	const int decays = strcmp(tr->o.schedule, "constant") != 0;
 	if (tr->warmup > tr->total_steps)
 		st_log_warn("--warmup %ld is longer than the run (%ld step%s): the learning rate ends "

@@ -70,6 +70,7 @@ struct st_trainer {
 	long updates;          /* optimizer updates applied (AdamW's bias-correction t) */
 	long skipped;          /* steps skipped for a non-finite loss or gradient */
 	long total_steps, warmup;
+	long run_warmup;       /* the warmup the resumed checkpoint's run used; -1: unknown */
 	double tokens_seen;
 	int32_t *tokens, *targets; /* (grad_accum, B, T) of the current step */
 	FILE *metrics;          /* metrics.jsonl, written through its fd (rundir_metrics_write) */
