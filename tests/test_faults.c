@@ -258,6 +258,59 @@ Test(faults, failing_writes_keep_saved_checkpoints_and_whole_metrics_lines)
 	cr_expect_eq(rc, 0, "resume after the failure: %s", out);
 }
 
+/* eval and sample on a run directory while its run trains: the checkpoint
+ * they load is held (a shared flock on it) and --keep-ckpts leaves it
+ * until they have let go, then removes it at a later save of the same run.
+ * (Removed under them, their loads failed as if it were damaged: 4 to 7
+ * of 80 evals and samples of a run saving every 10 steps with
+ * --keep-ckpts 1.) Here eval stops itself once it holds step 2 (hook
+ * STRATA_FAULT_STOP_AFTER_PIN), the run saves steps 3 and 4 with
+ * --keep-ckpts 1, and step 2 is there for eval when it goes on; then a
+ * reader (flock(1)) holds step 4 while a resumed run saves, and lets go
+ * at step 10: step 4 is removed before the run ends, and step 2, marked
+ * by the run that left it (.prune-step-000002), by the resume. */
+Test(faults, checkpoint_read_by_eval_kept_from_pruning, .timeout = 300)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "pin");
+	two_steps(dir, "--ckpt-interval 1 --keep-ckpts 1");
+	int rc = cu_run(out, sizeof out,
+			"{ cd %s || exit 9; ls run | grep -q '^step-000001$' && exit 9; "
+			"STRATA_FAULT_STOP_AFTER_PIN=1 %s eval --model run --data data --seq-len 32 "
+			"--max-tokens 256 > eval.txt 2>&1 & E=$!; trap 'kill -CONT $E' EXIT; "
+			"for i in $(seq 500); do ps -o stat= -p $E | grep -q T && break; sleep 0.02; done; "
+			"flock -x -n run/step-000002 true && exit 3; "
+			"%s train --resume run --steps 4 > train.txt 2>&1 || exit 4; "
+			"test -d run/step-000002 && test ! -e run/step-000003 && test -d run/step-000004 "
+			"|| exit 5; test -e run/.prune-step-000002 || exit 8; "
+			"kill -CONT $E; wait $E || exit 6; grep -q 'loss' eval.txt || exit 7; }",
+			dir, cu_bin(), cu_bin());
+	cr_expect_eq(rc, 0,
+		     "exit %d (3: not held, 5: pruned under eval, 6/7: eval failed, 8: not marked): %s",
+		     rc, out);
+	cu_run(out, sizeof out, "cat %s/eval.txt %s/train.txt", dir, dir);
+	cr_expect(rc == 0, "%s", out);
+	/* let go during the run: removed by one of its later saves */
+	rc = cu_run(out, sizeof out,
+		    "{ cd %s || exit 9; trap 'touch rel' EXIT; flock -s run/step-000004 sh -c 'while [ ! -e rel ]; do sleep "
+		    "0.02; done' & H=$!; "
+		    "for i in $(seq 500); do flock -x -n run/step-000004 true || break; sleep 0.02; "
+		    "done; "
+		    "%s train --resume run --steps 60 --progress none > train2.txt 2>&1 & T=$!; "
+		    "for i in $(seq 3000); do grep -q '^.\"step\": 10, \"loss\"' run/metrics.jsonl && "
+		    "break; sleep 0.02; done; "
+		    "test -d run/step-000004 || exit 3; test ! -e run/step-000002 || exit 6; "
+		    "touch rel; wait $H; wait $T || exit 4; "
+		    "test \"$(ls -A run | grep step-)\" = step-000060 || exit 5; }",
+		    dir, cu_bin());
+	cr_expect_eq(rc, 0,
+		     "exit %d (3: removed while read, 5: left after, 6: step 2 not removed by the "
+		     "resume once free): %s",
+		     rc, out);
+	cu_run(out, sizeof out, "ls -a %s/run; cat %s/train2.txt", dir, dir);
+	cr_expect(rc == 0, "%s", out);
+}
+
 /* A kill while an old checkpoint is being removed (--keep-ckpts) leaves no
  * half-removed step-N directory: the removal starts by renaming it out of
  * the step-* names, and the next resume or save clears what is left. */

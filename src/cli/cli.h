@@ -76,6 +76,11 @@ int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem);
 /* A model directory, a checkpoint, or a run directory (its latest
  * checkpoint): the directory holding the model (cmd_eval.c). */
 int resolve_model_dir(char *out, size_t n, const char *path);
+/* resolve_model_dir, and the checkpoint it finds held against the pruning
+ * of a run training there (ckpt_pin) until the process ends: eval and
+ * sample, which may read a run directory while its run saves and removes
+ * checkpoints. */
+int resolve_model_pinned(char *out, size_t n, const char *path);
 
 int cmd_init(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);

@@ -2,7 +2,10 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "io/fsutil.h"
@@ -73,6 +76,27 @@ int resolve_model_dir(char *out, size_t n, const char *path)
 	return ckpt_resolve(out, n, path);
 }
 
+int resolve_model_pinned(char *out, size_t n, const char *path)
+{
+	/* a run saving there may remove the checkpoint `latest` named between
+	 * the resolve and the pin (--keep-ckpts): resolved again, to the newer
+	 * one it has saved by then */
+	for (int tries = 0;; tries++) {
+		ST_TRY(resolve_model_dir(out, n, path));
+		if (ckpt_pin(out)) {
+			if (getenv("STRATA_FAULT_STOP_AFTER_PIN")) /* test hook: held, as in a load */
+				raise(SIGSTOP);
+			return ST_OK;
+		}
+		ST_CHECK(tries < 100 && strcmp(out, path) != 0,
+			 "give the run directory, which names its newest checkpoint",
+			 "%s was removed while being opened (by the --keep-ckpts of the run saving "
+			 "there)",
+			 out);
+		usleep(10000);
+	}
+}
+
 int cmd_eval(int argc, char **argv)
 {
 	struct cli_args a;
@@ -102,7 +126,7 @@ int cmd_eval(int argc, char **argv)
 		 "--micro-batch %ld x --seq-len %ld tokens is more than one batch can hold", b, t);
 
 	char dir[4096];
-	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
+	ST_TRY(resolve_model_pinned(dir, sizeof dir, model));
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, device, (int)threads));
 	struct st_session s;
@@ -160,6 +184,7 @@ int cmd_eval(int argc, char **argv)
 		if (windows > 0 && b > windows)
 			b = windows;
 		rc = forward_place(&s, dir, &mem, (int)b, (int)t);
+		ckpt_unpin(); /* its weights are loaded: the run may remove it */
 	}
 	if (rc == ST_OK)
 		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);

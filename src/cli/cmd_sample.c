@@ -11,6 +11,7 @@
 #include "io/fsutil.h"
 #include "io/tokenizer.h"
 #include "trainer/forward.h"
+#include "trainer/trainer.h"
 #include "util/check.h"
 #include "util/trace.h"
 
@@ -124,7 +125,7 @@ int cmd_sample(int argc, char **argv)
 	}
 
 	char dir[4096];
-	ST_TRY(resolve_model_dir(dir, sizeof dir, model));
+	ST_TRY(resolve_model_pinned(dir, sizeof dir, model));
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, device, (int)threads));
 	/* the model first; its weights are placed and loaded for the window
@@ -251,6 +252,7 @@ int cmd_sample(int argc, char **argv)
 		const char *win = getenv("STRATA_SAMPLE_WINDOW");
 		rc = win && *win && strcmp(win, "0") ? forward_place(&s, dir, &mem, 1, t)
 						     : forward_place_decoder(&s, dir, &mem, t);
+		ckpt_unpin(); /* its weights are loaded: the run may remove it */
 	}
 	struct out_ctx oc = {&tk, NULL, tokenizer_max_token_len(&tk), 0};
 	if (rc == ST_OK && !(oc.buf = st_malloc(oc.cap)))

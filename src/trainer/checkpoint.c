@@ -351,7 +351,7 @@ static int cmp_long(const void *a, const void *b)
 
 /* Another process holds the run directory's lock (trainer.c): a run is
  * writing there, and a step moved aside may be its re-save in flight. */
-static int run_busy(const char *out)
+int ckpt_run_busy(const char *out)
 {
 	char p[4200];
 	snprintf(p, sizeof p, "%s/.lock", out);
@@ -369,7 +369,7 @@ static int run_busy(const char *out)
  * another process does. */
 void ckpt_recover_aside(const char *out, int held)
 {
-	if (!held && run_busy(out))
+	if (!held && ckpt_run_busy(out))
 		return;
 	DIR *d = opendir(out);
 	if (!d)
@@ -443,9 +443,13 @@ static int strata_leftover(const char *name)
 	return 0;
 }
 
+static void remove_deferred(const char *out, const char *spare);
+
 void ckpt_tidy(const char *out, const char *spare)
 {
 	ckpt_recover_aside(out, 1);
+	if (spare) /* a resume: a save tidies them itself (prune) */
+		remove_deferred(out, spare);
 	char keep[PATH_MAX] = "", path[PATH_MAX + 300], real[PATH_MAX];
 	if (spare && !realpath(spare, keep))
 		*keep = '\0';
@@ -476,6 +480,94 @@ void ckpt_tidy(const char *out, const char *spare)
 	closedir(d);
 }
 
+/* Removes checkpoint step-N of out unless a reader holds it (ckpt_pin: an
+ * eval or sample loading it, whose files would vanish part-way through the
+ * load, failing it as if the checkpoint were damaged). Renamed out of the
+ * step-* names first, so a kill during the removal leaves no half-deleted
+ * checkpoint to be resumed from. 1: removed, 0: being read, -1: not
+ * removed (left for a later save). */
+static int remove_unread(const char *out, long step)
+{
+	char path[4200], gone[4200];
+	snprintf(path, sizeof path, "%s/step-%06ld", out, step);
+	snprintf(gone, sizeof gone, "%s/.del-step-%06ld.%d", out, step, (int)getpid());
+	const int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+		close(fd);
+		return 0;
+	}
+	int rc = -1;
+	if (rename(path, gone) == 0 && fs_fsync_dir(out) == ST_OK) {
+		if (getenv("STRATA_FAULT_KILL_IN_PRUNE")) { /* test hook: die mid-removal */
+			char file[4300];
+			snprintf(file, sizeof file, "%s/model.safetensors", gone);
+			unlink(file);
+			raise(SIGKILL);
+		}
+		fs_rmtree(gone);
+		rc = 1;
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Checkpoints a save left to their readers are marked by a file
+ * OUT/.prune-step-N holding their ckpt_id, and tried again at each later
+ * save and resume of the run, apart from the chain, which the newer ones
+ * removed since may have cut off from them. The id tells each from a step
+ * saved again under its name since; the checkpoint a run resumed from
+ * (spare) is kept, its mark dropped. */
+static void remove_deferred(const char *out, const char *spare)
+{
+	char keep[PATH_MAX] = "", real[PATH_MAX];
+	if (spare && !realpath(spare, keep))
+		*keep = '\0';
+	DIR *d = opendir(out);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		long step;
+		char mark[4400], dir[4400], id[32] = "";
+		const char *t = !strncmp(e->d_name, ".prune-step-", 12) ? past_digits(e->d_name + 12)
+									 : NULL;
+		if (!t || *t)
+			continue;
+		step = strtol(e->d_name + 12, NULL, 10);
+		snprintf(mark, sizeof mark, "%s/%s", out, e->d_name);
+		snprintf(dir, sizeof dir, "%s/step-%06ld", out, step);
+		FILE *f = fopen(mark, "r");
+		if (f) {
+			if (!fgets(id, sizeof id, f))
+				*id = '\0';
+			fclose(f);
+		}
+		id[strcspn(id, "\n")] = '\0';
+		struct ckpt_ids ids;
+		const int same = ckpt_read_ids(dir, &ids) && *id && !strcmp(ids.self, id);
+		const int spared = *keep && realpath(dir, real) && !strcmp(real, keep);
+		if (!same || spared || remove_unread(out, step) == 1)
+			unlink(mark);
+	}
+	closedir(d);
+}
+
+static void defer(const char *out, long step)
+{
+	char dir[4200], mark[4200];
+	struct ckpt_ids ids;
+	snprintf(dir, sizeof dir, "%s/step-%06ld", out, step);
+	snprintf(mark, sizeof mark, "%s/.prune-step-%06ld", out, step);
+	if (!ckpt_read_ids(dir, &ids) || !*ids.self)
+		return; /* no id to tell it by: left, as a checkpoint off the chain is */
+	FILE *f = fopen(mark, "w");
+	if (f) {
+		fprintf(f, "%s\n", ids.self);
+		fclose(f);
+	}
+}
+
 /* After a save: what ckpt_tidy removes, and the oldest checkpoints beyond
  * keep of this run's history, the chain of checkpoints from the one just
  * saved (current) back through each one's predecessor (ckpt_chain). A run
@@ -485,10 +577,12 @@ void ckpt_tidy(const char *out, const char *spare)
  * abandoned step-7 and removed this run's own step-6). A checkpoint saved
  * before the chain was recorded ends it: the step directories below it
  * (holding a trainer.json: another tool's step-N is not the run's history)
- * count, as they all did. */
+ * count, as they all did. One a reader holds is left to a later save
+ * (remove_deferred). */
 static void prune(const char *out, int keep, long current)
 {
 	ckpt_tidy(out, NULL);
+	remove_deferred(out, NULL);
 	if (keep <= 0)
 		return; /* every one kept */
 	long steps[4096], legacy;
@@ -507,24 +601,9 @@ static void prune(const char *out, int keep, long current)
 	if (keep <= 0 || n <= keep)
 		return;
 	qsort(steps, (size_t)n, sizeof steps[0], cmp_long);
-	for (int i = 0; i < n - keep; i++) {
-		if (steps[i] == current)
-			continue;
-		/* renamed out of the step-* names first, so a kill during the
-		 * removal leaves no half-deleted checkpoint to be resumed from */
-		char gone[4200];
-		snprintf(path, sizeof path, "%s/step-%06ld", out, steps[i]);
-		snprintf(gone, sizeof gone, "%s/.del-step-%06ld.%d", out, steps[i], (int)getpid());
-		if (rename(path, gone) != 0 || fs_fsync_dir(out) != ST_OK)
-			continue; /* left for a later save to remove */
-		if (getenv("STRATA_FAULT_KILL_IN_PRUNE")) { /* test hook: die mid-removal */
-			char file[4300];
-			snprintf(file, sizeof file, "%s/model.safetensors", gone);
-			unlink(file);
-			raise(SIGKILL);
-		}
-		fs_rmtree(gone);
-	}
+	for (int i = 0; i < n - keep; i++)
+		if (steps[i] != current && remove_unread(out, steps[i]) == 0)
+			defer(out, steps[i]);
 }
 
 /* The tokenizer files of the model the run started from travel into every

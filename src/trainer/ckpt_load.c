@@ -10,11 +10,13 @@
  * newest earlier checkpoint of the run to resume from instead. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,7 +46,8 @@ static void later_than_latest(const char *run, long named)
 {
 	char name[256], path[4400], link[4200];
 	const long newest = ckpt_newest(run, name, sizeof name);
-	if (newest <= named)
+	/* while a run trains there, that is its save between its two renames */
+	if (newest <= named || ckpt_run_busy(run))
 		return;
 	long steps[4096], legacy;
 	const int k = ckpt_chain(run, newest, steps, 4096, &legacy);
@@ -64,6 +67,39 @@ static void later_than_latest(const char *run, long named)
 			    "newer (its save seems to have stopped before `latest` moved): give that "
 			    "path to use it",
 			    run, named, run, name);
+}
+
+/* The directory ckpt_pin holds; -1: none. */
+static int pin_fd = -1;
+
+void ckpt_unpin(void)
+{
+	if (pin_fd >= 0)
+		close(pin_fd); /* and the lock with it */
+	pin_fd = -1;
+}
+
+int ckpt_pin(const char *dir)
+{
+	ckpt_unpin();
+	const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return errno != ENOENT; /* gone; another failure is the load's to say */
+	if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+		const int err = errno;
+		close(fd);
+		return err != EWOULDBLOCK; /* a prune holds it: being removed */
+	}
+	/* still under its name: a prune may have renamed it away and removed
+	 * it between the resolve and the lock */
+	struct stat held, now;
+	if (fstat(fd, &held) != 0 || stat(dir, &now) != 0 || held.st_dev != now.st_dev ||
+	    held.st_ino != now.st_ino) {
+		close(fd);
+		return 0;
+	}
+	pin_fd = fd; /* held until ckpt_unpin, or the process ends */
+	return 1;
 }
 
 int ckpt_resolve(char *out, size_t n, const char *path)

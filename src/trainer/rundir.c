@@ -37,7 +37,15 @@ static int lock_run_dir(struct st_trainer *tr)
 		const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 		ST_CHECK(fd >= 0, "choose a writable --out directory", "cannot open %s: %s", path,
 			 strerror(errno));
-		if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		/* eval and sample ask whether a run trains here by taking the lock
+		 * shared for a moment (ckpt_run_busy): that is not a run, so a
+		 * lock held for 100 ms is */
+		int locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+		for (int wait = 0; !locked && errno == EWOULDBLOCK && wait < 20; wait++) {
+			usleep(5000);
+			locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+		}
+		if (!locked) {
 			const int err = errno;
 			if (err != EWOULDBLOCK) { /* a file system without flock (some FUSE ones) */
 				st_log_warn("cannot lock %s (%s): a second run started into %s would "

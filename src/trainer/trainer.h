@@ -170,6 +170,17 @@ void ckpt_wait_unit(void *ckpt_async, int unit);
  * "latest"; without one, its newest step directory holding trainer.json,
  * with a warning: a run killed between its first checkpoint and `latest`). */
 int ckpt_resolve(char *out, size_t n, const char *path);
+/* Hold checkpoint directory dir against --keep-ckpts while this process
+ * reads it (eval, sample): a shared flock on the directory, kept until
+ * ckpt_unpin or the process ends; a run's prune removes only a checkpoint
+ * it can lock exclusively and leaves one being read to a later save.
+ * Returns 1 when dir is held (or cannot be: a file system without flock),
+ * 0 when it is gone or being removed (resolve it again). */
+int ckpt_pin(const char *dir);
+/* Let go of the checkpoint ckpt_pin holds (its weights are loaded). */
+void ckpt_unpin(void);
+/* Another process holds run directory out's lock: a run is training there. */
+int ckpt_run_busy(const char *out);
 /* The newest step directory of run directory out that holds trainer.json:
  * its step, and its name into name (size n); -1 when there is none. */
 long ckpt_newest(const char *out, char *name, size_t n);
