@@ -1,6 +1,8 @@
 /* strata init: a randomly initialized model as a Hugging Face LLaMA directory. */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -29,6 +31,32 @@ static void help(void)
 	       config_preset_names());
 }
 
+/* The weights, made a unit at a time as the writer asks for them: a model
+ * larger than memory is written in one unit's memory (it built the whole
+ * model first, and a 7B one was killed for memory with no word on a 24 GiB
+ * machine). Each parameter's values depend on the seed and the parameter
+ * alone (model_init_unit), so they are the ones a whole-model init makes. */
+struct init_source {
+	const struct st_model *m;
+	uint64_t seed;
+	float *w;  /* the largest unit's floats */
+	int unit;  /* the unit w holds; -1: none */
+};
+
+static const float *init_get(void *ctx, int unit)
+{
+	struct init_source *s = ctx;
+	if (s->unit != unit) /* a file's tensors come a unit at a time, mostly */
+		model_init_unit(s->m, unit, s->w, s->seed);
+	s->unit = unit;
+	return s->w;
+}
+
+static void init_put(void *ctx, int unit)
+{
+	(void)ctx, (void)unit;
+}
+
 int cmd_init(int argc, char **argv)
 {
 	struct cli_args a;
@@ -54,6 +82,8 @@ int cmd_init(int argc, char **argv)
 	ST_TRY(parse_bytes(shard_size, &shard, "--shard-size"));
 	ST_TRY(cli_check_unused(&a, "strata init"));
 	ST_CHECK_USAGE(out, "pass --out DIR", "strata init: no output directory (--out)");
+	ST_CHECK(force || !model_dir_holds_model(out),
+		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
 
 	struct st_config cfg;
 	ST_TRY(config_resolve(&cfg, conf));
@@ -65,10 +95,9 @@ int cmd_init(int argc, char **argv)
 		cfg.bos_id = -1;
 		cfg.eos_id = -1;
 		st_log_info("config.json names no bos_token_id or eos_token_id: the byte "
-			    "tokenizer's 256 and 257 would be ordinary tokens of a %ld-token "
-			    "vocabulary (add your tokenizer's ids if transformers' generate is to "
-			    "stop at its end token)",
-			    vocab);
+			    "tokenizer's 256 and 257 would be %s of a %ld-token vocabulary (add your "
+			    "tokenizer's ids if transformers' generate is to stop at its end token)",
+			    vocab > 257 ? "ordinary tokens" : "past the ids", vocab);
 	}
 	if (vocab > 0)
 		cfg.vocab_size = (int)vocab;
@@ -82,17 +111,27 @@ int cmd_init(int argc, char **argv)
 		cfg.stable_embedding = stable;
 	ST_TRY(config_validate(&cfg));
 
-	ST_CHECK(force || !model_dir_holds_model(out),
-		 "pass --force to overwrite it, or choose another --out", "%s already holds a model", out);
-	struct st_session s;
-	ST_TRY(session_create(&s, ops_cpu(), &cfg, 0));
-	session_init_random(&s, (unsigned long)seed);
-	s.shard_bytes = shard;
+	struct st_model m;
+	ST_TRY(model_build(&m, &cfg));
+	size_t largest = 0;
+	for (int u = 0; u < m.n_units; u++)
+		largest = m.units[u].numel > largest ? m.units[u].numel : largest;
+	struct init_source src = {&m, (uint64_t)seed, st_malloc(largest * sizeof(float)), -1};
+	if (!src.w) {
+		model_free(&m);
+		return ST_FAIL;
+	}
 	/* written whole beside a model already there, which goes only then */
 	struct model_stage st;
 	int rc = model_dir_stage(out, force, &st);
 	if (rc == ST_OK) {
-		rc = session_save_model(&s, st.tmp);
+		char path[sizeof st.tmp + 16];
+		snprintf(path, sizeof path, "%s/config.json", st.tmp);
+		/* config.json last (hf.h: model_dir_clear) */
+		rc = model_save_weights_dir(&m, st.tmp, shard ? shard : ST_DEFAULT_SHARD_BYTES,
+					    init_get, init_put, &src, NULL);
+		if (rc == ST_OK)
+			rc = config_save(&cfg, path);
 		if (rc == ST_OK)
 			rc = model_dir_commit(out, &st);
 		else
@@ -101,9 +140,10 @@ int cmd_init(int argc, char **argv)
 	if (rc == ST_OK) {
 		char b[32];
 		printf("wrote %s: %zu parameters (%s fp32), dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d\n",
-		       out, s.model.numel, fmt_bytes(b, sizeof b, (double)s.model.numel * 4), cfg.dim,
+		       out, m.numel, fmt_bytes(b, sizeof b, (double)m.numel * 4), cfg.dim,
 		       cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size);
 	}
-	session_close(&s);
+	free(src.w);
+	model_free(&m);
 	return rc;
 }
