@@ -2161,6 +2161,28 @@ Test(train, resume_with_other_thread_count_warned)
 
 /* Other data on resume is said; a --val saved with the run, which would go
  * on scoring the old data, is warned, and --val '' takes the new data's. */
+/* --trace is the leg's that gives it: a resume without it writes no trace
+ * (the saved one was replayed and wrote over the first leg's trace without
+ * a word); one given again writes its own. */
+Test(train, trace_not_replayed_on_resume)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "trace");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/r --steps 2 --eval-interval 0 "
+			"--trace %s/t.json " SMALL " && md5sum %s/t.json > %s/sum",
+			cu_bin(), dir, dir, dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/r --steps 3 && md5sum -c --quiet %s/sum",
+		    cu_bin(), dir, dir);
+	cr_expect_eq(rc, 0, "the first leg's trace was written over: %s", out);
+	rc = cu_run(out, sizeof out,
+		    "%s train --resume %s/r --steps 4 --trace %s/t2.json && grep -q traceEvents %s/t2.json",
+		    cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "a --trace given on resume: %s", out);
+}
+
 Test(train, resume_with_other_data_said)
 {
 	char dir[256];

@@ -305,6 +305,9 @@ int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train
 		ST_TRY(ckpt_read_options(o, src->dir));
 		o->resume[0] = '\0';
 		src->saved = *o; /* the checkpoint's options: its schedule, its paths */
+		/* a trace is of the leg that asked for it: the saved one, replayed,
+		 * wrote the next leg's over it without a word */
+		o->trace[0] = '\0';
 	}
 	if (src->conf) {
 		ST_TRY(train_opts_load_json(o, src->conf));
