@@ -2591,6 +2591,14 @@ Test(faults, sample_reads_the_models_token_ids)
 		    cu_bin(), dir, dir, dir);
 	cr_expect(rc == 2 && strstr(out, "an empty --prompt starts from <bos>, and the tokenizer"), "%d %s",
 		  rc, out);
+	/* an empty --prompt-file is named as the file (it was blamed on
+	 * --prompt), and a prompt file is read to 1 GiB at most (/dev/zero was
+	 * read until memory ran out) */
+	rc = cu_run(out, sizeof out, "%s sample --model %s/m --prompt-file /dev/null", cu_bin(), dir);
+	cr_expect(rc == 1 && strstr(out, "--prompt-file /dev/null is empty"), "%d %s", rc, out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/m --prompt-file /dev/zero", cu_bin(), dir);
+	cr_expect(rc == 1 && strstr(out, "stopped reading /dev/zero after 1024 MiB"), "%d %s", rc,
+		  out);
 	/* --tokenizer takes a run as --model does (its latest checkpoint's
 	 * tokenizer.json; it looked for RUN/tokenizer.json), and an empty
 	 * --model is named as such (it read " does not exist") */

@@ -113,8 +113,10 @@ int cmd_sample(int argc, char **argv)
 	char *file_text = NULL;
 	if (prompt_file) {
 		size_t len;
-		ST_TRY(fs_read_file(strcmp(prompt_file, "-") ? prompt_file : "/dev/stdin", &file_text,
-				    &len));
+		/* at most 1 GiB, as a JSON file: /dev/zero (a slip for the prompt
+		 * file) was read until memory ran out */
+		ST_TRY(fs_read_file_max(strcmp(prompt_file, "-") ? prompt_file : "/dev/stdin",
+					(size_t)1 << 30, &file_text, &len));
 		if (memchr(file_text, 0, len)) {
 			ST_ERROR("give a text file", "--prompt-file %s holds a NUL byte, which a prompt "
 				 "cannot hold", prompt_file);
@@ -209,8 +211,15 @@ int cmd_sample(int argc, char **argv)
 		rc = ST_FAIL;
 	}
 	if (rc == ST_OK && !*prompt && tk.bos_id < 0) {
-		ST_USAGE_ERROR("give a prompt", "an empty --prompt starts from <bos>, and the tokenizer %s "
-			 "has none", tok_name);
+		if (prompt_file)
+			ST_ERROR("give a prompt in the file",
+				 "--prompt-file %s is empty: an empty prompt starts from <bos>, and the "
+				 "tokenizer %s has none",
+				 prompt_file, tok_name);
+		else
+			ST_USAGE_ERROR("give a prompt",
+				       "an empty --prompt starts from <bos>, and the tokenizer %s has none",
+				       tok_name);
 		rc = ST_FAIL;
 	}
 	if (!cli_get(&a, "context", NULL))
