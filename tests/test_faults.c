@@ -16,6 +16,7 @@
 #include "cliutil.h"
 #include "jsonutil.h"
 #include "io/safetensors.h"
+#include "io/shard.h"
 
 extern char **environ;
 
@@ -742,7 +743,7 @@ Test(faults, resume_at_the_end_says_nothing_to_train)
 			"sed -Ei 's/(\"(step|updates)\":[[:space:]]*)2/\\11/' %s/dl/step-000001/trainer.json && "
 			"%s eval --model %s/dl --data %s/data --seq-len 32",
 			dir, dir, dir, cu_bin(), dir, dir);
-	cr_expect(rc != 0 && strstr(out, "the run's newest checkpoint: --resume ") &&
+	cr_expect(rc != 0 && strstr(out, "the run's newest checkpoint: --model ") &&
 			  strstr(out, "/dl/step-000001"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "rm %s/dl/latest && touch %s/dl/latest && "
@@ -2792,7 +2793,34 @@ Test(faults, windows_without_targets)
 	cr_expect(rc == 0 && !strncmp(out, "3\n3\n", 4), "%s", out);
 	rc = cu_run(out, sizeof out, "%s eval --model %s/r --data %s/lp --seq-len 16 --max-tokens 64",
 		    cu_bin(), dir, dir);
-	cr_expect(rc != 0 && strstr(out, "the tokens scored hold no loss targets"), "%s", out);
+	cr_expect(rc != 0 && strstr(out, "the tokens scored hold no loss targets") &&
+			  strstr(out, "hint: give a larger --max-tokens"),
+		  "%s", out);
+	/* a loss mask holding a 2 (its shard's hash right, its header's
+	 * vocabulary 2) is named as a damaged mask, not as a token past the
+	 * model's vocabulary */
+	char path[512];
+	cr_assert_eq(cu_run(NULL, 0, "cp -r %s/lp %s/lpbad", dir, dir), 0);
+	snprintf(path, sizeof path, "%s/lpbad/val.mask.bin", dir);
+	struct st_shard m;
+	cr_assert_eq(shard_open(&m, path), ST_OK);
+	uint32_t *v = malloc(m.n_tokens * sizeof *v);
+	cr_assert(v);
+	for (uint64_t i = 0; i < m.n_tokens; i++)
+		v[i] = shard_token(&m, i);
+	v[m.n_tokens / 2] = 2;
+	cr_assert_eq(shard_write(path, v, m.n_tokens, 3, "mask"), ST_OK);
+	const int fd = open(path, O_WRONLY);
+	const uint32_t two = 2;
+	cr_assert(fd >= 0 && pwrite(fd, &two, 4, 16) == 4 && close(fd) == 0);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/r --data %s/lpbad --seq-len 16", cu_bin(),
+		    dir, dir);
+	char want[128];
+	snprintf(want, sizeof want, "val.mask.bin: value 2 at position %llu is not 0 or 1",
+		 (unsigned long long)(m.n_tokens / 2));
+	cr_expect(rc == 1 && strstr(out, want), "%s", out);
+	free(v);
+	shard_close(&m);
 	/* per-layer GaLore gets the layers' zero gradients by hand (no backward
 	 * ran: it applied another step's accumulators, and its state went
 	 * inf), and ends as GaLore without per-layer updates does */

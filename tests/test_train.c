@@ -549,6 +549,16 @@ Test(train, usage_errors_exit_2)
 		rc = cu_run(out, sizeof out, other[i], cu_bin(), dir);
 		cr_expect(rc == 2 && strstr(out, "error:"), "%s: exit %d\n%s", other[i], rc, out);
 	}
+	/* a model or a data directory given to --resume: said as what it is
+	 * (it read as a run stopped before its first checkpoint) */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/init --steps 3", cu_bin(), dir);
+	cr_expect(rc == 2 && strstr(out, "/init is a model directory, not a run or a checkpoint") &&
+			  strstr(out, "start a new run from it with --model"),
+		  "exit %d\n%s", rc, out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/data --steps 3", cu_bin(), dir);
+	cr_expect(rc == 2 && strstr(out, "/data is a prepared data directory") &&
+			  strstr(out, "give it as --data"),
+		  "exit %d\n%s", rc, out);
 	/* not usage: a model that is not there, a damaged one, a run in use */
 	rc = cu_run(out, sizeof out, "%s train --model %s/nosuch --data %s/data --out %s/run --steps 1",
 		    cu_bin(), dir, dir, dir);

@@ -78,6 +78,7 @@ int resolve_model_dir(char *out, size_t n, const char *path)
 
 int resolve_model_pinned(char *out, size_t n, const char *path)
 {
+	ckpt_paths_flag("--model"); /* the checkpoints named instead are --model's */
 	/* a run saving there may remove the checkpoint `latest` named between
 	 * the resolve and the pin (--keep-ckpts): resolved again, to the newer
 	 * one it has saved by then */
@@ -189,7 +190,8 @@ int cmd_eval(int argc, char **argv)
 	if (rc == ST_OK)
 		rc = evaluate(&s, &d, (int)b, (int)t, max_tokens, &loss, &n);
 	if (rc == ST_OK && !n) {
-		ST_ERROR("give a larger --max-tokens (0: the whole shard)",
+		ST_ERROR(max_tokens ? "give a larger --max-tokens (0: the whole shard)"
+				    : "give a shard with completions to score (its mask has no 1)",
 			 "the tokens scored hold no loss targets (prompts only, under the loss mask)");
 		rc = ST_FAIL;
 	}
@@ -204,7 +206,8 @@ int cmd_eval(int argc, char **argv)
 			       st_json_num(l, sizeof l, "%.6f", loss),
 			       st_json_num(p, sizeof p, "%.4f", exp(loss)), n);
 		else
-			printf("loss %.4f | perplexity %.3f | %ld tokens | %s\n", loss, exp(loss), n, dir);
+			printf("loss %.4f | perplexity %.3f | %ld token%s | %s\n", loss, exp(loss), n,
+			       n == 1 ? "" : "s", dir);
 	}
 	if (rc == ST_OK && !isfinite(loss)) {
 		ST_ERROR("evaluate an earlier checkpoint: this one's weights make the outputs "

@@ -251,8 +251,9 @@ int cmd_sample(int argc, char **argv)
 				    n, ctx_len, ctx_len);
 		else if (n + (size_t)n_tok > (size_t)ctx_len)
 			st_log_info("the text may outgrow --context %ld (%zu + %ld tokens): each time it "
-				    "fills, generation goes on from its last %ld tokens",
-				    ctx_len, n, n_tok, ctx_len - ctx_len / 2);
+				    "fills, generation goes on from its last %ld token%s",
+				    ctx_len, n, n_tok, ctx_len - ctx_len / 2,
+				    ctx_len - ctx_len / 2 == 1 ? "" : "s");
 		/* no longer a window than the text will be: padding past it costs
 		 * as much as text */
 		const size_t need = n + (size_t)n_tok;

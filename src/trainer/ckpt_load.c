@@ -69,6 +69,12 @@ static void later_than_latest(const char *run, long named)
 			    run, named, run, name);
 }
 
+/* The flag the checkpoints named in messages are given to: train's
+ * --resume, or eval's and sample's --model (ckpt_paths_flag). */
+static const char *path_flag = "--resume";
+
+void ckpt_paths_flag(const char *flag) { path_flag = flag; }
+
 /* The directory ckpt_pin holds; -1: none. */
 static int pin_fd = -1;
 
@@ -100,6 +106,15 @@ int ckpt_pin(const char *dir)
 	}
 	pin_fd = fd; /* held until ckpt_unpin, or the process ends */
 	return 1;
+}
+
+/* path's length without its trailing slashes ("/" keeps its one) */
+static size_t base_len(const char *path)
+{
+	size_t len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	return len;
 }
 
 int ckpt_resolve(char *out, size_t n, const char *path)
@@ -135,6 +150,19 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 				    target);
 		len = (ssize_t)strlen(target);
 	}
+	/* a model or data directory given for a run: said as what it is (it
+	 * read as a run stopped before its first checkpoint) */
+	char probe[4300];
+	snprintf(probe, sizeof probe, "%s/config.json", path);
+	ST_CHECK_USAGE(len > 0 || !fs_exists(probe),
+		       "start a new run from it with --model (--resume takes a run directory or one "
+		       "of its step-NNNNNN checkpoints)",
+		       "%s is a model directory, not a run or a checkpoint", path);
+	snprintf(probe, sizeof probe, "%s/train.bin", path);
+	ST_CHECK_USAGE(len > 0 || !fs_exists(probe),
+		       "give it as --data (--resume takes a run directory or one of its "
+		       "step-NNNNNN checkpoints)",
+		       "%s is a prepared data directory, not a run or a checkpoint", path);
 	ST_CHECK(len > 0, "a run stopped before its first checkpoint: start it again with its "
 		 "original command (or give a checkpoint directory, run/step-NNNNNN)",
 		 "no checkpoint at %s (neither trainer.json nor latest found)", path);
@@ -142,7 +170,7 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 	if (target[0] == '/') /* a link made by hand: absolute (strata writes the step's name) */
 		snprintf(out, n, "%s", target);
 	else
-		snprintf(out, n, "%s/%s", path, target);
+		snprintf(out, n, "%.*s/%s", (int)base_len(path), path, target); /* RUN/ as RUN */
 	/* a link made by hand into another run: a resume continues that run,
 	 * and writes there */
 	char rp[PATH_MAX], rt[PATH_MAX], parent[PATH_MAX];
@@ -159,7 +187,7 @@ int ckpt_resolve(char *out, size_t n, const char *path)
 			 "%s/latest points to %s, which does not exist", path, target);
 		char newest[256];
 		if (ckpt_newest(path, newest, sizeof newest) >= 0)
-			st_log_info("the run's newest checkpoint: --resume %s/%s", path, newest);
+			st_log_info("the run's newest checkpoint: %s %s/%s", path_flag, path, newest);
 		else
 			st_log_info("%s holds no checkpoint", path);
 		return ST_FAIL;
@@ -211,7 +239,7 @@ void ckpt_name_earlier(const char *ckpt_dir)
 	}
 	closedir(d);
 	if (best >= 0)
-		st_log_info("the newest earlier checkpoint: --resume %s/%s", run, best_name);
+		st_log_info("the newest earlier checkpoint: %s %s/%s", path_flag, run, best_name);
 	else
 		st_log_info("%s holds no checkpoint earlier than step %ld", run, current);
 }

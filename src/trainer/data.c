@@ -68,6 +68,12 @@ static int open_mask(struct st_shard *mask, int *has, const struct st_shard *s)
 		 "re-run strata prepare: the loss mask belongs to other data",
 		 "%s does not match %s (%llu mask entries for %llu tokens)", path, s->path,
 		 (unsigned long long)mask->n_tokens, (unsigned long long)s->n_tokens);
+	/* said as a mask's values, not as tokens past a vocabulary */
+	for (uint64_t i = 0; i < mask->n_tokens; i++) {
+		const uint32_t v = shard_token(mask, i);
+		ST_CHECK(v <= 1, "re-run strata prepare: the loss mask is damaged",
+			 "%s: value %u at position %llu is not 0 or 1", path, v, (unsigned long long)i);
+	}
 	return data_check_shard(mask, 2, 2);
 }
 

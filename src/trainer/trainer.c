@@ -706,10 +706,11 @@ int trainer_run(struct st_trainer *tr)
 	 * goes on correctly, but not bit for bit as it would have */
 	if (tr->step && tr->ckpt_threads && tr->ckpt_threads != omp_get_max_threads() &&
 	    !strcmp(tr->s.ops->name, "cpu"))
-		st_log_warn("the checkpoint's run used %d threads, this one %d: the matmuls round "
+		st_log_warn("the checkpoint's run used %d thread%s, this one %d: the matmuls round "
 			    "differently, so the run will not match an uninterrupted one bit for bit "
 			    "(give --threads %d for that)",
-			    tr->ckpt_threads, omp_get_max_threads(), tr->ckpt_threads);
+			    tr->ckpt_threads, tr->ckpt_threads == 1 ? "" : "s", omp_get_max_threads(),
+			    tr->ckpt_threads);
 	if (tr->step && tr->skipped > tr->o.max_skipped_steps && tr->step < tr->total_steps)
 		st_log_warn("the run has skipped %ld step%s already, more than --max-skipped-steps %d: "
 			    "the next skip stops it",

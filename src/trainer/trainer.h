@@ -179,6 +179,9 @@ int ckpt_resolve(char *out, size_t n, const char *path);
 int ckpt_pin(const char *dir);
 /* Let go of the checkpoint ckpt_pin holds (its weights are loaded). */
 void ckpt_unpin(void);
+/* The flag the checkpoints that messages name are given to ("--resume",
+ * the default; eval and sample take "--model"). */
+void ckpt_paths_flag(const char *flag);
 /* Another process holds run directory out's lock: a run is training there. */
 int ckpt_run_busy(const char *out);
 /* The newest step directory of run directory out that holds trainer.json:
