@@ -582,6 +582,8 @@ Test(train, impossible_configs)
 		{"\"hidden_size\":60,\"num_attention_heads\":8,\"num_hidden_layers\":2", "must divide hidden_size"},
 		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"num_hidden_layers\":2", "must divide num_attention_heads"},
 		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":0", "num_hidden_layers must be positive"},
+		/* as init's --max-seq 1: no --seq-len trains it (it was taken) */
+		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"max_position_embeddings\":1", "max_position_embeddings must be at least 2"},
 		/* a flag that is not a JSON boolean is refused, not read as false */
 		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"stable_embedding\":1", "\"stable_embedding\" must be true or false"},
 		{"\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,\"tie_word_embeddings\":\"true\"", "\"tie_word_embeddings\" must be true or false"},

@@ -80,7 +80,8 @@ int config_validate(const struct st_config *c)
 	ST_CHECK(c->head_dim > 0 && c->head_dim % 2 == 0, hint,
 		 "head_dim must be positive and even for RoPE (got %d)", c->head_dim);
 	ST_CHECK(c->ffn_dim > 0, hint, "intermediate_size must be positive (got %d)", c->ffn_dim);
-	ST_CHECK(c->max_seq > 0, hint, "max_position_embeddings must be positive (got %d)",
+	/* 2 at least, as init's --max-seq: no --seq-len trains a shorter model */
+	ST_CHECK(c->max_seq >= 2, hint, "max_position_embeddings must be at least 2 (got %d)",
 		 c->max_seq);
 	ST_CHECK(c->rope_theta > 0 && isfinite(c->rope_theta), hint,
 		 "rope_theta must be positive and finite (got %g)", c->rope_theta);
