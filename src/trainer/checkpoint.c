@@ -443,13 +443,13 @@ static int strata_leftover(const char *name)
 	return 0;
 }
 
-static void remove_deferred(const char *out, const char *spare);
+static int remove_unread(const char *out, long step);
+static void remove_marked(const char *out, const char *name, const char *keep);
+static int is_prune_mark(const char *name);
 
 void ckpt_tidy(const char *out, const char *spare)
 {
 	ckpt_recover_aside(out, 1);
-	if (spare) /* a resume: a save tidies them itself (prune) */
-		remove_deferred(out, spare);
 	char keep[PATH_MAX] = "", path[PATH_MAX + 300], real[PATH_MAX];
 	if (spare && !realpath(spare, keep))
 		*keep = '\0';
@@ -458,6 +458,8 @@ void ckpt_tidy(const char *out, const char *spare)
 		return;
 	struct dirent *e;
 	while ((e = readdir(d))) {
+		if (is_prune_mark(e->d_name)) /* a checkpoint a reader held at a save */
+			remove_marked(out, e->d_name, keep);
 		if (!strata_leftover(e->d_name))
 			continue;
 		snprintf(path, sizeof path, "%s/%s", out, e->d_name);
@@ -513,44 +515,36 @@ static int remove_unread(const char *out, long step)
 }
 
 /* Checkpoints a save left to their readers are marked by a file
- * OUT/.prune-step-N holding their ckpt_id, and tried again at each later
- * save and resume of the run, apart from the chain, which the newer ones
- * removed since may have cut off from them. The id tells each from a step
- * saved again under its name since; the checkpoint a run resumed from
- * (spare) is kept, its mark dropped. */
-static void remove_deferred(const char *out, const char *spare)
+ * OUT/.prune-step-N holding their ckpt_id, and tried again by ckpt_tidy at
+ * each later save and resume of the run, apart from the chain, which the
+ * newer ones removed since may have cut off from them. The id tells each
+ * from a step saved again under its name since; the checkpoint a run
+ * resumed from (keep, its real path) is kept, its mark dropped. name: the
+ * mark's. */
+static void remove_marked(const char *out, const char *name, const char *keep)
 {
-	char keep[PATH_MAX] = "", real[PATH_MAX];
-	if (spare && !realpath(spare, keep))
-		*keep = '\0';
-	DIR *d = opendir(out);
-	if (!d)
-		return;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		long step;
-		char mark[4400], dir[4400], id[32] = "";
-		const char *t = !strncmp(e->d_name, ".prune-step-", 12) ? past_digits(e->d_name + 12)
-									 : NULL;
-		if (!t || *t)
-			continue;
-		step = strtol(e->d_name + 12, NULL, 10);
-		snprintf(mark, sizeof mark, "%s/%s", out, e->d_name);
-		snprintf(dir, sizeof dir, "%s/step-%06ld", out, step);
-		FILE *f = fopen(mark, "r");
-		if (f) {
-			if (!fgets(id, sizeof id, f))
-				*id = '\0';
-			fclose(f);
-		}
-		id[strcspn(id, "\n")] = '\0';
-		struct ckpt_ids ids;
-		const int same = ckpt_read_ids(dir, &ids) && *id && !strcmp(ids.self, id);
-		const int spared = *keep && realpath(dir, real) && !strcmp(real, keep);
-		if (!same || spared || remove_unread(out, step) == 1)
-			unlink(mark);
+	char mark[4400], dir[4400], id[32] = "", real[PATH_MAX];
+	const long step = strtol(name + 12, NULL, 10);
+	snprintf(mark, sizeof mark, "%s/%s", out, name);
+	snprintf(dir, sizeof dir, "%s/step-%06ld", out, step);
+	FILE *f = fopen(mark, "r");
+	if (f) {
+		if (!fgets(id, sizeof id, f))
+			*id = '\0';
+		fclose(f);
 	}
-	closedir(d);
+	id[strcspn(id, "\n")] = '\0';
+	struct ckpt_ids ids;
+	const int same = ckpt_read_ids(dir, &ids) && *id && !strcmp(ids.self, id);
+	const int spared = *keep && realpath(dir, real) && !strcmp(real, keep);
+	if (!same || spared || remove_unread(out, step) == 1)
+		unlink(mark);
+}
+
+static int is_prune_mark(const char *name)
+{
+	const char *t = !strncmp(name, ".prune-step-", 12) ? past_digits(name + 12) : NULL;
+	return t && !*t;
 }
 
 static void defer(const char *out, long step)
@@ -578,11 +572,10 @@ static void defer(const char *out, long step)
  * before the chain was recorded ends it: the step directories below it
  * (holding a trainer.json: another tool's step-N is not the run's history)
  * count, as they all did. One a reader holds is left to a later save
- * (remove_deferred). */
+ * (remove_marked). */
 static void prune(const char *out, int keep, long current)
 {
 	ckpt_tidy(out, NULL);
-	remove_deferred(out, NULL);
 	if (keep <= 0)
 		return; /* every one kept */
 	long steps[4096], legacy;
