@@ -77,9 +77,9 @@ int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem);
  * checkpoint): the directory holding the model (cmd_eval.c). */
 int resolve_model_dir(char *out, size_t n, const char *path);
 /* resolve_model_dir, and the checkpoint it finds held against the pruning
- * of a run training there (ckpt_pin) until the process ends: eval and
- * sample, which may read a run directory while its run saves and removes
- * checkpoints. */
+ * of a run training there (ckpt_pin) until ckpt_unpin, once its weights
+ * are loaded: eval and sample, which may read a run directory while its
+ * run saves and removes checkpoints. */
 int resolve_model_pinned(char *out, size_t n, const char *path);
 
 int cmd_init(int argc, char **argv);
