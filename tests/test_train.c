@@ -2167,7 +2167,7 @@ Test(train, resume_with_other_thread_count_warned)
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 2 --threads 2",
 		    cu_bin(), dir);
 	cr_assert_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "used 1 threads, this one 2") && strstr(out, "give --threads 1"),
+	cr_expect(strstr(out, "used 1 thread, this one 2") && strstr(out, "give --threads 1"),
 		  "another thread count not warned: %s", out);
 }
 
