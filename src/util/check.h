@@ -40,23 +40,18 @@ int st_log_exit_status(void);
 #define ST_ERROR(hint, ...) st_log_error(__FILE__, __LINE__, (hint), __VA_ARGS__)
 #define ST_USAGE_ERROR(hint, ...) st_log_usage_error(__FILE__, __LINE__, (hint), __VA_ARGS__)
 
-/* If cond is false: report and return ST_FAIL from the enclosing function. */
-#define ST_CHECK(cond, hint, ...)                                                          \
+/* If cond is false: report (with report, ST_ERROR or ST_USAGE_ERROR) and
+ * return ST_FAIL from the enclosing function. */
+#define ST_CHECK_AS(report, cond, hint, ...)                                               \
 	do {                                                                               \
 		if (!(cond)) {                                                             \
-			ST_ERROR((hint), __VA_ARGS__);                                     \
+			report((hint), __VA_ARGS__);                                       \
 			return ST_FAIL;                                                    \
 		}                                                                          \
 	} while (0)
-
+#define ST_CHECK(cond, hint, ...) ST_CHECK_AS(ST_ERROR, cond, hint, __VA_ARGS__)
 /* ST_CHECK for a command-line error (st_log_usage_error). */
-#define ST_CHECK_USAGE(cond, hint, ...)                                                    \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			ST_USAGE_ERROR((hint), __VA_ARGS__);                               \
-			return ST_FAIL;                                                    \
-		}                                                                          \
-	} while (0)
+#define ST_CHECK_USAGE(cond, hint, ...) ST_CHECK_AS(ST_USAGE_ERROR, cond, hint, __VA_ARGS__)
 
 /* Propagate a failure from a callee that already reported it. */
 #define ST_TRY(expr)                                                                       \
