@@ -2534,6 +2534,20 @@ Test(train, prepare_tokenizer_from_a_run)
 	cr_expect_eq(rc, 0, "%s", out);
 	rc = cu_run(out, sizeof out, "%s prepare --input - --input - --out %s/t < /dev/null", cu_bin(), dir);
 	cr_expect(rc != 0 && strstr(out, "--input - is given twice"), "%s", out);
+	/* named as standard input in messages, not as the /dev/stdin it is read
+	 * through: empty, a token shard, bytes that are not UTF-8 */
+	rc = cu_run(out, sizeof out, "%s prepare --input - --out %s/e < /dev/null", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "--input - (standard input) is empty") && !strstr(out, "/dev/stdin"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s prepare --input - --out %s/e < %s/s/train.bin", cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "--input - (standard input) is a strata token shard") &&
+			  !strstr(out, "/dev/stdin"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "{ cat %s/text.txt; printf 'x\\377y'; } | %s prepare --input - --out %s/n",
+		    dir, cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "warning: - (standard input) is not UTF-8 text") &&
+			  !strstr(out, "/dev/stdin"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s prepare --inptu x --out %s/u", cu_bin(), dir);
 	cr_expect(rc != 0 && strstr(out, "did you mean --input?"), "%s", out);
 }

@@ -66,7 +66,7 @@ static int peek_head(const char *path, char head[8], size_t *n)
 {
 	*n = 0;
 	const int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ST_CHECK(fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
+	ST_CHECK(fd >= 0, "check the path and its permissions", "cannot open %s: %s", prep_shown(path),
 		 strerror(errno));
 	while (*n < 8) {
 		const ssize_t r = read(fd, head + *n, 8 - *n);
@@ -75,7 +75,7 @@ static int peek_head(const char *path, char head[8], size_t *n)
 		if (r < 0) {
 			const int err = errno;
 			close(fd);
-			ST_ERROR("check the file and the device it is on", "cannot read %s: %s", path,
+			ST_ERROR("check the file and the device it is on", "cannot read %s: %s", prep_shown(path),
 				 strerror(err));
 			return ST_FAIL;
 		}
@@ -122,12 +122,13 @@ static int prep_survey(const char *const *inputs, int n_in, struct prep_input *i
 		for (int g = 0; g < f && st->st_ino; g++)
 			ST_CHECK(in[g].st.st_dev != st->st_dev || in[g].st.st_ino != st->st_ino,
 				 "give each file once: text in both splits makes the validation loss read low",
-				 "--input %s is the same file as --input %s", inputs[f], inputs[g]);
+				 "--input %s is the same file as --input %s", prep_shown(inputs[f]),
+				 prep_shown(inputs[g]));
 		ST_CHECK(!shard_has_magic(sized ? head : in[f].src.text, sized ? n_head : in[f].len),
 			 "give the text the shards were made from, or train on this directory's shards",
-			 "--input %s is a strata token shard, not text", inputs[f]);
+			 "--input %s is a strata token shard, not text", prep_shown(inputs[f]));
 		if (!in[f].len && (sized || in[f].src.eof))
-			st_log_warn("--input %s is empty: nothing from it", inputs[f]);
+			st_log_warn("--input %s is empty: nothing from it", prep_shown(inputs[f]));
 		*bytes += in[f].len;
 	}
 	return ST_OK;

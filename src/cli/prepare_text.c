@@ -126,11 +126,16 @@ static int read_into(int fd, char *buf, size_t cap, size_t *len, int *eof)
 	return 0;
 }
 
+const char *prep_shown(const char *path)
+{
+	return strcmp(path, "/dev/stdin") ? path : "- (standard input)";
+}
+
 int prep_source_open(struct prep_source *src, const char *path, size_t min)
 {
 	*src = (struct prep_source){.fd = open(path, O_RDONLY | O_CLOEXEC)};
-	ST_CHECK(src->fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
-		 strerror(errno));
+	ST_CHECK(src->fd >= 0, "check the path and its permissions", "cannot open %s: %s",
+		 prep_shown(path), strerror(errno));
 	struct stat st;
 	int err = fstat(src->fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
 	const size_t want = min > part_bytes() ? min : part_bytes();
@@ -153,7 +158,7 @@ int prep_source_open(struct prep_source *src, const char *path, size_t min)
 		free(src->text);
 		*src = (struct prep_source){.fd = -1};
 		ST_ERROR(err == EISDIR ? "give the path of a file" : "check the file and the device it is on",
-			 "cannot read %s: %s", path, strerror(err));
+			 "cannot read %s: %s", prep_shown(path), strerror(err));
 		return ST_FAIL;
 	}
 	return ST_OK;
@@ -183,7 +188,7 @@ struct reader {
  * the file is opened here */
 static int reader_open(struct reader *r, const char *path, struct prep_source *src)
 {
-	*r = (struct reader){.path = path, .fd = -1, .cap = part_bytes()};
+	*r = (struct reader){.path = prep_shown(path), .fd = -1, .cap = part_bytes()};
 	if (src && (src->text || src->fd >= 0 || src->eof)) { /* begun by the survey */
 		r->fd = src->fd;
 		r->buf = src->text;
@@ -194,7 +199,7 @@ static int reader_open(struct reader *r, const char *path, struct prep_source *s
 		return ST_OK;
 	}
 	r->fd = open(path, O_RDONLY | O_CLOEXEC);
-	ST_CHECK(r->fd >= 0, "check the path and its permissions", "cannot open %s: %s", path,
+	ST_CHECK(r->fd >= 0, "check the path and its permissions", "cannot open %s: %s", r->path,
 		 strerror(errno));
 	return ST_OK;
 }
@@ -403,6 +408,7 @@ int prep_jsonl(const struct st_tokenizer *tk, const char *path, struct prep_sour
 {
 	struct reader r;
 	ST_TRY(reader_open(&r, path, src));
+	path = r.path; /* for the messages */
 	struct jsonl js = {0};
 	struct utf8_count bad = {0};
 	int rc;
@@ -487,6 +493,7 @@ int prep_text(const struct st_tokenizer *tk, const char *path, struct prep_sourc
 	const size_t reach = chunk + (chunk < 65536 ? chunk : 65536);
 	struct reader r;
 	ST_TRY(reader_open(&r, path, src));
+	path = r.path; /* for the messages */
 	struct chunker c = {0};
 	struct utf8_count bad = {0};
 	uint32_t *ids = NULL;

@@ -30,6 +30,9 @@ struct prep_split {
 	int text_bos;   /* --bos: <bos> before each text file, as a document's start */
 };
 
+/* How an input is named in messages: --input - as standard input, not
+ * the /dev/stdin it is opened as. */
+const char *prep_shown(const char *path);
 /* Whether s ends with suffix, in either case (.jsonl, .JSONL). */
 int prep_ends_with(const char *s, const char *suffix);
 /* n tokens into split's shard, with mask value m where there are masks. */
