@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
+#include <linux/magic.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +19,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -78,12 +83,66 @@ int fs_absolute(char *path, size_t n)
 	return ST_OK;
 }
 
+/* Whether this process has CAP_SYS_RESOURCE in its effective set. */
+static int has_sys_resource(void)
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct data[2] = {0};
+	if (syscall(SYS_capget, &hdr, data) != 0)
+		return 0;
+	return (data[CAP_SYS_RESOURCE / 32].effective >> (CAP_SYS_RESOURCE % 32)) & 1;
+}
+
+/* The resuid and resgid of the mount of device dev, from its super options
+ * in /proc/self/mountinfo (ext4 shows them where they are not 0). */
+static void ext_reserve_owner(dev_t dev, long *uid, long *gid)
+{
+	*uid = *gid = 0;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[8192], want[32];
+	snprintf(want, sizeof want, " %u:%u ", major(dev), minor(dev));
+	while (f && fgets(line, sizeof line, f)) {
+		const char *at = strstr(line, want), *dash = strstr(line, " - ");
+		if (!at || !dash || at > dash)
+			continue;
+		const char *opt;
+		if ((opt = strstr(dash, "resuid=")))
+			*uid = strtol(opt + 7, NULL, 10);
+		if ((opt = strstr(dash, "resgid=")))
+			*gid = strtol(opt + 7, NULL, 10);
+		break;
+	}
+	if (f)
+		fclose(f);
+}
+
+int fs_may_use_reserved(const char *path)
+{
+	struct statfs sf;
+	struct stat st;
+	if (statfs(path, &sf) != 0 || sf.f_type != EXT4_SUPER_MAGIC || stat(path, &st) != 0)
+		return 0; /* another file system's f_bavail is what it lets anyone write */
+	if (has_sys_resource())
+		return 1;
+	/* as ext4_has_free_clusters: the reserve's owner, or a member of its group */
+	long uid, gid;
+	ext_reserve_owner(st.st_dev, &uid, &gid);
+	if ((long)geteuid() == uid || (long)getegid() == gid)
+		return 1;
+	gid_t groups[256];
+	const int n = getgroups(256, groups);
+	for (int i = 0; i < n; i++)
+		if ((long)groups[i] == gid)
+			return 1;
+	return 0;
+}
+
 double fs_free_bytes(const char *path)
 {
 	struct statvfs vs;
 	if (statvfs(path, &vs) != 0 || vs.f_blocks == 0)
 		return -1;
-	const double blocks = geteuid() == 0 ? (double)vs.f_bfree : (double)vs.f_bavail;
+	const double blocks = fs_may_use_reserved(path) ? (double)vs.f_bfree : (double)vs.f_bavail;
 	return blocks * (double)vs.f_frsize;
 }
 

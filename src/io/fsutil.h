@@ -52,10 +52,17 @@ int fs_unlink(const char *path);
 /* Recursively remove a directory tree (used for stale temp checkpoints). */
 int fs_rmtree(const char *path);
 /* The bytes this process may still write on path's file system: what is
- * free to everyone, or as root also the blocks the file system keeps for
- * root (ext4's reserved 5%); -1 where it cannot tell (no statvfs, or a file
- * system that reports no size, as ramfs). */
+ * free to everyone, and the blocks ext4 reserves (its 5%) where
+ * fs_may_use_reserved says this process may use them (being root is not
+ * enough: a mount with another resuid, in a container whose root lacks
+ * CAP_SYS_RESOURCE, keeps them from it); -1 where it cannot tell (no
+ * statvfs, or a file system that reports no size, as ramfs). */
 double fs_free_bytes(const char *path);
+/* Whether this process may write into the blocks path's file system
+ * reserves: an ext2/3/4 file system, and CAP_SYS_RESOURCE or the mount's
+ * resuid or resgid (0, root, unless the mount or the image says
+ * otherwise). */
+int fs_may_use_reserved(const char *path);
 int fs_exists(const char *path);
 int fs_is_dir(const char *path);
 /* Make path (a buffer of size n) absolute in place, so that it still names
