@@ -525,6 +525,12 @@ Test(train, usage_errors_exit_2)
 		{ "--optimizer galore-adamw --galore-rank -3", "--galore-rank must be positive" },
 		{ "--seq-len 1000", "exceeds the model's max_position_embeddings" },
 		{ "--config %s/cfg.json --config %s/cfg.json", "--config is given twice" },
+		/* options that cannot go together, found by the planner and the
+		 * tiers (these exited 1) */
+		{ "--activations dd", "there is no offload directory" },
+		{ "--device-updates 1 --place optimizer=host", "but --place puts them elsewhere" },
+		{ "--optimizer galore-adamw --place gradients=host", "cannot apply" },
+		{ "--offload-dir %s/data --offload-dir %s/data/", "are the same directory" },
 	};
 	for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
 		char flags[512];
@@ -559,6 +565,41 @@ Test(train, usage_errors_exit_2)
 	cr_expect(rc == 2 && strstr(out, "/data is a prepared data directory") &&
 			  strstr(out, "give it as --data"),
 		  "exit %d\n%s", rc, out);
+	/* more than 64 offload directories, in eval as in train (counted
+	 * before any is looked for) */
+	char many[65 * 8] = "";
+	for (int i = 0; i < 65; i++)
+		snprintf(many + strlen(many), sizeof many - strlen(many), "%so%d", i ? "," : "", i);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --device-mem 20M --offload-dir %s",
+		    cu_bin(), dir, dir, many);
+	cr_expect(rc == 2 && strstr(out, "too many offload directories"), "exit %d\n%s", rc, out);
+	/* a resume asking for a setting the saved state cannot take: one error,
+	 * exit 2 (they exited 1 with a second "cannot resume" line) */
+	static const struct {
+		const char *start, *resume, *says;
+	} settings[] = {
+		{ "--optimizer galore-adamw8bit --galore-rank 8", "--quant-block 64",
+		  "was written with quantization block 256" },
+		{ "--optimizer galore-adamw8bit --galore-rank 8", "--quant-min-size 0",
+		  "--quant-min-size 4096, the run asks for 256 and 0" },
+		{ "--optimizer sgd --momentum 0.9", "--momentum 0", "(a momentum buffer), the run asks" },
+		{ "--optimizer sgd", "--momentum 0.9", "(no momentum buffer), the run asks" },
+	};
+	for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
+		rc = cu_run(out, sizeof out, "rm -rf %s/set && %s train --model %s/init --data %s/data --out "
+					     "%s/set --steps 1 " SMALL " %s",
+			    dir, cu_bin(), dir, dir, dir, settings[i].start);
+		cr_assert_eq(rc, 0, "%s", out);
+		for (int plan = 0; plan < 2; plan++) {
+			rc = cu_run(out, sizeof out, "%s %s --resume %s/set %s %s", cu_bin(),
+				    plan ? "plan" : "train", dir, plan ? "" : "--steps 2", settings[i].resume);
+			const char *second = strstr(out, "error:");
+			cr_expect(rc == 2 && strstr(out, settings[i].says) && second &&
+					  !strstr(second + 1, "error:"),
+				  "%s then %s %s: exit %d\n%s", settings[i].start, plan ? "plan" : "train",
+				  settings[i].resume, rc, out);
+		}
+	}
 	/* not usage: a model that is not there, a damaged one, a run in use */
 	rc = cu_run(out, sizeof out, "%s train --model %s/nosuch --data %s/data --out %s/run --steps 1",
 		    cu_bin(), dir, dir, dir);

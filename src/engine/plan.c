@@ -368,7 +368,7 @@ static int layout(struct st_plan *p, const struct st_plan_model *pm, const struc
 	p->n_dev_updates = 0;
 	for (int u = 0; u < pm->n_units; u++)
 		p->n_dev_updates += p->dev_update[u];
-	ST_CHECK(!on_disk || o->place.n_dirs > 0, "give --offload-dir DIR to swap activations to disk",
+	ST_CHECK_USAGE(!on_disk || o->place.n_dirs > 0, "give --offload-dir DIR to swap activations to disk",
 		 "%d layers' activations are to be swapped to disk, but there is no offload directory",
 		 on_disk);
 	/* the swap pool: the layer being written, the next one's input, and
@@ -493,9 +493,9 @@ int plan_make(struct st_plan *p, const struct st_plan_model *pm, const struct st
 		w.place.prefetch = 2;
 	w.place.prefetch_given = !choose_pf;
 	const int L = pm->n_layers, n = pm->n_units;
-	ST_CHECK(o->device_updates <= n, "give --device-updates between 0 and the number of units",
+	ST_CHECK_USAGE(o->device_updates <= n, "give --device-updates between 0 and the number of units",
 		 "--device-updates %d: the model has %d units", o->device_updates, n);
-	ST_CHECK(o->device_updates <= 0 ||
+	ST_CHECK_USAGE(o->device_updates <= 0 ||
 			 (o->place.force[ST_SLAB_S] < 0 && o->place.force[ST_SLAB_G] < 0),
 		 "drop --place optimizer=/gradients=, or --device-updates",
 		 "--device-updates keeps those units' optimizer state and gradients on the device, "

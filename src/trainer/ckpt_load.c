@@ -313,7 +313,8 @@ struct saved_state {
 	enum st_optim_kind kind;
 	int block;   /* the 8-bit kinds' quantization block */
 	int convert; /* laid out otherwise than this run's state: ckpt_convert_state */
-	int setting; /* a failed check was of a setting the run asks otherwise, not damage */
+	int setting; /* a failed check was of a setting the run asks otherwise (a usage
+		      * error), not damage */
 };
 
 /* The settings the state was written with, against the run's: the
@@ -332,13 +333,13 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 	const char *kind = safetensors_meta(sf, "optimizer");
 	ST_CHECK(optim_parse_kind(&src->kind, kind) == ST_OK, "use a checkpoint strata wrote",
 		 "%s holds state of an unknown optimizer '%s'", path, kind);
-	src->setting = 1; /* for the checks of what the run asks, each reset once passed */
+	/* an --optimizer the state cannot become is refused before this
+	 * (cli_check_resume, from trainer.json's): here the two files disagree */
 	ST_CHECK(src->kind == c->kind || ckpt_can_convert(src->kind, c->kind),
-		 "resume with the optimizer the run was started with (adamw and adamw8bit convert "
-		 "into each other, as do sgd and sgd8bit)",
+		 "trainer.json and the state file disagree: the checkpoint was changed or damaged; "
+		 "use an earlier one",
 		 "%s holds %s state, but the run asks for --optimizer %s", path, kind,
 		 optim_kind_name(c->kind));
-	src->setting = 0;
 	src->convert = src->kind != c->kind;
 	src->block = c->quant_block;
 	long v;
@@ -358,7 +359,7 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 		if (src->kind == c->kind && (src->block != c->quant_block ||
 					     (got == 1 && v != c->quant_min_numel))) {
 			src->setting = 1;
-			ST_CHECK(ckpt_can_convert(src->kind, c->kind),
+			ST_CHECK_USAGE(ckpt_can_convert(src->kind, c->kind),
 				 "resume with the --quant-block and --quant-min-size the run was started "
 				 "with (GaLore's state is not converted)",
 				 "%s was written with quantization block %d and --quant-min-size %s, the "
@@ -379,7 +380,7 @@ static int check_optimizer_meta(const struct st_trainer *tr, const struct st_saf
 		const int had = src->kind == ST_OPT_SGD8 || strtod(mom, NULL) != 0.0,
 			  has = c->momentum != 0.0f;
 		src->setting = had != has;
-		ST_CHECK(had == has,
+		ST_CHECK_USAGE(had == has,
 			 had ? "resume with a non-zero --momentum, as the run was started"
 			 : c->kind == ST_OPT_SGD8
 				 ? "sgd8bit quantizes a momentum buffer this checkpoint does not have; "
@@ -608,10 +609,10 @@ static int load_state(struct st_trainer *tr, const char *ckpt_dir, int *damaged)
 		rc = src.convert ? ckpt_convert_state(tr, &sf, path, src.kind, src.block)
 				 : load_optimizer(tr, &sf, path);
 	safetensors_close(&sf);
-	if (rc != ST_OK) /* a setting the state disagrees with is the same in earlier steps */
-		ST_ERROR(*damaged ? "resume from an earlier checkpoint"
-				  : "resume with the run's own settings (see above)",
-			 "cannot resume from %s", ckpt_dir);
+	/* a setting the state disagrees with (a usage error, said above with
+	 * what to give) is the same in earlier steps: no earlier one named */
+	if (rc != ST_OK && *damaged)
+		ST_ERROR("resume from an earlier checkpoint", "cannot resume from %s", ckpt_dir);
 	return rc == ST_OK ? store_ok(&tr->s.store) : rc;
 }
 

@@ -63,7 +63,8 @@ static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem
 	for (char *save = NULL, *d = strtok_r(dirbuf, ",", &save); d && rc == ST_OK;
 	     d = strtok_r(NULL, ",", &save)) {
 		if (n_dirs == 64) {
-			ST_ERROR("give at most 64 --offload-dir directories", "too many offload directories");
+			ST_USAGE_ERROR("give at most 64 --offload-dir directories",
+				       "too many offload directories");
 			rc = ST_FAIL;
 		} else
 			dirs[n_dirs++] = d;

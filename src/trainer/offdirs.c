@@ -95,13 +95,13 @@ int offdirs_check_exist(const char *const *dirs, int n, const char *out)
 			char x[PATH_MAX], y[PATH_MAX];
 			if (stat(dirs[i], &a) != 0 || stat(dirs[j], &b) != 0) {
 				/* ones train would create: the same path twice */
-				ST_CHECK(!normalize(x, sizeof x, dirs[i]) || !normalize(y, sizeof y, dirs[j]) ||
+				ST_CHECK_USAGE(!normalize(x, sizeof x, dirs[i]) || !normalize(y, sizeof y, dirs[j]) ||
 						 strcmp(x, y),
 					 "give each directory once (one per SSD)",
 					 "--offload-dir %s and %s are the same directory", dirs[i], dirs[j]);
 				continue;
 			}
-			ST_CHECK(a.st_dev != b.st_dev || a.st_ino != b.st_ino,
+			ST_CHECK_USAGE(a.st_dev != b.st_dev || a.st_ino != b.st_ino,
 				 "give each directory once (one per SSD)",
 				 "--offload-dir %s and %s are the same directory", dirs[i], dirs[j]);
 			if (a.st_dev == b.st_dev && !warned++)

@@ -343,7 +343,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
 	if (tr->per_layer) {
 		const int g = ch->po.place.force[ST_SLAB_G];
-		ST_CHECK(g < 0 || g == ST_TIER_DEVICE,
+		ST_CHECK_USAGE(g < 0 || g == ST_TIER_DEVICE,
 			 "give --galore-per-layer false to place gradients elsewhere",
 			 "GaLore's per-layer updates keep their gradients on the device; --place "
 			 "gradients=%s cannot apply",
