@@ -1549,13 +1549,25 @@ Test(faults, paths_and_messages)
 				      "--galore-start-spread 1 (all at the first update)"),
 			  "rank %d: %s", r, out);
 	}
-	/* galore-adamw8bit keeps fp32 moments under --quant-min-size (the k and
-	 * v moments here: 26 x 64 < 4096), whose break-even is fp32's */
+	/* galore-adamw8bit is weighed against adamw8bit (it was against AdamW,
+	 * so that full rank went unsaid): the k and v projections (2048
+	 * weights, under --quant-min-size) against 8 B per weight, the rest
+	 * against 2.03, with moments of rank 26 in fp32 (26 x 64 < 4096): the
+	 * 64 x 64 ones break even at 10.8 */
 	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g8 --steps 1 "
 			"--optimizer galore-adamw8bit --galore-rank 26 --eval-interval 0 " SMALL,
 		    cu_bin(), dir, dir, dir);
-	cr_expect(rc == 0 && strstr(out, "--galore-rank 26 keeps more state than AdamW's 8 B per "
-					 "weight on 4 of the 14"),
+	cr_expect(rc == 0 && strstr(out, "--galore-rank 26 keeps more state than adamw8bit would (2.03 "
+					 "B per weight, 8 under --quant-min-size) on 14 of the 14 "
+					 "projected matrices (a projector and moments of that rank); "
+					 "rank 10 or less saves memory"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g9 --steps 1 "
+			"--optimizer galore-adamw8bit --galore-rank 1e9 --eval-interval 0 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "is full rank on every projected matrix: GaLore is then "
+					 "adamw8bit with an identity projector") &&
+			  strstr(out, "use --optimizer adamw8bit (its --lr x 0.25"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/bytes --out %s/g1 --steps 1 "
 			"--optimizer galore-adamw --galore-rank 8 --galore-start-spread 1 --eval-interval 0 " SMALL,

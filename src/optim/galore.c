@@ -100,9 +100,13 @@ int galore_plan(struct st_optim *o)
 	/* phases spread the refreshes evenly over the gap: at most
 	 * ceil(n_gal / gap) refreshes in any step, plus the first projectors
 	 * of the updates 1..S (plan_starts) */
-	/* state per matrix against AdamW's 8 B per weight: the projector (fp32,
-	 * rank x smaller side) and two moments of rank x larger side (fp32, or
-	 * a byte each plus their blocks' absmax) */
+	/* state per matrix against what the same family keeps without GaLore
+	 * (AdamW's 8 B per weight; adamw8bit's 2 + 8/block, or 8 under
+	 * --quant-min-size): the projector (fp32, rank x smaller side) and two
+	 * moments of rank x larger side (fp32, or a byte each plus their
+	 * blocks' absmax) */
+	const int is8 = c->kind == ST_OPT_GALORE_ADAMW8;
+	const double q8_bytes = 2.0 + 8.0 / c->quant_block;
 	int k = 0, n_over = 0, n_full = 0, below = INT_MAX; /* the rank that saves memory on all of them */
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
@@ -123,10 +127,10 @@ int galore_plan(struct st_optim *o)
 		const double large = ps->rows + ps->cols - small;
 		/* 8-bit moments where the matrix's moments are quantized at all
 		 * (optim.c: at least --quant-min-size elements) */
-		const int q8 = c->kind == ST_OPT_GALORE_ADAMW8 &&
-			       (long)ps->state_numel >= c->quant_min_numel;
-		const double mom = q8 ? 2.0 + 8.0 / c->quant_block : 8.0;
-		const double even = 8.0 * small * large / (4.0 * small + mom * large);
+		const int q8 = is8 && (long)ps->state_numel >= c->quant_min_numel;
+		const double mom = q8 ? q8_bytes : 8.0;
+		const double base = is8 && (long)p->numel >= c->quant_min_numel ? q8_bytes : 8.0;
+		const double even = base * small * large / (4.0 * small + mom * large);
 		if (ps->rank >= even) {
 			n_over++;
 			const int r = (int)ceil(even) - 1 > 0 ? (int)ceil(even) - 1 : 1;
@@ -136,17 +140,22 @@ int galore_plan(struct st_optim *o)
 	}
 	if (n_over && n_full == n_gal) /* P = I everywhere: AdamW with more state */
 		st_log_warn("--galore-rank %g is full rank on every projected matrix: GaLore is then "
-			    "AdamW with an identity projector kept as state (and those matrices' "
+			    "%s with an identity projector kept as state (and those matrices' "
 			    "updates scaled by --galore-scale %g); use --optimizer %s (its --lr x %g "
 			    "for the same updates there), or rank %d or less to save memory",
-			    c->galore_rank, (double)c->galore_scale,
-			    c->kind == ST_OPT_GALORE_ADAMW8 ? "adamw8bit" : "adamw",
-			    (double)c->galore_scale, below);
-	else if (n_over)
+			    c->galore_rank, is8 ? "adamw8bit" : "AdamW", (double)c->galore_scale,
+			    is8 ? "adamw8bit" : "adamw", (double)c->galore_scale, below);
+	else if (n_over && !is8)
 		st_log_warn("--galore-rank %g keeps more state than AdamW's 8 B per weight on %d of "
 			    "the %d projected matrices (a projector and moments of that rank); rank %d "
 			    "or less saves memory on all of them",
 			    c->galore_rank, n_over, n_gal, below);
+	else if (n_over)
+		st_log_warn("--galore-rank %g keeps more state than adamw8bit would (%.3g B per "
+			    "weight, 8 under --quant-min-size) on %d of the %d projected matrices (a "
+			    "projector and moments of that rank); rank %d or less saves memory on all "
+			    "of them",
+			    c->galore_rank, q8_bytes, n_over, n_gal, below);
 	plan_starts(o);
 	return ST_OK;
 }
