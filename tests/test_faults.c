@@ -2274,15 +2274,25 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--quant-block --lr 1e-3", "--quant-block needs a value"},
 		{"--lr 1e400", "option 'lr': 1e400 is out of range"},
 		{"--quant-block 100", "--quant-block must be a power of two in [16, 65536] (got 100)"},
-		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0,1) as a float (got 1.5)"},
+		{"--optimizer sgd8bit --momentum 1.5", "--momentum must be in [0, 1) as a float (got 1.5)"},
 		/* in range as doubles, not as the floats the optimizer uses: 1
 		 * and 0 turned the weights to NaN at step 1, an lr of 0 trained
 		 * nothing with exit 0 */
 		{"--optimizer sgd8bit --momentum 0.99999999999",
-		 "--momentum must be in [0,1) as a float (got 0.99999999999)"},
-		{"--beta1 0.99999999999", "--beta1 must be in [0,1) as a float (got 0.99999999999)"},
+		 "--momentum must be in [0, 1) as a float (got 0.99999999999)"},
+		{"--beta1 0.99999999999", "--beta1 must be in [0, 1) as a float (got 0.99999999999)"},
 		{"--eps 1e-50", "--eps must be positive and a float: from 1.17549e-38 to 3.40282e+38 (got 1e-50)"},
 		{"--lr 1e-50", "--lr must be positive and a float: from 1.17549e-38 to 3.40282e+38 (got 1e-50)"},
+		/* the clip factor became 0 in fp32 and the run trained nothing */
+		{"--grad-clip 1e-45", "--grad-clip must be 0 or a positive float from 1.17549e-38 to "
+				      "3.40282e+38 (got 1e-45)"},
+		/* the value as given (it read -0.10000000000000001), or missing,
+		 * and a hint that says what to give (it read "fix the option") */
+		{"--beta1 -0.1", "--beta1 must be in [0, 1) as a float (got -0.1)"},
+		{"--beta1 -0.1", "hint: the defaults are --beta1 0.9 and --beta2 0.95"},
+		{"--min-lr-ratio 2", "--min-lr-ratio must be in [0, 1] (got 2)"},
+		{"--min-lr-ratio 2", "hint: the schedule ends at --lr x this ratio"},
+		{"--grad-accum 0", "hint: give the micro-batches per step"},
 		/* read at the first save: the whole run trained, then saved nothing */
 		{"--shard-size x", "--shard-size: 'x' is not a size"},
 		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},
@@ -2394,7 +2404,7 @@ Test(faults, config_file_value_named)
 			"echo '{\"beta1\": 1.5}' > %s/bad.json && %s train --model %s/init --data %s/data "
 			"--out %s/r --steps 1 --config %s/bad.json " SMALL,
 			dir, cu_bin(), dir, dir, dir, dir);
-	cr_expect(rc != 0 && strstr(out, "--beta1 must be in [0,1) as a float (got 1.5)") &&
+	cr_expect(rc != 0 && strstr(out, "--beta1 must be in [0, 1) as a float (got 1.5)") &&
 			  strstr(out, "/bad.json: the value above is the --config file's"),
 		  "%s", out);
 	/* a bad length the file gave is the file's too */
@@ -2416,7 +2426,7 @@ Test(faults, config_file_value_named)
 		    "echo '{\"steps\": 1}' > %s/ok.json && %s train --model %s/init --data %s/data "
 		    "--out %s/r3 --config %s/ok.json --beta2 2 " SMALL,
 		    dir, cu_bin(), dir, dir, dir, dir);
-	cr_expect(rc != 0 && strstr(out, "--beta2 must be in [0,1) as a float (got 2)") &&
+	cr_expect(rc != 0 && strstr(out, "--beta2 must be in [0, 1) as a float (got 2)") &&
 			  !strstr(out, "--config file's"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out,

@@ -584,6 +584,12 @@ Test(train, usage_errors_exit_2)
 		  "--quant-min-size 4096, the run asks for 256 and 0" },
 		{ "--optimizer sgd --momentum 0.9", "--momentum 0", "(a momentum buffer), the run asks" },
 		{ "--optimizer sgd", "--momentum 0.9", "(no momentum buffer), the run asks" },
+		/* a value bad on its own is named as such, before it is compared
+		 * with the run's (it read "the run used 8") */
+		{ "--optimizer galore-adamw --galore-rank 8", "--galore-rank 0",
+		  "--galore-rank must be positive (got 0)" },
+		{ "--optimizer galore-adamw --galore-rank 8", "--galore-update-gap 0",
+		  "--galore-update-gap must be >= 1 (got 0)" },
 	};
 	for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
 		rc = cu_run(out, sizeof out, "rm -rf %s/set && %s train --model %s/init --data %s/data --out "

@@ -70,19 +70,24 @@ static void plan_starts(struct st_optim *o)
 	}
 }
 
+int galore_check_rank_gap(double rank, int gap)
+{
+	ST_CHECK_USAGE(rank > 0, "give --galore-rank as a rank (128) or a fraction of the hidden size (0.25)",
+		 "--galore-rank must be positive (got %g)", rank);
+	ST_CHECK_USAGE(rank < 1 || rank == floor(rank),
+		 "give a whole rank (128) or a fraction of the hidden size below 1 (0.25)",
+		 "--galore-rank %g is neither a whole rank nor a fraction below 1", rank);
+	ST_CHECK_USAGE(gap >= 1, "the paper uses 200", "--galore-update-gap must be >= 1 (got %d)", gap);
+	return ST_OK;
+}
+
 int galore_plan(struct st_optim *o)
 {
 	const struct st_optim_cfg *c = &o->cfg;
 	const struct st_model *m = o->m;
 	if (!is_galore_kind(c->kind))
 		return ST_OK;
-	ST_CHECK_USAGE(c->galore_rank > 0, "give --galore-rank as a rank (128) or a fraction of the hidden size (0.25)",
-		 "--galore-rank must be positive (got %g)", c->galore_rank);
-	ST_CHECK_USAGE(c->galore_rank < 1 || c->galore_rank == floor(c->galore_rank),
-		 "give a whole rank (128) or a fraction of the hidden size below 1 (0.25)",
-		 "--galore-rank %g is neither a whole rank nor a fraction below 1", c->galore_rank);
-	ST_CHECK_USAGE(c->galore_gap >= 1, "the paper uses 200", "--galore-update-gap must be >= 1 (got %d)",
-		 c->galore_gap);
+	ST_TRY(galore_check_rank_gap(c->galore_rank, c->galore_gap));
 	ST_CHECK_USAGE(c->galore_scale > 0, "the paper uses 0.25", "--galore-scale must be positive (got %g)",
 		 c->galore_scale);
 	/* a whole rank past every matrix is full rank (capped below); past

@@ -27,6 +27,11 @@
  * sides, staggered first updates and refresh phases; checks the GaLore
  * options. A no-op for other kinds. */
 int galore_plan(struct st_optim *o);
+/* --galore-rank (a whole rank, or a fraction of the hidden size below 1)
+ * and --galore-update-gap (>= 1) as given, usage errors said; galore_plan
+ * checks them, and the trainer's option check before a resume compares
+ * them with the run's. */
+int galore_check_rank_gap(double rank, int gap);
 /* Elements of the projector P of a GaLore parameter. */
 size_t galore_proj_numel(const struct st_pstate *ps);
 /* Whether GaLore parameter ps has no projector yet at update t: it takes

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/fsutil.h"
+#include "optim/galore.h"
 #include "optim/optim.h"
 #include "engine/place.h"
 #include "engine/session.h"
@@ -339,14 +340,29 @@ char *train_opts_to_json(const struct st_train_opts *o)
 	return s;
 }
 
+/* A value in the fewest digits that read back as it (-0.1, not
+ * -0.10000000000000001), for the messages. */
+static const char *shortest(char *buf, size_t n, double v)
+{
+	for (int p = 1; p <= 17; p++) {
+		snprintf(buf, n, "%.*g", p, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	return buf;
+}
+
 int train_opts_validate(const struct st_train_opts *o)
 {
-	const char *h = "fix the option";
+	char v[32];
 	enum st_optim_kind kind; /* first: the checks below depend on it */
 	ST_TRY(optim_parse_kind(&kind, o->optimizer));
-	ST_CHECK_USAGE(o->micro_batch > 0, h, "--micro-batch must be positive (got %d)", o->micro_batch);
-	ST_CHECK_USAGE(o->seq_len > 1, h, "--seq-len must be at least 2 (got %d)", o->seq_len);
-	ST_CHECK_USAGE(o->grad_accum > 0, h, "--grad-accum must be positive (got %d)", o->grad_accum);
+	ST_CHECK_USAGE(o->micro_batch > 0, "give the sequences per micro-batch, 1 or more (default 8)",
+		 "--micro-batch must be positive (got %d)", o->micro_batch);
+	ST_CHECK_USAGE(o->seq_len > 1, "give 2 or more tokens per sequence (default 256)",
+		 "--seq-len must be at least 2 (got %d)", o->seq_len);
+	ST_CHECK_USAGE(o->grad_accum > 0, "give the micro-batches per step, 1 or more (1: no accumulation)",
+		 "--grad-accum must be positive (got %d)", o->grad_accum);
 	/* a step's tokens and targets are held at once (8 bytes a token): 2^28
 	 * tokens (2 GiB) is far beyond any step that trains well */
 	const double step_tokens = (double)o->micro_batch * o->seq_len * o->grad_accum;
@@ -357,11 +373,14 @@ int train_opts_validate(const struct st_train_opts *o)
 	/* the optimizer's settings are floats: checked as the floats they
 	 * become (--lr 1e-50 became 0 and trained nothing, --eps 1e-50 became 0
 	 * and --beta1 0.99999999999 became 1, each turning the weights to NaN) */
-	ST_CHECK_USAGE(o->lr >= FLT_MIN && o->lr <= FLT_MAX, h,
-		 "--lr must be positive and a float: from %g to %g (got %g)", (double)FLT_MIN,
-		 (double)FLT_MAX, o->lr);
-	ST_CHECK_USAGE(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, h, "--min-lr-ratio must be in [0,1]");
-	ST_CHECK_USAGE(o->weight_decay >= 0, h, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
+	ST_CHECK_USAGE(o->lr >= FLT_MIN && o->lr <= FLT_MAX, "the default is 1e-3; fine-tuning uses 1e-5 to 1e-4",
+		 "--lr must be positive and a float: from %g to %g (got %s)", (double)FLT_MIN,
+		 (double)FLT_MAX, shortest(v, sizeof v, o->lr));
+	ST_CHECK_USAGE(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1,
+		 "the schedule ends at --lr x this ratio: 0.1 by default, 0 decays to zero",
+		 "--min-lr-ratio must be in [0, 1] (got %s)", shortest(v, sizeof v, o->min_lr_ratio));
+	ST_CHECK_USAGE(o->weight_decay >= 0, "give 0 for no decay (default 0.1)",
+		 "--weight-decay must be >= 0 (got %s)", shortest(v, sizeof v, o->weight_decay));
 	/* AdamW's decoupled decay, and plain SGD's L2 term, scale a decayed
 	 * weight by 1 - lr*wd each step: at lr*wd >= 1 that factor is <= 0, and
 	 * the run would train a model that is zeroed or flipped each step while
@@ -373,30 +392,46 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--lr %g x --weight-decay %g = %g: each step would scale every decayed weight by "
 		 "1 - %g <= 0",
 		 o->lr, o->weight_decay, o->lr * o->weight_decay, o->lr * o->weight_decay);
-	ST_CHECK_USAGE(o->grad_clip >= 0, h, "--grad-clip must be >= 0 (0 turns clipping off)");
-	ST_CHECK_USAGE(o->beta1 >= 0 && (float)o->beta1 < 1.0f, h,
-		 "--beta1 must be in [0,1) as a float (got %.17g)", o->beta1);
-	ST_CHECK_USAGE(o->beta2 >= 0 && (float)o->beta2 < 1.0f, h,
-		 "--beta2 must be in [0,1) as a float (got %.17g)", o->beta2);
-	ST_CHECK_USAGE(o->eps >= FLT_MIN && o->eps <= FLT_MAX, h,
-		 "--eps must be positive and a float: from %g to %g (got %g)", (double)FLT_MIN,
-		 (double)FLT_MAX, o->eps);
-	ST_CHECK_USAGE(o->momentum >= 0 && (float)o->momentum < 1.0f, h,
-		 "--momentum must be in [0,1) as a float (got %.17g)", o->momentum);
+	/* a float too: 1e-45 became 0, a clip factor of 0, and the run
+	 * trained nothing */
+	ST_CHECK_USAGE(o->grad_clip == 0 || (o->grad_clip >= FLT_MIN && o->grad_clip <= FLT_MAX),
+		 "give the largest gradient norm a step may have (default 1), or 0 for no clipping",
+		 "--grad-clip must be 0 or a positive float from %g to %g (got %s)", (double)FLT_MIN,
+		 (double)FLT_MAX, shortest(v, sizeof v, o->grad_clip));
+	/* "as a float": 0.99999999999 is below 1, and rounds to it */
+	const char *beta_h = "the defaults are --beta1 0.9 and --beta2 0.95; up to 1 - 6e-8 stays "
+			     "below 1 as a float";
+	ST_CHECK_USAGE(o->beta1 >= 0 && (float)o->beta1 < 1.0f, beta_h,
+		 "--beta1 must be in [0, 1) as a float (got %s)", shortest(v, sizeof v, o->beta1));
+	ST_CHECK_USAGE(o->beta2 >= 0 && (float)o->beta2 < 1.0f, beta_h,
+		 "--beta2 must be in [0, 1) as a float (got %s)", shortest(v, sizeof v, o->beta2));
+	ST_CHECK_USAGE(o->eps >= FLT_MIN && o->eps <= FLT_MAX, "the default is 1e-8",
+		 "--eps must be positive and a float: from %g to %g (got %s)", (double)FLT_MIN,
+		 (double)FLT_MAX, shortest(v, sizeof v, o->eps));
+	ST_CHECK_USAGE(o->momentum >= 0 && (float)o->momentum < 1.0f,
+		 "0.9 is usual, 0 is plain SGD; up to 1 - 6e-8 stays below 1 as a float",
+		 "--momentum must be in [0, 1) as a float (got %s)", shortest(v, sizeof v, o->momentum));
 	ST_CHECK_USAGE(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
 		 "sgd8bit quantizes the momentum buffer: give --momentum, e.g. 0.9",
 		 "--optimizer sgd8bit without momentum has no state to quantize");
-	ST_CHECK_USAGE(o->quant_min_size >= 0, h, "--quant-min-size must be >= 0 (got %ld)",
-		 o->quant_min_size);
+	ST_CHECK_USAGE(o->quant_min_size >= 0,
+		 "tensors with fewer elements keep fp32 state (default 4096); 0 quantizes all",
+		 "--quant-min-size must be >= 0 (got %ld)", o->quant_min_size);
 	/* checked for every optimizer, so a typo fails before an 8-bit resume would */
 	ST_CHECK_USAGE(optim_quant_block_ok(o->quant_block), "give a power of two from 16 to 65536 (256 is bitsandbytes' choice)",
 		 "--quant-block must be a power of two in [16, 65536] (got %d)", o->quant_block);
 	/* read at the first save, hours in: a bad size is named now */
 	size_t shard;
 	ST_TRY(parse_bytes(o->shard_size, &shard, "--shard-size"));
-	ST_CHECK_USAGE(o->max_skipped_steps >= 0, h, "--max-skipped-steps must be >= 0 (got %d)",
-		 o->max_skipped_steps);
-	ST_CHECK_USAGE(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"), h,
+	ST_CHECK_USAGE(o->max_skipped_steps >= 0,
+		 "give the non-finite steps to tolerate (default 10); 0 stops at the first",
+		 "--max-skipped-steps must be >= 0 (got %d)", o->max_skipped_steps);
+	/* before a resume compares the rank with the run's (a rank of 0 read
+	 * as "the run used 16") */
+	if (!strncmp(o->optimizer, "galore", 6))
+		ST_TRY(galore_check_rank_gap(o->galore_rank, o->galore_update_gap));
+	ST_CHECK_USAGE(!strcmp(o->galore_proj, "randomized") || !strcmp(o->galore_proj, "svd"),
+		 "use --galore-proj randomized (the default) or svd",
 		 "--galore-proj must be randomized or svd (got '%s')", o->galore_proj);
 	/* checked before it becomes a float: 1e-50 became 0 ("must be positive
 	 * (got 0)") and 1e39 inf, which trained the weights to -inf */
@@ -405,9 +440,11 @@ int train_opts_validate(const struct st_train_opts *o)
 		 (double)FLT_MIN, (double)FLT_MAX, o->galore_scale);
 	ST_CHECK_USAGE(o->galore_start_spread >= 1, "1 computes every first projector at the first update",
 		 "--galore-start-spread must be >= 1 (got %d)", o->galore_start_spread);
-	ST_CHECK_USAGE(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"), h,
+	ST_CHECK_USAGE(!strcmp(o->galore_moments, "keep") || !strcmp(o->galore_moments, "rotate"),
+		 "use --galore-moments keep (the default) or rotate",
 		 "--galore-moments must be keep or rotate (got '%s')", o->galore_moments);
-	ST_CHECK_USAGE(o->steps >= 0, h, "--steps must be >= 0 (got %ld)", o->steps);
+	ST_CHECK_USAGE(o->steps >= 0, "give the steps to train, or --max-tokens N",
+		 "--steps must be >= 0 (got %ld)", o->steps);
 	ST_CHECK_USAGE(o->warmup >= -1, "give 0 or more steps, or -1 for a tenth of the run",
 		 "--warmup must be >= -1 (got %ld)", o->warmup);
 	ST_CHECK_USAGE(!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "linear") ||
@@ -429,12 +466,14 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--eval-tokens must be >= 0 (got %ld)", o->eval_tokens);
 	ST_CHECK_USAGE(o->keep_ckpts >= 0, "give 0 to keep every checkpoint",
 		 "--keep-ckpts must be >= 0 (got %d)", o->keep_ckpts);
-	ST_CHECK_USAGE(o->threads >= 0 && o->threads <= ST_MAX_THREADS, h,
+	ST_CHECK_USAGE(o->threads >= 0 && o->threads <= ST_MAX_THREADS, "give 0 to use every core",
 		 "--threads must be in [0, %d] (got %d)", ST_MAX_THREADS, o->threads);
-	ST_CHECK_USAGE(o->log_interval > 0, h, "--log-interval must be positive (got %d)", o->log_interval);
-	ST_CHECK_USAGE(o->prefetch >= 0 && o->prefetch <= 64, h,
+	ST_CHECK_USAGE(o->log_interval > 0, "give the steps between log lines (default 10)",
+		 "--log-interval must be positive (got %d)", o->log_interval);
+	ST_CHECK_USAGE(o->prefetch >= 0 && o->prefetch <= 64, "give 0 to let the planner choose",
 		 "--prefetch must be between 0 (auto) and 64 (got %d)", o->prefetch);
-	ST_CHECK_USAGE(o->trace_steps >= 0, h, "--trace-steps must be >= 0 (got %d)", o->trace_steps);
+	ST_CHECK_USAGE(o->trace_steps >= 0, "give the steps to trace (default 20)",
+		 "--trace-steps must be >= 0 (got %d)", o->trace_steps);
 	ST_CHECK_USAGE(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
 		 "use --device cpu, cuda or auto", "unknown device '%s'", o->device);
 	ST_CHECK_USAGE(!strcmp(o->progress, "auto") || !strcmp(o->progress, "bar") ||
