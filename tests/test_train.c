@@ -503,6 +503,28 @@ Test(train, bad_model_files)
  * optimizer, --place, GaLore's rank, --seq-len past the model's), each
  * with its message; and the failures that are not usage: a missing file,
  * a damaged one, a run directory in use. */
+/* A run's length: more tokens than a run counts exactly (2^53) refused;
+ * the ETA of a very long one said in days, or as more than 1000 (it read
+ * -2147483648h-8m, an int overflowed) */
+Test(train, huge_run_lengths)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "huge");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out, "timeout -s INT 5 %s train --model %s/init --data %s/data "
+					 "--out %s/a --steps 9223372036854775807 " SMALL,
+			cu_bin(), dir, dir, dir);
+	cr_expect(rc == 2 && strstr(out, "--steps 9223372036854775807 of 128 tokens each is 1.18e+21 "
+					 "tokens, more than the 2^53"),
+		  "exit %d\n%s", rc, out);
+	rc = cu_run(out, sizeof out, "timeout -s INT 3 %s train --model %s/init --data %s/data --out %s/b "
+				     "--steps 40000000000000 --eval-interval 0 " SMALL,
+		    cu_bin(), dir, dir, dir);
+	cr_expect(strstr(out, "/40000000000000   0% |") && strstr(out, "ETA >1000d") &&
+			  !strstr(out, "ETA -"),
+		  "exit %d\n%s", rc, out);
+}
+
 Test(train, usage_errors_exit_2)
 {
 	char dir[256];

@@ -445,6 +445,11 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--galore-moments must be keep or rotate (got '%s')", o->galore_moments);
 	ST_CHECK_USAGE(o->steps >= 0, "give the steps to train, or --max-tokens N",
 		 "--steps must be >= 0 (got %ld)", o->steps);
+	/* the tokens a run sees are counted exactly up to 2^53 (trainer.json) */
+	ST_CHECK_USAGE((double)o->steps * step_tokens <= 9007199254740992.0, "give fewer --steps",
+		 "--steps %ld of %.0f tokens each is %.3g tokens, more than the 2^53 (9e15) a run "
+		 "counts",
+		 o->steps, step_tokens, (double)o->steps * step_tokens);
 	ST_CHECK_USAGE(o->warmup >= -1, "give 0 or more steps, or -1 for a tenth of the run",
 		 "--warmup must be >= -1 (got %ld)", o->warmup);
 	ST_CHECK_USAGE(!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "linear") ||

@@ -45,8 +45,12 @@ static void fmt_eta(char *buf, size_t n, double s)
 		snprintf(buf, n, "%.0fs", s);
 	else if (s < 3600)
 		snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
-	else
+	else if (s < 100 * 3600.0)
 		snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+	else if (s < 1000 * 86400.0) /* past 100 hours, days (the ints overflowed) */
+		snprintf(buf, n, "%.0fd", s / 86400);
+	else
+		snprintf(buf, n, ">1000d");
 }
 
 void progress_step(struct st_progress *p, long step, double loss, double lr, double tokens,
