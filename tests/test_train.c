@@ -2210,6 +2210,20 @@ Test(train, stable_init_and_state_report)
 	cr_expect(strstr(out, want), "missing \"%s\" in:\n%s", want, out);
 	optim_free(&o);
 	model_free(&m);
+	/* tied, its output projection is the Xavier-initialized embedding:
+	 * said at init, with the first loss it gives (15.5 against 5.6 for
+	 * the tiny preset; said nowhere before), and not said untied */
+	rc = cu_run(out, sizeof out, "{ %s init --out %s/st --stable-embedding --tied && %s eval --model "
+				     "%s/st --data %s/data --json; }",
+		    cu_bin(), dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "warning: --stable-embedding with a tied output: the output "
+					 "projection is the Xavier-initialized embedding (std 0.0624), "
+					 "so each input token's own logit starts near 16"),
+		  "%s", out);
+	const char *loss = strstr(out, "\"loss\":");
+	cr_expect(loss && atof(loss + 7) > 10, "the tied stable model's first loss: %s", out);
+	rc = cu_run(out, sizeof out, "%s init --out %s/su --stable-embedding", cu_bin(), dir);
+	cr_expect(rc == 0 && !strstr(out, "warning"), "%s", out);
 }
 
 /* A resumed run writes its checkpoints beside the one resumed: into a copy of
