@@ -841,13 +841,17 @@ Test(faults, token_budget_on_resume)
  * ...}. A resume from an earlier step into the same run writes its steps
  * after N again; keeping, at each marker, only the records before it with
  * step <= N (the README's rule, here in awk) leaves one row per step. A resume
- * with nothing to train writes no marker. */
+ * with nothing to train writes no marker. The checkpoint is named by its
+ * absolute path. */
 Test(faults, metrics_mark_each_start)
 {
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "marks");
 	two_steps(dir, "--ckpt-interval 1");
-	int rc = cu_run(out, sizeof out, "%s train --resume %s/run/step-000001 --steps 3", cu_bin(), dir);
+	/* given relative to the run directory: recorded absolute (it was
+	 * "./step-000001", relative to wherever the resume ran) */
+	int rc = cu_run(out, sizeof out, "cd %s/run && %s train --resume ./step-000001 --steps 3", dir,
+			cu_bin());
 	cr_assert_eq(rc, 0, "%s", out);
 	rc = cu_run(out, sizeof out, "%s train --resume %s/run --steps 3", cu_bin(), dir);
 	cr_assert_eq(rc, 0, "%s", out);

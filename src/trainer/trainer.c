@@ -109,6 +109,10 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	char model_dir[4096], path[4200];
 	if (resuming) {
 		ST_TRY(ckpt_resolve(tr->ckpt_loaded, sizeof tr->ckpt_loaded, tr->o.resume));
+		/* absolute, as trainer.json's paths and the saves' lines are: the
+		 * resume record in metrics.jsonl named it as typed, relative to
+		 * wherever the resume ran */
+		ST_TRY(fs_absolute(tr->ckpt_loaded, sizeof tr->ckpt_loaded));
 		snprintf(model_dir, sizeof model_dir, "%s", tr->ckpt_loaded);
 	} else {
 		ST_CHECK_USAGE(*tr->o.model, "create one with `strata init --config tiny --out DIR`",
