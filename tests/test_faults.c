@@ -533,10 +533,22 @@ Test(faults, resume_from_another_directory)
 	cr_expect(strstr(out, "the schedule now spans 8 steps (warmup 0), not 4 (warmup 0)"), "%s", out);
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/lr --lr 2e-3 " SMALL,
 		    bin, dir, dir);
-	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed (--lr, --min-lr-ratio, "
-					 "--schedule or --decay-frac): the rest of the run follows "
-					 "the new curve; at step 3 it is "),
+	cr_expect(rc == 0 && strstr(out, "the learning-rate schedule changed (--lr 0.002 (was 0.001)): "
+					 "the rest of the run follows the new curve; at step 3 it is "),
 		  "%s", out);
+	/* another kind with a longer run: both said; a constant rate's
+	 * longer run: nothing to say (it read "is 0.001, where the run's own
+	 * schedule had 0.001") */
+	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/ws --steps 6 "
+				     "--schedule wsd " SMALL,
+		    bin, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "the schedule now spans 6 steps (warmup 0), not 4 (warmup 0), "
+					 "with --schedule wsd (was cosine): the learning rate at step 3"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "cd / && %s train --model %s/init --data %s/cur --out %s/k --steps 2 "
+				     "--schedule constant " SMALL " && %s train --resume %s/k --steps 4 " SMALL,
+		    bin, dir, dir, dir, bin, dir);
+	cr_expect(rc == 0 && strstr(out, "resumed from") && !strstr(out, "schedule"), "%s", out);
 	rc = cu_run(out, sizeof out, "cd / && %s train --resume %s/run/step-000002 --out %s/mo --model /nowhere " SMALL,
 		    bin, dir, dir);
 	cr_expect(rc == 0 && strstr(out, "--model is not used on --resume: the checkpoint holds the model"),

@@ -222,15 +222,34 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 			       (!wsd || saved->decay_frac == tr->o.decay_frac);
 	if (total == tr->total_steps && warmup == tr->warmup && same_curve)
 		return;
+	/* a constant rate does not depend on the run's length */
+	if (same_curve && warmup == tr->warmup && !strcmp(tr->o.schedule, "constant"))
+		return;
+	/* what changed, each with the run's own value */
+	char what[320] = "";
+	size_t n = 0;
+	if (strcmp(saved->schedule, tr->o.schedule))
+		n += (size_t)snprintf(what + n, sizeof what - n, "--schedule %s (was %s)", tr->o.schedule,
+				      saved->schedule);
+	const struct {
+		const char *flag;
+		double now, was;
+	} vals[] = {{"lr", tr->o.lr, saved->lr},
+		    {"min-lr-ratio", tr->o.min_lr_ratio, saved->min_lr_ratio},
+		    {"decay-frac", tr->o.decay_frac, saved->decay_frac}};
+	for (int i = 0; i < 3 && n < sizeof what; i++)
+		if (vals[i].now != vals[i].was)
+			n += (size_t)snprintf(what + n, sizeof what - n, "%s--%s %g (was %g)", n ? ", " : "",
+					      vals[i].flag, vals[i].now, vals[i].was);
 	if (total != tr->total_steps || warmup != tr->warmup)
-		st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld): the "
+		st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld)%s%s: the "
 			    "learning rate at step %ld is %.3g, where the run's own schedule had %.3g",
-			    tr->total_steps, tr->warmup, total, warmup, next, now, was);
+			    tr->total_steps, tr->warmup, total, warmup, *what ? ", with " : "", what, next,
+			    now, was);
 	else
-		st_log_info("the learning-rate schedule changed (--lr, --min-lr-ratio, --schedule or "
-			    "--decay-frac): the rest of the run follows the new curve; at step %ld "
-			    "it is %.3g, where the run's own schedule had %.3g",
-			    next, now, was);
+		st_log_info("the learning-rate schedule changed (%s): the rest of the run follows the new "
+			    "curve; at step %ld it is %.3g, where the run's own schedule had %.3g",
+			    what, next, now, was);
 }
 
 /* A --config whose "out" names another directory than the one a resumed
