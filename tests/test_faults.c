@@ -130,6 +130,16 @@ Test(faults, checkpoint_room_checked_up_front)
 				      "--ckpt-interval") &&
 			  !strstr(out, "lower --keep-ckpts"),
 		  "%s", out);
+	/* room for one, keeping one: 1 cannot be lowered either (the hint
+	 * said to) */
+	cr_assert_eq(cu_run(out, sizeof out, "rm -rf %s/c %s/d", mnt, mnt), 0, "%s", out);
+	cr_assert_eq(cu_run(out, sizeof out, fill, mnt, mnt, mnt, 1000), 0, "%s", out);
+	rc = cu_run(out, sizeof out, train, cu_bin(), dir, dir, mnt, "e", 3,
+		    "--ckpt-interval 1 --keep-ckpts 1");
+	cr_expect(strstr(out, "free, room for 1 checkpoint of ") &&
+			  strstr(out, "or save less often (--ckpt-interval 0 saves at the end only)") &&
+			  !strstr(out, "lower --keep-ckpts"),
+		  "%s", out);
 	umount(mnt);
 }
 

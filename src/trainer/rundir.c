@@ -242,9 +242,12 @@ int rundir_check_room(const struct st_trainer *tr, size_t ckpt_bytes)
 			    "there, %s",
 			    tr->o.out, fmt_bytes(b1, sizeof b1, avail), fit, fit == 1 ? "" : "s",
 			    fmt_bytes(b2, sizeof b2, one), want, tr->o.keep_ckpts, tr->o.ckpt_interval,
-			    tr->o.keep_ckpts ? "or lower --keep-ckpts"
-					     : "give --keep-ckpts N (0 keeps every one), or a longer "
-					       "--ckpt-interval");
+			    tr->o.keep_ckpts > 1 ? "or lower --keep-ckpts"
+			    /* 1 cannot be lowered (0 keeps every one) */
+			    : tr->o.keep_ckpts ? "or save less often (--ckpt-interval 0 saves at the end "
+						 "only)"
+					       : "give --keep-ckpts N (0 keeps every one), or a longer "
+						 "--ckpt-interval");
 	return ST_OK;
 }
 
