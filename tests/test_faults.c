@@ -1623,6 +1623,9 @@ Test(faults, paths_and_messages)
 				  strstr(out, "10GB, 10gb or 10GiB are read as 10 GiB"),
 			  "%s --help: %s", i ? "plan" : "train", out);
 	}
+	/* plan's --out, which its checkpoint-room check needs, is listed */
+	rc = cu_run(out, sizeof out, "%s plan --help", cu_bin());
+	cr_expect(rc == 0 && strstr(out, "--out DIR the run directory train would write"), "%s", out);
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
 	/* extra words after --version or --help, and a bare `strata` (its usage

@@ -27,7 +27,10 @@ static void help(void)
 	       "10 GiB, and 10GB, 10gb or 10GiB are read as 10 GiB too.\n\n"
 	       "  --json    print the plan as one JSON object instead of the table (bytes as\n"
 	       "            whole numbers, null where nothing is predicted); messages go to\n"
-	       "            stderr as always\n");
+	       "            stderr as always\n"
+	       "  --out DIR the run directory train would write: where an --offload-dir is on\n"
+	       "            its file system, plan checks there is room for a checkpoint\n"
+	       "            beside the offload files, as train does (without --out it cannot)\n");
 }
 
 int cmd_plan(int argc, char **argv)
