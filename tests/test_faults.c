@@ -3033,5 +3033,14 @@ Test(faults, resume_checks_what_was_saved)
 			"--place weights=disk,gradients=disk,optimizer=disk --offload-dir %s",
 			cu_bin(), dir, mnt);
 	cr_expect(rc != 0 && strstr(out, "is not writable: Read-only file system"), "%s", out);
+	/* with no profile yet: said before its disk is measured (it was
+	 * measured in whatever room there was, warned, then refused) */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --micro-batch 4 --seq-len 32 "
+			"--place weights=disk,gradients=disk,optimizer=disk --offload-dir %s --profile "
+			"%s/fresh.json",
+			cu_bin(), dir, mnt, dir);
+	cr_expect(rc == 1 && strstr(out, "is not writable: Read-only file system") &&
+			  !strstr(out, "the disk is measured with"),
+		  "%s", out);
 	umount(mnt);
 }

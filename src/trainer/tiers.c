@@ -140,7 +140,11 @@ static int measure_disk(struct st_trainer *tr, struct tier_choice *ch)
 {
 	const int needed = needs_disk(ch);
 	const int old = st_log_mute(!needed);
-	const int rc = profile_measure_disk(&ch->prof, tr->s.ops, ch->dirs[0]);
+	/* a read-only directory said as such first (it was measured in
+	 * whatever room the probe found, then refused as not writable) */
+	int rc = fs_exists(ch->dirs[0]) ? io_check_writable(ch->dirs[0]) : ST_OK;
+	if (rc == ST_OK)
+		rc = profile_measure_disk(&ch->prof, tr->s.ops, ch->dirs[0]);
 	st_log_mute(old);
 	if (rc == ST_OK || needed)
 		return rc;
