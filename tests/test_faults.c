@@ -2375,6 +2375,20 @@ Test(faults, bad_values_named_before_anything_runs)
 		cr_expect_eq(cu_run(NULL, 0, "test ! -e %s/r%zu", dir, i), 0,
 			     "%s: a refused run left its directory", cases[i].flags);
 	}
+	/* nor the directories above it that it made (deep/a stayed), given
+	 * relative or absolute; one that was there stays */
+	for (int abs = 0; abs < 2; abs++) {
+		char deep[512];
+		snprintf(deep, sizeof deep, "%s/deep/a/b", abs ? dir : "there");
+		int rc = cu_run(out, sizeof out, "mkdir -p %s/there && cd %s && %s train --model %s/init "
+						 "--data %s/data --out %s --device-mem 1M --steps 1",
+				dir, dir, cu_bin(), dir, dir, deep);
+		cr_expect(rc == 1 && strstr(out, "cannot hold the activations"), "%s", out);
+		cr_expect_eq(cu_run(out, sizeof out, "test ! -e %s/there/deep && test ! -e %s/deep && test -d "
+						     "%s/there",
+				    dir, dir, dir),
+			     0, "the refused run left directories above its own");
+	}
 	int rc = cu_run(out, sizeof out,
 			"STRATA_SIMD=bogus %s train --model %s/init --data %s/data --out %s/simd --steps 3 "
 			"--optimizer adamw8bit --quant-min-size 512 --eval-interval 0 " SMALL,

@@ -620,6 +620,11 @@ int cmd_train(int argc, char **argv)
 		ckpt_finish(&tr); /* its failure was said; joined, it is in ck.rc */
 	if (opened && tr.ck.rc != ST_OK && tr.ck.in_place)
 		snprintf(lagging, sizeof lagging, "%s/%s", o.out, tr.ck.name);
+	/* the directories rundir_check made for --out, as prefixes of o.out
+	 * (tr's copy is made absolute later; trainer_close clears tr) */
+	size_t made[ST_MADE_MAX];
+	const int n_made = tr.n_out_made;
+	memcpy(made, tr.out_made, sizeof made);
 	trainer_close(&tr);
 	if (opened && rc != ST_OK && *lagging) {
 		st_log_info("the run's last checkpoint is %s (`latest` still names an earlier one): "
@@ -644,9 +649,11 @@ int cmd_train(int argc, char **argv)
 			st_log_info("the run saved no checkpoint");
 		}
 	}
+	/* a run that could not start, or had nothing to do, leaves no empty
+	 * directory, nor the ones above it that it made (rmdir removes only
+	 * an empty one) */
 	if ((!opened || idle) && !out_existed)
-		rmdir(o.out); /* a run that could not start, or had nothing to do, leaves no
-			       * empty directory (rmdir removes only an empty one) */
+		fs_rmdir_made(o.out, made, n_made);
 	if (interrupted)
 		interrupt_reraise(interrupted); /* saved and closed: end as the signal would */
 	return rc;

@@ -107,7 +107,7 @@ int rundir_check(struct st_trainer *tr, int resuming)
 {
 	const struct st_train_opts *o = &tr->o;
 	ST_CHECK(*o->out, "pass --out DIR", "no run directory given (--out)");
-	if (fs_mkdir_p(o->out) != ST_OK) {
+	if (fs_mkdir_p_made(o->out, tr->out_made, ST_MADE_MAX, &tr->n_out_made) != ST_OK) {
 		ST_ERROR("choose a writable --out directory", "cannot create the run directory %s",
 			 o->out);
 		return ST_FAIL;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "engine/plan.h"
+#include "io/fsutil.h"
 #include "engine/session.h"
 #include "optim/optim.h"
 #include "trainer/data.h"
@@ -105,6 +106,11 @@ struct st_trainer {
 	struct st_trace trace;  /* --trace */
 	long trace_until;       /* stop recording after this step */
 	int lock_fd;            /* OUT/.lock, flocked while the run is open; -1: none */
+	/* the directories of --out (as given, before rundir_absolute_paths)
+	 * this run made (fs_mkdir_p_made), for a run refused before it starts
+	 * to remove again */
+	size_t out_made[ST_MADE_MAX];
+	int n_out_made;
 	int lock_held;          /* the flock is held (a file system without flock: not) */
 	int plan_only;          /* `strata plan`: its table says what the run would log */
 	struct st_progress pg;  /* the live progress line, ended before other output */
