@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,137 @@ static int open_dir(struct st_io_dir *d, const char *dir, size_t size)
 	return ST_OK;
 }
 
+/* ---- the thread pool io_uring's requests go to where it is unavailable ---- */
+
+/* One request as the pool takes it: where, what, and its result (bytes, or
+ * -errno as a completion's res). */
+struct pool_req {
+	void *data; /* the caller's request (struct io_req) */
+	int fd, writing;
+	uint64_t off;
+	char *buf;
+	size_t len;
+	int res;
+};
+
+/* Requests prepared (pending), handed to the workers (sq) and done (cq):
+ * each of the transfer's depth requests is in one place at a time, so
+ * every queue holds at most depth. */
+struct io_pool {
+	pthread_mutex_t mu;
+	pthread_cond_t work, done;
+	struct pool_req *pending, *sq, *cq;
+	int n_pending, sq_head, sq_n, cq_head, cq_n, cap;
+	int stop, n_threads;
+	pthread_t *threads;
+};
+
+static void *pool_worker(void *arg)
+{
+	struct io_pool *p = arg;
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		while (!p->sq_n && !p->stop)
+			pthread_cond_wait(&p->work, &p->mu);
+		if (!p->sq_n) { /* stopping, nothing left */
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		struct pool_req q = p->sq[p->sq_head];
+		p->sq_head = (p->sq_head + 1) % p->cap;
+		p->sq_n--;
+		pthread_mutex_unlock(&p->mu);
+		ssize_t n;
+		do
+			n = q.writing ? pwrite(q.fd, q.buf, q.len, (off_t)q.off)
+				      : pread(q.fd, q.buf, q.len, (off_t)q.off);
+		while (n < 0 && errno == EINTR);
+		q.res = n < 0 ? -errno : (int)n; /* a block is at most 64 MiB */
+		pthread_mutex_lock(&p->mu);
+		p->cq[(p->cq_head + p->cq_n) % p->cap] = q;
+		p->cq_n++;
+		pthread_cond_signal(&p->done);
+		pthread_mutex_unlock(&p->mu);
+	}
+}
+
+static void pool_stop(struct io_pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->n_threads; i++)
+		pthread_join(p->threads[i], NULL);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->work);
+	pthread_cond_destroy(&p->done);
+	free(p->pending);
+	free(p->sq);
+	free(p->cq);
+	free(p->threads);
+	free(p);
+}
+
+/* depth requests at once, each waiting in a thread of its own (at most
+ * 64 threads: past that the requests queue for them). */
+static struct io_pool *pool_start(int depth)
+{
+	struct io_pool *p = st_calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->cap = depth;
+	p->pending = st_calloc((size_t)depth, sizeof *p->pending);
+	p->sq = st_calloc((size_t)depth, sizeof *p->sq);
+	p->cq = st_calloc((size_t)depth, sizeof *p->cq);
+	p->threads = st_calloc((size_t)depth, sizeof *p->threads);
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->done, NULL);
+	if (!p->pending || !p->sq || !p->cq || !p->threads) {
+		pool_stop(p);
+		return NULL;
+	}
+	const int want = depth < 64 ? depth : 64;
+	while (p->n_threads < want &&
+	       pthread_create(&p->threads[p->n_threads], NULL, pool_worker, p) == 0)
+		p->n_threads++;
+	if (!p->n_threads) {
+		ST_ERROR("raise the process's thread limit (ulimit -u)",
+			 "cannot start the disk tier's I/O threads: %s", strerror(errno));
+		pool_stop(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* The pending requests to the workers: how many. */
+static int pool_submit(struct io_pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	const int n = p->n_pending;
+	for (int i = 0; i < n; i++)
+		p->sq[(p->sq_head + p->sq_n++) % p->cap] = p->pending[i];
+	p->n_pending = 0;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->mu);
+	return n;
+}
+
+/* The next request done: its data and result. */
+static void pool_wait(struct io_pool *p, void **data, int *res)
+{
+	pthread_mutex_lock(&p->mu);
+	while (!p->cq_n)
+		pthread_cond_wait(&p->done, &p->mu);
+	const struct pool_req q = p->cq[p->cq_head];
+	p->cq_head = (p->cq_head + 1) % p->cap;
+	p->cq_n--;
+	pthread_mutex_unlock(&p->mu);
+	*data = q.data;
+	*res = q.res;
+}
+
 int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block, int depth,
 	    size_t capacity)
 {
@@ -236,14 +368,24 @@ int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block,
 			io_close(io);
 			return ST_FAIL;
 		}
-	int rc = io_uring_queue_init((unsigned)depth, &io->ring, 0);
+	const int rc = io_uring_queue_init((unsigned)depth, &io->ring, 0);
 	if (rc < 0) {
-		ST_ERROR("the kernel must allow io_uring (Linux 5.6+; not disabled by sysctl or seccomp)",
-			 "cannot set up io_uring: %s", strerror(-rc));
-		io_close(io);
-		return ST_FAIL;
+		static int said;
+		if (!said++)
+			st_log_warn("io_uring cannot be set up here (%s: a container's seccomp profile, "
+				    "kernel.io_uring_disabled, or a kernel before 5.6): the disk tier "
+				    "reads and writes with a pool of threads instead, which may be slower "
+				    "(in Docker, --security-opt seccomp=PROFILE allowing io_uring_setup, "
+				    "io_uring_enter and io_uring_register brings it back)",
+				    strerror(-rc));
+		io->pool = pool_start(depth);
+		if (!io->pool) {
+			io_close(io);
+			return ST_FAIL;
+		}
+	} else {
+		io->ring_ready = 1;
 	}
-	io->ring_ready = 1;
 	const char *fault = getenv("STRATA_FAULT_CORRUPT_OFFLOAD");
 	io->corrupt_before = fault ? atol(fault) : 0;
 	return ST_OK;
@@ -253,6 +395,8 @@ void io_close(struct st_io *io)
 {
 	if (io->ring_ready)
 		io_uring_queue_exit(&io->ring);
+	if (io->pool)
+		pool_stop(io->pool);
 	for (int i = 0; io->dirs && i < io->n_dirs; i++) {
 		if (io->dirs[i].fd >= 0)
 			close(io->dirs[i].fd);
@@ -298,12 +442,40 @@ static void queue_req(struct st_io *io, int writing, struct io_req *r)
 {
 	const struct st_io_dir *d = &io->dirs[r->vb % (size_t)io->n_dirs];
 	const uint64_t off = (r->vb / (size_t)io->n_dirs) * io->block + r->done;
+	if (io->pool) {
+		struct io_pool *p = io->pool;
+		p->pending[p->n_pending++] = (struct pool_req){r, d->fd, writing, off, r->buf + r->done,
+								r->len - r->done, 0};
+		return;
+	}
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring); /* depth slots: never NULL */
 	if (writing)
 		io_uring_prep_write(sqe, d->fd, r->buf + r->done, (unsigned)(r->len - r->done), off);
 	else
 		io_uring_prep_read(sqe, d->fd, r->buf + r->done, (unsigned)(r->len - r->done), off);
 	io_uring_sqe_set_data(sqe, r);
+}
+
+/* The next request done, from the ring or the pool: 0, or the ring's
+ * -errno (a wait interrupted by a signal is waited again). */
+static int wait_one(struct st_io *io, struct io_req **r, int *res)
+{
+	if (io->pool) {
+		void *data;
+		pool_wait(io->pool, &data, res);
+		*r = data;
+		return 0;
+	}
+	struct io_uring_cqe *cqe;
+	int w;
+	while ((w = io_uring_wait_cqe(&io->ring, &cqe)) == -EINTR)
+		;
+	if (w < 0)
+		return w;
+	*r = io_uring_cqe_get_data(cqe);
+	*res = cqe->res;
+	io_uring_cqe_seen(&io->ring, cqe);
+	return 0;
 }
 
 /* Per item of a batch: blocks, blocks not yet finished, its status. */
@@ -429,7 +601,7 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 				fresh[n_fresh++] = (struct io_block){r->vb, item, r->buf, r->len};
 		}
 		if (queued > 0) {
-			int sub = io_uring_submit(&io->ring);
+			int sub = io->pool ? pool_submit(io->pool) : io_uring_submit(&io->ring);
 			if (sub >= 0) {
 				queued -= sub;
 				inflight += sub;
@@ -466,11 +638,10 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 			break;
 		if (inflight == 0)
 			continue;
-		struct io_uring_cqe *cqe;
-		int w = io_uring_wait_cqe(&io->ring, &cqe);
+		struct io_req *r;
+		int res;
+		const int w = wait_one(io, &r, &res);
 		if (w < 0) {
-			if (w == -EINTR)
-				continue;
 			/* Requests are still in flight and cannot be reaped: their
 			 * buffers and this batch's records must outlive them, so they
 			 * are left allocated, and the engine takes no more work. */
@@ -481,9 +652,6 @@ int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, i
 					done(ctx, k, ST_FAIL);
 			return ST_FAIL;
 		}
-		struct io_req *r = io_uring_cqe_get_data(cqe);
-		const int res = cqe->res;
-		io_uring_cqe_seen(&io->ring, cqe);
 		inflight--;
 		const struct st_io_dir *d = &io->dirs[r->vb % (size_t)io->n_dirs];
 		if ((res == -EAGAIN || res == -EINTR) && b.rc == ST_OK && ++resubmits < 1000) {

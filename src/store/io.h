@@ -16,6 +16,12 @@
  * the directory and offset. O_DIRECT refused by the filesystem (ramfs, older tmpfs) gives
  * one warning and buffered I/O.
  *
+ * Where io_uring cannot be set up (a container's seccomp profile, Docker's
+ * default since 25.0; kernel.io_uring_disabled; an old kernel), a pool of
+ * threads doing pread/pwrite takes the same requests, one warning said:
+ * the same blocks, checksums and errors, the depth being the threads that
+ * wait on the disk at once.
+ *
  * One st_io is driven by one thread at a time (the store's disk queue); the
  * calls block that thread until the transfer is complete. */
 #ifndef ST_IO_H
@@ -44,6 +50,7 @@ struct st_io {
 	uint8_t *valid;    /* per virtual block: written at least once */
 	struct io_uring ring;
 	int ring_ready;
+	struct io_pool *pool; /* io_uring unavailable: threads with pread/pwrite */
 	int broken;        /* io_uring failed: no more transfers */
 	long corrupt_before; /* test hook STRATA_FAULT_CORRUPT_OFFLOAD=N: the disk bytes of the
 			     N-th block read are corrupted just before it is read */
