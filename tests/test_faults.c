@@ -2322,6 +2322,13 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--min-lr-ratio 2", "--min-lr-ratio must be in [0, 1] (got 2)"},
 		{"--min-lr-ratio 2", "hint: the schedule ends at --lr x this ratio"},
 		{"--grad-accum 0", "hint: give the micro-batches per step"},
+		/* a list of no directory (planned without a disk, said nowhere),
+		 * a file (it read "does not exist or is not a directory"), one
+		 * letter (it read "1 letters") */
+		{"--offload-dir , --seq-len 32", "--offload-dir ',' names no directory"},
+		{"--offload-dir /etc/passwd --place weights=disk --seq-len 32",
+		 "offload directory /etc/passwd is a file, not a directory"},
+		{"--activations k --seq-len 32", "--activations 'k': 1 letter for a model of 2 layers"},
 		/* read at the first save: the whole run trained, then saved nothing */
 		{"--shard-size x", "--shard-size: 'x' is not a size"},
 		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},

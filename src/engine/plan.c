@@ -630,7 +630,8 @@ int plan_parse_act(const char *s, int n_layers, unsigned char *act, int *forced)
 	const char *hint = "use --activations auto, keep, recompute, host, disk, or one letter per "
 			   "layer from the first (k keep, r recompute, h host, d disk), e.g. ddhhrrkk";
 	ST_CHECK_USAGE((int)strlen(s) == n_layers, hint,
-		 "--activations '%s': %zu letters for a model of %d layers", s, strlen(s), n_layers);
+		 "--activations '%s': %zu letter%s for a model of %d layer%s", s, strlen(s),
+		 strlen(s) == 1 ? "" : "s", n_layers, n_layers == 1 ? "" : "s");
 	for (int l = 0; l < n_layers; l++) {
 		const char *at = strchr("krhd", s[l]);
 		ST_CHECK_USAGE(s[l] && at, hint, "--activations '%s': '%c' is not k, r, h or d", s, s[l]);

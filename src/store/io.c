@@ -73,9 +73,12 @@ int io_check_dir(const char *dir, size_t size)
 {
 	char b1[32], b2[32], b3[32];
 	struct stat st;
-	ST_CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode),
-		 "create it first, or point --offload-dir at an existing directory",
-		 "offload directory %s does not exist or is not a directory", dir);
+	const int found = stat(dir, &st) == 0;
+	ST_CHECK(!found || S_ISDIR(st.st_mode), "point --offload-dir at a directory (the offload file "
+		 "is made inside it)",
+		 "offload directory %s is a file, not a directory", dir);
+	ST_CHECK(found, "create it first, or point --offload-dir at an existing directory",
+		 "offload directory %s does not exist", dir);
 	/* a filesystem that reports no size at all (ramfs) is left to fallocate */
 	const double avail = size ? fs_free_bytes(dir) : -1;
 	if (avail >= 0) {

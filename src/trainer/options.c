@@ -477,6 +477,11 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--log-interval must be positive (got %d)", o->log_interval);
 	ST_CHECK_USAGE(o->prefetch >= 0 && o->prefetch <= 64, "give 0 to let the planner choose",
 		 "--prefetch must be between 0 (auto) and 64 (got %d)", o->prefetch);
+	/* a list of nothing read as no directory, and the run planned without
+	 * the disk the user meant to give it */
+	ST_CHECK_USAGE(!*o->offload_dir || o->offload_dir[strspn(o->offload_dir, ",")],
+		 "give --offload-dir DIR (repeated, or DIR1,DIR2, one per SSD)",
+		 "--offload-dir '%s' names no directory", o->offload_dir);
 	ST_CHECK_USAGE(o->trace_steps >= 0, "give the steps to trace (default 20)",
 		 "--trace-steps must be >= 0 (got %d)", o->trace_steps);
 	ST_CHECK_USAGE(!strcmp(o->device, "cpu") || !strcmp(o->device, "cuda") || !strcmp(o->device, "auto"),
