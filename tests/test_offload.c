@@ -1424,6 +1424,11 @@ Test(offload, plan_without_training, .timeout = 120)
 					 "model's first (it has 4): using 3") &&
 			  strstr(out, "prefetch 3 units") && !strstr(out, "prefetch 10 units"),
 		  "%s", out);
+	/* where nothing streams the depth is moot: not said (it was) */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --profile %s/prof1.json --prefetch 10",
+		    cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "nothing moves") && !strstr(out, "--prefetch 10 is more"),
+		  "%s", out);
 }
 
 /* Per-layer GaLore's gradients (the layers' shared slab and the embedding's

@@ -91,6 +91,7 @@ struct tier_choice {
 	char dirbuf[ST_PATH];
 	const char *dirs[64];
 	int n_dirs;
+	int prefetch_asked; /* a --prefetch past the units ahead (capped), said if the plan streams */
 };
 
 static void tier_choice_free(struct tier_choice *ch)
@@ -336,9 +337,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	 * only adds staging slots that never fill */
 	ch->po.place.prefetch = tr->o.prefetch;
 	if (n > 1 && tr->o.prefetch > n - 1) {
-		st_log_warn("--prefetch %d is more than the %d units ahead of the model's first (it "
-			    "has %d): using %d",
-			    tr->o.prefetch, n - 1, n, n - 1);
+		ch->prefetch_asked = tr->o.prefetch;
 		ch->po.place.prefetch = n - 1;
 	}
 	ch->po.threaded_updates = 1;
@@ -418,6 +417,11 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		return offdirs_resume_note(tr);
 	if (p->place.bytes[ST_TIER_DISK])
 		note_disk_rates(tr, ch);
+	/* where nothing streams the depth is moot (it was said anyway) */
+	if (ch->prefetch_asked && p->place.offloaded)
+		st_log_warn("--prefetch %d is more than the %d units ahead of the model's first (it "
+			    "has %d): using %d",
+			    ch->prefetch_asked, n - 1, n, n - 1);
 	if (tr->plan_only)
 		return ST_OK;
 	if (p->n_act[ST_ACT_KEEP] < m->cfg.n_layers) {
