@@ -2329,6 +2329,9 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--offload-dir /etc/passwd --place weights=disk --seq-len 32",
 		 "offload directory /etc/passwd is a file, not a directory"},
 		{"--activations k --seq-len 32", "--activations 'k': 1 letter for a model of 2 layers"},
+		/* a forced policy over the budget: the way back to the planner's */
+		{"--activations kk --device-mem 1M --seq-len 32",
+		 "or let the planner choose (--activations auto)"},
 		/* read at the first save: the whole run trained, then saved nothing */
 		{"--shard-size x", "--shard-size: 'x' is not a size"},
 		{"--lr 2 --weight-decay 0.5", "--lr 2 x --weight-decay 0.5 = 1: each step would scale"},

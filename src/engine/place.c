@@ -56,7 +56,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	char b1[32], b2[32], b3[32];
 	ST_TRY(place_check_disk(o->force, o->n_dirs));
 	const char *act_what = o->act_what ? o->act_what : "activations of one micro-batch";
-	char act_hint[96];
+	char act_hint[200];
 	snprintf(act_hint, sizeof act_hint, "raise --device-mem, or lower %s",
 		 o->act_options ? o->act_options : "--micro-batch / --seq-len");
 	ST_CHECK(!D || act_bytes <= D, act_hint, "the device budget %s cannot hold the %s (%s)",

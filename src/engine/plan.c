@@ -381,6 +381,9 @@ static int layout(struct st_plan *p, const struct st_plan_model *pm, const struc
 	}
 	p->act_device = act_device_bytes(pm, p->act, pool);
 	struct st_place_opts po = o->place;
+	if (o->act) /* the user's policy, which may keep more than the planner would */
+		po.act_options = "--micro-batch / --seq-len, or let the planner choose (--activations "
+				 "auto)";
 	po.host_reserved = host;
 	po.dev_unit = p->dev_update;
 	place_free(&p->place);
