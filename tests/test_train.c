@@ -566,6 +566,13 @@ Test(train, usage_errors_exit_2)
 			cu_bin(), dir, dir, dir, dir);
 	cr_expect(rc == 2 && strstr(out, "'fast' is not a number") && strstr(out, "bad.json"),
 		  "a --config value: exit %d\n%s", rc, out);
+	/* a number past a double's range (it read "'inf' is not a number") */
+	cu_run(NULL, 0, "printf '{\"lr\": 1e400}' > %s/big.json", dir);
+	rc = cu_run(out, sizeof out, "%s train --config %s/big.json --model %s/init --data %s/data "
+				     "--out %s/run --steps 1",
+		    cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 2 && strstr(out, "big.json: option 'lr': the number is out of range"),
+		  "exit %d\n%s", rc, out);
 	/* the other commands */
 	const char *other[] = {
 		"%s init --out %s/x --seed x",	     "%s prepare --input %s/text.txt",

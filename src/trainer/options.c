@@ -212,8 +212,13 @@ int train_opts_from_cjson(struct st_train_opts *o, const cJSON *obj, const char 
 				 it->string);
 			val = cJSON_IsTrue(it) ? "1" : "0";
 		}
-		else if (cJSON_IsNumber(it))
+		else if (cJSON_IsNumber(it)) {
+			/* 1e400 parses as inf: out of range, as the flag says (it read
+			 * "'inf' is not a number") */
+			ST_CHECK_USAGE(isfinite(it->valuedouble), "give a number a double holds (up to 1.8e308)",
+				 "%s: option '%s': the number is out of range", where, it->string);
 			snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
+		}
 		else if (cJSON_IsArray(it) && find(it->string) && !strcmp(find(it->string)->key, "offload-dir")) {
 			/* ["/nvme0/s", "/nvme1/s"]: one directory per SSD, as the
 			 * repeated flag */
