@@ -24,12 +24,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,22 +136,11 @@ static void pool_rates(const char *const *dirs, int n_dirs, size_t block, int de
 	const pid_t pid = fork();
 	if (pid == 0) {
 		close(fds[0]);
-		struct sock_filter f[] = {
-			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
-			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		};
-		struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
 		struct st_io io;
 		const int nul = open("/dev/null", O_WRONLY); /* its fallback warning, each pass */
 		if (nul >= 0)
 			dup2(nul, 2);
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0 &&
+		if (io_forbid_uring() &&
 		    io_open(&io, dirs, n_dirs, block, depth, slab * n_slabs) == ST_OK && io.pool) {
 			double t0 = now();
 			if (stream(&io, 1, buf, slab, n_slabs) == ST_OK)

@@ -5,13 +5,7 @@
  * faults (full, missing, read-only directory; a corrupted block). */
 #include <cJSON.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -60,26 +54,6 @@ static void count_done(void *ctx, int item, int rc)
 {
 	cr_expect_eq(rc, ST_OK, "item %d failed", item);
 	((int *)ctx)[item]++;
-}
-
-/* This process and its children refused io_uring_setup with EPERM, as
- * Docker's default seccomp profile does (Criterion runs each test in a
- * process of its own, so the filter ends with the test). 0 where this
- * kernel does not take the filter. */
-static int refuse_io_uring(void)
-{
-	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
-	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-	       prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
 /* Slabs of odd sizes written and read back, alone and batched, over three
@@ -156,7 +130,7 @@ static void checksum_detects_corruption(void);
  * tier failed to open before). */
 Test(io, thread_pool_when_io_uring_is_refused)
 {
-	if (!refuse_io_uring()) {
+	if (!io_forbid_uring()) {
 		cr_log_warn("this kernel does not take a seccomp filter (%s): skipping", strerror(errno));
 		return;
 	}
@@ -1263,7 +1237,7 @@ Test(offload, without_io_uring_the_same_run, .timeout = 300)
 	snprintf(flags, sizeof flags, "--place weights=disk,gradients=disk,optimizer=disk --offload-dir %s/off",
 		 dir);
 	cr_assert_eq(cu_run(NULL, 0, "mkdir -p %s/off", dir), 0);
-	if (!refuse_io_uring()) {
+	if (!io_forbid_uring()) {
 		cr_log_warn("this kernel does not take a seccomp filter (%s): skipping", strerror(errno));
 		return;
 	}

@@ -96,6 +96,12 @@ struct st_io_item {
 int io_transfer(struct st_io *io, int writing, const struct st_io_item *items, int n_items,
 		void (*done)(void *ctx, int item, int rc), void *ctx);
 
+/* From here on, this process and its children are refused io_uring_setup
+ * (EPERM) by a seccomp filter, as Docker's default profile refuses it: for
+ * the tests and bench/io to run the thread pool. 1, or 0 (errno set) where
+ * the kernel takes no filter. */
+int io_forbid_uring(void);
+
 /* Round up to the alignment that transfers need. */
 static inline size_t io_round(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
