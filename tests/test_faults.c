@@ -140,6 +140,17 @@ Test(faults, checkpoint_room_checked_up_front)
 			  strstr(out, "or save less often (--ckpt-interval 0 saves at the end only)") &&
 			  !strstr(out, "lower --keep-ckpts"),
 		  "%s", out);
+	/* a resume that converts its state (adamw8bit to adamw, more bytes)
+	 * without room for a checkpoint: refused, and the conversion not said
+	 * (it said "converted", then refused) */
+	cr_assert_eq(cu_run(out, sizeof out, "rm -rf %s/e", mnt), 0, "%s", out);
+	cr_assert_eq(cu_run(out, sizeof out, fill, mnt, mnt, mnt, 1000), 0, "%s", out);
+	rc = cu_run(out, sizeof out, train, cu_bin(), dir, dir, mnt, "f", 1, "");
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_assert_eq(cu_run(out, sizeof out, fill, mnt, mnt, mnt, 300), 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/f --steps 2 --optimizer adamw", cu_bin(), mnt);
+	cr_expect(rc == 1 && strstr(out, "free, less than one checkpoint") && !strstr(out, "converted"),
+		  "%s", out);
 	umount(mnt);
 }
 

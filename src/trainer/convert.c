@@ -233,15 +233,18 @@ int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, c
 			 optim_kind_name(o->cfg.kind), o->cfg.quant_block, o->cfg.quant_min_numel);
 	else
 		snprintf(to_desc, sizeof to_desc, "%s", optim_kind_name(o->cfg.kind));
-	if (!decoded && !quantized) { /* another threshold or kind that moved no tensor */
-		st_log_info("optimizer state of %s taken as %s unchanged: no moment is stored "
-			    "otherwise under the new settings",
-			    from_desc, to_desc);
-		return ST_OK;
-	}
-	st_log_info("optimizer state converted from %s to %s: %zu moments decoded from 8 bits, %zu "
-		    "quantized; from here on the run is not the one the checkpoint's settings "
-		    "would have continued",
-		    from_desc, to_desc, decoded, quantized);
+	/* said once the run is sure to start (trainer_open): a run refused
+	 * after (no room for a checkpoint) said "converted", then stopped */
+	if (!decoded && !quantized) /* another threshold or kind that moved no tensor */
+		snprintf(tr->convert_note, sizeof tr->convert_note,
+			 "optimizer state of %s taken as %s unchanged: no moment is stored otherwise "
+			 "under the new settings",
+			 from_desc, to_desc);
+	else
+		snprintf(tr->convert_note, sizeof tr->convert_note,
+			 "optimizer state converted from %s to %s: %zu moments decoded from 8 bits, %zu "
+			 "quantized; from here on the run is not the one the checkpoint's settings "
+			 "would have continued",
+			 from_desc, to_desc, decoded, quantized);
 	return ST_OK;
 }

@@ -236,6 +236,8 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	for (int u = 0; u < m->n_units; u++)
 		ckpt_bytes += m->units[u].numel * sizeof(float) + tr->opt.unit_bytes[u];
 	ST_TRY(rundir_check_room(tr, ckpt_bytes));
+	if (*tr->convert_note)
+		st_log_info("%s", tr->convert_note);
 
 	const size_t n = (size_t)tr->o.grad_accum * tr->o.micro_batch * tr->o.seq_len;
 	tr->tokens = st_malloc(n * sizeof *tr->tokens);

@@ -86,6 +86,7 @@ struct st_trainer {
 				 * next step that updates */
 	double last_loss, last_val_loss;
 	char ckpt_loaded[4096];
+	char convert_note[512]; /* the resumed state's conversion, said once the run starts */
 	int ckpt_threads; /* the threads the loaded checkpoint's run used (0: not saved) */
 	/* The run's identity and its history, in trainer.json (struct
 	 * ckpt_ids): the run's id, drawn at a fresh start and carried by every
