@@ -967,6 +967,49 @@ static void fake_file(const char *root, const char *file, const char *value)
 	cr_assert_eq(rc, 0, "%s", out);
 }
 
+/* A cgroup CPU quota (docker --cpus) sets the default thread count, rounded
+ * up (a thread per visible CPU spun on a share of them); --threads past it
+ * is warned, OMP_NUM_THREADS is the user's; v2's cpu.max on an ancestor
+ * and v1's cfs quota over its period. This machine has 2 CPUs. */
+Test(offload, cgroup_cpu_quota_sets_threads, .timeout = 120)
+{
+	char dir[256], root[512];
+	cu_tmpdir(dir, sizeof dir, "cpuq");
+	cu_setup_run(dir, "");
+	const char *run = "STRATA_CGROUP_ROOT=%s %s %s train --model %s/init --data %s/data --out %s/%s "
+			  "--steps 1 --eval-interval 0 --micro-batch 2 --seq-len 32 %s";
+	fake_root(root, sizeof root, dir, "v2", "0::/job/step");
+	fake_file(root, "job/cpu.max", "100000 100000");
+	fake_file(root, "job/step/cpu.max", "max 100000");
+	int rc = cu_run(out, sizeof out, run, root, "", cu_bin(), dir, dir, dir, "a", "");
+	cr_expect(rc == 0 && strstr(out, "threads: 1, for the cgroup's CPU quota of 1 CPU (of 2 here") &&
+			  strstr(out, "backend: cpu, 1 thread,"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, run, root, "", cu_bin(), dir, dir, dir, "b", "--threads 2");
+	cr_expect(rc == 0 && strstr(out, "--threads 2 is more than the cgroup's CPU quota of 1 CPU") &&
+			  strstr(out, "backend: cpu, 2 threads,"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, run, root, "OMP_NUM_THREADS=2", cu_bin(), dir, dir, dir, "c", "");
+	cr_expect(rc == 0 && !strstr(out, "CPU quota") && strstr(out, "backend: cpu, 2 threads,"), "%s",
+		  out);
+	/* v1: half a CPU on the process's cpu cgroup, rounded up to one thread */
+	fake_root(root, sizeof root, dir, "v1", "3:cpu,cpuacct:/docker/x\n0::/");
+	fake_file(root, "cpu/docker/x/cpu.cfs_quota_us", "50000");
+	fake_file(root, "cpu/docker/x/cpu.cfs_period_us", "100000");
+	cr_assert_eq(cu_run(out, sizeof out, "echo -1 > %s/sys/fs/cgroup/cpu/cpu.cfs_quota_us", root), 0);
+	fake_file(root, "cpu/cpu.cfs_period_us", "100000");
+	rc = cu_run(out, sizeof out, run, root, "", cu_bin(), dir, dir, dir, "d", "");
+	cr_expect(rc == 0 && strstr(out, "threads: 1, for the cgroup's CPU quota of 0.5 CPUs") &&
+			  strstr(out, "backend: cpu, 1 thread,"),
+		  "%s", out);
+	/* no quota: every CPU, unsaid */
+	fake_root(root, sizeof root, dir, "none", "0::/");
+	fake_file(root, "cpu.max", "max 100000");
+	rc = cu_run(out, sizeof out, run, root, "", cu_bin(), dir, dir, dir, "e", "");
+	cr_expect(rc == 0 && !strstr(out, "CPU quota") && strstr(out, "backend: cpu, 2 threads,"), "%s",
+		  out);
+}
+
 /* The budgets and the memory warnings come from the smaller of MemAvailable
  * and the cgroup's headroom (limit less use, reclaimable cache not counted
  * as used), on the process's cgroup or an ancestor, v2 or v1, and plan says

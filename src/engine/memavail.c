@@ -80,9 +80,16 @@ static void check_level(struct st_mem_avail *m, const char *dir, const char *lim
 	memcpy(m->cgroup_file, path, sizeof path);
 }
 
+/* What a walk up the cgroup tree looks at: each level's directory, v1's
+ * or v2's. */
+struct cg_walk {
+	const char *v1_ctrl; /* the v1 controller (its hierarchy's directory) */
+	void (*level)(void *ctx, const char *dir, int v1);
+	void *ctx;
+};
+
 /* Every cgroup from base + cg (the process's, "/a/b") up to base itself. */
-static void walk_up(struct st_mem_avail *m, const char *base, const char *cg, const char *lim,
-		    const char *use, const char *cache)
+static void walk_up(const struct cg_walk *w, const char *base, const char *cg, int v1)
 {
 	char dir[1024];
 	if (snprintf(dir, sizeof dir, "%s%s", base, cg) >= (int)sizeof dir)
@@ -92,7 +99,7 @@ static void walk_up(struct st_mem_avail *m, const char *base, const char *cg, co
 		size_t len = strlen(dir);
 		while (len > base_len && dir[len - 1] == '/')
 			dir[--len] = '\0';
-		check_level(m, dir, lim, use, cache);
+		w->level(w->ctx, dir, v1);
 		if (len <= base_len)
 			return;
 		char *slash = strrchr(dir + base_len, '/');
@@ -113,15 +120,15 @@ static int is_dir_with(const char *dir, const char *file)
 	return f != NULL;
 }
 
-static void read_cgroups(struct st_mem_avail *m, const char *root)
+static void read_cgroups(const struct cg_walk *w, const char *root)
 {
 	char path[1024], line[1024];
 	snprintf(path, sizeof path, "%s/proc/self/cgroup", root);
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return;
-	/* "ID:CONTROLLERS:PATH": v2's line is "0::PATH", v1's memory line
-	 * names memory among its controllers */
+	/* "ID:CONTROLLERS:PATH": v2's line is "0::PATH", v1's line of the
+	 * controller names it among its controllers */
 	while (fgets(line, sizeof line, f)) {
 		line[strcspn(line, "\n")] = '\0';
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -136,18 +143,60 @@ static void read_cgroups(struct st_mem_avail *m, const char *root)
 			snprintf(base, sizeof base, "%s/sys/fs/cgroup", root);
 			if (!is_dir_with(base, "cgroup.controllers"))
 				snprintf(base, sizeof base, "%s/sys/fs/cgroup/unified", root);
-			walk_up(m, base, cg, "memory.max", "memory.current", "inactive_file");
+			walk_up(w, base, cg, 0);
 			continue;
 		}
-		char list[256];
+		char list[256], want[64];
 		snprintf(list, sizeof list, ",%s,", ctrls);
-		if (!strstr(list, ",memory,"))
+		snprintf(want, sizeof want, ",%s,", w->v1_ctrl);
+		if (!strstr(list, want))
 			continue;
-		snprintf(base, sizeof base, "%s/sys/fs/cgroup/memory", root);
-		walk_up(m, base, cg, "memory.limit_in_bytes", "memory.usage_in_bytes",
-			"total_inactive_file");
+		snprintf(base, sizeof base, "%s/sys/fs/cgroup/%s", root, w->v1_ctrl);
+		walk_up(w, base, cg, 1);
 	}
 	fclose(f);
+}
+
+static void memory_level(void *ctx, const char *dir, int v1)
+{
+	if (v1)
+		check_level(ctx, dir, "memory.limit_in_bytes", "memory.usage_in_bytes",
+			    "total_inactive_file");
+	else
+		check_level(ctx, dir, "memory.max", "memory.current", "inactive_file");
+}
+
+/* A level's CPU quota, in CPUs, into *(double *)ctx where tighter: v2's
+ * cpu.max ("QUOTA PERIOD", or "max PERIOD"), v1's cpu.cfs_quota_us (-1:
+ * none) over cpu.cfs_period_us. */
+static void cpu_level(void *ctx, const char *dir, int v1)
+{
+	char path[1100];
+	double quota = 0, period = 0;
+	if (!v1) {
+		snprintf(path, sizeof path, "%s/cpu.max", dir);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			return;
+		if (fscanf(f, "%lf %lf", &quota, &period) != 2)
+			quota = 0; /* "max": no quota */
+		fclose(f);
+	} else {
+		unsigned long long p = 0;
+		snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			return;
+		if (fscanf(f, "%lf", &quota) != 1)
+			quota = 0;
+		fclose(f);
+		snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+		if (read_value(path, NULL, &p) == 1)
+			period = (double)p;
+	}
+	double *cpus = ctx;
+	if (quota > 0 && period > 0 && (*cpus <= 0 || quota / period < *cpus))
+		*cpus = quota / period;
 }
 
 void mem_avail_read(struct st_mem_avail *m)
@@ -159,12 +208,19 @@ void mem_avail_read(struct st_mem_avail *m)
 	unsigned long long kb = 0;
 	if (read_value(path, "MemAvailable", &kb) == 1)
 		m->meminfo = (size_t)kb * 1024;
-	read_cgroups(m, root);
+	read_cgroups(&(struct cg_walk){"memory", memory_level, m}, root);
 	m->bytes = m->meminfo;
 	if (m->cgroup && (!m->meminfo || m->cgroup < m->meminfo)) {
 		m->bytes = m->cgroup;
 		m->from_cgroup = 1;
 	}
+}
+
+double cpu_quota(void)
+{
+	double cpus = 0;
+	read_cgroups(&(struct cg_walk){"cpu", cpu_level, &cpus}, root_dir());
+	return cpus;
 }
 
 size_t mem_available(void)

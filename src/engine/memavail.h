@@ -32,6 +32,12 @@ struct st_mem_avail {
 };
 
 void mem_avail_read(struct st_mem_avail *m);
+/* The tightest CPU quota of the cgroups the process runs in, in CPUs
+ * (docker --cpus 2, a Kubernetes CPU limit, systemd CPUQuota=): 0 where
+ * none is set. The host's CPU count does not show it, and threads past it
+ * take turns (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us;
+ * the same walk and test hook as the memory limit). */
+double cpu_quota(void);
 /* mem_avail_read's bytes. */
 size_t mem_available(void);
 

@@ -1,9 +1,11 @@
 /* Sessions; see session.h. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/memavail.h"
 #include "engine/session.h"
 #include "io/safetensors.h"
 #include "model/hf.h"
@@ -19,6 +21,24 @@ int session_backend(const struct st_ops **ops, const char *device, int threads)
 		st_log_warn("--threads %d is more than the %d CPUs this process may use: the threads "
 			    "would take turns on them, and each step be slower than with %d",
 			    threads, omp_get_num_procs(), omp_get_num_procs());
+	/* A CPU quota (docker --cpus) leaves every CPU visible, so a thread
+	 * per CPU spun on a share of them: on a 2-CPU quota of many CPUs, each
+	 * step many times slower (see README, On a shared CPU). The default
+	 * takes the quota, rounded up; OMP_NUM_THREADS or --threads decides
+	 * otherwise. */
+	const double quota = cpu_quota();
+	const int fit = quota > 0 ? (int)ceil(quota - 1e-9) : 0;
+	const char *omp_env = getenv("OMP_NUM_THREADS");
+	if (threads <= 0 && fit > 0 && fit < omp_get_num_procs() && !(omp_env && *omp_env)) {
+		omp_set_num_threads(fit);
+		st_log_info("threads: %d, for the cgroup's CPU quota of %.3g CPU%s (of %d here; "
+			    "--threads N to choose)",
+			    fit, quota, quota == 1 ? "" : "s", omp_get_num_procs());
+	} else if (threads > fit && fit > 0 && threads <= omp_get_num_procs()) {
+		st_log_warn("--threads %d is more than the cgroup's CPU quota of %.3g CPU%s: the threads "
+			    "would take turns, and each step be slower than with %d",
+			    threads, quota, quota == 1 ? "" : "s", fit);
+	}
 	const struct st_ops *cuda = NULL;
 	if (strcmp(device, "cpu") != 0)
 		cuda = ops_cuda();
