@@ -454,7 +454,8 @@ int bpe_load(struct st_bpe **out, const char *path)
 		b->merges.merged[slot] = (uint32_t)m;
 		rank++;
 	}
-	int k = 0;
+	int k = 0, added_max = -1;
+	const int vocab_len = cJSON_GetArraySize(vocab);
 	/* the added token listed at each id and with each text so far, to find
 	 * a second in one look each */
 	at_id = st_malloc((size_t)b->n_vocab * sizeof *at_id);
@@ -487,17 +488,44 @@ int bpe_load(struct st_bpe **out, const char *path)
 				 content, id, vstr[id]);
 			goto fail;
 		}
+		/* The tokenizers library does not read the listed ids: it gives an
+		 * added token the vocabulary's id of its text, else the id after the
+		 * vocabulary and the added tokens before it (AddedVocabulary::
+		 * add_tokens), and a Hugging Face model trained with this file saw
+		 * those. A file listing others (edited by hand) is refused, as the
+		 * library's warning is easy to miss. */
+		int lib = smap_get(&b->vocab, content, strlen(content));
+		if (lib < 0)
+			lib = added_max >= vocab_len ? added_max + 1 : vocab_len;
+		if (lib != id) {
+			ST_ERROR("give the id the library gives, or let the library write the file (it "
+				 "writes the ids it uses)",
+				 "%s: added token '%s' is listed with id %d, but the tokenizers library "
+				 "gives it %d (the vocabulary's id of its text, else the next after the "
+				 "vocabulary and the added tokens before it; it does not read the ids listed)",
+				 path, content, id, lib);
+			goto fail;
+		}
+		added_max = id > added_max ? id : added_max;
 		at_id[id] = k;
 		smap_put(&by_text, content, strlen(content), (uint32_t)k);
 		/* normalized: absent (the library requires it), as the library's
 		 * AddedToken::from sets it, the opposite of special */
 		const int normalized = is_true(it, "normalized", !is_true(it, "special", 0));
 		b->added[k++] = (struct added){content, strlen(content), (uint32_t)id, normalized};
-		free(b->raw[id]);
-		b->raw[id] = strdup(content);
-		b->raw_len[id] = strlen(content);
-		if (!b->raw[id])
+		/* decoded as the library's ByteLevel decoder does any token: text
+		 * whose every character is in the byte alphabet stands for those
+		 * bytes ("Ġthe" is " the"), any other for its own UTF-8 */
+		const size_t clen = strlen(content);
+		char *raw = st_malloc(clen + 1);
+		if (!raw)
 			goto fail;
+		const long nb = unmap(content, clen, cp_to_byte, raw);
+		if (nb < 0)
+			memcpy(raw, content, clen + 1);
+		free(b->raw[id]);
+		b->raw[id] = raw;
+		b->raw_len[id] = nb < 0 ? clen : (size_t)nb;
 	}
 	free(vstr);
 	free(at_id);
