@@ -395,8 +395,8 @@ int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block,
 		}
 	const int rc = io_uring_queue_init((unsigned)depth, &io->ring, 0);
 	if (rc < 0) {
-		static int said;
-		if (!said++)
+		static int said; /* once a process, whichever thread opens first */
+		if (!__atomic_fetch_add(&said, 1, __ATOMIC_RELAXED))
 			st_log_warn("io_uring cannot be set up here (%s: a container's seccomp profile, "
 				    "kernel.io_uring_disabled, or a kernel before 5.6): the disk tier "
 				    "reads and writes with a pool of threads instead, which may be slower "
