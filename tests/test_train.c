@@ -602,6 +602,10 @@ Test(train, usage_errors_exit_2)
 	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --device-mem 20M --offload-dir %s",
 		    cu_bin(), dir, dir, many);
 	cr_expect(rc == 2 && strstr(out, "too many offload directories"), "exit %d\n%s", rc, out);
+	/* and none: "," (taken as no directory, as train's once was) */
+	rc = cu_run(out, sizeof out, "%s eval --model %s/init --data %s/data --offload-dir ,", cu_bin(), dir,
+		    dir);
+	cr_expect(rc == 2 && strstr(out, "--offload-dir ',' names no directory"), "exit %d\n%s", rc, out);
 	/* a resume asking for a setting the saved state cannot take: one error,
 	 * exit 2 (they exited 1 with a second "cannot resume" line) */
 	static const struct {

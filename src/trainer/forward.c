@@ -69,6 +69,11 @@ static int place_budgeted(struct st_session *s, const struct st_forward_mem *mem
 		} else
 			dirs[n_dirs++] = d;
 	}
+	if (rc == ST_OK && *mem->offload_dir && !n_dirs) { /* ",": as train refuses it */
+		ST_USAGE_ERROR("give --offload-dir DIR (repeated, or DIR1,DIR2, one per SSD)",
+			       "--offload-dir '%s' names no directory", mem->offload_dir);
+		rc = ST_FAIL;
+	}
 	if (rc == ST_OK)
 		rc = offdirs_check_exist(dirs, n_dirs, "");
 	struct st_place_opts po = {.prefetch = FORWARD_PREFETCH, .n_dirs = n_dirs,
