@@ -496,13 +496,6 @@ Test(train, bad_model_files)
 	expect_fail("shape mismatch", "mlp.", cu_run(out, sizeof out, run, cu_bin(), dir, dir, dir));
 }
 
-/* A command line refused for its own sake exits 2, as a shell tool's usage
- * error does, and every other failure 1: a wrapper that retries failed
- * runs can tell "fix the command" from "it failed". Usage errors from the
- * flags, a --config file, and the option checks deeper in (an unknown
- * optimizer, --place, GaLore's rank, --seq-len past the model's), each
- * with its message; and the failures that are not usage: a missing file,
- * a damaged one, a run directory in use. */
 /* A run's length: more tokens than a run counts exactly (2^53) refused;
  * the ETA of a very long one said in days, or as more than 1000 (it read
  * -2147483648h-8m, an int overflowed) */
@@ -525,6 +518,13 @@ Test(train, huge_run_lengths)
 		  "exit %d\n%s", rc, out);
 }
 
+/* A command line refused for its own sake exits 2, as a shell tool's usage
+ * error does, and every other failure 1: a wrapper that retries failed
+ * runs can tell "fix the command" from "it failed". Usage errors from the
+ * flags, a --config file, and the option checks deeper in (an unknown
+ * optimizer, --place, GaLore's rank, --seq-len past the model's), each
+ * with its message; and the failures that are not usage: a missing file,
+ * a damaged one, a run directory in use. */
 Test(train, usage_errors_exit_2)
 {
 	char dir[256];
