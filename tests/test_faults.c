@@ -2340,6 +2340,10 @@ Test(faults, bad_values_named_before_anything_runs)
 		{"--offload-dir /etc/passwd --place weights=disk --seq-len 32",
 		 "offload directory /etc/passwd is a file, not a directory"},
 		{"--activations k --seq-len 32", "--activations 'k': 1 letter for a model of 2 layers"},
+		/* the state of forced device updates as large as the weights'
+		 * share: pointed to --device-updates (it said only --device-mem) */
+		{"--device-updates 4 --device-mem 1M --micro-batch 1 --seq-len 32",
+		 "hint: raise --device-mem, or lower --device-updates"},
 		/* a forced policy over the budget: the way back to the planner's */
 		{"--activations kk --device-mem 1M --seq-len 32",
 		 "or let the planner choose (--activations auto)"},

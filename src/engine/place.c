@@ -117,8 +117,10 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 				      o->force[ST_SLAB_G] == ST_TIER_DEVICE;
 		ST_ERROR(big == 0   ? act_hint
 			 : big == 1 && forced_on ? "raise --device-mem, or place fewer kinds on the device (--place)"
+			 /* the weights' share is as large, but the updates' state is
+			  * the user's choice */
+			 : big == 2 || (big == 1 && dev_state) ? "raise --device-mem, or lower --device-updates"
 			 : big == 1 ? "raise --device-mem"
-			 : big == 2 ? "raise --device-mem, or lower --device-updates"
 			 : o->prefetch_given && o->prefetch > 1 ? "raise --device-mem, or lower --prefetch"
 					     : "raise --device-mem",
 			 "the device budget %s cannot hold %s (%s): %s missing",
