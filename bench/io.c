@@ -271,7 +271,7 @@ int main(int argc, char **argv)
 		printf("%-28s %10.2f %10.2f   (no io_uring: %.2f, %.2f of it)\n", "strata store (threads)",
 		       pool_w, pool_r, pool_w / best_w, pool_r / best_r);
 	else
-		printf("the thread pool could not be timed (no seccomp filter here)\n");
+		printf("the thread pool could not be timed (no seccomp filter here, or its I/O failed)\n");
 	printf("%-28s %10.2f %10.2f\n", "dd O_DIRECT 4 MiB", dd_w, dd_r);
 	if (fio_w > 0)
 		printf("%-28s %10.2f %10.2f\n", "fio io_uring 1 MiB qd 32", fio_w, fio_r);

@@ -202,6 +202,20 @@ Test(faults, root_counts_reserved_blocks)
 			  cu_run(NULL, 0, "test -e %s/run", mnt) != 0,
 		  "exit %d\n%s", rc, out);
 	umount(mnt);
+	/* group 0 owns no reserve (ext4 grants a resgid only where it is not
+	 * root's): a user of group 0 on a default mount is refused up front */
+	if (cu_run(out, sizeof out, "mount -o loop %s/e4.img %s && chmod 1777 %s && chmod -R a+rX %s",
+		   dir, mnt, mnt, dir) != 0) {
+		cr_log_warn("cannot mount the image again: skipping (%s)", out);
+		return;
+	}
+	rc = cu_run(out, sizeof out, "setpriv --reuid 65534 --regid 0 --clear-groups -- %s train --model "
+				     "%s/tiny --data %s/data --out %s/g0 --steps 1 --optimizer adamw "
+				     "--eval-interval 0 " SMALL,
+		    cu_bin(), dir, dir, mnt);
+	cr_expect(rc == 1 && strstr(out, "less than one checkpoint") && !strstr(out, "step 1"),
+		  "exit %d\n%s", rc, out);
+	umount(mnt);
 }
 
 /* The checkpoint renamed into place, then `latest` not moved (a file system

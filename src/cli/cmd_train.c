@@ -16,6 +16,7 @@
 #include "trainer/interrupt.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
+#include "util/parse.h"
 
 static void help(void)
 {
@@ -231,16 +232,22 @@ static void note_new_schedule(const struct st_train_opts *saved, const struct st
 	if (strcmp(saved->schedule, tr->o.schedule))
 		n += (size_t)snprintf(what + n, sizeof what - n, "--schedule %s (was %s)", tr->o.schedule,
 				      saved->schedule);
+	/* those the new curve has: a floor but under constant, wsd's decay */
 	const struct {
 		const char *flag;
 		double now, was;
-	} vals[] = {{"lr", tr->o.lr, saved->lr},
-		    {"min-lr-ratio", tr->o.min_lr_ratio, saved->min_lr_ratio},
-		    {"decay-frac", tr->o.decay_frac, saved->decay_frac}};
+		int used;
+	} vals[] = {{"lr", tr->o.lr, saved->lr, 1},
+		    {"min-lr-ratio", tr->o.min_lr_ratio, saved->min_lr_ratio,
+		     strcmp(tr->o.schedule, "constant") != 0},
+		    {"decay-frac", tr->o.decay_frac, saved->decay_frac, wsd}};
 	for (int i = 0; i < 3 && n < sizeof what; i++)
-		if (vals[i].now != vals[i].was)
-			n += (size_t)snprintf(what + n, sizeof what - n, "%s--%s %g (was %g)", n ? ", " : "",
-					      vals[i].flag, vals[i].now, vals[i].was);
+		if (vals[i].used && vals[i].now != vals[i].was) {
+			char a[32], b[32];
+			n += (size_t)snprintf(what + n, sizeof what - n, "%s--%s %s (was %s)", n ? ", " : "",
+					      vals[i].flag, st_shortest(a, sizeof a, vals[i].now),
+					      st_shortest(b, sizeof b, vals[i].was));
+		}
 	if (total != tr->total_steps || warmup != tr->warmup)
 		st_log_info("the schedule now spans %ld steps (warmup %ld), not %ld (warmup %ld)%s%s: the "
 			    "learning rate at step %ld is %.3g, where the run's own schedule had %.3g",

@@ -116,18 +116,38 @@ static void ext_reserve_owner(dev_t dev, long *uid, long *gid)
 		fclose(f);
 }
 
+/* Whether this process is in the initial user namespace (its uid_map the
+ * identity): the kernel checks the capability and compares ids there, and
+ * a namespace's root (rootless podman, unshare -r) is neither. */
+static int initial_userns(void)
+{
+	FILE *f = fopen("/proc/self/uid_map", "re");
+	unsigned long inside = 1, outside = 1, count = 0;
+	const int got = f && fscanf(f, "%lu %lu %lu", &inside, &outside, &count) == 3;
+	if (f)
+		fclose(f);
+	return !f || (got && inside == 0 && outside == 0 && count == 4294967295UL);
+}
+
 int fs_may_use_reserved(const char *path)
 {
 	struct statfs sf;
 	struct stat st;
 	if (statfs(path, &sf) != 0 || sf.f_type != EXT4_SUPER_MAGIC || stat(path, &st) != 0)
 		return 0; /* another file system's f_bavail is what it lets anyone write */
+	if (!initial_userns())
+		return 0; /* counted short: a refusal, never a save that fails */
 	if (has_sys_resource())
 		return 1;
-	/* as ext4_has_free_clusters: the reserve's owner, or a member of its group */
+	/* as ext4_has_free_clusters: the reserve's owner, or a member of its
+	 * group where that is not root's (group 0 alone grants nothing) */
 	long uid, gid;
 	ext_reserve_owner(st.st_dev, &uid, &gid);
-	if ((long)geteuid() == uid || (long)getegid() == gid)
+	if ((long)geteuid() == uid)
+		return 1;
+	if (!gid)
+		return 0;
+	if ((long)getegid() == gid)
 		return 1;
 	gid_t groups[256];
 	const int n = getgroups(256, groups);

@@ -59,9 +59,9 @@ int fs_rmtree(const char *path);
  * statvfs, or a file system that reports no size, as ramfs). */
 double fs_free_bytes(const char *path);
 /* Whether this process may write into the blocks path's file system
- * reserves: an ext2/3/4 file system, and CAP_SYS_RESOURCE or the mount's
- * resuid or resgid (0, root, unless the mount or the image says
- * otherwise). */
+ * reserves: an ext2/3/4 file system, the initial user namespace, and
+ * CAP_SYS_RESOURCE, the mount's resuid (0, root, unless the mount or the
+ * image says otherwise) or its resgid where that is not 0. */
 int fs_may_use_reserved(const char *path);
 int fs_exists(const char *path);
 int fs_is_dir(const char *path);

@@ -80,6 +80,8 @@ int io_check_dir(const char *dir, size_t size)
 	char b1[32], b2[32], b3[32];
 	struct stat st;
 	const int found = stat(dir, &st) == 0;
+	ST_CHECK(found || errno == ENOENT || errno == ENOTDIR, "check the path and its permissions",
+		 "cannot look at offload directory %s: %s", dir, strerror(errno));
 	ST_CHECK(!found || S_ISDIR(st.st_mode), "point --offload-dir at a directory (the offload file "
 		 "is made inside it)",
 		 "offload directory %s is a file, not a directory", dir);
@@ -306,12 +308,13 @@ static struct io_pool *pool_start(int depth)
 		return NULL;
 	}
 	const int want = depth < 64 ? depth : 64;
+	int err = 0;
 	while (p->n_threads < want &&
-	       pthread_create(&p->threads[p->n_threads], NULL, pool_worker, p) == 0)
+	       !(err = pthread_create(&p->threads[p->n_threads], NULL, pool_worker, p)))
 		p->n_threads++;
 	if (!p->n_threads) {
 		ST_ERROR("raise the process's thread limit (ulimit -u)",
-			 "cannot start the disk tier's I/O threads: %s", strerror(errno));
+			 "cannot start the disk tier's I/O threads: %s", strerror(err));
 		pool_stop(p);
 		return NULL;
 	}
@@ -347,9 +350,17 @@ static void pool_wait(struct io_pool *p, void **data, int *res)
 
 int io_forbid_uring(void)
 {
+#if defined(__x86_64__)
+	const unsigned arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+	const unsigned arch = AUDIT_ARCH_AARCH64;
+#else
+	errno = ENOSYS; /* a filter for this architecture's numbers is not written */
+	return 0;
+#endif
 	struct sock_filter f[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
@@ -397,12 +408,16 @@ int io_open(struct st_io *io, const char *const *dirs, int n_dirs, size_t block,
 	if (rc < 0) {
 		static int said; /* once a process, whichever thread opens first */
 		if (!__atomic_fetch_add(&said, 1, __ATOMIC_RELAXED))
-			st_log_warn("io_uring cannot be set up here (%s: a container's seccomp profile, "
-				    "kernel.io_uring_disabled, or a kernel before 5.6): the disk tier "
-				    "reads and writes with a pool of threads instead, which may be slower "
-				    "(in Docker, --security-opt seccomp=PROFILE allowing io_uring_setup, "
-				    "io_uring_enter and io_uring_register brings it back)",
-				    strerror(-rc));
+			st_log_warn("io_uring cannot be set up here (%s: %s): the disk tier reads and "
+				    "writes with a pool of threads instead, which may be slower (%s)",
+				    strerror(-rc),
+				    rc == -ENOMEM ? "the locked-memory limit, on a kernel before 5.12"
+						  : "a container's seccomp profile, kernel.io_uring_disabled, "
+						    "or a kernel before 5.6",
+				    rc == -ENOMEM ? "raise ulimit -l, or lower --io-depth"
+						  : "in Docker, --security-opt seccomp=PROFILE allowing "
+						    "io_uring_setup, io_uring_enter and io_uring_register brings "
+						    "it back");
 		io->pool = pool_start(depth);
 		if (!io->pool) {
 			io_close(io);

@@ -756,14 +756,14 @@ static int save_failed(struct st_trainer *tr)
 	}
 	if (fs_exists(c->tmp)) /* not renamed into place */
 		fs_rmtree(c->tmp);
-	char link[4200], kept[256];
+	char link[4200], kept[sizeof tr->ckpt_loaded];
 	snprintf(link, sizeof link, "%s/latest", tr->o.out);
 	ssize_t len = readlink(link, kept, sizeof kept - 1);
 	kept[len > 0 ? len : 0] = '\0';
 	/* a resume into a fresh --out has no latest there, but its checkpoint */
 	const int resumed = len <= 0 && *tr->ckpt_loaded;
 	if (resumed)
-		snprintf(kept, sizeof kept, "%.200s", tr->ckpt_loaded);
+		snprintf(kept, sizeof kept, "%s", tr->ckpt_loaded); /* absolute: whole */
 	const char *keeps = len > 0    ? "the run keeps latest -> "
 			    : resumed ? "nothing saved since the checkpoint it resumed from, "
 				      : "the run has no earlier checkpoint";

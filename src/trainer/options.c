@@ -68,7 +68,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"ckpt-interval", OT_LONG, F(ckpt_interval), "500", "steps between checkpoints (0: end only)"},
 	{"keep-ckpts", OT_INT, F(keep_ckpts), "3", "checkpoints kept in the run directory (0: all)"},
 	{"seed", OT_LONG, F(seed), "1", "seed for the data order (and GaLore's random projections)"},
-	{"threads", OT_INT, F(threads), "0", "CPU threads (0: all cores)"},
+	{"threads", OT_INT, F(threads), "0", "CPU threads (0: every core, or the cgroup's CPU quota where one is set)"},
 	{"log-interval", OT_INT, F(log_interval), "10", "steps between progress lines when not on a terminal"},
 	{"device", OT_STR, F(device), "auto", "cpu | cuda | auto"},
 	{"progress", OT_STR, F(progress), "auto", "auto | bar | lines | none"},
@@ -345,18 +345,6 @@ char *train_opts_to_json(const struct st_train_opts *o)
 	return s;
 }
 
-/* A value in the fewest digits that read back as it (-0.1, not
- * -0.10000000000000001), for the messages. */
-static const char *shortest(char *buf, size_t n, double v)
-{
-	for (int p = 1; p <= 17; p++) {
-		snprintf(buf, n, "%.*g", p, v);
-		if (strtod(buf, NULL) == v)
-			break;
-	}
-	return buf;
-}
-
 int train_opts_validate(const struct st_train_opts *o)
 {
 	char v[32];
@@ -380,12 +368,12 @@ int train_opts_validate(const struct st_train_opts *o)
 	 * and --beta1 0.99999999999 became 1, each turning the weights to NaN) */
 	ST_CHECK_USAGE(o->lr >= FLT_MIN && o->lr <= FLT_MAX, "the default is 1e-3; fine-tuning uses 1e-5 to 1e-4",
 		 "--lr must be positive and a float: from %g to %g (got %s)", (double)FLT_MIN,
-		 (double)FLT_MAX, shortest(v, sizeof v, o->lr));
+		 (double)FLT_MAX, st_shortest(v, sizeof v, o->lr));
 	ST_CHECK_USAGE(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1,
 		 "the schedule ends at --lr x this ratio: 0.1 by default, 0 decays to zero",
-		 "--min-lr-ratio must be in [0, 1] (got %s)", shortest(v, sizeof v, o->min_lr_ratio));
+		 "--min-lr-ratio must be in [0, 1] (got %s)", st_shortest(v, sizeof v, o->min_lr_ratio));
 	ST_CHECK_USAGE(o->weight_decay >= 0, "give 0 for no decay (default 0.1)",
-		 "--weight-decay must be >= 0 (got %s)", shortest(v, sizeof v, o->weight_decay));
+		 "--weight-decay must be >= 0 (got %s)", st_shortest(v, sizeof v, o->weight_decay));
 	/* AdamW's decoupled decay, and plain SGD's L2 term, scale a decayed
 	 * weight by 1 - lr*wd each step: at lr*wd >= 1 that factor is <= 0, and
 	 * the run would train a model that is zeroed or flipped each step while
@@ -402,20 +390,20 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK_USAGE(o->grad_clip == 0 || (o->grad_clip >= FLT_MIN && o->grad_clip <= FLT_MAX),
 		 "give the largest gradient norm a step may have (default 1), or 0 for no clipping",
 		 "--grad-clip must be 0 or a positive float from %g to %g (got %s)", (double)FLT_MIN,
-		 (double)FLT_MAX, shortest(v, sizeof v, o->grad_clip));
+		 (double)FLT_MAX, st_shortest(v, sizeof v, o->grad_clip));
 	/* "as a float": 0.99999999999 is below 1, and rounds to it */
 	const char *beta_h = "the defaults are --beta1 0.9 and --beta2 0.95; up to 1 - 6e-8 stays "
 			     "below 1 as a float";
 	ST_CHECK_USAGE(o->beta1 >= 0 && (float)o->beta1 < 1.0f, beta_h,
-		 "--beta1 must be in [0, 1) as a float (got %s)", shortest(v, sizeof v, o->beta1));
+		 "--beta1 must be in [0, 1) as a float (got %s)", st_shortest(v, sizeof v, o->beta1));
 	ST_CHECK_USAGE(o->beta2 >= 0 && (float)o->beta2 < 1.0f, beta_h,
-		 "--beta2 must be in [0, 1) as a float (got %s)", shortest(v, sizeof v, o->beta2));
+		 "--beta2 must be in [0, 1) as a float (got %s)", st_shortest(v, sizeof v, o->beta2));
 	ST_CHECK_USAGE(o->eps >= FLT_MIN && o->eps <= FLT_MAX, "the default is 1e-8",
 		 "--eps must be positive and a float: from %g to %g (got %s)", (double)FLT_MIN,
-		 (double)FLT_MAX, shortest(v, sizeof v, o->eps));
+		 (double)FLT_MAX, st_shortest(v, sizeof v, o->eps));
 	ST_CHECK_USAGE(o->momentum >= 0 && (float)o->momentum < 1.0f,
 		 "0.9 is usual, 0 is plain SGD; up to 1 - 6e-8 stays below 1 as a float",
-		 "--momentum must be in [0, 1) as a float (got %s)", shortest(v, sizeof v, o->momentum));
+		 "--momentum must be in [0, 1) as a float (got %s)", st_shortest(v, sizeof v, o->momentum));
 	ST_CHECK_USAGE(strcmp(o->optimizer, "sgd8bit") != 0 || o->momentum > 0,
 		 "sgd8bit quantizes the momentum buffer: give --momentum, e.g. 0.9",
 		 "--optimizer sgd8bit without momentum has no state to quantize");
@@ -476,7 +464,8 @@ int train_opts_validate(const struct st_train_opts *o)
 		 "--eval-tokens must be >= 0 (got %ld)", o->eval_tokens);
 	ST_CHECK_USAGE(o->keep_ckpts >= 0, "give 0 to keep every checkpoint",
 		 "--keep-ckpts must be >= 0 (got %d)", o->keep_ckpts);
-	ST_CHECK_USAGE(o->threads >= 0 && o->threads <= ST_MAX_THREADS, "give 0 to use every core",
+	ST_CHECK_USAGE(o->threads >= 0 && o->threads <= ST_MAX_THREADS,
+		 "give 0 for every core (or the cgroup's CPU quota, where one is set)",
 		 "--threads must be in [0, %d] (got %d)", ST_MAX_THREADS, o->threads);
 	ST_CHECK_USAGE(o->log_interval > 0, "give the steps between log lines (default 10)",
 		 "--log-interval must be positive (got %d)", o->log_interval);

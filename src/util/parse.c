@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,4 +74,14 @@ int st_is_near(const char *typed, const char *name)
 			d[i][j] = v;
 		}
 	return d[n][m] <= (m <= 5 ? 1 : 2);
+}
+
+const char *st_shortest(char *buf, size_t n, double v)
+{
+	for (int p = 1; p <= 17; p++) {
+		snprintf(buf, n, "%.*g", p, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	return buf;
 }

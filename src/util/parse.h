@@ -4,6 +4,8 @@
 #ifndef ST_PARSE_H
 #define ST_PARSE_H
 
+#include <stddef.h>
+
 enum st_parse { ST_PARSE_OK, ST_PARSE_NOT_INT, ST_PARSE_RANGE };
 
 /* 2^53: a double (a JSON number, to its readers) holds every whole number
@@ -28,5 +30,8 @@ enum st_parse st_parse_real(const char *s, double *out);
  * letters, two for longer ones, '_' counting as '-'. For "did you mean"
  * hints on unknown options. */
 int st_is_near(const char *typed, const char *name);
+/* v in the fewest digits that read back as it (-0.1, not
+ * -0.10000000000000001), into buf, for messages; buf returned. */
+const char *st_shortest(char *buf, size_t n, double v);
 
 #endif
