@@ -154,6 +154,28 @@ Test(faults, checkpoint_room_checked_up_front)
 	umount(mnt);
 }
 
+/* The ext4 image DIR/e4.img mounted at mnt with opts, a run of the tiny
+ * model there as setpriv's `as` makes it: refused before it trains (no
+ * step, no run directory left), and unmounted. 0 where the image could not
+ * be mounted (the check skipped). */
+static int refused_on_image(const char *dir, const char *mnt, const char *opts, const char *as)
+{
+	if (cu_run(out, sizeof out, "mount -o loop,%s %s/e4.img %s && rm -rf %s/run && chmod 1777 %s && "
+				    "chmod -R a+rX %s",
+		   opts, dir, mnt, mnt, mnt, dir) != 0) {
+		cr_log_warn("cannot mount the image with %s: skipping (%s)", opts, out);
+		return 0;
+	}
+	int rc = cu_run(out, sizeof out, "setpriv %s -- %s train --model %s/tiny --data %s/data --out "
+					 "%s/run --steps 1 --optimizer adamw --eval-interval 0 " SMALL,
+			as, cu_bin(), dir, dir, mnt);
+	cr_expect(rc == 1 && strstr(out, "less than one checkpoint") && !strstr(out, "step 1") &&
+			  cu_run(NULL, 0, "test -e %s/run", mnt) != 0,
+		  "as %s on %s: exit %d\n%s", as, opts, rc, out);
+	umount(mnt);
+	return 1;
+}
+
 /* As root, the blocks ext4 keeps for root count as room (the check read
  * only what is free to everyone, and refused a run that would have saved):
  * a 64 MiB ext4 image keeping half its blocks for root has 21.4 MiB free
@@ -189,33 +211,12 @@ Test(faults, root_counts_reserved_blocks)
 			  cu_run(NULL, 0, "test -e %s/run/step-000001/trainer.json", mnt) == 0,
 		  "%s", out);
 	umount(mnt);
-	if (cu_run(out, sizeof out, "mount -o loop,resuid=65534,resgid=65534 %s/e4.img %s && rm -rf %s/run",
-		   dir, mnt, mnt) != 0) {
-		cr_log_warn("cannot mount the image with resuid: skipping (%s)", out);
+	if (!refused_on_image(dir, mnt, "resuid=65534,resgid=65534",
+			      "--inh-caps -sys_resource --bounding-set -sys_resource"))
 		return;
-	}
-	rc = cu_run(out, sizeof out, "setpriv --inh-caps -sys_resource --bounding-set -sys_resource -- "
-				     "%s train --model %s/tiny --data %s/data --out %s/run --steps 1 --optimizer "
-				     "adamw --eval-interval 0 " SMALL,
-		    cu_bin(), dir, dir, mnt);
-	cr_expect(rc == 1 && strstr(out, "less than one checkpoint") && !strstr(out, "step 1") &&
-			  cu_run(NULL, 0, "test -e %s/run", mnt) != 0,
-		  "exit %d\n%s", rc, out);
-	umount(mnt);
 	/* group 0 owns no reserve (ext4 grants a resgid only where it is not
 	 * root's): a user of group 0 on a default mount is refused up front */
-	if (cu_run(out, sizeof out, "mount -o loop %s/e4.img %s && chmod 1777 %s && chmod -R a+rX %s",
-		   dir, mnt, mnt, dir) != 0) {
-		cr_log_warn("cannot mount the image again: skipping (%s)", out);
-		return;
-	}
-	rc = cu_run(out, sizeof out, "setpriv --reuid 65534 --regid 0 --clear-groups -- %s train --model "
-				     "%s/tiny --data %s/data --out %s/g0 --steps 1 --optimizer adamw "
-				     "--eval-interval 0 " SMALL,
-		    cu_bin(), dir, dir, mnt);
-	cr_expect(rc == 1 && strstr(out, "less than one checkpoint") && !strstr(out, "step 1"),
-		  "exit %d\n%s", rc, out);
-	umount(mnt);
+	refused_on_image(dir, mnt, "defaults", "--reuid 65534 --regid 0 --clear-groups");
 }
 
 /* The checkpoint renamed into place, then `latest` not moved (a file system
