@@ -166,34 +166,29 @@ static void memory_level(void *ctx, const char *dir, int v1)
 		check_level(ctx, dir, "memory.max", "memory.current", "inactive_file");
 }
 
+/* The numbers at the start of dir/file, up to two ("max" is none): how
+ * many were read. */
+static int read_reals(const char *dir, const char *file, double *a, double *b)
+{
+	char path[1100];
+	snprintf(path, sizeof path, "%s/%s", dir, file);
+	FILE *f = fopen(path, "r");
+	const int n = f ? fscanf(f, "%lf %lf", a, b) : 0;
+	if (f)
+		fclose(f);
+	return n > 0 ? n : 0;
+}
+
 /* A level's CPU quota, in CPUs, into *(double *)ctx where tighter: v2's
  * cpu.max ("QUOTA PERIOD", or "max PERIOD"), v1's cpu.cfs_quota_us (-1:
  * none) over cpu.cfs_period_us. */
 static void cpu_level(void *ctx, const char *dir, int v1)
 {
-	char path[1100];
-	double quota = 0, period = 0;
-	if (!v1) {
-		snprintf(path, sizeof path, "%s/cpu.max", dir);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			return;
-		if (fscanf(f, "%lf %lf", &quota, &period) != 2)
-			quota = 0; /* "max": no quota */
-		fclose(f);
-	} else {
-		unsigned long long p = 0;
-		snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			return;
-		if (fscanf(f, "%lf", &quota) != 1)
-			quota = 0;
-		fclose(f);
-		snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
-		if (read_value(path, NULL, &p) == 1)
-			period = (double)p;
-	}
+	double quota = 0, period = 0, unused;
+	if (!v1 ? read_reals(dir, "cpu.max", &quota, &period) != 2
+		: read_reals(dir, "cpu.cfs_quota_us", &quota, &unused) != 1 ||
+			  read_reals(dir, "cpu.cfs_period_us", &period, &unused) != 1)
+		return;
 	double *cpus = ctx;
 	if (quota > 0 && period > 0 && (*cpus <= 0 || quota / period < *cpus))
 		*cpus = quota / period;
