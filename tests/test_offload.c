@@ -1446,6 +1446,15 @@ Test(offload, plan_without_training, .timeout = 120)
 		    cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "nothing moves") && !strstr(out, "--prefetch 10 is more"),
 		  "%s", out);
+	/* an empty value is auto, as for --device-mem and --place: "--recompute
+	 * ''" and "--device-updates ''" were refused, and "--activations ''"
+	 * conflicted with a --recompute given beside it */
+	const char *empties[] = {"--recompute ''", "--device-updates ''", "--recompute 1 --activations ''"};
+	for (int i = 0; i < 3; i++) {
+		rc = cu_run(out, sizeof out, "%s plan --model %s/deep --profile %s/prof1.json %s", cu_bin(),
+			    dir, dir, empties[i]);
+		cr_expect(rc == 0 && strstr(out, i == 2 ? "1 recompute" : "tier total"), "%s: %s", empties[i], out);
+	}
 }
 
 /* Per-layer GaLore's gradients (the layers' shared slab and the embedding's

@@ -234,13 +234,21 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	return ST_OK;
 }
 
+/* An empty value is auto, as for --device-mem, --place and the other
+ * placement options ("--recompute ''" was refused, "--activations ''"
+ * conflicted with a --recompute). */
+static int is_auto(const char *s)
+{
+	return !*s || !strcmp(s, "auto");
+}
+
 /* The flags' forced choices: --recompute N|all (the first N layers, the rest
  * kept) or --activations; --device-updates. */
 static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 {
 	const int L = tr->s.model.cfg.n_layers;
-	const int rc_set = strcmp(tr->o.recompute, "auto") != 0;
-	const int act_set = strcmp(tr->o.activations, "auto") != 0;
+	const int rc_set = !is_auto(tr->o.recompute);
+	const int act_set = !is_auto(tr->o.activations);
 	ST_CHECK_USAGE(!(rc_set && act_set), "give one of --recompute and --activations",
 		 "--recompute %s and --activations %s both choose the activation policy",
 		 tr->o.recompute, tr->o.activations);
@@ -264,7 +272,7 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 		ch->po.act = forced ? ch->act : NULL;
 	}
 	ch->po.device_updates = -1;
-	if (strcmp(tr->o.device_updates, "auto")) {
+	if (!is_auto(tr->o.device_updates)) {
 		char *end;
 		long v = strtol(tr->o.device_updates, &end, 10);
 		ST_CHECK_USAGE(!*end && end != tr->o.device_updates && v >= 0 && v <= tr->s.model.n_units,
