@@ -404,8 +404,9 @@ Test(gguf, other_tokenizer_over_an_earlier_one)
 			 "PreTrainedTokenizerFast");
 	cJSON_Delete(tc);
 	int rc = cu_run(out, sizeof out, "echo '{}' > %s/generation_config.json && "
+			"echo '{{ x }}' > %s/chat_template.jinja && "
 			"sed 's/gpt2/spmx/' tests/data/gguf/model-F32.gguf > %s/x.gguf && "
-			"%s import --gguf %s/x.gguf --out %s --force", dir, dir, cu_bin(), dir, dir);
+			"%s import --gguf %s/x.gguf --out %s --force", dir, dir, dir, cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "tokenizer 'spmx' is not byte-level BPE: no tokenizer.json written"), "%s", out);
 	cr_expect(strstr(out, "/m/tokenizer.json was there before this import and is kept"), "%s", out);
@@ -413,9 +414,12 @@ Test(gguf, other_tokenizer_over_an_earlier_one)
 			      "remove it if it is not this model's (transformers would read it)"),
 		  "%s", out);
 	cr_expect(strstr(out, "/m/generation_config.json was there before"), "%s", out);
+	/* transformers 5 reads a chat_template.jinja before tokenizer_config.json's */
+	cr_expect(strstr(out, "/m/chat_template.jinja was there before"), "%s", out);
 	rc = cu_run(out, sizeof out, "rm %s/tokenizer.json %s/tokenizer_config.json "
-			"%s/generation_config.json && %s import --gguf %s/x.gguf --out %s --force",
-		    dir, dir, dir, cu_bin(), dir, dir);
+			"%s/generation_config.json %s/chat_template.jinja && %s import --gguf %s/x.gguf "
+			"--out %s --force",
+		    dir, dir, dir, dir, cu_bin(), dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(!strstr(out, "was there before"), "%s", out);
 }

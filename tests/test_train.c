@@ -2781,12 +2781,15 @@ Test(train, tokenizer_files_outlive_their_source)
 	cu_setup_run(dir, "");
 	int rc = cu_run(out, sizeof out,
 			"printf '{\"bos_token\": \"<s>\"}' > %s/init/tokenizer_config.json && "
+			"printf '{{ messages[0].content }}' > %s/init/chat_template.jinja && "
 			"%s train --model %s/init --data %s/data --out %s/a --steps 1 --eval-interval 0 " SMALL
 			" && %s train --resume %s/a/step-000001 --steps 4 --ckpt-interval 1 --keep-ckpts 1",
-			dir, cu_bin(), dir, dir, dir, cu_bin(), dir);
+			dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir);
 	cr_assert_eq(rc, 0, "%s", out);
+	/* and the chat template transformers 5 saves beside them (it was left) */
 	rc = cu_run(out, sizeof out, "test ! -e %s/a/step-000001 && cmp %s/init/tokenizer_config.json "
-			"%s/a/step-000004/tokenizer_config.json", dir, dir, dir);
+			"%s/a/step-000004/tokenizer_config.json && cmp %s/init/chat_template.jinja "
+			"%s/a/step-000004/chat_template.jinja", dir, dir, dir, dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
 }
 

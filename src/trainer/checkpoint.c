@@ -605,8 +605,11 @@ static void prune(const char *out, int keep, long current)
  * keys of its config.json that strata does not use (config_save_with). They are read
  * once, at the start: the directory they came from may be a checkpoint
  * that --keep-ckpts (of this run, or of the run it came from) removes. */
+/* chat_template.jinja: where transformers 5's save_pretrained writes the chat
+ * template (not in tokenizer_config.json); checkpoints lost it */
 const char *const st_tok_files[ST_TOK_FILES] = {"tokenizer.json", "tokenizer_config.json",
-					 "special_tokens_map.json", "generation_config.json"};
+					 "special_tokens_map.json", "generation_config.json",
+					 "chat_template.jinja"};
 
 int ckpt_read_tokenizer_files(struct st_trainer *tr)
 {

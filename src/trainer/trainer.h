@@ -46,7 +46,7 @@ struct st_ckpt_async {
 };
 
 /* The tokenizer files a checkpoint carries, and a model directory may hold. */
-#define ST_TOK_FILES 4
+#define ST_TOK_FILES 5
 /* Their names, tokenizer.json first (checkpoint.c). */
 extern const char *const st_tok_files[ST_TOK_FILES];
 
