@@ -7,11 +7,14 @@ relative to the data, so they stay).
 usage: gguf_edit.py SRC DST extend-tokens N   # N more tokens than there are
        gguf_edit.py SRC DST empty-token       # the last token made ""
        gguf_edit.py SRC DST nul-token         # the last token made "a\0b"
+       gguf_edit.py SRC DST latin1-token      # the last token made "caf\xe9"
        gguf_edit.py SRC DST string-types      # token_type as a list of strings
        gguf_edit.py SRC DST set KEY TYPE VAL  # a key added or replaced (TYPE:
-                                              # GGUF's number; 8 a string)
+                                              # GGUF's number; 8 a string, its
+                                              # bytes as given)
        gguf_edit.py SRC DST rename-token I TEXT  # token I's text made TEXT
 """
+import os
 import struct
 import sys
 
@@ -87,6 +90,8 @@ def main():
         tokens[-1] = b""
     elif edit == "nul-token":
         tokens[-1] = b"a\0b"
+    elif edit == "latin1-token":
+        tokens[-1] = b"caf\xe9"
     elif edit == "rename-token":
         tokens[int(sys.argv[4])] = sys.argv[5].encode()
     elif edit == "string-types":
@@ -94,7 +99,7 @@ def main():
     elif edit == "set":
         key, kind = sys.argv[4].encode(), int(sys.argv[5])
         text = sys.argv[6]
-        value = text.encode() if kind == STR else \
+        value = os.fsencode(text) if kind == STR else \
             float(text) if kind in (6, 12) else int(text)
         kvs = [kv for kv in kvs if kv[0] != key] + [[key, kind, value]]
         if key == b"general.alignment":

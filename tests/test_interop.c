@@ -164,6 +164,19 @@ Test(gguf, chat_template_carried)
 	cr_expect(rc == 0 && strstr(out, "'{% for m in messages %}<|user|>{{ m.content }}{% endfor %}' "
 					 "False"),
 		  "%s", out);
+	/* a template that is not UTF-8 (a Latin-1 byte) is said and left out:
+	 * it made a tokenizer_config.json transformers could not read */
+	rc = cu_run(out, sizeof out,
+		    "{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/l.gguf set "
+		    "tokenizer.chat_template 8 \"$(printf 'caf\\351 {{ x }}')\" && "
+		    "%s import --gguf %s/l.gguf --out %s/ml && python3 -c \"import json, sys; "
+		    "print('chat_template' in json.load(open(sys.argv[1], encoding='utf-8')))\" "
+		    "%s/ml/tokenizer_config.json; }",
+		    dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 0 && strstr(out, "tokenizer.chat_template is not UTF-8 text (byte 0xe9 at 3): "
+					 "not carried into tokenizer_config.json") &&
+			  strstr(out, "False"),
+		  "%s", out);
 }
 
 /* The end tokens llama.cpp stops a generation at go into
@@ -809,6 +822,8 @@ Test(gguf, bad_metadata)
 		{"set llama.rope.dimension_count 8 16", "llama.rope.dimension_count is not a count"},
 		{"string-types", "tokenizer.ggml.token_type is not a list of 320 integers, one per token"},
 		{"nul-token", "token 319 is holding a NUL byte"},
+		/* tokenizer.json then held bytes the tokenizers library refuses */
+		{"latin1-token", "token 319 is not UTF-8 text"},
 		{"set llama.expert_count 8 four", "llama.expert_count is not a number"}, /* read "is 0" */
 	};
 	for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/prepare_text.h"
+#include "util/parse.h"
 #include "io/fsutil.h"
 #include "util/check.h"
 
@@ -35,29 +36,6 @@ int prep_emit(struct prep_sink *s, int split, const uint32_t *ids, size_t n, uin
 	if (split == 0 && m)
 		s->targets += n;
 	return shard_writer_fill(&s->mask[split], m, n);
-}
-
-/* The length of the well-formed UTF-8 sequence at s (at most n bytes), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-	const unsigned char c = s[0];
-	size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-	if (!k || k > n || (k == 2 && c < 0xc2) || (k == 4 && c > 0xf4))
-		return 0;
-	for (size_t i = 1; i < k; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	if (k == 3) { /* no overlong forms, no surrogates */
-		const unsigned cp = (c & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu);
-		if (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))
-			return 0;
-	}
-	if (k == 4) {
-		const unsigned cp = (c & 0x07u) << 18 | (s[1] & 0x3fu) << 12;
-		if (cp < 0x10000 || cp > 0x10ffff)
-			return 0;
-	}
-	return k;
 }
 
 /* Whether a JSON text holds the escape \u0000: a C string ends there, and
@@ -270,7 +248,7 @@ static void count_bad(struct utf8_count *c, const struct reader *r, size_t upto)
 {
 	size_t p = c->done > r->off ? c->done - r->off : 0;
 	for (; r->off + p < upto;) {
-		const size_t n = utf8_len((const unsigned char *)r->text + p, r->len - p);
+		const size_t n = st_utf8_len((const unsigned char *)r->text + p, r->len - p);
 		if (!n || !r->text[p]) {
 			if (!c->bad++)
 				c->at = r->off + p;

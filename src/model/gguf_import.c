@@ -19,6 +19,7 @@
 #include "model/hf.h"
 #include "util/check.h"
 #include "util/finite.h"
+#include "util/parse.h"
 
 /* Hugging Face name -> GGUF name (out holds 128 bytes); 0 when unknown. */
 static int gguf_name(char *out, const char *hf)
@@ -311,10 +312,16 @@ static int write_tokenizer_config(const struct st_gguf *g, const struct st_confi
 	cJSON *root = cJSON_CreateObject();
 	size_t tn = 0;
 	const char *tmpl = gguf_get_str(g, "tokenizer.chat_template", &tn);
-	if (tmpl && memchr(tmpl, 0, tn)) {
-		st_log_warn("%s: tokenizer.chat_template holds a NUL byte: not carried into "
-			    "tokenizer_config.json",
-			    g->path);
+	/* JSON is UTF-8: transformers could not read tokenizer_config.json
+	 * at all with a Latin-1 byte in it (the import said nothing) */
+	const long bad = tmpl ? st_utf8_bad(tmpl, tn) : -1;
+	if (tmpl && (memchr(tmpl, 0, tn) || bad >= 0)) {
+		char what[64] = "holds a NUL byte";
+		if (bad >= 0)
+			snprintf(what, sizeof what, "is not UTF-8 text (byte 0x%02x at %ld)",
+				 (unsigned char)tmpl[bad], bad);
+		st_log_warn("%s: tokenizer.chat_template %s: not carried into tokenizer_config.json",
+			    g->path, what);
 		tmpl = NULL;
 	}
 	char *chat = tmpl ? st_malloc(tn + 1) : NULL;
@@ -602,12 +609,14 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 	for (uint64_t i = 0; i < tokens->arr_n && rc == ST_OK; i++) {
 		size_t len;
 		const char *s = gguf_arr_str(tokens, i, &len);
-		/* a NUL would cut the token's text short in tokenizer.json */
-		if (!s || len >= 65536 || len == 0 || memchr(s, 0, len)) {
+		/* a NUL would cut the token's text short in tokenizer.json, and a
+		 * text that is not UTF-8 (GGUF's strings are) made a tokenizer.json
+		 * the tokenizers library cannot read, where import said nothing */
+		if (!s || len >= 65536 || len == 0 || memchr(s, 0, len) || st_utf8_bad(s, len) >= 0) {
 			ST_ERROR("the file's tokenizer is damaged", "%s: token %llu is %s", g->path,
 				 (unsigned long long)i,
 				 !s ? "unreadable" : len == 0 ? "empty" : len >= 65536 ? "too long"
-										: "holding a NUL byte");
+					 : memchr(s, 0, len) ? "holding a NUL byte" : "not UTF-8 text");
 			rc = ST_FAIL;
 			break;
 		}
