@@ -88,13 +88,43 @@ Test(config, hf_variants)
 		cr_expect_eq(config_load(&c, path) == ST_OK, ropes[i].ok, "%s", ropes[i].rope);
 		st_log_mute(old);
 	}
-	/* transformers 5 takes rope_scaling whole over rope_parameters, its
-	 * rope_theta included */
-	write_file(path, "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
-			 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"rope_theta\":10000,"
-			 "\"rope_scaling\":{\"rope_type\":\"default\",\"rope_theta\":500000}}");
-	cr_assert_eq(config_load(&c, path), ST_OK);
-	cr_expect_eq(c.rope_theta, 500000.0);
+	/* transformers 5 takes a rope_scaling that is not empty whole over
+	 * rope_parameters: the theta is its own, else the top level's, else
+	 * 10000. The thetas LlamaConfig (transformers 5.24) gives these: */
+	const struct {
+		const char *rope;
+		double theta;
+	} thetas[] = {
+		{"\"rope_theta\":10000,\"rope_scaling\":{\"rope_type\":\"default\",\"rope_theta\":500000}",
+		 500000},
+		{"\"rope_theta\":500000,\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000},"
+		 "\"rope_scaling\":{\"rope_type\":\"default\"}",
+		 500000}, /* strata took 10000 */
+		{"\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":20000},"
+		 "\"rope_scaling\":{\"rope_type\":\"default\"}",
+		 10000}, /* strata took 20000 */
+		{"\"rope_theta\":500000,\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000}",
+		 10000},
+		{"\"rope_theta\":500000,\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000},"
+		 "\"rope_scaling\":{}",
+		 10000},
+		{"\"rope_theta\":40000,\"rope_parameters\":{\"rope_type\":\"default\"}", 40000},
+		{"\"rope_theta\":40000,\"rope_parameters\":null", 40000},
+		{"\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000},"
+		 "\"rope_scaling\":{\"rope_type\":\"default\",\"rope_theta\":20000}",
+		 20000},
+	};
+	for (int i = 0; i < (int)(sizeof thetas / sizeof thetas[0]); i++) {
+		char text[512];
+		snprintf(text, sizeof text,
+			 "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+			 "\"num_hidden_layers\":2,\"num_attention_heads\":4,%s}",
+			 thetas[i].rope);
+		write_file(path, text);
+		cr_assert_eq(config_load(&c, path), ST_OK, "%s", thetas[i].rope);
+		cr_expect_eq(c.rope_theta, thetas[i].theta, "%s: theta %g, transformers %g", thetas[i].rope,
+			     c.rope_theta, thetas[i].theta);
+	}
 	/* round trip through config_save */
 	cr_assert_eq(config_preset(&c, "llama-60m"), 0);
 	cr_assert_eq(config_save(&c, path), 0);

@@ -196,17 +196,16 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 		ST_TRY(json_int(root, "eos_token_id", &cfg->eos_id, 0, path));
 	/* rope_theta: top level (older files) or inside rope_parameters (newer) */
 	ST_TRY(json_num(root, "rope_theta", &cfg->rope_theta, path));
-	const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-	if (rp && cJSON_IsObject(rp))
-		ST_TRY(json_num(rp, "rope_theta", &cfg->rope_theta, path));
 	/* plain RoPE only: rope_parameters / rope_scaling absent, null, or of
 	 * rope_type (older files: type) "default", which transformers treats as
 	 * no scaling; llama3, yarn, linear, dynamic... are refused, not ignored */
 	const char *keys[2] = {"rope_parameters", "rope_scaling"};
+	const cJSON *rope = NULL; /* the one whose rope_theta counts */
 	for (int k = 0; k < 2; k++) {
 		const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
 		if (!o || cJSON_IsNull(o) || (cJSON_IsObject(o) && !o->child))
 			continue; /* absent, null or {}: transformers reads none of them */
+		rope = o;
 		const cJSON *rt = cJSON_GetObjectItemCaseSensitive(o, "rope_type");
 		if (!rt)
 			rt = cJSON_GetObjectItemCaseSensitive(o, "type");
@@ -215,11 +214,13 @@ static int config_parse(struct st_config *cfg, const cJSON *root, const char *pa
 		ST_CHECK(plain, "only plain RoPE is supported for now (rope_type \"default\")",
 			 "%s: %s with rope_type %s is not supported", path, keys[k],
 			 cJSON_IsString(rt) ? rt->valuestring : rt ? "(not a string)" : "(none)");
-		/* transformers 5 takes rope_scaling over rope_parameters whole,
-		 * its rope_theta included */
-		if (k == 1)
-			ST_TRY(json_num(o, "rope_theta", &cfg->rope_theta, path));
 	}
+	/* transformers 5 (checked with 5.24) takes a rope_scaling over
+	 * rope_parameters whole: the theta is the one it holds, else the top
+	 * level's, else 10000, whatever rope_parameters says (strata took
+	 * rope_parameters' over the top level's there) */
+	if (rope)
+		ST_TRY(json_num(rope, "rope_theta", &cfg->rope_theta, path));
 	double eps = cfg->norm_eps, std = cfg->init_std;
 	ST_TRY(json_num(root, "rms_norm_eps", &eps, path));
 	ST_TRY(json_num(root, "initializer_range", &std, path));
