@@ -665,6 +665,17 @@ Test(io, reject_bad_metadata)
 	expect_header_fail("{\"__metadata__\": [\"a\"]}", "\"__metadata__\" must be an object");
 	expect_header_fail("{\"__metadata__\": {\"k\": \"v\", \"n\": 1}}",
 			   "\"__metadata__\" value for key 'n' is not a string");
+	/* null is no metadata, as the safetensors library reads it (refused) */
+	char p[256];
+	static const unsigned char zeros[16];
+	write_st_raw(tpath(p, "nullmeta.safetensors"),
+		     "{\"__metadata__\": null, \"a\": {\"dtype\": \"F32\", \"shape\": [4], "
+		     "\"data_offsets\": [0, 16]}}",
+		     zeros, sizeof zeros);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK, "%s", st_log_last_error());
+	cr_expect(sf.n == 1 && sf.n_meta == 0 && !safetensors_meta(&sf, "format"));
+	safetensors_close(&sf);
 }
 
 Test(io, reject_truncated_file)

@@ -143,6 +143,8 @@ static int json_count(const cJSON *v, uint64_t *out)
 
 static int parse_metadata(struct st_safetensors *sf, const cJSON *m)
 {
+	if (cJSON_IsNull(m)) /* the safetensors library reads it as no metadata */
+		return ST_OK;
 	ST_CHECK(cJSON_IsObject(m), CORRUPT, "%s: \"__metadata__\" must be an object of strings",
 		 sf->path);
 	int n = cJSON_GetArraySize(m);
