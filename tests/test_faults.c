@@ -1675,7 +1675,10 @@ Test(faults, paths_and_messages)
 
 /* Writes dir/NAME: dir/init's model.safetensors plus lm_head.weight, the
  * embedding's bytes with element 0 set to first. */
-static void with_head(const char *dir, const char *name, float first)
+/* A copy of DIR/tied as DIR/name whose file also holds lm_head.weight, the
+ * embedding with its first element made `first`; with only set, the
+ * embedding itself is renamed lm_head.weight (first unused). */
+static void with_head(const char *dir, const char *name, float first, int only)
 {
 	char src[512], dst[512];
 	snprintf(src, sizeof src, "%s/tied/model.safetensors", dir);
@@ -1691,7 +1694,10 @@ static void with_head(const char *dir, const char *name, float first)
 		t[n] = (struct st_tensor_out){.name = ti->name, .dtype = ti->dtype, .ndim = ti->ndim,
 					      .data = (const char *)sf.map + sf.data_start + ti->begin};
 		memcpy(t[n].shape, ti->shape, sizeof ti->shape);
-		if (!strcmp(ti->name, "model.embed_tokens.weight")) {
+		if (!strcmp(ti->name, "model.embed_tokens.weight") && only) {
+			t[n].name = "lm_head.weight";
+			head = malloc(1);
+		} else if (!strcmp(ti->name, "model.embed_tokens.weight")) {
 			head = malloc((size_t)(ti->end - ti->begin));
 			memcpy(head, t[n].data, (size_t)(ti->end - ti->begin));
 			head[0] = first;
@@ -2050,8 +2056,8 @@ Test(faults, tied_model_with_another_head)
 	float e0;
 	memcpy(&e0, (const char *)sf.map + sf.data_start + e->begin, sizeof e0);
 	safetensors_close(&sf);
-	with_head(dir, "same", e0);
-	with_head(dir, "other", e0 + 1.0f);
+	with_head(dir, "same", e0, 0);
+	with_head(dir, "other", e0 + 1.0f, 0);
 	int rc = cu_run(out, sizeof out, "%s eval --model %s/same --data %s/data --seq-len 32 --max-tokens 64",
 			cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "the embedding's own copy was refused: %s", out);
@@ -2059,6 +2065,22 @@ Test(faults, tied_model_with_another_head)
 		    cu_bin(), dir, dir);
 	cr_expect(rc != 0 && strstr(out, "holds an lm_head.weight that is not the embedding's copy"),
 		  "%s", out);
+	/* a file holding the shared matrix as lm_head.weight alone: the
+	 * embedding, as transformers ties them (it was named missing) */
+	with_head(dir, "only", 0.0f, 1);
+	char a[4096];
+	rc = cu_run(a, sizeof a, "%s eval --model %s/tied --data %s/data --seq-len 32 --max-tokens 64 --json",
+		    cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", a);
+	rc = cu_run(out, sizeof out, "%s eval --model %s/only --data %s/data --seq-len 32 --max-tokens 64 "
+			"--json", cu_bin(), dir, dir);
+	cr_expect(rc == 0 && !strcmp(out, a), "tied %s\nlm_head only %s", a, out);
+	/* untied, the embedding is still missing */
+	rc = cu_run(out, sizeof out, "sed -i 's/\"tie_word_embeddings\":[[:space:]]*true/\"tie_word_embeddings\": false/' "
+			"%s/only/config.json && grep -q '\"tie_word_embeddings\": false' %s/only/config.json && "
+			"%s eval --model %s/only --data %s/data --seq-len 32 --max-tokens 64",
+		    dir, dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "tensor 'model.embed_tokens.weight' is missing"), "%s", out);
 }
 
 /* eval, sample and init check their numbers against the ints they go into

@@ -140,18 +140,34 @@ int weights_open(struct st_weight_files *w, const char *dir)
 	return ST_OK;
 }
 
-/* The file of wf holding parameter p, or an error naming it missing. */
-static int file_of(const struct st_weight_files *wf, const struct st_param *p, int *f)
+static int find_file(const struct st_weight_files *wf, const char *name)
 {
-	*f = 0;
-	while (*f < wf->n && !safetensors_find(&wf->sf[*f], p->name))
-		(*f)++;
+	int f = 0;
+	while (f < wf->n && !safetensors_find(&wf->sf[f], name))
+		f++;
+	return f;
+}
+
+/* The file of wf holding parameter p (*f) and the tensor's name there
+ * (*name), or an error naming it missing. A tied model's files that hold
+ * lm_head.weight and no embedding (a writer that kept the head's name for
+ * the shared matrix) give the embedding from lm_head.weight, as
+ * transformers ties them (it was named missing). */
+static int file_of(const struct st_model *m, const struct st_weight_files *wf, const struct st_param *p,
+		   int *f, const char **name)
+{
+	*name = p->name;
+	*f = find_file(wf, p->name);
+	if (*f == wf->n && m->cfg.tied && p->role == ST_ROLE_EMBED && find_file(wf, "lm_head.weight") < wf->n) {
+		*name = "lm_head.weight";
+		*f = find_file(wf, *name);
+	}
 	ST_CHECK(*f < wf->n, "check that config.json belongs to these weights",
 		 "%s: tensor '%s' is missing from the model's weight files", wf->dir, p->name);
 	/* in one file only: which copy counts would be a guess */
 	for (int g = *f + 1; g < wf->n; g++)
-		ST_CHECK(!safetensors_find(&wf->sf[g], p->name), "remove the extra copy (re-export the model)",
-			 "%s: tensor '%s' is in two weight files, %s and %s", wf->dir, p->name,
+		ST_CHECK(!safetensors_find(&wf->sf[g], *name), "remove the extra copy (re-export the model)",
+			 "%s: tensor '%s' is in two weight files, %s and %s", wf->dir, *name,
 			 wf->sf[*f].path, wf->sf[g].path);
 	return ST_OK;
 }
@@ -203,8 +219,9 @@ int model_check_files(const struct st_model *m, const struct st_weight_files *wf
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		int f;
-		ST_TRY(file_of(wf, p, &f));
-		ST_TRY(safetensors_check_f32(&wf->sf[f], p->name, p->ndim, p->shape));
+		const char *name;
+		ST_TRY(file_of(m, wf, p, &f, &name));
+		ST_TRY(safetensors_check_f32(&wf->sf[f], name, p->ndim, p->shape));
 	}
 	return model_check_extra(m, wf);
 }
@@ -215,12 +232,13 @@ int model_load_unit(const struct st_model *m, const struct st_weight_files *wf, 
 	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
 		const struct st_param *p = &m->params[i];
 		int f;
-		ST_TRY(file_of(wf, p, &f));
-		ST_TRY(safetensors_load_f32(&wf->sf[f], p->name, p->ndim, p->shape, w + p->offset));
+		const char *name;
+		ST_TRY(file_of(m, wf, p, &f, &name));
+		ST_TRY(safetensors_load_f32(&wf->sf[f], name, p->ndim, p->shape, w + p->offset));
 		/* an inf or NaN weight would only make every step skip */
 		const long bad = st_first_nonfinite(w + p->offset, p->numel);
 		ST_CHECK(bad < 0, "the weights are damaged or diverged: use an earlier checkpoint",
-			 "%s: tensor '%s' holds %g at element %ld", wf->sf[f].path, p->name,
+			 "%s: tensor '%s' holds %g at element %ld", wf->sf[f].path, name,
 			 (double)w[p->offset + (size_t)bad], bad);
 	}
 	return ST_OK;
