@@ -590,6 +590,27 @@ Test(hf, pytorch_weights_named)
 					 "with transformers: AutoModelForCausalLM.from_pretrained(DIR)"
 					 ".save_pretrained(OUT)"),
 		  "%s", out);
+	/* a link whose target is gone (an interrupted Hugging Face cache
+	 * download), as the single file or a shard: named as such (it read as
+	 * "neither model.safetensors nor ...") */
+	rc = cu_run(out, sizeof out,
+		    "mkdir %s/l1 %s/l2 && cp tests/data/hfref/untied/config.json %s/l1/ && "
+		    "cp tests/data/hfref/untied/config.json %s/l2/ && "
+		    "ln -s ../blobs/0a1b2c %s/l1/model.safetensors && ln -s ../blobs/3d4e5f "
+		    "%s/l2/model-00001-of-00001.safetensors && echo '{\"weight_map\": "
+		    "{\"lm_head.weight\": \"model-00001-of-00001.safetensors\"}}' > "
+		    "%s/l2/model.safetensors.index.json",
+		    dir, dir, dir, dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	for (int i = 1; i <= 2; i++) {
+		rc = cu_run(out, sizeof out, "%s eval --model %s/l%d --data tests/data/hfref/seq.bin", cu_bin(),
+			    dir, i);
+		cr_expect(rc != 0 && strstr(out, i == 1 ? "/l1/model.safetensors is a link to ../blobs/0a1b2c, "
+							  "which does not exist"
+							: "/l2/model-00001-of-00001.safetensors is a link to "
+							  "../blobs/3d4e5f, which does not exist"),
+			  "%s", out);
+	}
 }
 
 /* Damaged files: each a clear error naming the problem. */

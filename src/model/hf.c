@@ -31,6 +31,23 @@ void weights_close(struct st_weight_files *w)
 	w->n = 0;
 }
 
+/* A link at path whose target is not there (what an interrupted Hugging
+ * Face cache download leaves): an error naming it, where it read as no file
+ * ("neither model.safetensors nor ..."). */
+static int check_link(const char *path)
+{
+	struct stat st;
+	char target[1024];
+	if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode) || fs_exists(path))
+		return ST_OK;
+	const ssize_t n = readlink(path, target, sizeof target - 1);
+	target[n > 0 ? n : 0] = '\0';
+	ST_ERROR("download the file again (an interrupted download leaves such links), or point the link "
+		 "at it",
+		 "%s is a link to %s, which does not exist", path, n > 0 ? target : "(unreadable)");
+	return ST_FAIL;
+}
+
 /* The shard files an index names, each once, in order of first mention. */
 static int open_index(struct st_weight_files *w, const char *dir, const char *index)
 {
@@ -66,7 +83,9 @@ static int open_index(struct st_weight_files *w, const char *dir, const char *in
 		files[w->n] = it->valuestring;
 		char path[2200];
 		snprintf(path, sizeof path, "%s/%s", dir, it->valuestring);
-		rc = safetensors_open(&w->sf[w->n], path);
+		rc = check_link(path);
+		if (rc == ST_OK)
+			rc = safetensors_open(&w->sf[w->n], path);
 		if (rc == ST_OK)
 			w->n++;
 	}
@@ -122,7 +141,9 @@ int weights_open(struct st_weight_files *w, const char *dir)
 		w->n = 1;
 		return ST_OK;
 	}
+	ST_TRY(check_link(path));
 	snprintf(path, sizeof path, "%s/" INDEX_NAME, dir);
+	ST_TRY(check_link(path));
 	char bin[256];
 	ST_CHECK(fs_exists(path) || !pytorch_weights(dir, bin, sizeof bin),
 		 "convert them to safetensors first, e.g. in Python with transformers: "
