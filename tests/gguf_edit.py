@@ -13,6 +13,7 @@ usage: gguf_edit.py SRC DST extend-tokens N   # N more tokens than there are
                                               # GGUF's number; 8 a string, its
                                               # bytes as given)
        gguf_edit.py SRC DST rename-token I TEXT  # token I's text made TEXT
+       gguf_edit.py SRC DST del KEY           # a key removed
 """
 import os
 import struct
@@ -104,6 +105,10 @@ def main():
         kvs = [kv for kv in kvs if kv[0] != key] + [[key, kind, value]]
         if key == b"general.alignment":
             align = int(value)
+    elif edit == "del":
+        key = sys.argv[4].encode()
+        assert any(kv[0] == key for kv in kvs), "no key " + sys.argv[4]
+        kvs = [kv for kv in kvs if kv[0] != key]
     else:
         sys.exit("unknown edit " + edit)
 

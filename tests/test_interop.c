@@ -143,6 +143,33 @@ Test(gguf, add_bos_token_post_processor)
 		cr_expect(strstr(out, v ? "TemplateProcessing True [0] A" : "none\n"), "add_bos_token %d: %s",
 			  v, out);
 	}
+	/* add_eos_token true puts <eos> after each sequence, as llama.cpp
+	 * does (it was ignored): <bos> A <eos>, with add_bos_token false A
+	 * <eos>; the pair repeats it for B */
+	for (int b = 0; b <= 1; b++) {
+		int rc = cu_run(out, sizeof out,
+				"{ python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/e%d0.gguf set "
+				"tokenizer.ggml.add_bos_token 7 %d && python3 tests/gguf_edit.py %s/e%d0.gguf "
+				"%s/e%d.gguf set tokenizer.ggml.add_eos_token 7 1 && %s import --gguf %s/e%d.gguf "
+				"--out %s/me%d && python3 -c \"import json, sys; t = json.load(open(sys.argv[1])); "
+				"p = t['post_processor']; name = lambda e: next(iter(e.values()))['id']; "
+				"print(' '.join(map(name, p['single'])), '|', ' '.join(map(name, p['pair'])), '|', "
+				"sorted((k, v['ids']) for k, v in p['special_tokens'].items()))\" "
+				"%s/me%d/tokenizer.json; }",
+				dir, b, b, dir, b, dir, b, cu_bin(), dir, b, dir, b, dir, b);
+		cr_expect(rc == 0 && strstr(out, b ? "<|begin_of_text|> A <|end_of_text|> | <|begin_of_text|> A "
+						     "<|end_of_text|> <|begin_of_text|> B <|end_of_text|> | "
+						     "[('<|begin_of_text|>', [0]), ('<|end_of_text|>', [1])]"
+						   : "A <|end_of_text|> | A <|end_of_text|> B <|end_of_text|> | "
+						     "[('<|end_of_text|>', [1])]"),
+			  "add_bos_token %d, add_eos_token 1: %s", b, out);
+	}
+	/* either flag of another type is refused, as llama.cpp refuses it */
+	int rc = cu_run(out, sizeof out,
+			"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/x.gguf set "
+			"tokenizer.ggml.add_eos_token 4 1 && %s import --gguf %s/x.gguf --out %s/mx",
+			dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "tokenizer.ggml.add_eos_token is not a bool"), "%s", out);
 }
 
 /* tokenizer.chat_template is carried into tokenizer_config.json as
@@ -846,6 +873,14 @@ Test(gguf, bad_metadata)
 		/* tokenizer.json then held bytes the tokenizers library refuses */
 		{"latin1-token", "token 319 is not UTF-8 text"},
 		{"set llama.expert_count 8 four", "llama.expert_count is not a number"}, /* read "is 0" */
+		/* imported as if the values had the keys' size */
+		{"set llama.attention.value_length 4 8",
+		 "llama.attention.value_length 8 differs from the key length 16"},
+		/* read as no pre-tokenizer named */
+		{"set tokenizer.ggml.pre 4 1", "tokenizer.ggml.pre is not a string (llama.cpp refuses it too)"},
+		/* any power of two is an alignment, as llama.cpp takes (2^17 was
+		 * "not a power of two"); this file's offsets are not aligned to it */
+		{"set general.alignment 4 131072", "tensor 'output_norm.weight' is not aligned to 131072 bytes"},
 	};
 	for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
 		int rc = cu_run(out, sizeof out,
@@ -854,15 +889,20 @@ Test(gguf, bad_metadata)
 				dir, i, edits[i].edit, cu_bin(), dir, i, dir, i);
 		cr_expect(rc != 0 && strstr(out, edits[i].needle), "%s: %d %s", edits[i].edit, rc, out);
 	}
-	/* a factor of 1 is no scaling, and a UINT32 alignment of 64 is read */
-	const char *fine[] = {"set llama.rope.scaling.factor 6 1.0", "set general.alignment 4 64"};
-	for (size_t i = 0; i < 2; i++) {
+	/* a factor of 1 is no scaling, a UINT32 alignment of 64 is read, a
+	 * value length equal to the key length, and no context length (warned:
+	 * 2048, where it went unsaid) */
+	const char *fine[] = {"set llama.rope.scaling.factor 6 1.0", "set general.alignment 4 64",
+			      "set llama.attention.value_length 4 16", "del llama.context_length"};
+	for (size_t i = 0; i < sizeof fine / sizeof *fine; i++) {
 		int rc = cu_run(out, sizeof out,
 				"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/f%zu.gguf %s && "
 				"%s import --gguf %s/f%zu.gguf --out %s/f%zu",
 				dir, i, fine[i], cu_bin(), dir, i, dir, i);
 		cr_expect_eq(rc, 0, "%s: %s", fine[i], out);
+		cr_expect(!strstr(out, "warning") == (i != 3), "%s: %s", fine[i], out);
 	}
+	cr_expect(strstr(out, "has no llama.context_length: using 2048 positions"), "%s", out);
 	/* scale_linear is read only without scaling.factor, as llama.cpp does */
 	int rc = cu_run(out, sizeof out,
 			"python3 tests/gguf_edit.py tests/data/gguf/model-F32.gguf %s/g1.gguf set "

@@ -316,7 +316,10 @@ static int parse_sums(struct st_safetensors *sf)
 	const char *hex = safetensors_meta(sf, ST_SF_SUM_KEY);
 	if (!hex)
 		return ST_OK;
-	ST_CHECK(strlen(hex) == (size_t)sf->n * ST_SF_SUM_HEX, CORRUPT,
+	/* a tool that re-saved the file with its metadata and other tensors */
+	ST_CHECK(strlen(hex) == (size_t)sf->n * ST_SF_SUM_HEX,
+		 "the file is damaged: use an earlier checkpoint or re-export it; or another tool "
+		 "rewrote it and kept strata's \"" ST_SF_SUM_KEY "\" metadata: remove that key",
 		 "%s: \"" ST_SF_SUM_KEY "\" holds %zu digits for %d tensors (16 each)", sf->path,
 		 strlen(hex), sf->n);
 	/* name order (names are unique: open_mapped refuses repeats) */

@@ -103,10 +103,17 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 			 (unsigned long long)no + 1, (unsigned long long)v);
 		return ST_FAIL;
 	}
-	const struct st_gguf_kv *add_bos = gguf_kv(g, "tokenizer.ggml.add_bos_token");
-	ST_CHECK(!add_bos || add_bos->type == GGUF_BOOL, "the file's metadata is damaged",
-		 "%s: tokenizer.ggml.add_bos_token is not a bool (llama.cpp refuses it too)",
-		 g->path);
+	const char *flags[2] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"};
+	for (int k = 0; k < 2; k++) {
+		const struct st_gguf_kv *kv = gguf_kv(g, flags[k]);
+		ST_CHECK(!kv || kv->type == GGUF_BOOL, "the file's metadata is damaged",
+			 "%s: %s is not a bool (llama.cpp refuses it too)", g->path, flags[k]);
+	}
+	/* llama.cpp refuses a pre-tokenizer name of another type; it read as
+	 * none ("no tokenizer.ggml.pre") */
+	const struct st_gguf_kv *pre = gguf_kv(g, "tokenizer.ggml.pre");
+	ST_CHECK(!pre || pre->type == GGUF_STRING, "the file's metadata is damaged",
+		 "%s: tokenizer.ggml.pre is not a string (llama.cpp refuses it too)", g->path);
 	const char *arch = gguf_get_str(g, "general.architecture", &n);
 	ST_CHECK(arch && n == 5 && !memcmp(arch, "llama", 5),
 		 "strata reads llama-architecture GGUF files (LLaMA, Mistral-style, SmolLM, ...)",
@@ -125,6 +132,19 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 		 "llama.attention.key_length gives the head size",
 		 g->path, cfg->n_heads, cfg->dim);
 	ST_TRY(meta_size(g, "llama.attention.key_length", cfg->dim / cfg->n_heads, &cfg->head_dim));
+	/* one head size for keys and values: another value size is another
+	 * attention than strata's (the import took it, and the shapes of the
+	 * v and o projections then disagreed, or worse, agreed) */
+	int vlen;
+	ST_TRY(meta_size(g, "llama.attention.value_length", cfg->head_dim, &vlen));
+	ST_CHECK(vlen == cfg->head_dim, "strata's attention has one head size for keys and values",
+		 "%s: llama.attention.value_length %d differs from the key length %d", g->path, vlen,
+		 cfg->head_dim);
+	if (!gguf_kv(g, "llama.context_length"))
+		st_log_warn("%s has no llama.context_length: using 2048 positions (llama.cpp refuses "
+			    "such a file; check the model's own value, and set max_position_embeddings "
+			    "in the written config.json to it)",
+			    g->path);
 	ST_TRY(meta_size(g, "llama.context_length", 2048, &cfg->max_seq));
 	double f;
 	ST_TRY(meta_real(g, "llama.rope.freq_base", 10000.0, &cfg->rope_theta));
@@ -209,6 +229,7 @@ struct import_ctx {
 	const struct st_model *m;
 	const struct st_gguf *g;
 	float *buf;   /* one unit */
+	int unit;     /* the unit buf holds; -1: none */
 	float *tmp;   /* one matrix, for the row permutation */
 	/* the first tensor holding inf or NaN, for the error after the write */
 	const char *bad;
@@ -230,6 +251,12 @@ static void unpermute(float *dst, const float *src, int n_head, int hd, int cols
 static const float *unit_get(void *ctx, int unit)
 {
 	struct import_ctx *c = ctx;
+	/* the writer asks for each tensor in turn: the unit is read and
+	 * dequantized once (it was rebuilt for every tensor in it, more than
+	 * half of an import's time) */
+	if (c->unit == unit)
+		return c->buf;
+	c->unit = unit;
 	const struct st_unit *u = &c->m->units[unit];
 	for (int i = u->first_param; i < u->first_param + u->n_params; i++) {
 		const struct st_param *p = &c->m->params[i];
@@ -447,47 +474,70 @@ static enum pre_kind pre_kind(const char *name)
 	return PRE_NONE;
 }
 
-/* <bos> before every encoding where llama.cpp adds it
- * (tokenizer.ggml.add_bos_token true; without the key, its default: true
- * for LLaMA 3's pre-tokenizers, whose older GGUF files lack the key, false
- * for the other BPE ones): Hugging Face's tokenizers do that in
- * a post-processor, as Llama 3's own tokenizer.json does; without one,
- * transformers encodes without <bos>. NULL where none is wanted. (strata's
- * own loader reads no post-processor: prepare and sample add <bos> where
- * their options say.) */
-static cJSON *bos_post_processor(const struct st_gguf *g, const struct st_gguf_kv *tokens, int bos_id,
-				 int llama3)
+/* A token's text for the post-processor (into buf), or NULL. */
+static const char *special_text(const struct st_gguf_kv *tokens, int id, char *buf, size_t n)
 {
-	const struct st_gguf_kv *kv = gguf_kv(g, "tokenizer.ggml.add_bos_token");
-	const int add = kv ? kv->type == GGUF_BOOL && kv->value[0] : llama3;
 	size_t len = 0;
-	const char *s = bos_id >= 0 ? gguf_arr_str(tokens, (uint64_t)bos_id, &len) : NULL;
-	char bos[256];
-	if (!add || !s || !len || len >= sizeof bos || memchr(s, 0, len))
+	const char *s = id >= 0 ? gguf_arr_str(tokens, (uint64_t)id, &len) : NULL;
+	if (!s || !len || len >= n || memchr(s, 0, len))
 		return NULL;
-	memcpy(bos, s, len);
-	bos[len] = '\0';
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	return buf;
+}
+
+static void add_special(cJSON *arr, const char *key, const char *text, int part)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON *in = cJSON_AddObjectToObject(o, key);
+	cJSON_AddStringToObject(in, "id", text);
+	cJSON_AddNumberToObject(in, "type_id", part);
+	cJSON_AddItemToArray(arr, o);
+}
+
+/* <bos> before and <eos> after every encoding where llama.cpp adds them
+ * (tokenizer.ggml.add_bos_token / add_eos_token true; without the key, the
+ * defaults: <bos> for LLaMA 3's pre-tokenizers, whose older GGUF files lack
+ * the key, none for the other BPE ones, and no <eos>): Hugging Face's
+ * tokenizers do that in a post-processor, as Llama 3's own tokenizer.json
+ * does; without one, transformers encodes without them. (add_eos_token was
+ * ignored until 2026-11-25.) NULL where none is wanted. (strata's own
+ * loader reads no post-processor: prepare and sample add <bos> and <eos>
+ * where their options say.) */
+static cJSON *bos_post_processor(const struct st_gguf *g, const struct st_gguf_kv *tokens,
+				 const struct st_config *cfg, int llama3)
+{
+	const struct st_gguf_kv *kb = gguf_kv(g, "tokenizer.ggml.add_bos_token");
+	const struct st_gguf_kv *ke = gguf_kv(g, "tokenizer.ggml.add_eos_token");
+	char bb[256], eb[256];
+	const char *bos = (kb ? kb->value[0] : llama3) ? special_text(tokens, cfg->bos_id, bb, sizeof bb) : NULL;
+	const char *eos = ke && ke->value[0] ? special_text(tokens, cfg->eos_id, eb, sizeof eb) : NULL;
+	if (!bos && !eos)
+		return NULL;
 	cJSON *pp = cJSON_CreateObject();
 	cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
 	const char *lists[2] = {"single", "pair"};
 	for (int l = 0; l < 2; l++) {
 		cJSON *arr = cJSON_AddArrayToObject(pp, lists[l]);
-		for (int part = 0; part <= l; part++) { /* <bos> A, then <bos> B for a pair */
-			cJSON *sp = cJSON_CreateObject(), *seq = cJSON_CreateObject();
-			cJSON *spi = cJSON_AddObjectToObject(sp, "SpecialToken");
-			cJSON_AddStringToObject(spi, "id", bos);
-			cJSON_AddNumberToObject(spi, "type_id", part);
-			cJSON *sqi = cJSON_AddObjectToObject(seq, "Sequence");
-			cJSON_AddStringToObject(sqi, "id", part ? "B" : "A");
-			cJSON_AddNumberToObject(sqi, "type_id", part);
-			cJSON_AddItemToArray(arr, sp);
-			cJSON_AddItemToArray(arr, seq);
+		for (int part = 0; part <= l; part++) { /* <bos> A <eos>, then <bos> B <eos> for a pair */
+			if (bos)
+				add_special(arr, "SpecialToken", bos, part);
+			add_special(arr, "Sequence", part ? "B" : "A", part);
+			if (eos)
+				add_special(arr, "SpecialToken", eos, part);
 		}
 	}
-	cJSON *st = cJSON_AddObjectToObject(cJSON_AddObjectToObject(pp, "special_tokens"), bos);
-	cJSON_AddStringToObject(st, "id", bos);
-	cJSON_AddItemToObject(st, "ids", cJSON_CreateIntArray(&bos_id, 1));
-	cJSON_AddItemToObject(st, "tokens", cJSON_CreateStringArray((const char *const[]){bos}, 1));
+	cJSON *sp = cJSON_AddObjectToObject(pp, "special_tokens");
+	const char *texts[2] = {bos, eos};
+	const int ids[2] = {cfg->bos_id, cfg->eos_id};
+	for (int k = 0; k < 2; k++) {
+		if (!texts[k] || (k == 1 && bos && !strcmp(bos, eos)))
+			continue;
+		cJSON *st = cJSON_AddObjectToObject(sp, texts[k]);
+		cJSON_AddStringToObject(st, "id", texts[k]);
+		cJSON_AddItemToObject(st, "ids", cJSON_CreateIntArray(&ids[k], 1));
+		cJSON_AddItemToObject(st, "tokens", cJSON_CreateStringArray(&texts[k], 1));
+	}
 	return pp;
 }
 
@@ -583,7 +633,7 @@ static int write_tokenizer(const struct st_gguf *g, const char *dir, const struc
 		cJSON_AddBoolToObject(bl, "trim_offsets", 1);
 		cJSON_AddBoolToObject(bl, "use_regex", 1);
 	}
-	cJSON *pp = bos_post_processor(g, tokens, cfg->bos_id, llama3);
+	cJSON *pp = bos_post_processor(g, tokens, cfg, llama3);
 	if (pp)
 		cJSON_AddItemToObject(root, "post_processor", pp);
 	else
@@ -695,7 +745,7 @@ int gguf_import(const char *gguf_path, const char *dir, size_t shard_bytes, stru
 		rc = check_tensors(&m, &g);
 	if (rc == ST_OK)
 		rc = check_extra(&m, &g);
-	struct import_ctx c = {.m = &m, .g = &g};
+	struct import_ctx c = {.m = &m, .g = &g, .unit = -1};
 	if (rc == ST_OK) {
 		size_t unit_max = 0, param_max = 0;
 		for (int u = 0; u < m.n_units; u++)
