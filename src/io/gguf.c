@@ -148,8 +148,11 @@ static int parse(struct st_gguf *g)
 			}
 		}
 		skip_value(&c, kv->type, 0);
-		if (!c.ok)
+		if (!c.ok) {
+			free(kv->strs); /* not counted in n_kv, so gguf_close would not */
+			kv->strs = NULL;
 			break;
+		}
 		g->n_kv++;
 		/* any other type is the file's damage: read as 32 (as it was), every
 		 * tensor came out shifted, and llama.cpp refuses it */
