@@ -2099,10 +2099,17 @@ Test(faults, other_commands_check_their_numbers)
 	} cases[] = {
 		{"eval --model %s/init --data %s/data --micro-batch 2147483648",
 		 "--micro-batch must be in [1, 16777216] (got 2147483648)"},
-		{"eval --model %s/init --data %s/data --micro-batch 65536 --seq-len 65536",
-		 "--micro-batch 65536 x --seq-len 65536 tokens is more than one batch can hold"},
 		{"eval --model %s/init --data %s/data --device bogus", "unknown device 'bogus'"},
 		{"sample --model %s/init --device gpu", "unknown device 'gpu'"},
+		/* said before the model is looked for (a missing model was said
+		 * first) */
+		{"eval --model %s/none --data %s/data --device bogus", "unknown device 'bogus'"},
+		{"sample --model %s/none --device gpu", "unknown device 'gpu'"},
+		{"sample --model %s/none --device-mem 0", "--device-mem: '0' is not a size"},
+		/* empty paths, as eval says them (sample exited 1, naming " ") */
+		{"sample --model ''%.0s", "strata sample: an empty path was given for --model"},
+		{"sample --model %s/init --tokenizer ''", "an empty value was given for --tokenizer"},
+		{"sample --model %s/init --prompt-file ''", "an empty path was given for --prompt-file"},
 		/* there is no CUDA backend at all yet: the message said "or no GPU
 		 * found" and its hint that one needs "a GPU and a CUDA build" */
 		{"eval --model %s/init --data %s/data --device cuda",
@@ -2158,6 +2165,26 @@ Test(faults, other_commands_check_their_numbers)
 	}
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e true && test ! -e %s/t", dir),
 		     0, "a refused command wrote something: %s", out);
+	/* every one of them a usage error, exit 2 (an unknown --device in eval
+	 * and sample exited 1) */
+	for (size_t i = 1; i < 9; i++) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, cases[i].cmd, dir, dir);
+		cr_expect_eq(cu_run(out, sizeof out, "%s %s", cu_bin(), cmd), 2, "%s: %s", cmd, out);
+	}
+	/* a wrong --model is said before a prompt on standard input is read:
+	 * at a terminal, before one is typed (it waited for the input to end) */
+	cr_expect(cu_run(out, sizeof out, "sleep 4 | timeout 3 %s sample --model %s/none --prompt-file -",
+			 cu_bin(), dir) == 1 &&
+			  strstr(out, "/none does not exist"),
+		  "%s", out);
+	/* a --micro-batch past the shard's windows is lowered to them before
+	 * it is weighed against a batch's size (the tokens it would take were
+	 * refused first), as a --seq-len past the model's is */
+	cr_expect_eq(cu_run(out, sizeof out,
+			    "%s eval --model %s/init --data %s/data --micro-batch 65536 --seq-len 65536",
+			    cu_bin(), dir, dir),
+		     0, "%s", out);
 	/* seeds past 2^53 are told apart (2^53 + 1 read as 2^53, the same
 	 * text) and 2^63 - 1 is taken (sample's seed is saved nowhere); a
 	 * temperature that underflows is out of range, as in train's options
@@ -3121,4 +3148,38 @@ Test(faults, resume_checks_what_was_saved)
 			  !strstr(out, "the disk is measured with"),
 		  "%s", out);
 	umount(mnt);
+}
+
+/* Standard streams the caller closed (`2>&-`, `>&-`, `<&-`, as a daemon or
+ * a careless script leaves them): the first file strata opened took the
+ * closed number, and the run's log went into its lock file (stderr closed;
+ * a flush of stdout would go the same way). Now each is held by /dev/null or
+ * /dev/full: the lock file holds the PID alone, the run trains as with the
+ * streams open, a closed stdout is said at exit, and a prompt read from a
+ * closed stdin named as such (it said "cannot read /dev/stdin: Is a
+ * directory", the model's directory having taken number 0). */
+Test(faults, closed_standard_streams, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "closedfds");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/a --steps 3 " SMALL " 2>&- >/dev/null; "
+			"echo rc=$?; grep -c . %s/a/.lock; grep -qx '[0-9]*' %s/a/.lock && echo pid-only",
+			cu_bin(), dir, dir, dir, dir, dir);
+	cr_expect(strstr(out, "rc=0") && strstr(out, "\n1\npid-only"), "%s", out);
+	/* both closed: trains (stdout's few lines said lost at exit) */
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/c --steps 3 " SMALL
+			" 2>&- >&-; echo rc=$?", cu_bin(), dir, dir, dir);
+	cr_expect(strstr(out, "rc=1") && cu_run(NULL, 0, "test -d %s/c/step-000003", dir) == 0, "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/init --data %s/data --out %s/b --steps 3 " SMALL
+			" > /dev/null && cmp %s/a/step-000003/model.safetensors %s/b/step-000003/model.safetensors",
+		    cu_bin(), dir, dir, dir, dir, dir);
+	cr_expect_eq(rc, 0, "the run with closed streams trained otherwise: %s", out);
+	rc = cu_run(out, sizeof out, "{ %s eval --model %s/a --data %s/data --json >&-; }", cu_bin(), dir, dir);
+	cr_expect(rc == 1 && strstr(out, "standard output was closed (>&-): what the command printed is "
+					 "lost"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/a --tokens 2 --prompt-file - <&-", cu_bin(), dir);
+	cr_expect(rc == 1 && strstr(out, "--prompt-file -: standard input is closed"), "%s", out);
 }

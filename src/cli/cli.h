@@ -129,5 +129,9 @@ int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train
 /* errno of a write to standard output that failed mid-command, for the
  * error main() gives at exit (0: none kept) */
 extern int cli_stdout_errno;
+/* Standard input and output the caller closed (`<&-`, `>&-`): main() puts
+ * /dev/null and /dev/full in their place, so that no file strata opens takes
+ * their numbers, and says a closed one where it is used. */
+extern int cli_stdin_closed, cli_stdout_closed;
 
 #endif

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/place.h"
+#include "engine/session.h"
 #include "io/fsutil.h"
 #include "trainer/forward.h"
 #include "trainer/trainer.h"
@@ -40,6 +42,10 @@ int cli_get_forward_mem(struct cli_args *a, struct st_forward_mem *mem)
 	ST_TRY(cli_get_str(a, "host-mem", "auto", &v));
 	ST_CHECK_USAGE(strlen(v) < sizeof mem->host_mem, "give a size such as 4G", "--host-mem '%s' is too long", v);
 	snprintf(mem->host_mem, sizeof mem->host_mem, "%s", v);
+	/* sizes checked now, before a model is loaded or a prompt read */
+	size_t bytes;
+	ST_TRY(parse_bytes(mem->device_mem, &bytes, "--device-mem"));
+	ST_TRY(parse_bytes(mem->host_mem, &bytes, "--host-mem"));
 	cli_get(a, "offload-dir", NULL); /* looked for: a slip of it is named */
 	for (int i = 0; i < a->n; i++) {
 		if (!cli_key_is(a->key[i], "offload-dir"))
@@ -123,8 +129,7 @@ int cmd_eval(int argc, char **argv)
 	ST_CHECK_USAGE(model && data, "pass --model DIR and --data PATH", "strata eval: needs --model and --data");
 	ST_CHECK_USAGE(*model && *data, "pass --model DIR and --data PATH",
 		 "strata eval: an empty path was given for --%s", *model ? "data" : "model");
-	ST_CHECK_USAGE(b * t <= INT_MAX / 2, "lower --micro-batch or --seq-len",
-		 "--micro-batch %ld x --seq-len %ld tokens is more than one batch can hold", b, t);
+	ST_TRY(session_check_device(device));
 
 	char dir[4096];
 	ST_TRY(resolve_model_pinned(dir, sizeof dir, model));
@@ -184,6 +189,15 @@ int cmd_eval(int argc, char **argv)
 		const long windows = data_eval_windows(&d, (int)t, max_tokens);
 		if (windows > 0 && b > windows)
 			b = windows;
+		/* after the clamps: a --micro-batch beyond the windows is lowered,
+		 * as said, before it is weighed (it was refused first) */
+		if (b * t > INT_MAX / 2) {
+			ST_USAGE_ERROR("lower --micro-batch or --seq-len",
+				 "--micro-batch %ld x --seq-len %ld tokens is more than one batch can hold", b, t);
+			rc = ST_FAIL;
+		}
+	}
+	if (rc == ST_OK) {
 		rc = forward_place(&s, dir, &mem, (int)b, (int)t);
 		ckpt_unpin(); /* its weights are loaded: the run may remove it */
 	}

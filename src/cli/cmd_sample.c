@@ -105,14 +105,32 @@ int cmd_sample(int argc, char **argv)
 	ST_CHECK_USAGE(!prompt_file || !cli_get(&a, "prompt", NULL), "give one of them",
 		 "strata sample: both --prompt and --prompt-file");
 	ST_CHECK_USAGE(model, "pass --model DIR", "strata sample: no model (--model)");
+	/* usage errors before any work, as eval says them (an empty --model
+	 * exited 1, an empty --tokenizer and --prompt-file were named as "no
+	 * tokenizer at " and "cannot open : ...") */
+	ST_CHECK_USAGE(*model, "pass --model DIR", "strata sample: an empty path was given for --model");
+	ST_CHECK_USAGE(!tok_name || *tok_name, "give byte, a tokenizer.json, or a model, checkpoint or run",
+		 "strata sample: an empty value was given for --tokenizer");
+	ST_CHECK_USAGE(!prompt_file || *prompt_file, "give a file, or - for standard input",
+		 "strata sample: an empty path was given for --prompt-file");
+	ST_TRY(session_check_device(device));
 	ST_CHECK_USAGE(temp >= 0, "give 0 (greedy) or more", "--temperature must be >= 0 (got %g)", temp);
 	ST_CHECK_USAGE(top_p > 0 && top_p <= 1, "give a share such as 0.95 (1: no cut)",
 		 "--top-p must be in (0, 1] (got %g)", top_p);
+	char dir[4096];
+	ST_TRY(resolve_model_pinned(dir, sizeof dir, model));
+	const struct st_ops *ops;
+	ST_TRY(session_backend(&ops, device, (int)threads));
 	/* the file's text as it is, its last newline included: a prompt ends
-	 * where the model is to go on */
+	 * where the model is to go on. Read once the model is found: a prompt
+	 * typed at a terminal went in before a wrong --model was said. */
 	char *file_text = NULL;
 	if (prompt_file) {
 		size_t len;
+		/* named as such ("cannot open /dev/stdin" named a file nobody gave) */
+		ST_CHECK(strcmp(prompt_file, "-") || !cli_stdin_closed,
+			 "give the prompt on standard input, or a file",
+			 "--prompt-file -: standard input is closed");
 		/* at most 1 GiB, as a JSON file: /dev/zero (a slip for the prompt
 		 * file) was read until memory ran out */
 		ST_TRY(fs_read_file_max(strcmp(prompt_file, "-") ? prompt_file : "/dev/stdin",
@@ -126,10 +144,6 @@ int cmd_sample(int argc, char **argv)
 		prompt = file_text;
 	}
 
-	char dir[4096];
-	ST_TRY(resolve_model_pinned(dir, sizeof dir, model));
-	const struct st_ops *ops;
-	ST_TRY(session_backend(&ops, device, (int)threads));
 	/* the model first; its weights are placed and loaded for the window
 	 * the prompt needs, once the prompt is read (forward_place) */
 	struct st_session s;

@@ -1,5 +1,6 @@
 /* strata: train and fine-tune LLaMA-family models on one machine. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,31 @@ static void usage(FILE *f)
  * a closed file under it (> /dev/full) is an error, not exit 0 with the
  * output lost (eval --json, sample). */
 int cli_stdout_errno;
+int cli_stdin_closed, cli_stdout_closed;
+
+/* A standard stream the caller closed (`>&-`): the next file strata opened
+ * took its number, and what was printed to stdout went into that file (a
+ * lock file, a checkpoint being written) when the buffer was flushed. Each
+ * closed one is opened again: stdin and stderr onto /dev/null, stdout onto
+ * /dev/full, so that printing to it still fails, said at exit as a closed
+ * standard output. */
+static void hold_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		/* the lowest free number: fd, the ones below it being open */
+		const int got = open(fd == 1 ? "/dev/full" : "/dev/null", fd ? O_WRONLY : O_RDONLY);
+		if (got >= 0 && got != fd) {
+			dup2(got, fd);
+			close(got);
+		}
+		if (fd == 0)
+			cli_stdin_closed = 1;
+		if (fd == 1)
+			cli_stdout_closed = 1;
+	}
+}
 
 static int finish(int status)
 {
@@ -49,6 +75,11 @@ static int finish(int status)
 	/* the first failure's reason where a command kept it (a later flush
 	 * may have nothing left to fail on) */
 	const int err = cli_stdout_errno ? cli_stdout_errno : !flushed ? errno : 0;
+	if (cli_stdout_closed) {
+		fprintf(stderr, "strata: error: standard output was closed (>&-): what the command "
+				"printed is lost\n  hint: send the output to a file, or to /dev/null\n");
+		return status ? status : 1;
+	}
 	const char *hint = err == EPIPE ? "the reader of the output stopped reading (a pipe "
 					  "closed early)"
 			   : err == ENOSPC || err == EDQUOT || err == EFBIG
@@ -82,6 +113,7 @@ static void on_sigbus(int sig)
 
 int main(int argc, char **argv)
 {
+	hold_std_fds();
 	if (argc < 2) { /* a mistake, said where errors go */
 		usage(stderr);
 		return 2;

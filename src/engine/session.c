@@ -11,10 +11,16 @@
 #include "model/hf.h"
 #include "util/check.h"
 
+int session_check_device(const char *device)
+{
+	ST_CHECK_USAGE(!strcmp(device, "cpu") || !strcmp(device, "cuda") || !strcmp(device, "auto"),
+		 "use --device cpu, cuda or auto", "unknown device '%s'", device);
+	return ST_OK;
+}
+
 int session_backend(const struct st_ops **ops, const char *device, int threads)
 {
-	ST_CHECK(!strcmp(device, "cpu") || !strcmp(device, "cuda") || !strcmp(device, "auto"),
-		 "use --device cpu, cuda or auto", "unknown device '%s'", device);
+	ST_TRY(session_check_device(device));
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	if (threads > omp_get_num_procs())

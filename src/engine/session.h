@@ -29,6 +29,10 @@ struct st_session {
  * the stack, and 100000 threads overflowed it. */
 #define ST_MAX_THREADS 4096
 int session_backend(const struct st_ops **ops, const char *device, int threads);
+/* --device given as one of those, else a usage error: commands check it
+ * before any other work (eval and sample said it after loading the model,
+ * with exit 1). */
+int session_check_device(const char *device);
 /* Build the model from cfg and allocate its weight slabs (zeroed);
  * with_grads: 0 no gradient slabs, ST_GRADS_ALL one per unit,
  * ST_GRADS_SHARED_LAYERS one per unit except that every layer unit uses the
