@@ -2785,7 +2785,7 @@ Test(faults, sample_reads_the_models_token_ids)
 		    dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir, dir, cu_bin(), dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model ''", cu_bin());
-	cr_expect(rc == 1 && strstr(out, "an empty path was given for the model"), "%s", out);
+	cr_expect(rc == 2 && strstr(out, "an empty path was given for --model"), "%s", out);
 	/* prepare given the model directory's tokenizer.json as a file reads
 	 * that directory's config.json too: the examples end with the model's
 	 * <eos> (<|user|> here) as they do given the directory (the file gave
