@@ -29,6 +29,17 @@ static void write_file(const char *path, const char *text)
 	fclose(f);
 }
 
+/* A small model's config.json at path, with the keys in extra (RoPE's). */
+static void write_small_config(const char *path, const char *extra)
+{
+	char text[512];
+	snprintf(text, sizeof text,
+		 "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+		 "\"num_hidden_layers\":2,\"num_attention_heads\":4,%s}",
+		 extra);
+	write_file(path, text);
+}
+
 Test(config, hf_variants)
 {
 	char dir[] = "/tmp/strata-cfg-XXXXXX", path[64];
@@ -78,12 +89,7 @@ Test(config, hf_variants)
 		{"\"rope_parameters\":{\"rope_theta\":10000,\"rope_type\":3}", 0},
 	};
 	for (int i = 0; i < (int)(sizeof ropes / sizeof ropes[0]); i++) {
-		char text[512];
-		snprintf(text, sizeof text,
-			 "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
-			 "\"num_hidden_layers\":2,\"num_attention_heads\":4,%s}",
-			 ropes[i].rope);
-		write_file(path, text);
+		write_small_config(path, ropes[i].rope);
 		const int old = st_log_mute(1);
 		cr_expect_eq(config_load(&c, path) == ST_OK, ropes[i].ok, "%s", ropes[i].rope);
 		st_log_mute(old);
@@ -115,12 +121,7 @@ Test(config, hf_variants)
 		 20000},
 	};
 	for (int i = 0; i < (int)(sizeof thetas / sizeof thetas[0]); i++) {
-		char text[512];
-		snprintf(text, sizeof text,
-			 "{\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
-			 "\"num_hidden_layers\":2,\"num_attention_heads\":4,%s}",
-			 thetas[i].rope);
-		write_file(path, text);
+		write_small_config(path, thetas[i].rope);
 		cr_assert_eq(config_load(&c, path), ST_OK, "%s", thetas[i].rope);
 		cr_expect_eq(c.rope_theta, thetas[i].theta, "%s: theta %g, transformers %g", thetas[i].rope,
 			     c.rope_theta, thetas[i].theta);
