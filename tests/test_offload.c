@@ -1194,6 +1194,45 @@ Test(offload, bit_identical_galore, .timeout = 300)
 			     "--galore-per-layer false");
 }
 
+/* GaLore keeps its updates off the device: its one projection scratch was
+ * written by a device unit's update (on the compute thread) and the CPU
+ * worker's at once, so forced --device-updates trained other weights or
+ * crashed. Now they are refused, and the planner, even where the CPU's
+ * update rate is far below the device's (a profile of 5 M params/s), picks
+ * none: the run equals the in-memory one. */
+Test(offload, galore_updates_stay_off_the_device, .timeout = 300)
+{
+	const char *opt = "--optimizer galore-adamw --galore-rank 8 --galore-update-gap 2 "
+			  "--galore-per-layer false";
+	char dir[256], flags[1024];
+	cu_tmpdir(dir, sizeof dir, "galoredev");
+	cu_setup_run(dir, "");
+	make_deep(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/deep --data %s/data --out %s/x %s %s --offload-dir %s "
+			"--place weights=disk --device-updates 4",
+			cu_bin(), dir, dir, dir, RUN, opt, dir);
+	cr_expect(rc == 2 && strstr(out, "GaLore's updates run on the CPU's update thread alone") &&
+			  strstr(out, "hint: leave --device-updates at auto (0 for GaLore)"),
+		  "%s", out);
+	train_model(dir, "deep", "mem", opt);
+	rc = cu_run(out, sizeof out,
+		    "sed -e 's/\"cpu_adamw_mparams\": 2000/\"cpu_adamw_mparams\": 5/' "
+		    "-e 's/\"cpu_adamw8bit_mparams\": 900/\"cpu_adamw8bit_mparams\": 5/' "
+		    "tests/data/profiles/ci.json > %s/slowcpu.json && grep -q '\"cpu_adamw_mparams\": 5' "
+		    "%s/slowcpu.json",
+		    dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(flags, sizeof flags, "%s --offload-dir %s --place weights=disk --profile %s/slowcpu.json",
+		 opt, dir, dir);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/deep --data %s/data %s %s", cu_bin(), dir, dir, RUN,
+		    flags);
+	cr_expect(rc == 0 && strstr(out, "updates:     0 of "), "%s", out);
+	train_model(dir, "deep", "slow", flags);
+	cr_expect(!strstr(out, "units update on the device"), "%s", out);
+	expect_same_run(dir, "mem", "slow", "GaLore under a slow CPU profile");
+}
+
 /* Per-layer GaLore with its weights and state offloaded (it kept every slab
  * in memory, and such a run was refused): the same bits as in memory, with
  * accumulation over micro-batches, moment rotation, the 8-bit moments, a

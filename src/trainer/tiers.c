@@ -234,6 +234,11 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	return ST_OK;
 }
 
+static int is_galore(const struct st_trainer *tr)
+{
+	return tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW || tr->opt.cfg.kind == ST_OPT_GALORE_ADAMW8;
+}
+
 /* An empty value is auto, as for --device-mem, --place and the other
  * placement options ("--recompute ''" was refused, "--activations ''"
  * conflicted with a --recompute). */
@@ -279,9 +284,13 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 			 "use --device-updates N (0 to the number of units) or auto",
 			 "--device-updates '%s' is not a unit count between 0 and %d", tr->o.device_updates,
 			 tr->s.model.n_units);
-		ST_CHECK_USAGE(!(v && tr->per_layer), "give --galore-per-layer false for device updates",
+		ST_CHECK_USAGE(!(v && tr->per_layer), "leave --device-updates at auto (0 for GaLore)",
 			 "GaLore's per-layer updates read accumulators the backward fills on the CPU; "
 			 "they cannot move to the device");
+		ST_CHECK_USAGE(!(v && is_galore(tr)), "leave --device-updates at auto (0 for GaLore)",
+			 "GaLore's updates run on the CPU's update thread alone: one projection "
+			 "scratch serves them, and a device unit's update beside it gave wrong weights "
+			 "or a crash");
 		ch->po.device_updates = (int)v;
 	}
 	return ST_OK;
@@ -352,6 +361,13 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ST_TRY(tiers_budgets(tr->o.device_mem, tr->o.host_mem, need, ch->po.place.budget));
 	ST_TRY(forced_choices(tr, ch));
 	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
+	/* GaLore's projection scratch (optim.h) is one, for one update at a
+	 * time: a device unit's update runs on the compute thread while the CPU
+	 * worker updates others, and the two wrote it at once (a segfault, or
+	 * other weights than in memory with exit 0), so the planner gives it no
+	 * device updates. A scratch per updating thread would allow them. */
+	if (is_galore(tr))
+		ch->po.device_updates = 0;
 	if (tr->per_layer) {
 		const int g = ch->po.place.force[ST_SLAB_G];
 		ST_CHECK_USAGE(g < 0 || g == ST_TIER_DEVICE,
