@@ -1372,6 +1372,19 @@ Test(offload, resume_bit_identical, .timeout = 300)
 		    "--steps 4 && grep -E '\"offload-dir\":[[:space:]]*\"\",' %s/cleared/step-000004/trainer.json",
 		    cu_bin(), dir, dir, dir);
 	cr_expect_eq(rc, 0, "--offload-dir '' did not clear the saved directory: %s", out);
+	/* without --place auto the saved placement still asks for the disk:
+	 * said as the run's own, with the way out (the hint alone said to give
+	 * a directory); a --place given now is not called the saved one */
+	rc = cu_run(out, sizeof out, "%s train --resume %s/disk/step-000003 --out %s/c2 --offload-dir '' "
+			"--steps 4", cu_bin(), dir, dir);
+	cr_expect(rc == 2 && strstr(out, "a resumed run keeps the --place it was started with (here: "
+					 "weights=disk,gradients=host,optimizer=disk); --place auto lets the "
+					 "planner choose"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/disk/step-000003 --out %s/c3 --offload-dir '' "
+			"--place weights=disk --steps 4", cu_bin(), dir, dir);
+	cr_expect(rc == 2 && strstr(out, "needs a disk tier") && !strstr(out, "a resumed run keeps the --place"),
+		  "%s", out);
 }
 
 /* Lazy asynchronous checkpoints: with the capture slowed down (a slow disk),

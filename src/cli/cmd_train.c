@@ -567,6 +567,7 @@ int cmd_train(int argc, char **argv)
 	if (resume && !cli_get(&a, "out", NULL))
 		ST_TRY(check_lone_checkpoint(dir, o.out));
 	o.offload_dir_given |= given(&a, conf, "offload-dir"); /* a --config's too */
+	o.place_given = given(&a, conf, "place");
 	o.warmup_given = given(&a, conf, "warmup");
 	/* A new token budget on resume, without --steps: the budget sets the
 	 * length, not the steps saved with the run (--steps wins when both are

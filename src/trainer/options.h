@@ -57,6 +57,9 @@ struct st_train_opts {
 	/* not an option (never saved): --offload-dir was given on this command
 	 * line, so a refused directory is not one a resume kept */
 	int offload_dir_given;
+	/* not an option: --place was given on this command line or its
+	 * --config, so a placement refused on resume is not the run's saved one */
+	int place_given;
 	/* not an option: --warmup was given on this command line or in its
 	 * --config, so a resume does not keep the run's own warmup */
 	int warmup_given;

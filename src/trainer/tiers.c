@@ -398,7 +398,16 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		return offdirs_resume_note(tr);
 	ST_CHECK_USAGE(tr->o.io_depth >= 0 && tr->o.io_depth <= 4096, "use e.g. --io-depth 16",
 		 "--io-depth %d must be between 1 and 4096 (0: 16)", tr->o.io_depth);
-	ST_TRY(place_check_disk(ch->po.place.force, ch->n_dirs)); /* before a profile is measured */
+	/* before a profile is measured; a resume's saved --place named as
+	 * such: "--offload-dir ''" left it asking for the disk, and the hint
+	 * alone said to give a directory */
+	if (place_check_disk(ch->po.place.force, ch->n_dirs) != ST_OK) {
+		if (*tr->o.resume && !tr->o.place_given)
+			st_log_info("a resumed run keeps the --place it was started with (here: %s); "
+				    "--place auto lets the planner choose",
+				    tr->o.place);
+		return ST_FAIL;
+	}
 	ST_TRY(parse_bytes(tr->o.io_block, &ch->po.place.io_block, "--io-block"));
 	if (!ch->po.place.io_block)
 		ch->po.place.io_block = 1u << 20; /* "auto": the store's default */
