@@ -1866,6 +1866,66 @@ Test(io, tokenizer_dir_config_read_strictly)
  * one) changes no text: loaded, with the ids the file gives without it; one
  * that holds a normalizer is refused naming that one (it was refused as
  * "normalizer Sequence", the empty one too). */
+/* <bos> and <eos> as transformers' tokenizer takes them: tokenizer_config.json's
+ * bos_token / eos_token (a text, an {"content": ...} object, or null for
+ * none) beside the tokenizer.json, over the names strata knows, which
+ * picked <|im_start|> as the <bos> of SmolLM2's vocabulary (its file names
+ * <|endoftext|>); a config.json's bos_token_id does not replace the file's,
+ * and a config.json with "bos_token_id": null (Qwen2's) means none. */
+Test(io, tokenizer_config_names_bos_and_eos)
+{
+	char dir[] = "/tmp/strata-tokbos-XXXXXX", path[256], tc[256], file[256];
+	cr_assert(mkdtemp(dir));
+	char *text = NULL;
+	size_t n = 0;
+	cr_assert_eq(fs_read_file("tests/data/tokenizers/smollm/tokenizer.json", &text, &n), ST_OK);
+	snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+	cr_assert_eq(fs_write_file_atomic(file, text, n), ST_OK);
+	free(text);
+	snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	struct st_tokenizer tk;
+	/* no file: the names (<|im_start|> 1, <|endoftext|> 0) */
+	cr_assert_eq(tokenizer_load(&tk, dir), ST_OK);
+	cr_expect(tk.bos_id == 1 && tk.eos_id == 0, "bos %d eos %d", tk.bos_id, tk.eos_id);
+	tokenizer_free(&tk);
+	const struct {
+		const char *tok_config, *config;
+		int bos, eos;
+	} cases[] = {
+		{"{\"bos_token\": \"<|endoftext|>\", \"eos_token\": \"<|im_end|>\"}", NULL, 0, 2},
+		{"{\"bos_token\": {\"content\": \"<|endoftext|>\", \"lstrip\": false}}", NULL, 0, 0},
+		{"{\"bos_token\": null, \"eos_token\": \"<|endoftext|>\"}", NULL, -1, 0},
+		/* the model's config.json: its <eos> still wins, its <bos> not */
+		{"{\"bos_token\": null}", "{\"vocab_size\": 3001, \"bos_token_id\": 1, \"eos_token_id\": 2}", -1, 2},
+		{NULL, "{\"vocab_size\": 3001, \"bos_token_id\": null, \"eos_token_id\": 0}", -1, 0},
+		/* a text the tokenizer does not hold: warned, the names stand */
+		{"{\"bos_token\": \"<s>\"}", NULL, 1, 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		unlink(tc);
+		unlink(path);
+		if (cases[i].tok_config)
+			cr_assert_eq(fs_write_file_atomic(tc, cases[i].tok_config, strlen(cases[i].tok_config)),
+				     ST_OK);
+		if (cases[i].config)
+			cr_assert_eq(fs_write_file_atomic(path, cases[i].config, strlen(cases[i].config)), ST_OK);
+		for (int k = 0; k < 2; k++) { /* the directory, and the file in it */
+			const int old = st_log_mute(1);
+			cr_assert_eq(tokenizer_load(&tk, k ? file : dir), ST_OK, "case %zu", i);
+			st_log_mute(old);
+			cr_expect(tk.bos_id == cases[i].bos && tk.eos_id == cases[i].eos,
+				  "case %zu (%s): bos %d eos %d, want %d %d", i, k ? "file" : "dir", tk.bos_id,
+				  tk.eos_id, cases[i].bos, cases[i].eos);
+			tokenizer_free(&tk);
+		}
+	}
+	unlink(tc);
+	unlink(path);
+	unlink(file);
+	rmdir(dir);
+}
+
 Test(io, bpe_empty_normalizer_sequence)
 {
 	cJSON *root = tu_read_json("tests/data/tokenizers/gpt2/tokenizer.json");

@@ -116,10 +116,14 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	const cJSON *list = cJSON_IsArray(ends) ? ends : NULL, *e;
 	cJSON_ArrayForEach(e, list)
 		add_end_id(tk, e);
-	for (int k = 0; k < 2; k++) {
+	for (int k = tk->bos_from_tok_config ? 1 : 0; k < 2; k++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
 		if (cJSON_IsArray(v)) /* several end tokens: the first */
 			v = cJSON_GetArrayItem(v, 0);
+		if (k == 0 && cJSON_IsNull(v)) { /* a model without a <bos> (Qwen2's) */
+			*ids[k] = -1;
+			continue;
+		}
 		if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tk->vocab_size)
 			continue;
 		const int id = (int)v->valuedouble;
@@ -148,6 +152,46 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	cJSON_Delete(root);
 	gen_end_ids(tk, model_dir);
 	return ST_OK;
+}
+
+/* dir/tokenizer_config.json's bos_token and eos_token (a text, an object
+ * with its "content", or null for none): the tokens transformers' tokenizer
+ * takes for <bos> and <eos>. Without the file, the names strata knows
+ * stand in; they picked <|im_start|> as the <bos> of SmolLM2's and Qwen2's
+ * vocabularies, whose files name <|endoftext|> or none, and none for GPT-2,
+ * whose file names <|endoftext|>. */
+static void tok_config_ids(struct st_tokenizer *tk, const char *dir)
+{
+	char path[4300];
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	if (!fs_exists(path))
+		return;
+	cJSON *root = NULL;
+	const int old = st_log_mute(1);
+	const int rc = fs_read_json(path, &root, NULL);
+	st_log_mute(old);
+	if (rc != ST_OK) {
+		st_log_warn("%s is not read for its <bos> and <eos>: %s", path, st_log_last_error());
+		return;
+	}
+	const char *keys[2] = {"bos_token", "eos_token"};
+	int *ids[2] = {&tk->bos_id, &tk->eos_id};
+	for (int k = 0; k < 2; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+		if (cJSON_IsObject(v))
+			v = cJSON_GetObjectItemCaseSensitive(v, "content");
+		if (!v || !(cJSON_IsNull(v) || cJSON_IsString(v)))
+			continue; /* absent, or not a token: the names stand */
+		const int id = cJSON_IsNull(v) ? -1 : bpe_token_id(tk->bpe, v->valuestring);
+		if (cJSON_IsString(v) && id < 0) {
+			st_log_warn("%s: %s '%s' is not a token of the tokenizer: left out", path, keys[k],
+				    v->valuestring);
+			continue;
+		}
+		*ids[k] = id;
+		tk->bos_from_tok_config |= k == 0;
+	}
+	cJSON_Delete(root);
 }
 
 /* Whether dir/config.json is a model's (an object with model_type,
@@ -233,6 +277,7 @@ int tokenizer_load(struct st_tokenizer *tk, const char *name_or_path)
 		else
 			snprintf(dir, sizeof dir, ".");
 	}
+	tok_config_ids(tk, dir);
 	if ((given_dir || model_config_beside(dir)) && tokenizer_model_ids(tk, dir) != ST_OK) {
 		bpe_free(tk->bpe);
 		tk->bpe = NULL;

@@ -19,6 +19,10 @@ struct st_tokenizer {
 	char name[25];       /* recorded in shards: "byte", or "bpe-" + a hash of tokenizer.json */
 	int vocab_size;
 	int bos_id, eos_id;  /* -1 when the tokenizer has none */
+	/* bos_id is tokenizer_config.json's bos_token (null: none), which
+	 * transformers' tokenizer uses: config.json's bos_token_id does not
+	 * replace it */
+	int bos_from_tok_config;
 	/* every end token a model's config.json lists (eos_token_id, a list in
 	 * Llama 3.1 Instruct's: <|end_of_text|>, <|eom_id|>, <|eot_id|>) that is
 	 * an added token; 0 of them: eos_id alone. sample stops at any. */
