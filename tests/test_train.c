@@ -861,6 +861,12 @@ Test(train, prepare_inputs_checked)
 	cr_expect(rc == 0 && strstr(out, "--chunk 100000: ") &&
 			  strstr(out, "give the held-out share about 20 chunks"),
 		  "%s", out);
+	/* a --chunk below 256 given for a small corpus is kept: it became 256,
+	 * and the refusal's hint to lower it could not help */
+	rc = cu_run(out, sizeof out, "for i in $(seq 100); do echo \"line number $i of a small file\"; "
+			"done > %s/small.txt && %s prepare --input %s/small.txt --out %s/sm --chunk 100",
+		    dir, cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "% of the tokens: one chunk in 20"), "%s", out);
 	/* a strata shard is not text; JSONL's invalid UTF-8 and a .json array
 	 * of examples are said */
 	rc = cu_run(out, sizeof out, "%s prepare --input %s/d/train.bin --out %s/again", cu_bin(), dir,
@@ -1369,6 +1375,9 @@ Test(train, jsonl_prompt_completion_masks)
 	} odd[] = {
 		{"{\"text\": \"abc\\u0000def\"}", "odd.jsonl:1: a NUL character"},
 		{"{\"prompt\": \"a\", \"completion\": \"b\", \"text\": \"c\"}",
+		 "odd.jsonl:1: both text and prompt/completion"},
+		/* a text that is no string too (it was left out silently) */
+		{"{\"prompt\": \"a\", \"completion\": \"b\", \"text\": null}",
 		 "odd.jsonl:1: both text and prompt/completion"},
 		{"{\"text\": \"a\\\\u0000b\"}", NULL},
 		{"{\"prompt\": \"a\", \"completion\": \"b\", \"completion\": \"c\"}",

@@ -305,8 +305,10 @@ int cmd_prepare(int argc, char **argv)
 	if (period > 1 && (long)(expect_bytes / (size_t)chunk) < 20 * period) {
 		const long given = chunk;
 		chunk = (long)(expect_bytes / (size_t)(20 * period));
+		/* at least 256, but never above the chunk given: a --chunk 100
+		 * became 256, and the "too short" hint to lower it could not help */
 		if (chunk < 256)
-			chunk = 256;
+			chunk = given < 256 ? given : 256;
 		if (chunk < given && cli_get(&a, "chunk", NULL))
 			st_log_info("--chunk %ld: %ld, so that the %zu bytes of text give the "
 				    "held-out share about 20 chunks to draw from",

@@ -329,7 +329,10 @@ static int jsonl_lines(const struct st_tokenizer *tk, const char *path, const ch
 				  : !cJSON_IsObject(o) || !((cJSON_IsString(pr) && cJSON_IsString(co)) ||
 							    cJSON_IsString(tx))
 					  ? "an object without string prompt and completion, or text"
-				  : cJSON_IsString(tx) && (pr || co)
+				  /* any "text" key (a null or a number too: it was left
+				   * out without a word, where a non-string prompt beside a
+				   * text is refused) */
+				  : tx && (pr || co)
 					  ? "both text and prompt/completion: which is the example?"
 				  : nul ? nul_msg
 					  : NULL;
