@@ -22,6 +22,7 @@
 #include "trainer/data.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
+#include "util/parse.h"
 
 static char out[1 << 16];
 
@@ -861,6 +862,29 @@ Test(train, prepare_inputs_checked)
 	cr_expect(rc == 0 && strstr(out, "--chunk 100000: ") &&
 			  strstr(out, "give the held-out share about 20 chunks"),
 		  "%s", out);
+	/* a text without line breaks, in byte tokens, is cut where a character
+	 * ends: cuts mid-character put byte sequences the text never had into
+	 * train.bin (its chunks run together); every split decodes as UTF-8 */
+	rc = cu_run(out, sizeof out, "python3 -c \"open('%s/cjk.txt', 'w').write('日本語のテキスト' * 20000)\" "
+			"&& %s prepare --input %s/cjk.txt --out %s/cjk --chunk 1000 --val-fraction 0.1",
+		    dir, cu_bin(), dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	for (int k = 0; k < 2; k++) {
+		snprintf(path, sizeof path, "%s/cjk/%s.bin", dir, k ? "val" : "train");
+		struct st_shard sh;
+		cr_assert_eq(shard_open(&sh, path), ST_OK);
+		char *bytes = malloc(sh.n_tokens + 1);
+		size_t nb = 0;
+		for (uint64_t i = 0; i < sh.n_tokens; i++) {
+			const uint32_t t = shard_token(&sh, i);
+			if (t < 256)
+				bytes[nb++] = (char)t;
+		}
+		cr_expect(nb > 10000 && st_utf8_bad(bytes, nb) < 0, "%s: %zu bytes, not UTF-8 at %ld", path, nb,
+			  st_utf8_bad(bytes, nb));
+		free(bytes);
+		shard_close(&sh);
+	}
 	/* a --chunk below 256 given for a small corpus is kept: it became 256,
 	 * and the refusal's hint to lower it could not help */
 	rc = cu_run(out, sizeof out, "for i in $(seq 100); do echo \"line number $i of a small file\"; "

@@ -423,7 +423,24 @@ struct chunker {
 	size_t bytes;
 	int split; /* of the chunk last cut */
 	int cut;   /* chunks of this file cut */
+	int need;  /* continuation bytes the last UTF-8 character still lacks */
 };
+
+/* c->need after the bytes of one more token: a cut where no line ends
+ * waits for a character's end (byte tokens, or byte-level pieces of one
+ * character, cut CJK text mid-character, and train.bin, whose chunks run
+ * together, held byte sequences that the text never had). Bytes that are
+ * no UTF-8 start over. */
+static void utf8_track(struct chunker *c, const char *piece, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const unsigned char b = (unsigned char)piece[i];
+		if (c->need && (b & 0xc0) == 0x80)
+			c->need--;
+		else
+			c->need = b >= 0xf0 ? 3 : b >= 0xe0 ? 2 : b >= 0xc0 ? 1 : 0;
+	}
+}
 
 /* A chunk ends with ids[0..n) (after what c holds) */
 static int chunk_cut(const struct st_tokenizer *tk, struct chunker *c, const uint32_t *ids,
@@ -508,9 +525,12 @@ int prep_text(const struct st_tokenizer *tk, const char *path, struct prep_sourc
 		for (size_t i = 0; i < n && rc == ST_OK; i++) {
 			const size_t b = tokenizer_decode_one(tk, piece, piece_cap, ids[i]);
 			c.bytes += b;
+			utf8_track(&c, piece, b);
 			/* GPT-2's tokens join a line break to the next line's indent */
 			const int line_end = b > 0 && memchr(piece, '\n', b);
-			if (c.bytes < chunk || (!line_end && c.bytes < reach))
+			/* past reach, at a character's end (64 bytes more at most:
+			 * pieces that each end inside a character) */
+			if (c.bytes < chunk || (!line_end && (c.bytes < reach || (c.need && c.bytes < reach + 64))))
 				continue;
 			rc = chunk_cut(tk, &c, ids + start, i + 1 - start, sp, s);
 			start = i + 1;
