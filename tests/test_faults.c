@@ -2110,6 +2110,9 @@ Test(faults, other_commands_check_their_numbers)
 		{"sample --model ''%.0s", "strata sample: an empty path was given for --model"},
 		{"sample --model %s/init --tokenizer ''", "an empty value was given for --tokenizer"},
 		{"sample --model %s/init --prompt-file ''", "an empty path was given for --prompt-file"},
+		{"prepare --input '' --out %s/e0", "strata prepare: an empty path was given for --input"},
+		{"prepare --input %s/text.txt --out ''", "strata prepare: an empty path was given for --out"},
+		{"prepare --input %s/text.txt --out %s/e1 --tokenizer ''", "an empty value was given for --tokenizer"},
 		/* there is no CUDA backend at all yet: the message said "or no GPU
 		 * found" and its hint that one needs "a GPU and a CUDA build" */
 		{"eval --model %s/init --data %s/data --device cuda",
@@ -2167,7 +2170,7 @@ Test(faults, other_commands_check_their_numbers)
 		     0, "a refused command wrote something: %s", out);
 	/* every one of them a usage error, exit 2 (an unknown --device in eval
 	 * and sample exited 1) */
-	for (size_t i = 1; i < 9; i++) {
+	for (size_t i = 1; i < 12; i++) {
 		char cmd[512];
 		snprintf(cmd, sizeof cmd, cases[i].cmd, dir, dir);
 		cr_expect_eq(cu_run(out, sizeof out, "%s %s", cu_bin(), cmd), 2, "%s: %s", cmd, out);

@@ -238,6 +238,9 @@ int cmd_prepare(int argc, char **argv)
 	for (int i = 0; i < a.n; i++)
 		if (!strcmp(a.key[i], "input")) {
 			ST_CHECK_USAGE(a.val[i] != cli_bare, "give the file after it", "--input needs a value");
+			/* it was "cannot open : No such file or directory" */
+			ST_CHECK_USAGE(*a.val[i], "give a file, or - for standard input",
+				 "strata prepare: an empty path was given for --input");
 			/* - is standard input, as sample's --prompt-file - (plain text) */
 			const int is_stdin = !strcmp(a.val[i], "-");
 			ST_CHECK_USAGE(!(is_stdin && stdin_given++), "give - once",
@@ -257,6 +260,9 @@ int cmd_prepare(int argc, char **argv)
 		st_log_mute(old);
 	}
 	ST_CHECK_USAGE(out, "pass --out DIR", "strata prepare: no output directory (--out)");
+	ST_CHECK_USAGE(*out, "pass --out DIR", "strata prepare: an empty path was given for --out");
+	ST_CHECK_USAGE(*tok_name, "give byte, a tokenizer.json, or a model, checkpoint or run",
+		 "strata prepare: an empty value was given for --tokenizer");
 	ST_CHECK_USAGE(n_in > 0, "pass --input FILE", "strata prepare: no input text (--input)");
 	char path[4096];
 	snprintf(path, sizeof path, "%s/train.bin", out);
