@@ -938,12 +938,26 @@ Test(offload, one_budget_sizes_the_other, .timeout = 120)
 		    cu_bin(), dir);
 	cr_expect(strstr(out, "more than the ") && strstr(out, "of memory available: it may be killed"),
 		  "%s", out);
-	/* a host budget of 90% of memory beside the device's 30% share: more
-	 * than memory, warned (the share sized here was left out of the sum) */
+	/* a host budget of 80% of memory: the device's share is what it
+	 * leaves of 90% (it took its 30% of all of it, more than memory in
+	 * all), and nothing is warned */
 	rc = cu_run(out, sizeof out,
 		    "%s plan --model %s/m7 --micro-batch 1 --seq-len 64 --offload-dir %s --host-mem %.0fM",
-		    cu_bin(), dir, dir, 0.9 * avail_gib * 1024);
-	cr_expect(strstr(out, "of memory available: it may be killed"), "%s", out);
+		    cu_bin(), dir, dir, 0.8 * avail_gib * 1024);
+	b = strstr(out, "budgets device ");
+	cr_assert(b && sscanf(b, "budgets device %lf %7[^,]", &dev, unit) == 2, "%s", out);
+	const double dev2 = dev * (!strcmp(unit, "GiB") ? 1 : !strcmp(unit, "MiB") ? 1.0 / 1024 : 1e9);
+	cr_expect(dev2 > 0.09 * avail_gib && dev2 < 0.11 * avail_gib && !strstr(out, "may be killed"),
+		  "beside --host-mem of 80%% the device share is %.2f GiB, not 10%% of %.2f GiB: %s", dev2,
+		  avail_gib, out);
+	/* one of all of memory: with the least share beside it (a twentieth),
+	 * more than memory, warned naming the flag given */
+	rc = cu_run(out, sizeof out,
+		    "%s plan --model %s/m7 --micro-batch 1 --seq-len 64 --offload-dir %s --host-mem %.0fM",
+		    cu_bin(), dir, dir, avail_gib * 1024);
+	cr_expect(strstr(out, "--host-mem and the device share left beside it lets the run hold") &&
+			  strstr(out, "of memory available: it may be killed"),
+		  "%s", out);
 }
 
 /* A fake root for STRATA_CGROUP_ROOT (engine/memavail.h): MemAvailable

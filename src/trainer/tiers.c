@@ -48,10 +48,18 @@ int tiers_budgets(const char *device_mem, const char *host_mem, size_t need,
 			    fmt_bytes(b3, sizeof b3, (double)ma.cgroup_used), ma.cgroup_file,
 			    ma.meminfo ? fmt_bytes(b4, sizeof b4, (double)ma.meminfo) : "unknown");
 	if (avail && (double)need > 0.9 * (double)avail && (!dev_given || !host_given)) {
+		/* the tier left to the machine gets its share of what the given
+		 * one leaves of 90% (a twentieth of the memory at least): it took
+		 * its share of all of it, and a 20 GiB --device-mem on 22.6 GiB
+		 * got a 13.6 GiB host tier beside it */
+		const double room = 0.9 * (double)avail - (double)budgets[dev_given ? ST_TIER_DEVICE
+										  : ST_TIER_HOST];
+		const double left = fmax(dev_given || host_given ? room : 0.9 * (double)avail,
+					 0.05 * (double)avail);
 		if (!dev_given)
-			budgets[ST_TIER_DEVICE] = (size_t)(0.3 * (double)avail);
+			budgets[ST_TIER_DEVICE] = (size_t)fmin(0.3 * (double)avail, host_given ? left : 1e300);
 		if (!host_given)
-			budgets[ST_TIER_HOST] = (size_t)(0.6 * (double)avail);
+			budgets[ST_TIER_HOST] = (size_t)fmin(0.6 * (double)avail, dev_given ? left : 1e300);
 		st_log_info("the run's state, %s, exceeds 90%% of the available memory (%s%s): budgets "
 			    "device %s%s, host %s%s (set --device-mem / --host-mem to choose)",
 			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
@@ -68,11 +76,17 @@ int tiers_budgets(const char *device_mem, const char *host_mem, size_t need,
 					   (double)need)
 				    : (double)need;
 	if (avail && (dev_given || host_given) && held > (double)avail)
-		st_log_warn("--device-mem and --host-mem let the run hold %s, more than the %s of "
-			    "memory available%s: it may be killed for memory (lower them, or leave "
-			    "them out to size them from the machine)",
-			    fmt_bytes(b1, sizeof b1, held), fmt_bytes(b2, sizeof b2, (double)avail),
-			    ma.from_cgroup ? " (the cgroup limit)" : "");
+		st_log_warn("%s let%s the run hold %s, more than the %s of memory available%s: it may "
+			    "be killed for memory (lower %s, or leave %s out to size %s from the "
+			    "machine)",
+			    dev_given && host_given ? "--device-mem and --host-mem"
+			    : dev_given		    ? "--device-mem and the host share left beside it"
+						    : "--host-mem and the device share left beside it",
+			    dev_given && host_given ? "" : "s", fmt_bytes(b1, sizeof b1, held),
+			    fmt_bytes(b2, sizeof b2, (double)avail),
+			    ma.from_cgroup ? " (the cgroup limit)" : "",
+			    dev_given && host_given ? "them" : "it", dev_given && host_given ? "them" : "it",
+			    dev_given && host_given ? "them" : "it");
 	return ST_OK;
 }
 
