@@ -2249,6 +2249,8 @@ Test(faults, sizes_in_any_case)
 	} cases[] = {
 		{"2gb", "2.0 GiB"},   {"3Gb", "3.0 GiB"},     {"2 GiB ", "2.0 GiB"},
 		{" 512kib", "512.0 KiB"}, {"1.5gib", "1.5 GiB"}, {"64MB\t", "64.0 MiB"},
+		/* P, as 1024T was taken (it was "not a size") */
+		{"1P", "1024.0 TiB"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		int rc = cu_run(out, sizeof out, "%s plan --model %s/init --host-mem '%s'", cu_bin(),

@@ -620,6 +620,15 @@ Test(offload, evaluation_weight_traffic_said, .timeout = 120)
 		else
 			cr_expect(!strstr(out, needle), "case %d: %s", k, out);
 	}
+	/* an interval past the run: evaluated at step 0 and at the end, said
+	 * so (it said "once at the end") */
+	int rc0 = cu_run(out, sizeof out,
+			 "STRATA_EVAL_GROUP=1 %s train --model %s/init --data %s/data --out %s/r9 "
+			 "--micro-batch 2 --seq-len 32 --steps 20 --eval-interval 30 --progress none "
+			 "--offload-dir %s --place weights=disk",
+			 cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc0 == 0 && strstr(out, "training steps, at the start and at the end of 20 steps; "),
+		  "%s", out);
 	/* one pass of the weights against a step's two: half a step, not
 	 * "about 0"; the evaluation's one micro-batch said as such (it read
 	 * "1 micro-batches of 2 windows"), and fewer tokens, which would stream

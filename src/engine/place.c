@@ -271,6 +271,7 @@ int parse_bytes(const char *s, size_t *out, const char *what)
 	case 'M': mul = 1024.0 * 1024; end++; break;
 	case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
 	case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	case 'P': mul = 1024.0 * 1024 * 1024 * 1024 * 1024; end++; break; /* 1024T was taken, 1P not */
 	default: break;
 	}
 	/* 2G, 2GB, 2GiB and 2 gb alike (powers of 1024 whatever the case), and
@@ -289,7 +290,7 @@ int parse_bytes(const char *s, size_t *out, const char *what)
 	const char *eg = block ? "give a size such as 1M or 4M (a multiple of 4K, at most 64M)"
 			       : "give a size such as 512M, 2G or 1.5G (powers of 1024), or auto";
 	ST_CHECK_USAGE(end != s && *end == '\0' && digits > 0 &&
-			 strchr("KMGTkmgtBb \t", s[lead + digits]) && v >= 0 && v * mul < 1.8e19,
+			 strchr("KMGTPkmgtpBb \t", s[lead + digits]) && v >= 0 && v * mul < 1.8e19,
 		 eg, "%s: '%s' is not a size", what, s);
 	ST_CHECK_USAGE(v > 0, block ? eg : "give a size such as 512M, or auto (the default)",
 		 "%s: '%s' is not a size", what, s);

@@ -536,8 +536,10 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 	char when[64]; /* the last evaluation alone: at the end of what is left */
 	if (interval < left)
 		snprintf(when, sizeof when, "every %ld step%s", interval, interval == 1 ? "" : "s");
-	else
-		snprintf(when, sizeof when, "once at the end of %ld step%s", left, left == 1 ? "" : "s");
+	else /* a fresh run evaluates at step 0 too (trainer.c): it said "once" */
+		snprintf(when, sizeof when, "%s at the end of %ld step%s",
+			 tr->step == 0 && tr->o.eval_interval > 0 ? "at the start and" : "once", left,
+			 left == 1 ? "" : "s");
 	st_log_warn("each held-out evaluation (%ld window%s in %ld micro-batch%s) streams the "
 		    "offloaded weights (%s) %s: %s, the weight traffic of about %s training step%s, "
 		    "%s; %s",
