@@ -2094,25 +2094,12 @@ Test(faults, other_commands_check_their_numbers)
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "nums");
 	cu_setup_run(dir, "");
-	const struct {
+	struct check {
 		const char *cmd, *needle;
-	} cases[] = {
+	};
+	const struct check cases[] = {
 		{"eval --model %s/init --data %s/data --micro-batch 2147483648",
 		 "--micro-batch must be in [1, 16777216] (got 2147483648)"},
-		{"eval --model %s/init --data %s/data --device bogus", "unknown device 'bogus'"},
-		{"sample --model %s/init --device gpu", "unknown device 'gpu'"},
-		/* said before the model is looked for (a missing model was said
-		 * first) */
-		{"eval --model %s/none --data %s/data --device bogus", "unknown device 'bogus'"},
-		{"sample --model %s/none --device gpu", "unknown device 'gpu'"},
-		{"sample --model %s/none --device-mem 0", "--device-mem: '0' is not a size"},
-		/* empty paths, as eval says them (sample exited 1, naming " ") */
-		{"sample --model ''%.0s", "strata sample: an empty path was given for --model"},
-		{"sample --model %s/init --tokenizer ''", "an empty value was given for --tokenizer"},
-		{"sample --model %s/init --prompt-file ''", "an empty path was given for --prompt-file"},
-		{"prepare --input '' --out %s/e0", "strata prepare: an empty path was given for --input"},
-		{"prepare --input %s/text.txt --out ''", "strata prepare: an empty path was given for --out"},
-		{"prepare --input %s/text.txt --out %s/e1 --tokenizer ''", "an empty value was given for --tokenizer"},
 		/* there is no CUDA backend at all yet: the message said "or no GPU
 		 * found" and its hint that one needs "a GPU and a CUDA build" */
 		{"eval --model %s/init --data %s/data --device cuda",
@@ -2166,15 +2153,31 @@ Test(faults, other_commands_check_their_numbers)
 		cr_expect_neq(rc, 0, "%s accepted: %s", cmd, out);
 		cr_expect(strstr(out, cases[i].needle), "%s: %s", cmd, out);
 	}
+	/* usage errors, exit 2: an unknown --device in eval and sample (it
+	 * exited 1), said before the model is looked for (a missing model was
+	 * said first), a bad budget there, and empty paths, as eval says them
+	 * (sample exited 1, naming " ") */
+	const struct check usage[] = {
+		{"eval --model %s/init --data %s/data --device bogus", "unknown device 'bogus'"},
+		{"sample --model %s/init --device gpu", "unknown device 'gpu'"},
+		{"eval --model %s/none --data %s/data --device bogus", "unknown device 'bogus'"},
+		{"sample --model %s/none --device gpu", "unknown device 'gpu'"},
+		{"sample --model %s/none --device-mem 0", "--device-mem: '0' is not a size"},
+		{"sample --model ''%.0s", "strata sample: an empty path was given for --model"},
+		{"sample --model %s/init --tokenizer ''", "an empty value was given for --tokenizer"},
+		{"sample --model %s/init --prompt-file ''", "an empty path was given for --prompt-file"},
+		{"prepare --input '' --out %s/e0", "strata prepare: an empty path was given for --input"},
+		{"prepare --input %s/text.txt --out ''", "strata prepare: an empty path was given for --out"},
+		{"prepare --input %s/text.txt --out %s/e1 --tokenizer ''", "an empty value was given for --tokenizer"},
+	};
+	for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, usage[i].cmd, dir, dir);
+		int rc = cu_run(out, sizeof out, "%s %s", cu_bin(), cmd);
+		cr_expect(rc == 2 && strstr(out, usage[i].needle), "%s: %d %s", cmd, rc, out);
+	}
 	cr_expect_eq(cu_run(out, sizeof out, "test ! -e true && test ! -e %s/t", dir),
 		     0, "a refused command wrote something: %s", out);
-	/* every one of them a usage error, exit 2 (an unknown --device in eval
-	 * and sample exited 1) */
-	for (size_t i = 1; i < 12; i++) {
-		char cmd[512];
-		snprintf(cmd, sizeof cmd, cases[i].cmd, dir, dir);
-		cr_expect_eq(cu_run(out, sizeof out, "%s %s", cu_bin(), cmd), 2, "%s: %s", cmd, out);
-	}
 	/* a wrong --model is said before a prompt on standard input is read:
 	 * at a terminal, before one is typed (it waited for the input to end) */
 	cr_expect(cu_run(out, sizeof out, "sleep 4 | timeout 3 %s sample --model %s/none --prompt-file -",
@@ -3187,4 +3190,9 @@ Test(faults, closed_standard_streams, .timeout = 120)
 		  "%s", out);
 	rc = cu_run(out, sizeof out, "%s sample --model %s/a --tokens 2 --prompt-file - <&-", cu_bin(), dir);
 	cr_expect(rc == 1 && strstr(out, "--prompt-file -: standard input is closed"), "%s", out);
+	/* prepare's - too (it read /dev/null: "the input text is empty") */
+	rc = cu_run(out, sizeof out, "%s prepare --input - --out %s/p <&-", cu_bin(), dir);
+	cr_expect(rc == 1 && strstr(out, "--input -: standard input is closed") &&
+			  cu_run(NULL, 0, "test ! -e %s/p", dir) == 0,
+		  "%s", out);
 }

@@ -638,6 +638,9 @@ Test(hf, pytorch_weights_named)
 							  "../blobs/3d4e5f, which does not exist"),
 			  "%s", out);
 	}
+	/* plan too (it planned from config.json alone, as for no weights) */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/l1", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "/l1/model.safetensors is a link to ../blobs/0a1b2c"), "%s", out);
 }
 
 /* Damaged files: each a clear error naming the problem. */

@@ -1254,6 +1254,21 @@ Test(offload, galore_updates_stay_off_the_device, .timeout = 300)
 	train_model(dir, "deep", "slow", flags);
 	cr_expect(!strstr(out, "units update on the device"), "%s", out);
 	expect_same_run(dir, "mem", "slow", "GaLore under a slow CPU profile");
+	/* a run saved before the refusal with device updates: its saved value
+	 * is named as such on resume, with the way out, which trains */
+	rc = cu_run(out, sizeof out,
+		    "sed -i 's/\"device-updates\":[[:space:]]*\"auto\"/\"device-updates\": \"4\"/' "
+		    "%s/mem/step-000003/trainer.json && grep -q '\"device-updates\": \"4\"' "
+		    "%s/mem/step-000003/trainer.json && %s train --resume %s/mem/step-000003 --out %s/old "
+		    "--offload-dir %s --place weights=disk",
+		    dir, dir, cu_bin(), dir, dir, dir);
+	cr_expect(rc == 2 && strstr(out, "a resumed run keeps the --device-updates it was started with "
+					 "(here: 4); --device-updates auto lets the planner choose"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --resume %s/mem/step-000003 --out %s/old --offload-dir %s "
+			"--place weights=disk --device-updates auto",
+		    cu_bin(), dir, dir, dir);
+	cr_expect_eq(rc, 0, "%s", out);
 }
 
 /* Per-layer GaLore with its weights and state offloaded (it kept every slab
@@ -1408,6 +1423,13 @@ Test(offload, resume_bit_identical, .timeout = 300)
 			"--place weights=disk --steps 4", cu_bin(), dir, dir);
 	cr_expect(rc == 2 && strstr(out, "needs a disk tier") && !strstr(out, "a resumed run keeps the --place"),
 		  "%s", out);
+	/* plan --resume alike (it called a --place given now the saved one) */
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/disk/step-000003 --offload-dir '' "
+			"--place weights=disk", cu_bin(), dir);
+	cr_expect(rc == 2 && strstr(out, "needs a disk tier") && !strstr(out, "a resumed run keeps the --place"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "%s plan --resume %s/disk/step-000003 --offload-dir ''", cu_bin(), dir);
+	cr_expect(rc == 2 && strstr(out, "a resumed run keeps the --place it was started with"), "%s", out);
 }
 
 /* Lazy asynchronous checkpoints: with the capture slowed down (a slow disk),

@@ -245,6 +245,9 @@ int cmd_prepare(int argc, char **argv)
 			const int is_stdin = !strcmp(a.val[i], "-");
 			ST_CHECK_USAGE(!(is_stdin && stdin_given++), "give - once",
 				 "--input - is given twice: standard input is read once");
+			/* held by /dev/null (main.c): it read as an empty input */
+			ST_CHECK(!is_stdin || !cli_stdin_closed, "give the text on standard input, or a file",
+				 "--input -: standard input is closed");
 			inputs[n_in++] = is_stdin ? "/dev/stdin" : a.val[i];
 			a.used[i] = 1;
 		}

@@ -147,6 +147,8 @@ int cli_train_flags(struct cli_args *a, struct st_train_opts *o, const char *ski
 			continue;
 		}
 		ST_TRY(train_opts_set(o, a->key[i], a->val[i]));
+		o->place_given |= cli_key_is(a->key[i], "place");
+		o->device_updates_given |= cli_key_is(a->key[i], "device-updates");
 		a->used[i] = 1;
 	}
 	if (dirs_given) /* --offload-dir '' alone: none (a resume's saved ones cleared) */
@@ -567,7 +569,8 @@ int cmd_train(int argc, char **argv)
 	if (resume && !cli_get(&a, "out", NULL))
 		ST_TRY(check_lone_checkpoint(dir, o.out));
 	o.offload_dir_given |= given(&a, conf, "offload-dir"); /* a --config's too */
-	o.place_given = given(&a, conf, "place");
+	o.place_given |= given(&a, conf, "place"); /* a --config's too */
+	o.device_updates_given |= given(&a, conf, "device-updates");
 	o.warmup_given = given(&a, conf, "warmup");
 	/* A new token budget on resume, without --steps: the budget sets the
 	 * length, not the steps saved with the run (--steps wins when both are

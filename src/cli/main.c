@@ -54,7 +54,9 @@ static void hold_std_fds(void)
 		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
 			continue;
 		/* the lowest free number: fd, the ones below it being open */
-		const int got = open(fd == 1 ? "/dev/full" : "/dev/null", fd ? O_WRONLY : O_RDONLY);
+		int got = open(fd == 1 ? "/dev/full" : "/dev/null", fd ? O_WRONLY : O_RDONLY);
+		if (got < 0) /* a container without /dev/full */
+			got = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
 		if (got >= 0 && got != fd) {
 			dup2(got, fd);
 			close(got);

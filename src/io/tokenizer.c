@@ -184,7 +184,7 @@ static void tok_config_ids(struct st_tokenizer *tk, const char *dir)
 			continue; /* absent, or not a token: the names stand */
 		const int id = cJSON_IsNull(v) ? -1 : bpe_token_id(tk->bpe, v->valuestring);
 		if (cJSON_IsString(v) && id < 0) {
-			st_log_warn("%s: %s '%s' is not a token of the tokenizer: left out", path, keys[k],
+			st_log_warn("%s: %s '%s' is not an added token of the tokenizer: left out", path, keys[k],
 				    v->valuestring);
 			continue;
 		}

@@ -120,8 +120,11 @@ static int pytorch_weights(const char *dir, char *name, size_t n)
 int weights_present(const char *dir)
 {
 	char path[2200], bin[256];
+	struct stat st;
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	if (fs_exists(path))
+	/* a link to nothing too, for weights_open to name (plan said "holds no
+	 * weights" and planned from config.json alone) */
+	if (fs_exists(path) || lstat(path, &st) == 0)
 		return 1;
 	snprintf(path, sizeof path, "%s/" INDEX_NAME, dir);
 	return fs_exists(path) || pytorch_weights(dir, bin, sizeof bin);

@@ -60,6 +60,7 @@ struct st_train_opts {
 	/* not an option: --place was given on this command line or its
 	 * --config, so a placement refused on resume is not the run's saved one */
 	int place_given;
+	int device_updates_given; /* the same for --device-updates */
 	/* not an option: --warmup was given on this command line or in its
 	 * --config, so a resume does not keep the run's own warmup */
 	int warmup_given;

@@ -51,7 +51,9 @@ int tiers_budgets(const char *device_mem, const char *host_mem, size_t need,
 		/* the tier left to the machine gets its share of what the given
 		 * one leaves of 90% (a twentieth of the memory at least): it took
 		 * its share of all of it, and a 20 GiB --device-mem on 22.6 GiB
-		 * got a 13.6 GiB host tier beside it */
+		 * got a 13.6 GiB host tier beside it. Both tiers are host RAM on
+		 * the CPU backend (as `held` below assumes); a GPU's device tier
+		 * would not come out of the host's share. */
 		const double room = 0.9 * (double)avail - (double)budgets[dev_given ? ST_TIER_DEVICE
 										  : ST_TIER_HOST];
 		const double left = fmax(dev_given || host_given ? room : 0.9 * (double)avail,
@@ -301,10 +303,18 @@ static int forced_choices(struct st_trainer *tr, struct tier_choice *ch)
 		ST_CHECK_USAGE(!(v && tr->per_layer), "leave --device-updates at auto (0 for GaLore)",
 			 "GaLore's per-layer updates read accumulators the backward fills on the CPU; "
 			 "they cannot move to the device");
-		ST_CHECK_USAGE(!(v && is_galore(tr)), "leave --device-updates at auto (0 for GaLore)",
-			 "GaLore's updates run on the CPU's update thread alone: one projection "
-			 "scratch serves them, and a device unit's update beside it gave wrong weights "
-			 "or a crash");
+		if (v && is_galore(tr)) {
+			ST_USAGE_ERROR("leave --device-updates at auto (0 for GaLore)",
+				 "GaLore's updates run on the CPU's update thread alone: one projection "
+				 "scratch serves them, and a device unit's update beside it gave wrong "
+				 "weights or a crash");
+			/* a run saved before the refusal keeps its own */
+			if (*tr->o.resume && !tr->o.device_updates_given)
+				st_log_info("a resumed run keeps the --device-updates it was started with "
+					    "(here: %ld); --device-updates auto lets the planner choose",
+					    v);
+			return ST_FAIL;
+		}
 		ch->po.device_updates = (int)v;
 	}
 	return ST_OK;
@@ -523,7 +533,7 @@ void tiers_note_eval_traffic(const struct st_trainer *tr)
 										     : left;
 	if (interval < 1 || steps < 0.1 * (double)interval)
 		return;
-	/* one pass over the weights, once in the run: nothing to advise */
+	/* one pass over the weights, at the run's end alone: nothing to advise */
 	if (passes == 1 && interval == left)
 		return;
 	char b1[32], b2[32], nsteps[32]; /* a fraction of a step is no "about 0" */
