@@ -22,7 +22,7 @@
 #include "trainer/data.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
-#include "util/parse.h"
+#include "util/utf8.h"
 
 static char out[1 << 16];
 

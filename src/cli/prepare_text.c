@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "cli/prepare_text.h"
-#include "util/parse.h"
+#include "util/utf8.h"
 #include "io/fsutil.h"
 #include "util/check.h"
 

@@ -19,7 +19,7 @@
 #include "model/hf.h"
 #include "util/check.h"
 #include "util/finite.h"
-#include "util/parse.h"
+#include "util/utf8.h"
 
 /* Hugging Face name -> GGUF name (out holds 128 bytes); 0 when unknown. */
 static int gguf_name(char *out, const char *hf)

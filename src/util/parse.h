@@ -34,11 +34,4 @@ int st_is_near(const char *typed, const char *name);
  * -0.10000000000000001), into buf, for messages; buf returned. */
 const char *st_shortest(char *buf, size_t n, double v);
 
-/* The length of the well-formed UTF-8 sequence at s (at most n bytes), or 0
- * (no overlong forms, surrogates or code points past U+10FFFF). */
-size_t st_utf8_len(const unsigned char *s, size_t n);
-/* The offset of the first byte of s[0, n) that is not well-formed UTF-8, or
- * -1 when all of it is. */
-long st_utf8_bad(const char *s, size_t n);
-
 #endif

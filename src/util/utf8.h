@@ -1,0 +1,15 @@
+/* UTF-8 validity, for text strata writes into JSON or shards (GGUF import,
+ * prepare) and for tests. */
+#ifndef ST_UTF8_H
+#define ST_UTF8_H
+
+#include <stddef.h>
+
+/* The length of the well-formed UTF-8 sequence at s (at most n bytes), or 0
+ * (no overlong forms, surrogates or code points past U+10FFFF). */
+size_t st_utf8_len(const unsigned char *s, size_t n);
+/* The offset of the first byte of s[0, n) that is not well-formed UTF-8, or
+ * -1 when all of it is. */
+long st_utf8_bad(const char *s, size_t n);
+
+#endif
