@@ -61,6 +61,26 @@ static void add_end_id(struct st_tokenizer *tk, const cJSON *v)
 		tk->end_ids[tk->n_end++] = (int)v->valuedouble;
 }
 
+/* dir/name parsed, or NULL where there is none or it does not parse (said,
+ * naming what it would have been read for): the files beside a tokenizer
+ * that only refine it. */
+static cJSON *read_beside(const char *dir, const char *name, const char *what)
+{
+	char path[4300];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	if (!fs_exists(path))
+		return NULL;
+	cJSON *root = NULL;
+	const int old = st_log_mute(1);
+	const int rc = fs_read_json(path, &root, NULL);
+	st_log_mute(old);
+	if (rc != ST_OK) {
+		st_log_warn("%s is not read for %s: %s", path, what, st_log_last_error());
+		return NULL;
+	}
+	return root;
+}
+
 /* generation_config.json's end tokens beside config.json's: transformers'
  * generate stops at its eos_token_id list (Llama 3 Instruct's names
  * <|eot_id|> there and not in config.json; a GGUF import writes one), and
@@ -69,18 +89,9 @@ static void add_end_id(struct st_tokenizer *tk, const cJSON *v)
  * warned and left out. */
 static void gen_end_ids(struct st_tokenizer *tk, const char *model_dir)
 {
-	char path[4300];
-	snprintf(path, sizeof path, "%s/generation_config.json", model_dir);
-	if (!fs_exists(path))
+	cJSON *root = read_beside(model_dir, "generation_config.json", "its end tokens");
+	if (!root)
 		return;
-	cJSON *root = NULL;
-	const int old = st_log_mute(1);
-	const int rc = fs_read_json(path, &root, NULL);
-	st_log_mute(old);
-	if (rc != ST_OK) {
-		st_log_warn("%s is not read for its end tokens: %s", path, st_log_last_error());
-		return;
-	}
 	const cJSON *ends = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
 	if (tk->n_end == 0 && tk->eos_id >= 0 && ends) /* <eos> first, as config.json's */
 		tk->end_ids[tk->n_end++] = tk->eos_id;
@@ -162,18 +173,11 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
  * whose file names <|endoftext|>. */
 static void tok_config_ids(struct st_tokenizer *tk, const char *dir)
 {
-	char path[4300];
+	cJSON *root = read_beside(dir, "tokenizer_config.json", "its <bos> and <eos>");
+	if (!root)
+		return;
+	char path[4300]; /* for the messages */
 	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-	if (!fs_exists(path))
-		return;
-	cJSON *root = NULL;
-	const int old = st_log_mute(1);
-	const int rc = fs_read_json(path, &root, NULL);
-	st_log_mute(old);
-	if (rc != ST_OK) {
-		st_log_warn("%s is not read for its <bos> and <eos>: %s", path, st_log_last_error());
-		return;
-	}
 	const char *keys[2] = {"bos_token", "eos_token"};
 	int *ids[2] = {&tk->bos_id, &tk->eos_id};
 	for (int k = 0; k < 2; k++) {
