@@ -54,14 +54,14 @@ int tiers_budgets(const char *device_mem, const char *host_mem, size_t need,
 		 * got a 13.6 GiB host tier beside it. Both tiers are host RAM on
 		 * the CPU backend (as `held` below assumes); a GPU's device tier
 		 * would not come out of the host's share. */
-		const double room = 0.9 * (double)avail - (double)budgets[dev_given ? ST_TIER_DEVICE
-										  : ST_TIER_HOST];
-		const double left = fmax(dev_given || host_given ? room : 0.9 * (double)avail,
-					 0.05 * (double)avail);
+		const double given = (double)(dev_given    ? budgets[ST_TIER_DEVICE]
+					      : host_given ? budgets[ST_TIER_HOST]
+							   : 0);
+		const double left = fmax(0.9 * (double)avail - given, 0.05 * (double)avail);
 		if (!dev_given)
-			budgets[ST_TIER_DEVICE] = (size_t)fmin(0.3 * (double)avail, host_given ? left : 1e300);
+			budgets[ST_TIER_DEVICE] = (size_t)fmin(0.3 * (double)avail, left);
 		if (!host_given)
-			budgets[ST_TIER_HOST] = (size_t)fmin(0.6 * (double)avail, dev_given ? left : 1e300);
+			budgets[ST_TIER_HOST] = (size_t)fmin(0.6 * (double)avail, left);
 		st_log_info("the run's state, %s, exceeds 90%% of the available memory (%s%s): budgets "
 			    "device %s%s, host %s%s (set --device-mem / --host-mem to choose)",
 			    fmt_bytes(b1, sizeof b1, (double)need), fmt_bytes(b2, sizeof b2, (double)avail),
