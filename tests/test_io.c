@@ -1760,6 +1760,20 @@ Test(io, bpe_added_tokens_longest_first)
 	rmdir(dir);
 }
 
+/* A fresh directory from the template dir (mkdtemp) holding a copy of the
+ * test tokenizer `name`'s tokenizer.json, whose path goes into file. */
+static void copy_tokenizer(char *dir, const char *name, char *file, size_t n)
+{
+	cr_assert(mkdtemp(dir));
+	char src[256], *text = NULL;
+	size_t len = 0;
+	snprintf(src, sizeof src, "tests/data/tokenizers/%s/tokenizer.json", name);
+	cr_assert_eq(fs_read_file(src, &text, &len), ST_OK);
+	snprintf(file, n, "%s/tokenizer.json", dir);
+	cr_assert_eq(fs_write_file_atomic(file, text, len), ST_OK);
+	free(text);
+}
+
 /* A model directory's config.json, read for its end token, is read as every
  * JSON file is: a key given twice refused (transformers would take the
  * last id, strata's parser the first). An id there that names an ordinary
@@ -1769,13 +1783,7 @@ Test(io, bpe_added_tokens_longest_first)
 Test(io, tokenizer_dir_config_read_strictly)
 {
 	char dir[] = "/tmp/strata-tokcfg-XXXXXX", path[256];
-	cr_assert(mkdtemp(dir));
-	char *text = NULL;
-	size_t n = 0;
-	cr_assert_eq(fs_read_file("tests/data/tokenizers/gpt2/tokenizer.json", &text, &n), ST_OK);
-	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-	cr_assert_eq(fs_write_file_atomic(path, text, n), ST_OK);
-	free(text);
+	copy_tokenizer(dir, "gpt2", path, sizeof path);
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	const char *twice = "{\"eos_token_id\": 5, \"eos_token_id\": 7}";
 	cr_assert_eq(fs_write_file_atomic(path, twice, strlen(twice)), ST_OK);
@@ -1875,13 +1883,7 @@ Test(io, tokenizer_dir_config_read_strictly)
 Test(io, tokenizer_config_names_bos_and_eos)
 {
 	char dir[] = "/tmp/strata-tokbos-XXXXXX", path[256], tc[256], file[256];
-	cr_assert(mkdtemp(dir));
-	char *text = NULL;
-	size_t n = 0;
-	cr_assert_eq(fs_read_file("tests/data/tokenizers/smollm/tokenizer.json", &text, &n), ST_OK);
-	snprintf(file, sizeof file, "%s/tokenizer.json", dir);
-	cr_assert_eq(fs_write_file_atomic(file, text, n), ST_OK);
-	free(text);
+	copy_tokenizer(dir, "smollm", file, sizeof file);
 	snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	struct st_tokenizer tk;
