@@ -1,10 +1,12 @@
 /* GaLore inside the optimizer (optim/galore.c): at full rank it is AdamW; a
  * low-rank step equals a float64 replay of the paper's update from the same
- * projector; state bytes match the formula; refreshes are staggered.
+ * projector; state bytes match the formula, the scratch bytes the planner
+ * counts what is allocated; refreshes are staggered.
  * The projector's own tests (SVD, randomized vs exact subspaces) are in
  * test_galore_proj.c. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +256,63 @@ Test(galore, state_bytes_match_formula)
 		cr_expect_eq(o.galore_weights, weights);
 		optim_free(&o);
 		optim_free(&plain);
+	}
+	session_close(&s);
+}
+
+/* Bytes malloc holds now (its arenas and its mmapped chunks). */
+static size_t held_bytes(void)
+{
+	const struct mallinfo2 mi = mallinfo2();
+	return mi.uordblks + mi.hblkhd;
+}
+
+/* The scratch the planner counts in the host budget (galore_scratch_bytes)
+ * is what galore_alloc_scratch takes, to malloc's rounding (at most a page
+ * and a header for each of its 6 blocks): with the exact SVD, the
+ * randomized projector, a rank at which some matrices are full (no
+ * projector workspace), and none for plain AdamW. A dim-512 model keeps
+ * the rounding below 3% of the figure. */
+Test(galore, scratch_bytes_are_what_is_allocated)
+{
+	struct st_config cfg;
+	cr_assert_eq(config_preset(&cfg, "tiny"), 0);
+	cfg.n_layers = 1;
+	cfg.dim = 512;
+	cfg.n_heads = 8;
+	cfg.n_kv_heads = 2;
+	cfg.head_dim = 64;
+	cfg.ffn_dim = 1376;
+	struct st_session s;
+	cr_assert_eq(session_create(&s, ops_cpu(), &cfg, 1), 0);
+	const struct {
+		enum st_optim_kind kind;
+		enum st_galore_proj proj;
+		double rank;
+	} cases[] = {{ST_OPT_GALORE_ADAMW, ST_GALORE_SVD, 32},
+		     {ST_OPT_GALORE_ADAMW, ST_GALORE_RANDOMIZED, 32},
+		     {ST_OPT_GALORE_ADAMW8, ST_GALORE_RANDOMIZED, 128}, /* k, v: 128 x 512, full */
+		     {ST_OPT_ADAMW, ST_GALORE_SVD, 32}};
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct st_optim o;
+		struct st_optim_cfg c = base_cfg(cases[k].kind);
+		c.galore_proj = cases[k].proj;
+		c.galore_rank = cases[k].rank;
+		cr_assert_eq(optim_init(&o, &c, &s.model), 0);
+		const size_t counted = galore_scratch_bytes(&o);
+		galore_free_scratch(&o);
+		const size_t before = held_bytes();
+		cr_assert_eq(galore_alloc_scratch(&o), 0);
+		const size_t taken = held_bytes() - before;
+		cr_log_info("case %zu: %zu B counted, %zu allocated", k, counted, taken);
+		if (cases[k].kind == ST_OPT_ADAMW)
+			cr_expect(counted == 0 && taken == 0, "AdamW: %zu B counted, %zu taken", counted,
+				  taken);
+		else
+			cr_expect(counted > (512u << 10) && taken >= counted &&
+					  taken <= counted + 6 * (4096 + 32),
+				  "case %zu: %zu B counted, %zu allocated", k, counted, taken);
+		optim_free(&o);
 	}
 	session_close(&s);
 }

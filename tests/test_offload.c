@@ -843,6 +843,70 @@ Test(offload, stale_cached_profile_measured_again, .timeout = 120)
 		  "%s", out);
 }
 
+/* The matmul and CPU optimizer rates scale with the threads: the default
+ * cache records the count it was measured with and is measured again for a
+ * run with another (a 2-thread profile predicted a --threads 1 run 1.7x
+ * fast), keeping the disk rates it had; one that records no count is
+ * measured again once; a profile given by $STRATA_PROFILE is used as
+ * written, with another count warned. */
+Test(offload, profile_follows_the_thread_count, .timeout = 120)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "profthr");
+	cu_setup_run(dir, "");
+	const char *streams = "--micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
+			      "--place weights=host";
+	const char *plan = "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init %s --threads %d";
+	const char *cache = "%s/home/.cache/strata/profile.json";
+	char path[512], cmd[1024];
+	snprintf(path, sizeof path, cache, dir);
+	for (int k = 0; k < 5; k++) {
+		const int threads = k < 2 ? 1 : 2;
+		if (k == 2) /* a disk rate in the cache, kept through the measurement */
+			cr_assert_eq(cu_run(out, sizeof out,
+					    "python3 -c \"import json; p = json.load(open('%s')); "
+					    "p['disk_read_gbs'] = p['disk_write_gbs'] = 1.25; "
+					    "json.dump(p, open('%s', 'w'))\"",
+					    path, path),
+				     0, "%s", out);
+		if (k == 4) /* a cache from before the count was recorded */
+			cr_assert_eq(cu_run(out, sizeof out,
+					    "python3 -c \"import json; p = json.load(open('%s')); "
+					    "del p['threads']; json.dump(p, open('%s', 'w'))\"",
+					    path, path),
+				     0, "%s", out);
+		snprintf(cmd, sizeof cmd, plan, dir, cu_bin(), dir, streams, threads);
+		int rc = cu_run(out, sizeof out, k == 0 ? "mkdir -p %s/home && %s" : "%s%s",
+				k == 0 ? dir : "", cmd);
+		cr_assert_eq(rc, 0, "%d: %s", k, out);
+		const int measured = strstr(out, "measuring this machine") != NULL;
+		cr_expect_eq(measured, k != 1 && k != 3, "run %d (%d threads): measured %d: %s", k,
+			     threads, measured, out);
+		if (k == 2)
+			cr_expect(strstr(out, "was measured with 1 CPU thread, and this run has 2"), "%s",
+				  out);
+		if (k == 4)
+			cr_expect(strstr(out, "records no thread count"), "%s", out);
+		cJSON *j = tu_read_json(path);
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "threads"),
+			    *d = cJSON_GetObjectItemCaseSensitive(j, "disk_read_gbs");
+		cr_expect(cJSON_IsNumber(t) && t->valuedouble == threads,
+			  "run %d: the cache's thread count is not %d", k, threads);
+		if (k >= 2)
+			cr_expect(cJSON_IsNumber(d) && d->valuedouble == 1.25,
+				  "run %d: the disk rate is lost", k);
+		cJSON_Delete(j);
+	}
+	/* the user's profile: used as written, another count said */
+	int rc = cu_run(out, sizeof out,
+			"cp %s %s/p.json && STRATA_PROFILE=%s/p.json %s plan --model %s/init %s "
+			"--threads 1 2>&1 && cmp -s %s %s/p.json",
+			path, dir, dir, cu_bin(), dir, streams, path, dir);
+	cr_expect(rc == 0 && !strstr(out, "measuring") &&
+			  strstr(out, "was measured with 2 CPU threads and this run has 1"),
+		  "%s", out);
+}
+
 /* plan takes train's option sources: --resume plans the run with its saved
  * options (it planned the defaults: micro-batch 8 x 256, adamw, no
  * budgets), and --config is read (it was an unknown option). */
@@ -1594,7 +1658,8 @@ Test(offload, galore_per_layer_gradients_planned, .timeout = 300)
  * the table and the JSON, at their size (per layer, rank x the larger side
  * of each of the 7 matrices, and the 2 norm gains), a host budget they do
  * not fit is refused naming them by plan and train alike, and without
- * per-layer updates there are none. */
+ * per-layer updates there are none. GaLore's projection scratch counts
+ * there too, with or without per-layer updates. */
 Test(offload, galore_per_layer_accumulators_planned, .timeout = 120)
 {
 	char dir[256], path[512];
@@ -1616,13 +1681,21 @@ Test(offload, galore_per_layer_accumulators_planned, .timeout = 120)
 	const cJSON *slabs = cJSON_GetObjectItemCaseSensitive(j, "slabs");
 	cr_expect_eq(jnum(slabs, "accumulators", "host"), acc, "accumulators %.0f B, want %.0f",
 		     jnum(slabs, "accumulators", "host"), acc);
+	/* and GaLore's projection scratch (its size against what is allocated:
+	 * test_galore) */
+	const double scratch = jnum(slabs, "scratch", "host");
+	cr_expect_gt(scratch, 0, "no scratch in the plan");
 	cr_expect_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "tiers"), "bytes", "host"),
-		     acc + jnum(slabs, "optimizer", "host"), "the host total leaves them out");
+		     acc + scratch + jnum(slabs, "optimizer", "host"),
+		     "the host total leaves them out");
 	cJSON_Delete(j);
 	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s", cu_bin(), dir, flags);
 	char b[32], line[128];
 	snprintf(line, sizeof line, "accumulators          0 B %12s          0 B",
 		 fmt_bytes(b, sizeof b, acc));
+	cr_expect(rc == 0 && strstr(out, line), "the table lacks '%s': %s", line, out);
+	snprintf(line, sizeof line, "scratch               0 B %12s          0 B",
+		 fmt_bytes(b, sizeof b, scratch));
 	cr_expect(rc == 0 && strstr(out, line), "the table lacks '%s': %s", line, out);
 	/* a host budget below them: refused up front, by plan and by train */
 	for (int train = 0; train < 2; train++) {
@@ -1637,10 +1710,52 @@ Test(offload, galore_per_layer_accumulators_planned, .timeout = 120)
 				  strstr(out, "lower --galore-rank"),
 			  "%s: the accumulators are not named: %s", train ? "train" : "plan", out);
 	}
-	/* every gradient kept: no accumulators */
+	/* every gradient kept: no accumulators, the scratch still (it was
+	 * outside every budget: an exact SVD's for a 2048 x 5632 matrix took a
+	 * run 61 MiB past its budgets) */
 	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s --galore-per-layer false", cu_bin(),
 		    dir, flags);
-	cr_expect(rc == 0 && !strstr(out, "accumulators"), "%s", out);
+	cr_expect(rc == 0 && !strstr(out, "accumulators") && strstr(out, line), "%s", out);
+	/* without GaLore, no scratch */
+	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny --micro-batch 2 --seq-len 32", cu_bin(),
+		    dir);
+	cr_expect(rc == 0 && !strstr(out, "scratch"), "%s", out);
+	/* the exact SVD's scratch (2.3 MiB here): a host budget holding all
+	 * the rest but half of it is refused by plan and train, naming it; one
+	 * below the scratch and the accumulators points to the randomized
+	 * projector; the whole of it runs */
+	const char *svd = "--micro-batch 2 --seq-len 32 --optimizer galore-adamw --galore-rank 16 "
+			  "--galore-proj svd --device-mem 64M";
+	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s --json 2>/dev/null >%s/svd.json",
+		    cu_bin(), dir, svd, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(path, sizeof path, "%s/svd.json", dir);
+	j = tu_read_json(path);
+	const double svd_scratch = jnum(cJSON_GetObjectItemCaseSensitive(j, "slabs"), "scratch", "host");
+	const double svd_host = jnum(cJSON_GetObjectItemCaseSensitive(j, "tiers"), "bytes", "host");
+	cJSON_Delete(j);
+	cr_expect_gt(svd_scratch, 1048576, "the exact SVD's scratch: %.0f B", svd_scratch);
+	const size_t h_part = (size_t)(svd_host - svd_scratch / 2), h_all = (size_t)svd_host;
+	for (int train = 0; train < 2; train++) {
+		if (train)
+			rc = cu_run(out, sizeof out, "%s train --model %s/tiny --data %s/data --out %s/s "
+					"%s --host-mem %zu --steps 1", cu_bin(), dir, dir, dir, svd, h_part);
+		else
+			rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s --host-mem %zu", cu_bin(), dir,
+				    svd, h_part);
+		cr_expect(rc != 0 && strstr(out, "of GaLore's projection scratch"),
+			  "%s: the scratch is not named: %s", train ? "train" : "plan", out);
+	}
+	rc = cu_run(out, sizeof out, "%s plan --model %s/tiny %s --host-mem %zu", cu_bin(), dir, svd,
+		    (size_t)(acc + svd_scratch / 2));
+	cr_expect(rc != 0 && strstr(out, "--galore-proj randomized"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s train --model %s/tiny --data %s/data --out %s/s %s "
+			"--host-mem %zu --steps 1 --eval-tokens 64",
+		    cu_bin(), dir, dir, dir, svd, h_all);
+	cr_expect_eq(rc, 0, "the budget with the scratch: %s", out);
+	snprintf(line, sizeof line, "  scratch      %s on host (GaLore's projection scratch)",
+		 fmt_bytes(b, sizeof b, svd_scratch));
+	cr_expect(strstr(out, line), "train's memory plan lacks '%s': %s", line, out);
 	/* train counts them in the host tier as the plan does, and what the
 	 * host budget leaves (3 MiB less the plan's host total) bounds the
 	 * evaluation's groups of residual streams (64 KiB a micro-batch of
@@ -2029,12 +2144,12 @@ Test(offload, peak_memory_within_budgets, .timeout = 600)
 	cu_expect_same_state(a, b, "60M offloaded vs in memory");
 
 	/* per-layer GaLore (8-bit moments): its weights and state streamed, its
-	 * accumulators in the host budget. At rank 512 (every matrix at full
-	 * rank) they take 96.5 MiB, more than the 64 MiB allowance, so a run
-	 * that held them beside a full host budget would pass it; the
-	 * evaluation over the whole val.bin sizes its groups from what the
-	 * host budget leaves. In memory it takes about 355 MiB. */
-	const size_t gdev = 72u << 20, ghost = 128u << 20;
+	 * accumulators (and 8.4 MiB of projection scratch) in the host
+	 * budget. At rank 512 (every matrix at full rank) they take 96.5 MiB,
+	 * more than the 64 MiB allowance, so a run that held them beside a
+	 * full host budget would pass it; the evaluation over the whole
+	 * val.bin sizes its groups from what the host budget leaves. In memory it takes about 355 MiB. */
+	const size_t gdev = 72u << 20, ghost = 136u << 20;
 	const char *galore = "--optimizer galore-adamw8bit --galore-rank 512 --micro-batch 1 "
 			     "--seq-len 64 --steps 2 --eval-interval 0 --eval-tokens 0 --threads 2";
 	snprintf(cmd, sizeof cmd,

@@ -141,7 +141,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		}
 
 	/* 2. the host: what the device left, then optimizer state */
-	size_t host = o->host_reserved + o->host_fixed;
+	size_t host = o->host_reserved + o->host_fixed + o->host_scratch;
 	undecided = 0;
 	for (int u = 0; u < n; u++)
 		for (int k = 0; k < 3; k++) {
@@ -168,22 +168,29 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	const size_t rest = no_disk && !host_all ? undecided : 0;
 	if (H && host + pools + rest > H) {
 		/* say what the host was to hold (the parts that are there) */
-		const size_t part[5] = {o->host_reserved, o->host_fixed,
-					host - o->host_reserved - o->host_fixed, pools, rest};
-		const char *what[5] = {"activations swapped to the host",
+		const size_t part[6] = {o->host_reserved,
+					o->host_fixed,
+					o->host_scratch,
+					host - o->host_reserved - o->host_fixed - o->host_scratch,
+					pools,
+					rest};
+		const char *what[6] = {"activations swapped to the host",
 				       o->host_fixed_what ? o->host_fixed_what : "buffers",
+				       o->host_scratch_what ? o->host_scratch_what : "scratch",
 				       "slabs placed there",
 				       "staging buffers for the streamed optimizer state",
 				       "state the device does not hold, with no --offload-dir to "
 				       "take it"};
-		char parts[400] = "", num[32];
-		for (int i = 0; i < 5; i++)
+		char parts[480] = "", num[32];
+		for (int i = 0; i < 6; i++)
 			if (part[i])
 				snprintf(parts + strlen(parts), sizeof parts - strlen(parts), "%s%s of %s",
 					 *parts ? ", " : "", fmt_bytes(num, sizeof num, (double)part[i]),
 					 what[i]);
 		const size_t need = host + pools + rest;
 		ST_ERROR(o->host_fixed > H && o->host_fixed_hint ? o->host_fixed_hint
+			 : o->host_fixed + o->host_scratch > H && o->host_scratch_hint
+				 ? o->host_scratch_hint
 			 : rest ? "raise --host-mem, or give --offload-dir DIR (one per SSD) for the rest"
 			 : o->host_reserved ? "raise --host-mem, or swap fewer layers to the host"
 			 : o->prefetch_given && o->prefetch > 1 ? "raise --host-mem, or lower --prefetch"
@@ -245,6 +252,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 	p->bytes[ST_TIER_DEVICE] = dev;
 	p->bytes[ST_TIER_HOST] = host;
 	p->host_fixed = o->host_fixed;
+	p->host_scratch = o->host_scratch;
 	p->bytes[ST_TIER_DISK] = disk; /* the layout adds swapped activations, then stripes */
 	memcpy(p->budget, o->budget, sizeof p->budget);
 	return ST_OK;

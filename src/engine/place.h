@@ -37,6 +37,9 @@ struct st_place_opts {
 	size_t host_fixed;             /* host bytes the run holds outside the store, and what
 					* they are (per-layer GaLore's accumulators) */
 	const char *host_fixed_what, *host_fixed_hint; /* the hint where they alone exceed it */
+	size_t host_scratch;           /* more such bytes: the optimizer's scratch (GaLore's
+					* projection), and the same two words for them */
+	const char *host_scratch_what, *host_scratch_hint;
 	const unsigned char *dev_unit; /* per unit, may be NULL: units updated on the device
 					* (their state and gradients live there) */
 	/* what act_bytes is and the options that size it, for the messages
@@ -51,6 +54,7 @@ struct st_place {
 	size_t budget[ST_TIER__COUNT];
 	size_t bytes[ST_TIER__COUNT];  /* what the placement puts in each tier, pools included */
 	size_t host_fixed;             /* of bytes[HOST]: the options' host_fixed */
+	size_t host_scratch;           /* of bytes[HOST]: the options' host_scratch */
 	int offloaded;                 /* anything staged */
 };
 

@@ -1,5 +1,6 @@
 /* Hardware profile: measured, saved, loaded; see profile.h. */
 #include <cJSON.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -251,6 +252,7 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops)
 		p->device_gib = p->host_gib; /* the CPU backend's device is host memory */
 		p->shared_cores = 1;
 		p->format = ST_PROFILE_FORMAT;
+		p->threads = omp_get_max_threads();
 	}
 	free(a);
 	free(b);
@@ -294,6 +296,7 @@ static const struct {
 	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
 	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
+	K(threads, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])

@@ -27,6 +27,11 @@
  *                          (statfs's f_type; 0: not recorded), so that a run
  *                          offloading to another kind is told its rates are
  *                          another disk's
+ * threads                  the CPU threads the rates were measured with (0:
+ *                          not recorded): the matmul and CPU optimizer rates
+ *                          scale with them, so a run with another count has
+ *                          the default cache measured again and a given
+ *                          profile warned
  *
  * An older file's "copy_gbs" and "adamw_mparams" are read as both copy
  * directions and both optimizer places. */
@@ -44,6 +49,7 @@ struct st_profile {
 	double disk_cpu_share;
 	double disk_fs_magic;
 	double format;
+	double threads;
 };
 /* profile_measure's format (struct st_profile.format) */
 #define ST_PROFILE_FORMAT 2

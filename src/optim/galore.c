@@ -165,31 +165,51 @@ int galore_plan(struct st_optim *o)
 	return ST_OK;
 }
 
-int galore_alloc_scratch(struct st_optim *o)
+/* The sizes of GaLore's scratch (optim.h): the largest R, projector, rank
+ * and projector workspace over the projected matrices. */
+struct scratch_sizes {
+	size_t rmax, pmax, kmax, wmax;
+};
+
+static struct scratch_sizes scratch_sizes(const struct st_optim *o)
 {
-	size_t rmax = 0, pmax = 0, kmax = 0, wmax = 0;
+	struct scratch_sizes z = {0};
 	for (int i = 0; i < o->m->n_params; i++) {
 		const struct st_pstate *ps = &o->ps[i];
 		if (!ps->galore)
 			continue;
-		rmax = ps->state_numel > rmax ? ps->state_numel : rmax;
-		pmax = galore_proj_numel(ps) > pmax ? galore_proj_numel(ps) : pmax;
-		kmax = (size_t)ps->rank > kmax ? (size_t)ps->rank : kmax;
+		z.rmax = ps->state_numel > z.rmax ? ps->state_numel : z.rmax;
+		z.pmax = galore_proj_numel(ps) > z.pmax ? galore_proj_numel(ps) : z.pmax;
+		z.kmax = (size_t)ps->rank > z.kmax ? (size_t)ps->rank : z.kmax;
 		if (!ps->full) {
 			size_t w = galore_proj_work_bytes(ps->rows, ps->cols, ps->rank,
 							  (enum galore_proj_method)o->cfg.galore_proj);
-			wmax = w > wmax ? w : wmax;
+			z.wmax = w > z.wmax ? w : z.wmax;
 		}
 	}
-	if (!rmax)
+	return z;
+}
+
+size_t galore_scratch_bytes(const struct st_optim *o)
+{
+	const struct scratch_sizes z = scratch_sizes(o);
+	if (!z.rmax)
+		return 0;
+	return (2 * z.rmax + z.pmax + 2 * z.kmax * z.kmax) * sizeof(float) + z.wmax;
+}
+
+int galore_alloc_scratch(struct st_optim *o)
+{
+	const struct scratch_sizes z = scratch_sizes(o);
+	if (!z.rmax)
 		return ST_OK;
-	o->g_r = st_malloc(rmax * sizeof(float));
-	o->g_n = st_malloc(rmax * sizeof(float));
-	o->g_pold = st_malloc(pmax * sizeof(float));
-	o->g_rot = st_malloc(2 * kmax * kmax * sizeof(float));
-	o->g_work = wmax ? st_malloc(wmax) : NULL;
+	o->g_r = st_malloc(z.rmax * sizeof(float));
+	o->g_n = st_malloc(z.rmax * sizeof(float));
+	o->g_pold = st_malloc(z.pmax * sizeof(float));
+	o->g_rot = st_malloc(2 * z.kmax * z.kmax * sizeof(float));
+	o->g_work = z.wmax ? st_malloc(z.wmax) : NULL;
 	o->g_zero_first = st_malloc(sizeof *o->g_zero_first);
-	if (!o->g_r || !o->g_n || !o->g_pold || !o->g_rot || (wmax && !o->g_work) ||
+	if (!o->g_r || !o->g_n || !o->g_pold || !o->g_rot || (z.wmax && !o->g_work) ||
 	    !o->g_zero_first)
 		return ST_FAIL;
 	*o->g_zero_first = -1;

@@ -40,6 +40,9 @@ int galore_waiting(const struct st_pstate *ps, long t);
 /* Whether parameter state ps refreshes its projector at update t. */
 int galore_refresh_due(const struct st_pstate *ps, const struct st_optim_cfg *c, long t);
 int galore_alloc_scratch(struct st_optim *o);
+/* Host bytes galore_alloc_scratch takes (0 without GaLore): the planner
+ * counts them in the host budget. */
+size_t galore_scratch_bytes(const struct st_optim *o);
 void galore_free_scratch(struct st_optim *o);
 /* One update of GaLore parameter i: w, g its weights and gradient, sb its
  * unit's state slab; wd its weight decay. The same as, in order,

@@ -703,10 +703,11 @@ void store_report(const struct st_store *s)
 				 shared + 1);
 		st_log_info("%s", line);
 	}
-	if (s->host_outside)
-		st_log_info("  %-12s %s on host (%s)", "accumulators",
-			    fmt_bytes(b, sizeof b, (double)s->host_outside),
-			    s->host_outside_what ? s->host_outside_what : "held outside the store");
+	for (int i = 0; i < 2; i++)
+		if (s->outside[i].bytes)
+			st_log_info("  %-12s %s on host (%s)", s->outside[i].name,
+				    fmt_bytes(b, sizeof b, (double)s->outside[i].bytes),
+				    s->outside[i].what);
 	for (int t = 0; t < ST_TIER__COUNT; t++) {
 		const struct st_tier_use *tu = &s->tiers[t];
 		char b2[32];

@@ -101,6 +101,12 @@ struct st_offload_cfg {
 	int pool_slots[ST_SLAB__COUNT]; /* staging slots per kind (0: none needed) */
 };
 
+/* Host bytes held outside the store, a row of its report. */
+struct st_outside {
+	size_t bytes;
+	const char *name, *what; /* "accumulators", "per-layer GaLore's ..." */
+};
+
 struct st_store {
 	int n_units;
 	struct st_slab *slabs; /* n_units x ST_SLAB__COUNT */
@@ -124,9 +130,9 @@ struct st_store {
 	double wait_s[2];      /* time acquirers waited for transfers: main thread, worker */
 	struct st_trace *trace; /* may be NULL */
 	/* host memory the run holds outside the slabs, counted in the host
-	 * tier's use (per-layer GaLore's accumulators), for the report */
-	size_t host_outside;
-	const char *host_outside_what;
+	 * tier's use (per-layer GaLore's accumulators, GaLore's projection
+	 * scratch), for the report */
+	struct st_outside outside[2];
 };
 
 const char *tier_name(enum st_tier t);

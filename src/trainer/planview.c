@@ -54,6 +54,9 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 	if (pl->host_fixed) /* per-layer GaLore's accumulators, in host memory */
 		printf("%-12s %12s %12s %12s\n", "accumulators", "0 B",
 		       fmt_bytes(b[1], 32, (double)pl->host_fixed), "0 B");
+	if (pl->host_scratch) /* GaLore's projection scratch, in host memory */
+		printf("%-12s %12s %12s %12s\n", "scratch", "0 B",
+		       fmt_bytes(b[1], 32, (double)pl->host_scratch), "0 B");
 	char letters[1024];
 	act_letters(p, L, letters, sizeof letters);
 	printf("layers:      %d keep, %d recompute, %d swap to host, %d swap to disk  (%s)\n",
@@ -151,11 +154,15 @@ int plan_print_json(const struct st_model *m, const struct st_plan *p,
 	cJSON *a = per_tier(act);
 	cJSON_AddBoolToObject(a, "streamed", pl->pool_slots[ST_SLAB_A] > 0);
 	cJSON_AddItemToObject(slabs, "activations", a);
-	if (pl->host_fixed) {
-		const double acc[ST_TIER__COUNT] = {[ST_TIER_HOST] = (double)pl->host_fixed};
+	const size_t outside[2] = {pl->host_fixed, pl->host_scratch};
+	const char *outside_name[2] = {"accumulators", "scratch"};
+	for (int i = 0; i < 2; i++) {
+		if (!outside[i])
+			continue;
+		const double acc[ST_TIER__COUNT] = {[ST_TIER_HOST] = (double)outside[i]};
 		cJSON *c = per_tier(acc);
 		cJSON_AddBoolToObject(c, "streamed", 0);
-		cJSON_AddItemToObject(slabs, "accumulators", c);
+		cJSON_AddItemToObject(slabs, outside_name[i], c);
 	}
 
 	char *letters = malloc((size_t)L + 1);

@@ -3,6 +3,7 @@
  * must leave the device, the plan, and the store started on it; and
  * `strata plan`, which stops after printing the plan. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@
 #include "engine/profile.h"
 #include "io/fsutil.h"
 #include "model/hf.h"
+#include "optim/galore.h"
 #include "store/io.h"
 #include "trainer/offdirs.h"
 #include "trainer/perlayer.h"
@@ -201,19 +203,32 @@ static void note_disk_rates(const struct st_trainer *tr, const struct tier_choic
 /* Load the profile, or measure this machine and cache it. Measured again:
  * a profile without a disk rate once a run has an offload directory, and
  * the default cache written by an older strata (its copy rates counted each
- * byte twice); a profile given by --profile or $STRATA_PROFILE is the
- * user's, whatever its format. */
+ * byte twice) or with another thread count than this run's (the matmul and
+ * CPU optimizer rates scale with it: a 2-thread profile predicted a
+ * --threads 1 run 1.7x fast); a profile given by --profile or
+ * $STRATA_PROFILE is the user's, whatever its format, and another thread
+ * count there is only said. */
 static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 {
 	char path[ST_PATH + 64];
 	profile_path(&tr->o, path, sizeof path);
 	const char *env = getenv("STRATA_PROFILE");
 	const int cached = !*tr->o.profile && !(env && *env);
-	int stale = 0;
+	const int threads = omp_get_max_threads();
+	int stale = 0, other = 0;
+	struct st_profile was = {0};
 	if (fs_exists(path)) {
 		ST_TRY(profile_load(&ch->prof, path));
+		was = ch->prof;
 		stale = cached && ch->prof.format < ST_PROFILE_FORMAT;
-		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale) {
+		other = cached && !stale && (int)ch->prof.threads != threads;
+		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other) {
+			if (ch->prof.threads && (int)ch->prof.threads != threads)
+				st_log_warn("the profile %s was measured with %d CPU thread%s and this run "
+					    "has %d: its compute and CPU update rates, and the plan's "
+					    "predictions, may be off by about that ratio",
+					    path, (int)ch->prof.threads, ch->prof.threads == 1 ? "" : "s",
+					    threads);
 			ch->have_prof = 1;
 			return ST_OK;
 		}
@@ -222,12 +237,23 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		st_log_info("the cached profile %s is from an older strata, whose copy rates counted "
 			    "each byte twice",
 			    path);
+	else if (other && was.threads)
+		st_log_info("the cached profile %s was measured with %d CPU thread%s, and this run has %d",
+			    path, (int)was.threads, was.threads == 1 ? "" : "s", threads);
+	else if (other)
+		st_log_info("the cached profile %s records no thread count", path);
 	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
 		    ch->n_dirs ? ", the first offload directory" : "", path);
 	ST_TRY(profile_measure(&ch->prof, tr->s.ops));
 	ch->have_prof = 1;
 	if (ch->n_dirs)
 		ST_TRY(measure_disk(tr, ch));
+	else if (!stale && was.disk_read_gbs > 0) { /* the disk's rates kept for the next run that has one */
+		ch->prof.disk_read_gbs = was.disk_read_gbs;
+		ch->prof.disk_write_gbs = was.disk_write_gbs;
+		ch->prof.disk_cpu_share = was.disk_cpu_share;
+		ch->prof.disk_fs_magic = was.disk_fs_magic;
+	}
 	/* the cache only saves the next run its measurement: a place that
 	 * cannot take it (a read-only home, a full disk) is said, not fatal */
 	char dir[ST_PATH + 64];
@@ -392,6 +418,15 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	 * device updates. A scratch per updating thread would allow them. */
 	if (is_galore(tr))
 		ch->po.device_updates = 0;
+	/* that scratch (the projector's LAPACK workspace above all: an exact
+	 * SVD of a 2048 x 5632 matrix takes 118 MiB) is host memory the run
+	 * holds beside the store */
+	ch->po.place.host_scratch = galore_scratch_bytes(&tr->opt);
+	ch->po.place.host_scratch_what = "GaLore's projection scratch";
+	ch->po.place.host_scratch_hint =
+		tr->opt.cfg.galore_proj == ST_GALORE_SVD
+			? "raise --host-mem, or use --galore-proj randomized (less scratch)"
+			: "raise --host-mem, or lower --galore-rank";
 	if (tr->per_layer) {
 		const int g = ch->po.place.force[ST_SLAB_G];
 		ST_CHECK_USAGE(g < 0 || g == ST_TIER_DEVICE,
@@ -576,11 +611,14 @@ int tiers_setup(struct st_trainer *tr, const char *model_dir, int grads)
 	 * accumulators) counts as the host tier's, as the plan counted it: what
 	 * is left there sizes the evaluation's groups */
 	if (rc == ST_OK) {
+		const struct st_place *pl = &tr->plan.place;
 		s->store.tiers[ST_TIER_HOST].used = s->store.tiers[ST_TIER_HOST].peak =
-			tr->plan.place.host_fixed;
-		s->store.host_outside = tr->plan.place.host_fixed;
-		s->store.host_outside_what = "per-layer GaLore's gradient accumulators and projector "
-					     "backups";
+			pl->host_fixed + pl->host_scratch;
+		s->store.outside[0] = (struct st_outside){
+			pl->host_fixed, "accumulators",
+			"per-layer GaLore's gradient accumulators and projector backups"};
+		s->store.outside[1] = (struct st_outside){pl->host_scratch, "scratch",
+							  "GaLore's projection scratch"};
 	}
 	if (rc == ST_OK)
 		rc = session_alloc(s, &tr->plan.place, grads);
@@ -652,13 +690,8 @@ int trainer_plan(const struct st_train_opts *o, int json)
 	else if (rc == ST_OK)
 		st_log_info("%s holds no weights (model.safetensors): planned from its config.json "
 			    "alone", model_dir);
-	struct st_optim_cfg oc = {.kind = kind, .beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
-				  .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
-				  .weight_decay = (float)tr->o.weight_decay,
-				  .quant_block = tr->o.quant_block, .quant_min_numel = tr->o.quant_min_size,
-				  .galore_rank = tr->o.galore_rank, .galore_gap = tr->o.galore_update_gap,
-				  .galore_spread = tr->o.galore_start_spread,
-				  .galore_scale = (float)tr->o.galore_scale, .seed = (uint64_t)tr->o.seed};
+	/* as train sets it up: GaLore's projector sizes the scratch */
+	const struct st_optim_cfg oc = trainer_optim_cfg(&tr->o, kind);
 	if (rc == ST_OK)
 		rc = optim_init(&tr->opt, &oc, &tr->s.model);
 	optim = rc == ST_OK;

@@ -84,6 +84,20 @@ static void wait_update(void *ctx, int unit)
 	updater_wait_unit(ctx, unit);
 }
 
+struct st_optim_cfg trainer_optim_cfg(const struct st_train_opts *o, enum st_optim_kind kind)
+{
+	return (struct st_optim_cfg){
+		.kind = kind, .beta1 = (float)o->beta1, .beta2 = (float)o->beta2,
+		.eps = (float)o->eps, .momentum = (float)o->momentum,
+		.weight_decay = (float)o->weight_decay, .decay_norms = o->decay_norms,
+		.decay_embed = o->decay_embed, .quant_block = o->quant_block,
+		.quant_min_numel = o->quant_min_size, .galore_rank = o->galore_rank,
+		.galore_gap = o->galore_update_gap, .galore_spread = o->galore_start_spread,
+		.galore_scale = (float)o->galore_scale,
+		.galore_proj = strcmp(o->galore_proj, "svd") ? ST_GALORE_RANDOMIZED : ST_GALORE_SVD,
+		.galore_rotate = !strcmp(o->galore_moments, "rotate"), .seed = (uint64_t)o->seed};
+}
+
 int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 {
 	memset(tr, 0, sizeof *tr);
@@ -150,21 +164,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 	if (!tr->data.has_val)
 		st_log_warn("no validation shard: evaluation is skipped (give --val FILE)");
 
-	struct st_optim_cfg oc = {.beta1 = (float)tr->o.beta1, .beta2 = (float)tr->o.beta2,
-				  .eps = (float)tr->o.eps, .momentum = (float)tr->o.momentum,
-				  .weight_decay = (float)tr->o.weight_decay,
-				  .decay_norms = tr->o.decay_norms, .decay_embed = tr->o.decay_embed,
-				  .quant_block = tr->o.quant_block,
-				  .quant_min_numel = tr->o.quant_min_size,
-				  .galore_rank = tr->o.galore_rank,
-				  .galore_gap = tr->o.galore_update_gap,
-				  .galore_spread = tr->o.galore_start_spread,
-				  .galore_scale = (float)tr->o.galore_scale,
-				  .galore_proj = strcmp(tr->o.galore_proj, "svd") ? ST_GALORE_RANDOMIZED
-										   : ST_GALORE_SVD,
-				  .galore_rotate = !strcmp(tr->o.galore_moments, "rotate"),
-				  .seed = (uint64_t)tr->o.seed};
-	ST_TRY(optim_parse_kind(&oc.kind, tr->o.optimizer));
+	const struct st_optim_cfg oc = trainer_optim_cfg(&tr->o, kind);
 	ST_TRY(optim_init(&tr->opt, &oc, m));
 	ST_TRY(tiers_setup(tr, model_dir, grads));
 	tr->grad_sumsq = st_calloc((size_t)m->n_units, sizeof *tr->grad_sumsq);

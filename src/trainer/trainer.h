@@ -129,6 +129,9 @@ int trainer_run(struct st_trainer *tr);
  * --profile's file (or the per-user cache), measured and written there when
  * missing. */
 int trainer_plan(const struct st_train_opts *o, int json);
+/* The optimizer's settings from the options (kind: --optimizer, parsed),
+ * one place for train and plan alike. */
+struct st_optim_cfg trainer_optim_cfg(const struct st_train_opts *o, enum st_optim_kind kind);
 void trainer_close(struct st_trainer *tr);
 
 /* The run's length in steps and its warmup (--warmup, else a tenth of the
