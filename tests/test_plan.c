@@ -6,6 +6,7 @@
  * Fuyou's own machine (RTX 4090, 768 GB RAM, 12 NVMe) Fuyou's choices. */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -89,7 +90,8 @@ static struct st_plan_opts opts(size_t dev, size_t host, int n_dirs)
 /* This 2-core machine, roughly (the shape of tests/data/profiles/ci.json). */
 static struct st_profile cpu_profile(void)
 {
-	return (struct st_profile){.matmul_gflops = 400, .h2d_gbs = 20, .d2h_gbs = 20,
+	return (struct st_profile){.matmul_gflops = 400, .cpu_matmul_gflops = 400, .h2d_gbs = 20,
+				   .d2h_gbs = 20,
 				   .cpu_adamw_mparams = 2000, .cpu_adamw8bit_mparams = 900,
 				   .dev_adamw_mparams = 2000, .dev_adamw8bit_mparams = 900,
 				   .disk_read_gbs = 2, .disk_write_gbs = 2, .shared_cores = 1};
@@ -98,7 +100,8 @@ static struct st_profile cpu_profile(void)
 /* A PCIe GPU beside a many-core CPU. */
 static struct st_profile gpu_profile(void)
 {
-	return (struct st_profile){.matmul_gflops = 150e3, .h2d_gbs = 25, .d2h_gbs = 25,
+	return (struct st_profile){.matmul_gflops = 150e3, .cpu_matmul_gflops = 1000, .h2d_gbs = 25,
+				   .d2h_gbs = 25,
 				   .cpu_adamw_mparams = 2000, .cpu_adamw8bit_mparams = 2000,
 				   .dev_adamw_mparams = 30000, .dev_adamw8bit_mparams = 40000,
 				   .disk_read_gbs = 6, .disk_write_gbs = 4};
@@ -406,6 +409,58 @@ Test(plan, disk_cpu_share_on_shared_cores)
 	cr_expect_eq(step[0][0], step[0][1], "disk_cpu_share counted without shared cores");
 	cr_expect_gt(step[1][1], step[1][0] * 1.02, "disk CPU work not charged: %.4f vs %.4f",
 		     step[1][1], step[1][0]);
+	desc_free(&d);
+}
+
+/* An update's matmuls (GaLore's projections, upd_flops) are charged at the
+ * matmul rate of the side that runs it: on shared cores, everything in
+ * memory, the step grows by exactly their FLOPs over the profile's rate;
+ * with a GPU's profile, CPU updates run at the CPU's matmul rate, not the
+ * GPU's (they were left out: a 60M GaLore run took 3.5x its predicted
+ * step). */
+Test(plan, update_matmuls_charged)
+{
+	struct desc d;
+	desc_make(&d, "llama-60m", 0, 1, 64, 1);
+	double *upd = calloc((size_t)d.pm.n_units, sizeof *upd), total = 0;
+	cr_assert(upd);
+	for (int u = 1; u <= d.pm.n_layers; u++) {
+		upd[u] = 4.0 * 128 * (double)d.numel[u]; /* rank 128, projected and back */
+		total += upd[u];
+	}
+	struct st_profile cpu = cpu_profile();
+	double step[2];
+	for (int k = 0; k < 2; k++) {
+		d.pm.upd_flops = k ? upd : NULL;
+		struct st_plan_opts o = opts(0, 0, 0);
+		o.device_updates = 0;
+		struct st_plan p;
+		cr_assert_eq(plan_make(&p, &d.pm, &cpu, &o), ST_OK);
+		step[k] = p.t.step_s;
+		plan_free(&p);
+	}
+	const double want = total / (cpu.matmul_gflops * 1e9);
+	cr_expect(fabs(step[1] - step[0] - want) <= 1e-9 * step[1],
+		  "the projections added %.6f s, their FLOPs at the matmul rate %.6f s",
+		  step[1] - step[0], want);
+	/* a GPU's profile, weights streamed so the CPU worker runs beside the
+	 * compute: its projections take the CPU's rate */
+	struct st_profile gpu = gpu_profile();
+	for (int k = 0; k < 2; k++) {
+		gpu.cpu_matmul_gflops = k ? 100 : 1000;
+		d.pm.upd_flops = upd;
+		struct st_plan_opts o = opts(160 * MiB, 0, 0);
+		o.device_updates = 0;
+		struct st_plan p;
+		cr_assert_eq(plan_make(&p, &d.pm, &gpu, &o), ST_OK);
+		step[k] = p.t.step_s;
+		cr_expect_geq(p.t.optimizer_s, total / (gpu.cpu_matmul_gflops * 1e9),
+			      "the CPU worker's %.3f s leave out its projections", p.t.optimizer_s);
+		plan_free(&p);
+	}
+	cr_expect_gt(step[1], step[0] * 5, "a 10x slower CPU matmul: step %.4f vs %.4f s", step[1],
+		     step[0]);
+	free(upd);
 	desc_free(&d);
 }
 

@@ -146,6 +146,16 @@ static double dev_rate(const struct sim *s)
 	return (s->pm->quantized ? s->prof->dev_adamw8bit_mparams : s->prof->dev_adamw_mparams) * 1e6;
 }
 
+/* Seconds of unit u's update on the device (dev) or the CPU: its
+ * elementwise optimizer at the profile's rate, and its matmuls (GaLore's
+ * projections) at that side's matmul rate. */
+static double upd_s(const struct sim *s, int u, int dev)
+{
+	const double gflops = dev ? s->prof->matmul_gflops : s->prof->cpu_matmul_gflops;
+	const double mm = s->pm->upd_flops ? s->pm->upd_flops[u] / (gflops * 1e9) : 0;
+	return (double)s->pm->numel[u] / (dev ? dev_rate(s) : cpu_rate(s)) + mm;
+}
+
 /* Issue the CPU worker's reads of unit u's master weights, state and
  * gradient (once per step). */
 static void upd_fetch(struct sim *s, int u, double now)
@@ -177,7 +187,7 @@ static void upd_advance(struct sim *s, double until, int need)
 		for (int i = 0; i <= s->prefetch; i++)
 			upd_fetch(s, u + i, start);
 		const double end = serve(s, q, max2(start, s->s_ready[u]),
-					 (double)s->pm->numel[u] / cpu_rate(s));
+					 upd_s(s, u, 0));
 		move(s, ST_SLAB_S, u, (double)s->pm->s_bytes[u], 1, end);
 		move(s, ST_SLAB_W, u, (double)s->pm->w_bytes[u], 1, end);
 		pool_drop(s, ST_SLAB_G, u); /* applied: the next step's first pass zero-fills it */
@@ -206,7 +216,7 @@ static void sim_step(struct sim *s, double *now)
 		memset(s->w_issued, 0, (size_t)n * sizeof *s->w_issued);
 		for (int u = 0; u < n; u++) {
 			if (a == 0 && s->p->dev_update[u]) /* the device's update of u */
-				s->upd_done[u] = serve(s, Q_COMPUTE, *now, (double)pm->numel[u] / dev_rate(s));
+				s->upd_done[u] = serve(s, Q_COMPUTE, *now, upd_s(s, u, 1));
 			else if (a == 0 && s->threaded)
 				upd_advance(s, *now, u);
 			const double ready = a == 0 ? max2(*now, s->upd_done[u]) : *now;
@@ -263,7 +273,7 @@ static void sim_step(struct sim *s, double *now)
 		s->upd_free = *now;
 		for (int u = 0; u < n; u++)
 			if (!s->p->dev_update[u]) {
-				s->upd_free = serve(s, Q_COMPUTE, s->upd_free, (double)pm->numel[u] / cpu_rate(s));
+				s->upd_free = serve(s, Q_COMPUTE, s->upd_free, upd_s(s, u, 0));
 				pool_drop(s, ST_SLAB_G, u);
 			}
 		for (int u = 0; u < n; u++)

@@ -56,6 +56,8 @@ struct st_plan_model {
 	const size_t *s_bytes;             /* optimizer state per unit */
 	const size_t *numel;               /* parameters per unit */
 	const double *fwd_flops;           /* per unit: one micro-batch's forward */
+	const double *upd_flops;           /* per unit: its update's matmul FLOPs a step
+					    * (GaLore's projections); NULL: none */
 	size_t act_layer, act_input, act_rest; /* bytes: a layer's saved tensors, a
 						* recomputed layer's input, the head's block */
 	int grad_accum;

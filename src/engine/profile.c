@@ -233,6 +233,7 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops)
 		memset(q, 128, 2 * big);
 		struct mm_ctx mm = {ops, a, b, c, n};
 		p->matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm, &mm) / 1e9;
+		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
 		/* the bytes a slab's transfer moves: the planner divides a
 		 * slab's size by this rate (counting the bytes both read and
 		 * written, as STREAM does, predicted copies at half their time) */
@@ -291,7 +292,8 @@ static const struct {
 	int required;
 } keys[] = {
 #define K(f, r) {#f, offsetof(struct st_profile, f), r}
-	K(matmul_gflops, 1),	      K(h2d_gbs, 0),		  K(d2h_gbs, 0),
+	K(matmul_gflops, 1),	      K(cpu_matmul_gflops, 0),	   K(h2d_gbs, 0),
+	K(d2h_gbs, 0),
 	K(cpu_adamw_mparams, 0),      K(cpu_adamw8bit_mparams, 0), K(dev_adamw_mparams, 0),
 	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
@@ -342,6 +344,8 @@ int profile_load(struct st_profile *p, const char *path)
 		for (int j = 0; j < 2; j++)
 			if (!*pairs[i][j])
 				*pairs[i][j] = legacy[i] ? legacy[i] : *pairs[i][1 - j];
+	if (!p->cpu_matmul_gflops)
+		p->cpu_matmul_gflops = p->matmul_gflops;
 	/* 8-bit rates default to the fp32 ones */
 	if (!p->cpu_adamw8bit_mparams)
 		p->cpu_adamw8bit_mparams = p->cpu_adamw_mparams;

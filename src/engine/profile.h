@@ -3,6 +3,8 @@
  * can plan for a machine they do not have).
  *
  * matmul_gflops            the device's matmul rate (GFLOP/s)
+ * cpu_matmul_gflops        the CPU's, for the matmuls of its optimizer updates
+ *                          (GaLore's projections); absent: matmul_gflops
  * h2d_gbs, d2h_gbs         host -> device and device -> host copy rates (GB/s
  *                          of slab bytes moved; memcpy on the CPU backend,
  *                          each byte counted once, not read and written)
@@ -41,7 +43,7 @@
 #include "ops/ops.h"
 
 struct st_profile {
-	double matmul_gflops, h2d_gbs, d2h_gbs;
+	double matmul_gflops, cpu_matmul_gflops, h2d_gbs, d2h_gbs;
 	double cpu_adamw_mparams, cpu_adamw8bit_mparams, dev_adamw_mparams, dev_adamw8bit_mparams;
 	double disk_read_gbs, disk_write_gbs;
 	double device_gib, host_gib;
