@@ -464,6 +464,38 @@ Test(plan, update_matmuls_charged)
 	desc_free(&d);
 }
 
+/* A unit updated on the device with its weights streamed from disk writes
+ * them back each step: the prediction counts every unit's weights written
+ * (it counted none, where train wrote them all; a run that took 2.5x its
+ * predicted step takes 1.4x with them), and none with the weights kept
+ * on the device. */
+Test(plan, device_updates_write_streamed_weights_back)
+{
+	struct desc d;
+	desc_make(&d, "tiny", 0, 2, 32, 1);
+	size_t w_total = 0;
+	for (int u = 0; u < d.pm.n_units; u++)
+		w_total += d.wb[u];
+	struct st_profile prof = cpu_profile();
+	for (int k = 0; k < 2; k++) {
+		struct st_plan_opts o = opts(k ? 0 : 80 * MiB, 0, 1);
+		o.device_updates = d.pm.n_units;
+		o.place.force[ST_SLAB_W] = k ? ST_TIER_DEVICE : ST_TIER_DISK;
+		struct st_plan p;
+		cr_assert_eq(plan_make(&p, &d.pm, &prof, &o), ST_OK);
+		cr_assert_eq(p.n_dev_updates, d.pm.n_units);
+		if (k)
+			cr_expect_eq(p.t.disk_written, 0, "weights on the device: %.0f B written",
+				     p.t.disk_written);
+		else
+			cr_expect_geq(p.t.disk_written, (double)w_total,
+				      "%.0f B written a step, the weights are %zu B", p.t.disk_written,
+				      w_total);
+		plan_free(&p);
+	}
+	desc_free(&d);
+}
+
 /* A prefetch depth left to the planner is 1 to 4 units, fits the budgets,
  * and is predicted no slower than any fixed depth: where some depth fits,
  * auto fits too (a search at depth 2 alone refused budgets that depth 1

@@ -215,9 +215,17 @@ static void sim_step(struct sim *s, double *now)
 		/* forward */
 		memset(s->w_issued, 0, (size_t)n * sizeof *s->w_issued);
 		for (int u = 0; u < n; u++) {
-			if (a == 0 && s->p->dev_update[u]) /* the device's update of u */
-				s->upd_done[u] = serve(s, Q_COMPUTE, *now, upd_s(s, u, 1));
-			else if (a == 0 && s->threaded)
+			if (a == 0 && s->p->dev_update[u]) {
+				/* the device's update of u: its weights acquired (the
+				 * forward then finds them), updated, and written back
+				 * home when streamed (left out, a plan with streamed
+				 * weights updated on the device predicted no writes,
+				 * where train wrote them all each step) */
+				fetch_w(s, u, *now);
+				s->upd_done[u] = serve(s, Q_COMPUTE, max2(*now, s->w_ready[u]),
+						       upd_s(s, u, 1));
+				move(s, ST_SLAB_W, u, (double)pm->w_bytes[u], 1, s->upd_done[u]);
+			} else if (a == 0 && s->threaded)
 				upd_advance(s, *now, u);
 			const double ready = a == 0 ? max2(*now, s->upd_done[u]) : *now;
 			fetch_w(s, u, ready);
