@@ -496,6 +496,36 @@ Test(plan, device_updates_write_streamed_weights_back)
 	desc_free(&d);
 }
 
+/* On shared cores the copy queue's memcpy takes compute time too (the
+ * profile's copy_cpu_share of each copy's time): weights streamed from the
+ * host make a slower step with it, and without shared cores it changes
+ * nothing (left out, a tiny model with its weights on the host took 3.4x
+ * its predicted step). */
+Test(plan, copy_cpu_share_on_shared_cores)
+{
+	struct desc d;
+	desc_make(&d, "llama-60m", 0, 1, 64, 1);
+	double step[2][2];
+	for (int shared = 0; shared < 2; shared++)
+		for (int k = 0; k < 2; k++) {
+			struct st_profile prof = cpu_profile();
+			prof.shared_cores = shared;
+			prof.copy_cpu_share = k ? 0.5 : 0;
+			struct st_plan_opts o = opts(160 * MiB, 0, 0);
+			o.place.force[ST_SLAB_W] = ST_TIER_HOST;
+			o.device_updates = 0;
+			struct st_plan p;
+			cr_assert_eq(plan_make(&p, &d.pm, &prof, &o), ST_OK);
+			cr_assert_gt(p.t.copied, 0, "nothing copied");
+			step[shared][k] = p.t.step_s;
+			plan_free(&p);
+		}
+	cr_expect_eq(step[0][0], step[0][1], "copy_cpu_share counted without shared cores");
+	cr_expect_gt(step[1][1], step[1][0] * 1.02, "the copies' CPU work not charged: %.4f vs %.4f",
+		     step[1][1], step[1][0]);
+	desc_free(&d);
+}
+
 /* A prefetch depth left to the planner is 1 to 4 units, fits the budgets,
  * and is predicted no slower than any fixed depth: where some depth fits,
  * auto fits too (a search at depth 2 alone refused budgets that depth 1
@@ -568,6 +598,8 @@ Test(plan, profile_files)
 	cr_expect(p.cpu_adamw_mparams == 1000 && p.dev_adamw_mparams == 1000 &&
 		  p.cpu_adamw8bit_mparams == 1000 && p.dev_adamw8bit_mparams == 1000);
 	cr_expect_eq(p.disk_cpu_share, 0);
+	cr_expect_eq(p.copy_cpu_share, 0);
+	cr_expect_eq(p.cpu_matmul_gflops, 100, "the CPU's matmul rate is the matmul rate");
 	cr_expect_eq(p.format, 0, "a file without a format is an older one");
 	/* no disk tier: both rates 0 */
 	f = fopen(path, "w");
@@ -582,6 +614,8 @@ Test(plan, profile_files)
 		"{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
 		"\"disk_read_gbs\": 2, \"disk_write_gbs\": 3, \"disk_cpu_share\": 1.5}",
 		"{\"matmul_gflops\": 100, \"disk_read_gbs\": 2, \"disk_write_gbs\": 3}",
+		"{\"matmul_gflops\": 100, \"copy_gbs\": 20, \"adamw_mparams\": 1000, "
+		"\"disk_read_gbs\": 2, \"disk_write_gbs\": 3, \"copy_cpu_share\": 2}",
 		"[1, 2]",
 		/* a disk written at 0 GB/s: every plan using it was predicted
 		 * infinite, so none was chosen */
@@ -591,7 +625,7 @@ Test(plan, profile_files)
 		"\"disk_read_gbs\": 0, \"disk_write_gbs\": 3}",
 	};
 	cr_redirect_stderr();
-	for (int i = 0; i < 7; i++) {
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		f = fopen(path, "w");
 		fputs(bad[i], f);
 		fclose(f);

@@ -119,6 +119,38 @@ static double matmuls_s(struct mm_ctx *mm, int reps)
 	return now_s() - t0;
 }
 
+/* The copy queue's memcpy while matmuls run: a thread copies a slab back
+ * and forth until told to stop. */
+struct copy_load {
+	struct copy_ctx c;
+	volatile int stop;
+};
+
+static void *copy_loop(void *arg)
+{
+	struct copy_load *l = arg;
+	while (!l->stop)
+		run_copy(&l->c);
+	return NULL;
+}
+
+/* The share of the compute rate lost while the copy thread streams (shared
+ * cores: its memcpy takes a core and memory bandwidth from the matmuls). */
+static double copy_share(struct mm_ctx *mm, float *dst, float *src, size_t n)
+{
+	const int reps = 20;
+	const double alone = matmuls_s(mm, reps);
+	struct copy_load l = {.c = {dst, src, n}};
+	pthread_t th;
+	if (pthread_create(&th, NULL, copy_loop, &l) != 0)
+		return 0;
+	const double loaded = matmuls_s(mm, reps);
+	l.stop = 1;
+	pthread_join(th, NULL);
+	const double lost = 1.0 - alone / loaded;
+	return lost < 0 ? 0 : lost > 1 ? 1 : lost;
+}
+
 /* The disk as training uses it: slabs of 16 MiB, written then read back,
  * then reads and writes interleaved (the optimizer's pattern); then how much
  * of the compute rate is lost while the disk streams (shared cores). */
@@ -239,6 +271,8 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops)
 		 * written, as STREAM does, predicted copies at half their time) */
 		struct copy_ctx cp = {c, a, big};
 		p->h2d_gbs = p->d2h_gbs = (double)big * sizeof(float) / best_of(5, run_copy, &cp) / 1e9;
+		/* the matmul reads and writes the first 1024^2 of a, b and c */
+		p->copy_cpu_share = copy_share(&mm, c + big / 2, d, big / 2);
 		struct adam_ctx ad = {ops, a, b, c, d, big};
 		p->cpu_adamw_mparams = p->dev_adamw_mparams = (double)big / best_of(3, run_adam, &ad) / 1e6;
 		*a8 = (struct adam8_ctx){.ops = ops, .p = a, .g = b, .am = c, .av = d, .m = q, .v = q + big,
@@ -298,7 +332,7 @@ static const struct {
 	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
 	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
-	K(threads, 0),
+	K(threads, 0),		      K(copy_cpu_share, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])
@@ -361,10 +395,10 @@ int profile_load(struct st_profile *p, const char *path)
 		 "give both disk rates, or 0 for both where there is no disk tier",
 		 "%s: disk_read_gbs %g and disk_write_gbs %g: a disk that cannot be read or written", path,
 		 p->disk_read_gbs, p->disk_write_gbs);
-	ST_CHECK(p->disk_cpu_share <= 1 && p->shared_cores <= 1,
-		 "disk_cpu_share is a share (0 to 1) and shared_cores 0 or 1",
-		 "%s: disk_cpu_share %g or shared_cores %g out of range", path, p->disk_cpu_share,
-		 p->shared_cores);
+	ST_CHECK(p->disk_cpu_share <= 1 && p->copy_cpu_share <= 1 && p->shared_cores <= 1,
+		 "disk_cpu_share and copy_cpu_share are shares (0 to 1), shared_cores 0 or 1",
+		 "%s: disk_cpu_share %g, copy_cpu_share %g or shared_cores %g out of range", path,
+		 p->disk_cpu_share, p->copy_cpu_share, p->shared_cores);
 	return ST_OK;
 }
 

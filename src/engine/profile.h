@@ -22,6 +22,11 @@
  *                          lost while the disk queue streams (its io_uring and
  *                          checksum work), measured as matmuls with and
  *                          without a thread streaming slabs
+ * copy_cpu_share           with shared_cores: the share of the compute rate
+ *                          lost while the copy queue streams (its memcpy
+ *                          takes a core and memory bandwidth), measured as
+ *                          matmuls with and without a thread copying (0:
+ *                          not measured)
  * format                   2 for profiles measured since 2026-11-24 (0: an
  *                          older one, whose copy rates counted each byte
  *                          twice; a cached one is measured again)
@@ -52,6 +57,7 @@ struct st_profile {
 	double disk_fs_magic;
 	double format;
 	double threads;
+	double copy_cpu_share;
 };
 /* profile_measure's format (struct st_profile.format) */
 #define ST_PROFILE_FORMAT 2

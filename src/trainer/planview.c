@@ -94,8 +94,9 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 	       pm->quantized ? prof->dev_adamw8bit_mparams : prof->dev_adamw_mparams,
 	       prof->disk_read_gbs, prof->disk_write_gbs, prof->shared_cores ? ", shared cores" : "");
 	if (prof->shared_cores)
-		printf(" (the disk's CPU work costs %.0f%% of the compute while it streams)",
-		       100 * prof->disk_cpu_share);
+		printf(" (the disk's CPU work costs %.0f%% of the compute while it streams, the "
+		       "copies' %.0f%%)",
+		       100 * prof->disk_cpu_share, 100 * prof->copy_cpu_share);
 	printf("\n");
 	/* on shared cores the updates run on the compute queue (plan.c's
 	 * upd_advance): their time is in compute's, none on a queue of their own */
