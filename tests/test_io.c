@@ -294,6 +294,120 @@ Test(io, f16_exhaustive)
 #endif
 }
 
+/* kB of a /proc/self/status field (VmRSS, VmHWM). */
+static long status_kb(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	cr_assert(f);
+	char line[256];
+	long kb = -1;
+	while (kb < 0 && fgets(line, sizeof line, f))
+		if (!strncmp(line, field, strlen(field)) && line[strlen(field)] == ':')
+			kb = strtol(line + strlen(field) + 1, NULL, 10);
+	fclose(f);
+	cr_assert_geq(kb, 0, "no %s", field);
+	return kb;
+}
+
+/* The peak resident set from now on: VmHWM reset to VmRSS (clear_refs 5). */
+static long peak_from_now(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	cr_assert(f);
+	fputs("5", f);
+	fclose(f);
+	return status_kb("VmRSS");
+}
+
+/* Tensors larger than the 64 MiB allowance over the budgets are read a
+ * slice at a time, each slice's mapped pages dropped once copied: loading
+ * a 64 MiB F32, a 32 MiB BF16 (converted) and a 64 MiB U8 tensor raises the
+ * peak resident set by a few MiB, not by the tensor (it rose by the whole
+ * tensor, which a 7B model's 500 MiB embedding put beside the budgets);
+ * checking a view maps none of it in; the values are exact and a byte
+ * changed past the first slice still fails the checksum. */
+Test(io, large_tensors_load_a_slice_at_a_time, .timeout = 120)
+{
+	char p[256];
+	tpath(p, "big.safetensors");
+	const size_t n = (size_t)16 << 20; /* elements of each tensor */
+	float *f = malloc(n * sizeof *f), *got = malloc(n * sizeof *got);
+	uint16_t *h = malloc(n * sizeof *h);
+	const size_t un = 4 * n; /* U8: 64 MiB too */
+	uint8_t *u = malloc(un), *ugot = malloc(un);
+	cr_assert(f && got && h && u && ugot);
+	for (size_t i = 0; i < n; i++) {
+		f[i] = (float)(i % 1000003) * 0.25f - 7.0f;
+		h[i] = (uint16_t)(i * 2654435761u >> 16);
+	}
+	for (size_t i = 0; i < un; i++)
+		u[i] = (uint8_t)(i * 31 + 7);
+	const struct st_tensor_out t[3] = {{"f", ST_DT_F32, 2, {4096, (int64_t)n / 4096}, f},
+					   {"h", ST_DT_BF16, 1, {(int64_t)n}, h},
+					   {"u", ST_DT_U8, 1, {(int64_t)un}, u}};
+	cr_assert_eq(safetensors_write(p, t, 3, NULL, 0), ST_OK);
+	struct st_safetensors sf;
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	cr_assert(sf.sums, "no checksums to take");
+	memset(got, 0, n * sizeof *got); /* the destinations resident before */
+	memset(ugot, 0, un);
+	const long slack = 24 << 10; /* kB: a slice (8 MiB) and its neighbours' edges */
+	long base = peak_from_now();
+	cr_assert_eq(safetensors_load_f32(&sf, "f", 2, t[0].shape, got), ST_OK);
+	cr_expect_leq(status_kb("VmHWM") - base, slack, "F32: the peak rose %ld kB",
+		      status_kb("VmHWM") - base);
+	cr_expect(!memcmp(got, f, n * sizeof *f), "F32 values");
+	base = peak_from_now();
+	cr_assert_eq(safetensors_load_f32(&sf, "h", 1, t[1].shape, got), ST_OK);
+	cr_expect_leq(status_kb("VmHWM") - base, slack, "BF16: the peak rose %ld kB",
+		      status_kb("VmHWM") - base);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t bits;
+		memcpy(&bits, &got[i], 4);
+		bad += bits != (uint32_t)h[i] << 16;
+	}
+	cr_expect_eq(bad, 0, "BF16: %zu values converted wrongly", bad);
+	base = peak_from_now();
+	cr_assert_eq(safetensors_load_raw(&sf, "u", ST_DT_U8, 1, t[2].shape, ugot, un), ST_OK);
+	cr_expect_leq(status_kb("VmHWM") - base, slack, "U8: the peak rose %ld kB",
+		      status_kb("VmHWM") - base);
+	cr_expect(!memcmp(ugot, u, un), "U8 values");
+	base = peak_from_now();
+	const void *v = safetensors_view_raw(&sf, "u", ST_DT_U8, 1, t[2].shape, un);
+	cr_assert(v);
+	cr_expect_leq(status_kb("VmHWM") - base, slack, "a view's check: the peak rose %ld kB",
+		      status_kb("VmHWM") - base);
+	cr_expect(!memcmp(v, u, un), "the view's bytes");
+	safetensors_view_done(&sf, v);
+	safetensors_close(&sf);
+
+	/* a byte changed in the F32 tensor's last slice */
+	FILE *fp = fopen(p, "r+b");
+	cr_assert(fp);
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	const long at = (long)(sf.data_start + sf.tensors[0].end) - 5;
+	safetensors_close(&sf);
+	cr_assert_eq(fseek(fp, at, SEEK_SET), 0);
+	const int c = fgetc(fp);
+	cr_assert_eq(fseek(fp, at, SEEK_SET), 0);
+	fputc(c ^ 0x40, fp);
+	fclose(fp);
+	cr_assert_eq(safetensors_open(&sf, p), ST_OK);
+	struct capture cap;
+	cap_begin(&cap);
+	const int rc = safetensors_load_f32(&sf, "f", 2, t[0].shape, got);
+	char *err = cap_end(&cap);
+	cr_expect(rc != ST_OK && strstr(err, "fails its checksum"), "%s", err);
+	free(err);
+	safetensors_close(&sf);
+	free(f);
+	free(got);
+	free(h);
+	free(u);
+	free(ugot);
+}
+
 Test(io, safetensors_metadata_round_trip)
 {
 	char p[256];

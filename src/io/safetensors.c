@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <cJSON.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "io/fsutil.h"
@@ -476,17 +477,12 @@ static int convertible(enum st_dtype dt)
 	return dt == ST_DT_F32 || dt == ST_DT_F16 || dt == ST_DT_BF16 || dt == ST_DT_F64;
 }
 
-/* Bytes are assembled little-endian explicitly: the data need not be aligned
- * (other writers do not pad the header) and the format is little-endian. */
-int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor_info *t,
-			 float *dst)
+/* n elements of dtype dt at p, converted to fp32 into dst. Bytes are
+ * assembled little-endian explicitly: the data need not be aligned (other
+ * writers do not pad the header) and the format is little-endian. */
+static void to_f32(enum st_dtype dt, const unsigned char *p, size_t n, float *dst)
 {
-	ST_CHECK(convertible(t->dtype), "convert the tensor to F32, F16, BF16 or F64",
-		 "%s: tensor '%s' has wrong dtype %s: only F32, F16, BF16 and F64 convert to fp32",
-		 sf->path, t->name, dtype_name(t->dtype));
-	const unsigned char *p = safetensors_data(sf, t);
-	size_t n = (size_t)tensor_numel(t);
-	switch (t->dtype) {
+	switch (dt) {
 	case ST_DT_F32:
 		for (size_t i = 0; i < n; i++, p += 4)
 			dst[i] = f32_from_bits((uint32_t)p[0] | (uint32_t)p[1] << 8 |
@@ -511,29 +507,39 @@ int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor
 		}
 		break;
 	}
+}
+
+int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor_info *t,
+			 float *dst)
+{
+	ST_CHECK(convertible(t->dtype), "convert the tensor to F32, F16, BF16 or F64",
+		 "%s: tensor '%s' has wrong dtype %s: only F32, F16, BF16 and F64 convert to fp32",
+		 sf->path, t->name, dtype_name(t->dtype));
+	to_f32(t->dtype, safetensors_data(sf, t), (size_t)tensor_numel(t), dst);
 	return ST_OK;
 }
 
 /* A loaded tensor's pages leave the process's resident set: a model is read
  * once, unit by unit, and a file larger than the memory budgets must not stay
  * mapped in (the pages are refetched should anyone read the tensor again). */
-static void drop_pages(const struct st_safetensors *sf, const struct st_tensor_info *t)
+static void drop_range(const struct st_safetensors *sf, size_t begin, size_t end)
 {
 	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t begin = sf->data_start + t->begin, end = sf->data_start + t->end;
-	begin = (begin + page - 1) / page * page; /* whole pages inside the tensor only */
+	begin = (begin + page - 1) / page * page; /* whole pages inside the range only */
 	end = end / page * page;
 	if (end > begin)
 		madvise((char *)sf->map + begin, end - begin, MADV_DONTNEED);
 }
 
-/* bytes (t's, wherever they were copied to) against t's checksum, if any. */
-static int verify(const struct st_safetensors *sf, const struct st_tensor_info *t,
-		  const void *bytes)
+static void drop_pages(const struct st_safetensors *sf, const struct st_tensor_info *t)
 {
-	if (!sf->sums)
-		return ST_OK;
-	const uint64_t got = XXH3_64bits(bytes, (size_t)(t->end - t->begin));
+	drop_range(sf, sf->data_start + t->begin, sf->data_start + t->end);
+}
+
+/* got, t's bytes' XXH3, against the file's checksum of t. */
+static int checksum_ok(const struct st_safetensors *sf, const struct st_tensor_info *t,
+		       uint64_t got)
+{
 	const uint64_t want = sf->sums[t - sf->tensors];
 	/* tools that re-save a file passing its metadata on (safetensors'
 	 * save_file(..., metadata=f.metadata())) keep checksums of other bytes */
@@ -543,6 +549,35 @@ static int verify(const struct st_safetensors *sf, const struct st_tensor_info *
 		 "%s: tensor '%s' fails its checksum (XXH3 %016" PRIx64 ", the file says %016" PRIx64 ")",
 		 sf->path, t->name, got, want);
 	return ST_OK;
+}
+
+/* Tensor t into dst, converted to fp32 (f32) or as it is (dst NULL: only
+ * checked), a slice at a time with each slice's pages dropped once copied,
+ * and its checksum (if any) taken over the same pass: a tensor larger than
+ * the memory budgets (a 7B model's 500 MiB embedding) is never mapped in
+ * whole beside them. On a checksum failure dst holds the damaged bytes and
+ * the caller fails. */
+#define LOAD_SLICE ((size_t)8 << 20) /* a whole number of pages and of elements */
+static int load_sliced(const struct st_safetensors *sf, const struct st_tensor_info *t, void *dst,
+		       int f32)
+{
+	const unsigned char *p = safetensors_data(sf, t);
+	const size_t bytes = (size_t)(t->end - t->begin), es = f32 ? dtype_size(t->dtype) : 1;
+	const size_t at = sf->data_start + (size_t)t->begin;
+	XXH3_state_t h;
+	XXH3_64bits_reset(&h);
+	for (size_t off = 0; off < bytes; off += LOAD_SLICE) {
+		const size_t n = bytes - off < LOAD_SLICE ? bytes - off : LOAD_SLICE;
+		if (sf->sums)
+			XXH3_64bits_update(&h, p + off, n);
+		if (dst && f32)
+			to_f32(t->dtype, p + off, n / es, (float *)dst + off / es);
+		else if (dst)
+			memcpy((char *)dst + off, p + off, n);
+		drop_range(sf, at + off, at + off + n);
+	}
+	drop_pages(sf, t); /* and the pages the slices' edges split */
+	return sf->sums ? checksum_ok(sf, t, XXH3_64bits_digest(&h)) : ST_OK;
 }
 
 int safetensors_check_f32(const struct st_safetensors *sf, const char *name, int ndim,
@@ -568,16 +603,14 @@ int safetensors_load_f32(const struct st_safetensors *sf, const char *name, int 
 			 const int64_t *shape, float *dst)
 {
 	ST_TRY(safetensors_check_f32(sf, name, ndim, shape));
-	const struct st_tensor_info *t = safetensors_find(sf, name);
-	int rc = verify(sf, t, safetensors_data(sf, t));
-	if (rc == ST_OK)
-		rc = safetensors_read_f32(sf, t, dst);
-	drop_pages(sf, t);
-	return rc;
+	return load_sliced(sf, safetensors_find(sf, name), dst, 1);
 }
 
-const void *safetensors_view_raw(const struct st_safetensors *sf, const char *name,
-				 enum st_dtype dtype, int ndim, const int64_t *shape, size_t bytes)
+/* The tensor name, if its dtype is exactly dtype and its shape and size
+ * are these; NULL after an error naming what was wrong. */
+static const struct st_tensor_info *find_raw(const struct st_safetensors *sf, const char *name,
+					     enum st_dtype dtype, int ndim, const int64_t *shape,
+					     size_t bytes)
 {
 	const struct st_tensor_info *t = safetensors_find(sf, name);
 	if (!t) {
@@ -602,8 +635,16 @@ const void *safetensors_view_raw(const struct st_safetensors *sf, const char *na
 			 shape_str(want, sizeof want, ndim, shape));
 		return NULL;
 	}
-	const void *data = safetensors_data(sf, t);
-	return verify(sf, t, data) == ST_OK ? data : NULL;
+	return t;
+}
+
+const void *safetensors_view_raw(const struct st_safetensors *sf, const char *name,
+				 enum st_dtype dtype, int ndim, const int64_t *shape, size_t bytes)
+{
+	const struct st_tensor_info *t = find_raw(sf, name, dtype, ndim, shape, bytes);
+	/* checked a slice at a time, its pages dropped again: the reader maps
+	 * them back as it goes */
+	return t && load_sliced(sf, t, NULL, 0) == ST_OK ? safetensors_data(sf, t) : NULL;
 }
 
 void safetensors_view_done(const struct st_safetensors *sf, const void *view)
@@ -618,10 +659,6 @@ void safetensors_view_done(const struct st_safetensors *sf, const void *view)
 int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum st_dtype dtype,
 			 int ndim, const int64_t *shape, void *dst, size_t bytes)
 {
-	const void *v = safetensors_view_raw(sf, name, dtype, ndim, shape, bytes);
-	if (!v)
-		return ST_FAIL;
-	memcpy(dst, v, bytes);
-	safetensors_view_done(sf, v);
-	return ST_OK;
+	const struct st_tensor_info *t = find_raw(sf, name, dtype, ndim, shape, bytes);
+	return t ? load_sliced(sf, t, dst, 0) : ST_FAIL;
 }
