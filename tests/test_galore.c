@@ -19,16 +19,23 @@
 /* A small model: dim 64, ffn 96, 2 layers, 4 heads / 2 kv heads, so the
  * GaLore matrices have both orientations (q 64x64, k/v 32x64, gate/up
  * 96x64, down 64x96). */
-static void small_session(struct st_session *s, uint64_t seed)
+static struct st_config shaped(int layers, int dim, int heads, int kv_heads, int head_dim,
+			       int ffn)
 {
 	struct st_config cfg;
 	cr_assert_eq(config_preset(&cfg, "tiny"), 0);
-	cfg.n_layers = 2;
-	cfg.dim = 64;
-	cfg.n_heads = 4;
-	cfg.n_kv_heads = 2;
-	cfg.head_dim = 16;
-	cfg.ffn_dim = 96;
+	cfg.n_layers = layers;
+	cfg.dim = dim;
+	cfg.n_heads = heads;
+	cfg.n_kv_heads = kv_heads;
+	cfg.head_dim = head_dim;
+	cfg.ffn_dim = ffn;
+	return cfg;
+}
+
+static void small_session(struct st_session *s, uint64_t seed)
+{
+	const struct st_config cfg = shaped(2, 64, 4, 2, 16, 96);
 	cr_assert_eq(session_create(s, ops_cpu(), &cfg, 1), 0);
 	session_init_random(s, seed);
 }
@@ -275,14 +282,7 @@ static size_t held_bytes(void)
  * the rounding below 3% of the figure. */
 Test(galore, scratch_bytes_are_what_is_allocated)
 {
-	struct st_config cfg;
-	cr_assert_eq(config_preset(&cfg, "tiny"), 0);
-	cfg.n_layers = 1;
-	cfg.dim = 512;
-	cfg.n_heads = 8;
-	cfg.n_kv_heads = 2;
-	cfg.head_dim = 64;
-	cfg.ffn_dim = 1376;
+	const struct st_config cfg = shaped(1, 512, 8, 2, 64, 1376);
 	struct st_session s;
 	cr_assert_eq(session_create(&s, ops_cpu(), &cfg, 1), 0);
 	const struct {

@@ -381,6 +381,24 @@ Test(plan, parse_activation_policy)
 	cr_expect_eq(plan_parse_act("krhx", 4, act, &forced), ST_FAIL);
 }
 
+/* The predicted step of d's plan o with shared cores or not, and the
+ * disk's or (copy) the copies' CPU share 0 or 0.5: steps[shared][share]. */
+static void share_steps(const struct desc *d, const struct st_plan_opts *o, int copy,
+			double steps[2][2])
+{
+	for (int shared = 0; shared < 2; shared++)
+		for (int k = 0; k < 2; k++) {
+			struct st_profile prof = cpu_profile();
+			prof.shared_cores = shared;
+			*(copy ? &prof.copy_cpu_share : &prof.disk_cpu_share) = k ? 0.5 : 0;
+			struct st_plan p;
+			cr_assert_eq(plan_make(&p, &d->pm, &prof, o), ST_OK);
+			cr_assert_gt(copy ? p.t.copied : p.t.disk_read, 0, "nothing moved");
+			steps[shared][k] = p.t.step_s;
+			plan_free(&p);
+		}
+}
+
 /* On shared cores the disk queue's CPU work slows the compute: a plan that
  * swaps every layer to disk is predicted slower when the profile says the
  * disk costs compute, and not at all on a machine whose device is not the
@@ -391,21 +409,11 @@ Test(plan, disk_cpu_share_on_shared_cores)
 	desc_make(&d, "llama-60m", 0, 4, 256, 1);
 	unsigned char act[64];
 	memset(act, ST_ACT_DISK, sizeof act);
+	struct st_plan_opts o = opts(0, 0, 1);
+	o.act = act;
+	o.device_updates = 0;
 	double step[2][2];
-	for (int shared = 0; shared < 2; shared++)
-		for (int k = 0; k < 2; k++) {
-			struct st_profile prof = cpu_profile();
-			prof.shared_cores = shared;
-			prof.disk_cpu_share = k ? 0.5 : 0;
-			struct st_plan_opts o = opts(0, 0, 1);
-			o.act = act;
-			o.device_updates = 0;
-			struct st_plan p;
-			cr_assert_eq(plan_make(&p, &d.pm, &prof, &o), ST_OK);
-			cr_assert_eq(p.n_act[ST_ACT_DISK], d.pm.n_layers);
-			step[shared][k] = p.t.step_s;
-			plan_free(&p);
-		}
+	share_steps(&d, &o, 0, step);
 	cr_expect_eq(step[0][0], step[0][1], "disk_cpu_share counted without shared cores");
 	cr_expect_gt(step[1][1], step[1][0] * 1.02, "disk CPU work not charged: %.4f vs %.4f",
 		     step[1][1], step[1][0]);
@@ -505,21 +513,11 @@ Test(plan, copy_cpu_share_on_shared_cores)
 {
 	struct desc d;
 	desc_make(&d, "llama-60m", 0, 1, 64, 1);
+	struct st_plan_opts o = opts(160 * MiB, 0, 0);
+	o.place.force[ST_SLAB_W] = ST_TIER_HOST;
+	o.device_updates = 0;
 	double step[2][2];
-	for (int shared = 0; shared < 2; shared++)
-		for (int k = 0; k < 2; k++) {
-			struct st_profile prof = cpu_profile();
-			prof.shared_cores = shared;
-			prof.copy_cpu_share = k ? 0.5 : 0;
-			struct st_plan_opts o = opts(160 * MiB, 0, 0);
-			o.place.force[ST_SLAB_W] = ST_TIER_HOST;
-			o.device_updates = 0;
-			struct st_plan p;
-			cr_assert_eq(plan_make(&p, &d.pm, &prof, &o), ST_OK);
-			cr_assert_gt(p.t.copied, 0, "nothing copied");
-			step[shared][k] = p.t.step_s;
-			plan_free(&p);
-		}
+	share_steps(&d, &o, 1, step);
 	cr_expect_eq(step[0][0], step[0][1], "copy_cpu_share counted without shared cores");
 	cr_expect_gt(step[1][1], step[1][0] * 1.02, "the copies' CPU work not charged: %.4f vs %.4f",
 		     step[1][1], step[1][0]);
