@@ -179,8 +179,11 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 				       o->host_scratch_what ? o->host_scratch_what : "scratch",
 				       "slabs placed there",
 				       "staging buffers for the streamed optimizer state",
-				       "state the device does not hold, with no --offload-dir to "
-				       "take it"};
+				       /* eval and sample place weights alone */
+				       g_bytes || s_bytes ? "state the device does not hold, with no "
+							    "--offload-dir to take it"
+							  : "weights the device does not hold, with no "
+							    "--offload-dir to take them"};
 		char parts[480] = "", num[32];
 		for (int i = 0; i < 6; i++)
 			if (part[i])
