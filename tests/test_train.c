@@ -1406,6 +1406,9 @@ Test(train, jsonl_prompt_completion_masks)
 		{"{\"text\": \"a\\\\u0000b\"}", NULL},
 		{"{\"prompt\": \"a\", \"completion\": \"b\", \"completion\": \"c\"}",
 		 "odd.jsonl:1: the key \"completion\" appears twice"},
+		/* one repeated inside metadata strata does not read: nothing of
+		 * the example is open (it was refused as the example's key) */
+		{"{\"text\": \"a\", \"meta\": {\"id\": 1, \"id\": 2}}", NULL},
 		/* half of a surrogate pair, which Python's json reads: named
 		 * (it was "not valid JSON" alone); a whole pair is a character */
 		{"{\"text\": \"a \\ud83d b\"}",

@@ -314,7 +314,9 @@ static int jsonl_lines(const struct st_tokenizer *tk, const char *path, const ch
 		const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "completion");
 		const cJSON *tx = cJSON_GetObjectItemCaseSensitive(o, "text");
 		const int nul = has_nul_escape(text + pos, n) || memchr(text + pos, 0, n);
-		const char *dup = fs_json_duplicate_key(o);
+		/* the example's own keys: a repeated key in an object beside
+		 * them (metadata strata does not read) leaves nothing open */
+		const char *dup = fs_json_duplicate_member(o);
 		char dup_msg[160];
 		snprintf(dup_msg, sizeof dup_msg, "the key \"%.64s\" appears twice: which one is the example's?",
 			 dup ? dup : "");

@@ -603,28 +603,34 @@ const char *fs_first_duplicate(const char **names, size_t n)
 	return NULL;
 }
 
+const char *fs_json_duplicate_member(const cJSON *node)
+{
+	if (!cJSON_IsObject(node))
+		return NULL;
+	size_t n = 0;
+	for (const cJSON *c = node->child; c; c = c->next)
+		n++;
+	if (n < 2)
+		return NULL;
+	const char *small[32], **keys = n <= 32 ? small : malloc(n * sizeof *keys);
+	if (!keys) /* out of memory: the check is skipped, not the file */
+		return NULL;
+	size_t k = 0;
+	for (const cJSON *c = node->child; c; c = c->next)
+		keys[k++] = c->string ? c->string : "";
+	const char *dup = fs_first_duplicate(keys, n);
+	if (keys != small)
+		free(keys);
+	return dup;
+}
+
 const char *fs_json_duplicate_key(const cJSON *node)
 {
 	if (!node)
 		return NULL;
-	if (cJSON_IsObject(node)) {
-		size_t n = 0;
-		for (const cJSON *c = node->child; c; c = c->next)
-			n++;
-		if (n > 1) {
-			const char *small[32], **keys = n <= 32 ? small : malloc(n * sizeof *keys);
-			if (keys) { /* out of memory: the check is skipped, not the file */
-				size_t k = 0;
-				for (const cJSON *c = node->child; c; c = c->next)
-					keys[k++] = c->string ? c->string : "";
-				const char *dup = fs_first_duplicate(keys, n);
-				if (keys != small)
-					free(keys);
-				if (dup)
-					return dup;
-			}
-		}
-	}
+	const char *own = fs_json_duplicate_member(node);
+	if (own)
+		return own;
 	for (const cJSON *c = node->child; c; c = c->next) {
 		const char *dup = fs_json_duplicate_key(c);
 		if (dup)

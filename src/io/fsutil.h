@@ -41,6 +41,8 @@ const char *fs_first_duplicate(const char **names, size_t n);
  * strata and by transformers is refused rather than read two ways.
  * fs_read_json refuses such files. */
 const char *fs_json_duplicate_key(const struct cJSON *node);
+/* The same for node's own members alone (not those of objects inside it). */
+const char *fs_json_duplicate_member(const struct cJSON *node);
 /* Add v to r under key in digits that read back as v exactly (cJSON's own
  * printing keeps 15); null where v is not finite. */
 void json_add_exact(struct cJSON *r, const char *key, double v);
