@@ -3195,4 +3195,16 @@ Test(faults, closed_standard_streams, .timeout = 120)
 	cr_expect(rc == 1 && strstr(out, "--input -: standard input is closed") &&
 			  cu_run(NULL, 0, "test ! -e %s/p", dir) == 0,
 		  "%s", out);
+	/* an endless device, as a path or on standard input: refused (it read
+	 * until the disk was full); /dev/null is an empty input */
+	const char *endless[] = {"--input /dev/zero", "--input - < /dev/urandom"};
+	for (int i = 0; i < 2; i++) {
+		rc = cu_run(out, sizeof out, "timeout 20 %s prepare %s --out %s/z%d", cu_bin(), endless[i],
+			    dir, i);
+		cr_expect(rc == 2 && strstr(out, "is a character device: its reads have no end") &&
+				  cu_run(NULL, 0, "test ! -e %s/z%d", dir, i) == 0,
+			  "%s: rc %d: %s", endless[i], rc, out);
+	}
+	rc = cu_run(out, sizeof out, "%s prepare --input /dev/null --out %s/n", cu_bin(), dir);
+	cr_expect(rc == 1 && strstr(out, "the input text is empty"), "%s", out);
 }

@@ -114,8 +114,19 @@ int prep_source_open(struct prep_source *src, const char *path, size_t min)
 	*src = (struct prep_source){.fd = open(path, O_RDONLY | O_CLOEXEC)};
 	ST_CHECK(src->fd >= 0, "check the path and its permissions", "cannot open %s: %s",
 		 prep_shown(path), strerror(errno));
-	struct stat st;
+	struct stat st, null;
 	int err = fstat(src->fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+	/* a device like /dev/zero or /dev/urandom never ends: it ran until the
+	 * disk was full (a terminal ends at ^D, and /dev/null at once) */
+	if (!err && S_ISCHR(st.st_mode) && !isatty(src->fd) &&
+	    !(stat("/dev/null", &null) == 0 && null.st_rdev == st.st_rdev)) {
+		close(src->fd);
+		*src = (struct prep_source){.fd = -1};
+		ST_USAGE_ERROR("give a file, or pipe a finite text to --input -",
+			       "--input %s is a character device: its reads have no end",
+			       prep_shown(path));
+		return ST_FAIL;
+	}
 	const size_t want = min > part_bytes() ? min : part_bytes();
 	size_t cap = 0;
 	while (!err && !src->eof && src->len < want) {
