@@ -658,6 +658,12 @@ Test(gguf, bad_files)
 		{"version 9", "cp %s %s/x.gguf && printf '\\x09' | dd of=%s/x.gguf bs=1 seek=4 conv=notrunc 2>/dev/null",
 		 "version 9"},
 		{"another architecture", "sed 's/llama/gemm2/' %s > %s/x.gguf", "unsupported architecture"},
+		/* a NUL in the name, shown (it read as 'llam') */
+		{"a NUL in the architecture",
+		 "python3 -c \"import sys; d = open(sys.argv[1], 'rb').read(); "
+		 "k = d.index(b'general.architecture') + 20 + 12; "
+		 "open(sys.argv[2] + '/x.gguf', 'wb').write(d[:k] + b'llam\\x00' + d[k + 5:])\" %s %s",
+		 "unsupported architecture 'llam\\x00'"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		char cmd[1024];

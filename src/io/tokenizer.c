@@ -10,6 +10,7 @@
 #include "io/bpe.h"
 #include "io/fsutil.h"
 #include "io/tokenizer.h"
+#include "util/utf8.h"
 #include "util/check.h"
 
 void tokenizer_byte(struct st_tokenizer *tk)
@@ -30,21 +31,6 @@ static int find_special(const struct st_bpe *b, const char *const *names)
 			return id;
 	}
 	return -1;
-}
-
-/* text as printable ASCII for a message: other bytes as \xNN (a token of a
- * byte-level vocabulary may be part of a UTF-8 character) */
-static void printable(char *out, size_t n, const char *text, size_t len)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < len && o + 5 < n; i++) {
-		const unsigned char c = (unsigned char)text[i];
-		if (c >= 0x20 && c < 0x7f && c != '\\')
-			out[o++] = (char)c;
-		else
-			o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
-	}
-	out[o] = '\0';
 }
 
 /* An end token from a JSON number: added to end_ids where it is an added
@@ -147,10 +133,10 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 			const char *own =
 				*ids[k] >= 0 ? bpe_token_bytes(tk->bpe, (uint32_t)*ids[k], &olen) : NULL;
 			char shown[96] = "", use[160] = "none";
-			printable(shown, sizeof shown, text ? text : "", text ? len : 0);
+			st_printable(shown, sizeof shown, text ? text : "", text ? len : 0);
 			if (own) {
 				char o[96];
-				printable(o, sizeof o, own, olen);
+				st_printable(o, sizeof o, own, olen);
 				snprintf(use, sizeof use, "'%s' (id %d)", o, *ids[k]);
 			}
 			st_log_warn("%s: %s %d is '%s', an ordinary token of the tokenizer, not one of "

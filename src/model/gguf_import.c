@@ -115,11 +115,13 @@ static int cfg_from_gguf(struct st_config *cfg, const struct st_gguf *g)
 	ST_CHECK(!pre || pre->type == GGUF_STRING, "the file's metadata is damaged",
 		 "%s: tokenizer.ggml.pre is not a string (llama.cpp refuses it too)", g->path);
 	const char *arch = gguf_get_str(g, "general.architecture", &n);
+	char shown[96]; /* a NUL or control byte shown as \xNN ("llama\0" read as 'llama') */
+	if (arch)
+		st_printable(shown, sizeof shown, arch, n);
 	ST_CHECK(arch && n == 5 && !memcmp(arch, "llama", 5),
 		 "strata reads llama-architecture GGUF files (LLaMA, Mistral-style, SmolLM, ...)",
-		 "%s: unsupported architecture '%.*s'", g->path,
-		 arch ? (int)n : gguf_kv(g, "general.architecture") ? 12 : 7,
-		 arch ? arch : gguf_kv(g, "general.architecture") ? "not a string" : "missing");
+		 "%s: unsupported architecture '%s'", g->path,
+		 arch ? shown : gguf_kv(g, "general.architecture") ? "not a string" : "missing");
 	memset(cfg, 0, sizeof *cfg);
 	ST_TRY(meta_size(g, "llama.embedding_length", 0, &cfg->dim));
 	ST_TRY(meta_size(g, "llama.block_count", 0, &cfg->n_layers));

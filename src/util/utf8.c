@@ -1,4 +1,6 @@
 /* UTF-8 validity; see utf8.h. */
+#include <stdio.h>
+
 #include "util/utf8.h"
 
 /* The length of the well-formed UTF-8 sequence at s (at most n bytes), or 0. */
@@ -33,4 +35,17 @@ long st_utf8_bad(const char *s, size_t n)
 		i += k;
 	}
 	return -1;
+}
+
+void st_printable(char *out, size_t n, const char *text, size_t len)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < len && o + 5 < n; i++) {
+		const unsigned char c = (unsigned char)text[i];
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			out[o++] = (char)c;
+		else
+			o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
+	}
+	out[o] = '\0';
 }
