@@ -424,8 +424,9 @@ Test(plan, disk_cpu_share_on_shared_cores)
  * matmul rate of the side that runs it: on shared cores, everything in
  * memory, the step grows by exactly their FLOPs over the profile's rate;
  * with a GPU's profile, CPU updates run at the CPU's matmul rate, not the
- * GPU's (they were left out: a 60M GaLore run took 3.5x its predicted
- * step). */
+ * GPU's; per-layer GaLore's backward hook (hook_flops) adds its FLOPs once
+ * per micro-batch at the CPU's rate (they were left out: a 60M GaLore run
+ * took 3.5x its predicted step). */
 Test(plan, update_matmuls_charged)
 {
 	struct desc d;
@@ -468,6 +469,25 @@ Test(plan, update_matmuls_charged)
 	}
 	cr_expect_gt(step[1], step[0] * 5, "a 10x slower CPU matmul: step %.4f vs %.4f s", step[1],
 		     step[0]);
+	desc_free(&d);
+
+	/* per-layer GaLore's hook projects each micro-batch's gradient in its
+	 * backward: 2 micro-batches add twice its FLOPs, at the CPU's rate */
+	desc_make(&d, "llama-60m", 0, 1, 64, 2);
+	cpu.cpu_matmul_gflops = 200;
+	for (int k = 0; k < 2; k++) {
+		d.pm.hook_flops = k ? upd : NULL;
+		struct st_plan_opts o = opts(0, 0, 0);
+		o.device_updates = 0;
+		struct st_plan p;
+		cr_assert_eq(plan_make(&p, &d.pm, &cpu, &o), ST_OK);
+		step[k] = p.t.step_s;
+		plan_free(&p);
+	}
+	const double hook = 2 * total / (cpu.cpu_matmul_gflops * 1e9);
+	cr_expect(fabs(step[1] - step[0] - hook) <= 1e-9 * step[1],
+		  "the hooks added %.6f s, twice their FLOPs at the CPU's matmul rate %.6f s",
+		  step[1] - step[0], hook);
 	free(upd);
 	desc_free(&d);
 }

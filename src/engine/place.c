@@ -1,6 +1,7 @@
 /* Placement rules; see place.h. */
 #include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,13 @@ static int pool_s(const struct st_place_opts *o) { return o->prefetch + 1 > 2 ? 
 #define POOL_G 4
 
 /* The largest slab, rounded as the store rounds its staging buffers. */
+/* a + b, SIZE_MAX where it would wrap: sums of the host's fixed parts
+ * never come out small and pass a budget */
+static size_t sat_add(size_t a, size_t b)
+{
+	return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
 static size_t max_of(const size_t *v, int n)
 {
 	size_t m = 0;
@@ -141,7 +149,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 		}
 
 	/* 2. the host: what the device left, then optimizer state */
-	size_t host = o->host_reserved + o->host_fixed + o->host_scratch;
+	size_t host = sat_add(sat_add(o->host_reserved, o->host_fixed), o->host_scratch);
 	undecided = 0;
 	for (int u = 0; u < n; u++)
 		for (int k = 0; k < 3; k++) {
@@ -192,7 +200,7 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 					 what[i]);
 		const size_t need = host + pools + rest;
 		ST_ERROR(o->host_fixed > H && o->host_fixed_hint ? o->host_fixed_hint
-			 : o->host_fixed + o->host_scratch > H && o->host_scratch_hint
+			 : sat_add(o->host_fixed, o->host_scratch) > H && o->host_scratch_hint
 				 ? o->host_scratch_hint
 			 : rest ? "raise --host-mem, or give --offload-dir DIR (one per SSD) for the rest"
 			 : o->host_reserved ? "raise --host-mem, or swap fewer layers to the host"

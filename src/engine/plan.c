@@ -152,13 +152,21 @@ static double dev_rate(const struct sim *s)
 	return (s->pm->quantized ? s->prof->dev_adamw8bit_mparams : s->prof->dev_adamw_mparams) * 1e6;
 }
 
+/* The CPU's matmul rate (FLOP/s): a profile made in code may leave it 0,
+ * as a file without the key reads (profile.h). */
+static double cpu_mm_rate(const struct sim *s)
+{
+	const double g = s->prof->cpu_matmul_gflops;
+	return (g > 0 ? g : s->prof->matmul_gflops) * 1e9;
+}
+
 /* Seconds of unit u's update on the device (dev) or the CPU: its
  * elementwise optimizer at the profile's rate, and its matmuls (GaLore's
- * projections) at that side's matmul rate. */
+ * projections back) at that side's matmul rate. */
 static double upd_s(const struct sim *s, int u, int dev)
 {
-	const double gflops = dev ? s->prof->matmul_gflops : s->prof->cpu_matmul_gflops;
-	const double mm = s->pm->upd_flops ? s->pm->upd_flops[u] / (gflops * 1e9) : 0;
+	const double f = s->pm->upd_flops ? s->pm->upd_flops[u] : 0;
+	const double mm = f > 0 ? f / (dev ? s->prof->matmul_gflops * 1e9 : cpu_mm_rate(s)) : 0;
 	return (double)s->pm->numel[u] / (dev ? dev_rate(s) : cpu_rate(s)) + mm;
 }
 
@@ -271,7 +279,11 @@ static void sim_step(struct sim *s, double *now)
 			double flops = 2 * pm->fwd_flops[u];
 			if (u >= 1 && u <= L && s->p->act[u - 1] == ST_ACT_RECOMPUTE)
 				flops += pm->fwd_flops[u];
-			*now = serve(s, Q_COMPUTE, ready, flops / rate);
+			/* and its hook's CPU matmuls (per-layer GaLore projecting
+			 * the gradient), on the compute thread */
+			const double hook = pm->hook_flops ? pm->hook_flops[u] : 0;
+			*now = serve(s, Q_COMPUTE, ready,
+				     flops / rate + (hook > 0 ? hook / cpu_mm_rate(s) : 0));
 			if (u >= 1 && u <= L)
 				pool_drop(s, ST_SLAB_A, u); /* used: discarded */
 			if (pm->g_bytes && !s->p->dev_update[u])

@@ -58,6 +58,9 @@ struct st_plan_model {
 	const double *fwd_flops;           /* per unit: one micro-batch's forward */
 	const double *upd_flops;           /* per unit: its update's matmul FLOPs a step
 					    * (GaLore's projections); NULL: none */
+	const double *hook_flops;          /* per unit: the CPU matmul FLOPs its backward's
+					    * hook adds each micro-batch (per-layer GaLore
+					    * projecting the gradient); NULL: none */
 	size_t act_layer, act_input, act_rest; /* bytes: a layer's saved tensors, a
 						* recomputed layer's input, the head's block */
 	int grad_accum;

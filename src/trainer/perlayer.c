@@ -14,26 +14,43 @@ static size_t acc_numel(const struct st_optim *o, int i)
 	return o->ps[i].galore ? o->ps[i].state_numel : o->m->params[i].numel;
 }
 
+struct phase_floats {
+	int phase;
+	size_t floats;
+};
+
+static int by_phase(const void *a, const void *b)
+{
+	const int x = ((const struct phase_floats *)a)->phase, y = ((const struct phase_floats *)b)->phase;
+	return (x > y) - (x < y);
+}
+
 /* The projector backups' capacity in floats: the most projector floats any
- * update t > 1 refreshes (the matrices sharing a phase); and how many. */
+ * update t > 1 refreshes (the matrices sharing a phase); and how many.
+ * Over the matrices, not the gap's phases: a gap of 2e9 took an array of
+ * 16 GB and seconds to scan. */
 static size_t backup_floats(const struct st_optim *o, int *count)
 {
 	const struct st_model *m = o->m;
-	const int gap = o->cfg.galore_gap;
-	size_t *per_phase = st_calloc((size_t)gap, sizeof *per_phase), most = 0;
+	struct phase_floats *pf = st_calloc((size_t)m->n_params + 1, sizeof *pf);
 	*count = 0;
-	if (!per_phase)
+	if (!pf)
 		return SIZE_MAX;
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_pstate *ps = &o->ps[i];
-		if (is_layer(m, m->params[i].unit) && ps->galore && !ps->full) {
-			per_phase[ps->phase] += galore_proj_numel(ps);
-			(*count)++;
-		}
+		if (is_layer(m, m->params[i].unit) && ps->galore && !ps->full)
+			pf[(*count)++] = (struct phase_floats){ps->phase, galore_proj_numel(ps)};
 	}
-	for (int k = 0; k < gap; k++)
-		most = per_phase[k] > most ? per_phase[k] : most;
-	free(per_phase);
+	qsort(pf, (size_t)*count, sizeof *pf, by_phase);
+	size_t most = 0;
+	for (int k = 0; k < *count;) {
+		size_t sum = 0;
+		const int phase = pf[k].phase;
+		for (; k < *count && pf[k].phase == phase; k++)
+			sum += pf[k].floats;
+		most = sum > most ? sum : most;
+	}
+	free(pf);
 	return most;
 }
 

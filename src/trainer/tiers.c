@@ -4,6 +4,7 @@
  * `strata plan`, which stops after printing the plan. */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,7 +104,8 @@ struct tier_choice {
 	size_t *wb, *numel;
 	size_t *gb;          /* per-layer GaLore's gradient slabs (else the weights' sizes) */
 	double *flops;
-	double *upd_flops;   /* GaLore's projections, per unit */
+	double *upd_flops;   /* GaLore's projections, per unit: by the update */
+	double *hook_flops;  /* and by per-layer GaLore's backward hook */
 	unsigned char *act;  /* forced activation policy, when po.act */
 	struct st_profile prof;
 	int have_prof;
@@ -120,6 +122,7 @@ static void tier_choice_free(struct tier_choice *ch)
 	free(ch->numel);
 	free(ch->flops);
 	free(ch->upd_flops);
+	free(ch->hook_flops);
 	free(ch->act);
 	memset(ch, 0, sizeof *ch);
 }
@@ -250,7 +253,9 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	ch->have_prof = 1;
 	if (ch->n_dirs)
 		ST_TRY(measure_disk(tr, ch));
-	else if (!stale && was.disk_read_gbs > 0) { /* the disk's rates kept for the next run that has one */
+	/* the disk's rates kept for the next run that has one (none measured
+	 * now, or a measurement the run could do without failed) */
+	if (!stale && was.disk_read_gbs > 0 && !ch->prof.disk_read_gbs) {
 		ch->prof.disk_read_gbs = was.disk_read_gbs;
 		ch->prof.disk_write_gbs = was.disk_write_gbs;
 		ch->prof.disk_cpu_share = was.disk_cpu_share;
@@ -369,21 +374,24 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ch->numel = st_calloc((size_t)n, sizeof *ch->numel);
 	ch->flops = st_calloc((size_t)n, sizeof *ch->flops);
 	ch->upd_flops = st_calloc((size_t)n, sizeof *ch->upd_flops);
+	ch->hook_flops = st_calloc((size_t)n, sizeof *ch->hook_flops);
 	ch->gb = st_calloc((size_t)n, sizeof *ch->gb);
-	if (!ch->wb || !ch->numel || !ch->flops || !ch->upd_flops || !ch->gb)
+	if (!ch->wb || !ch->numel || !ch->flops || !ch->upd_flops || !ch->hook_flops || !ch->gb)
 		return ST_FAIL;
 	/* GaLore's matmuls: each matrix's gradient projected (R = P^T G or
-	 * G P^T: 2 r m n), in every micro-batch's backward with per-layer
-	 * updates, once a step otherwise, and the update projected back (2 r m
-	 * n). A projector's refresh, once per --galore-update-gap, is left out:
-	 * over the default 200 updates it adds a few percent. Left out of the
-	 * prediction, a 60M run at rank 128 took 3.5x its predicted step. */
+	 * G P^T: 2 r m n), in every micro-batch's backward hook with per-layer
+	 * updates, by the update otherwise, and the update projected back (2 r
+	 * m n). A projector's refresh, once per --galore-update-gap, is left
+	 * out: over the default 200 updates it adds a few percent. Left out of
+	 * the prediction, a 60M run at rank 128 took 3.5x its predicted step. */
 	for (int i = 0; i < m->n_params; i++) {
 		const struct st_pstate *ps = &tr->opt.ps[i];
 		if (!ps->galore)
 			continue;
 		const double proj = 2.0 * ps->rank * (double)ps->rows * ps->cols;
-		ch->upd_flops[m->params[i].unit] += proj * ((tr->per_layer ? tr->o.grad_accum : 1) + 1);
+		const int u = m->params[i].unit;
+		ch->upd_flops[u] += tr->per_layer ? proj : 2 * proj;
+		ch->hook_flops[u] += tr->per_layer ? proj : 0;
 	}
 	size_t need = 0;
 	for (int u = 0; u < n; u++) {
@@ -410,6 +418,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		.n_units = n, .n_layers = m->cfg.n_layers, .w_bytes = ch->wb,
 		.g_bytes = ch->gb, .s_bytes = tr->opt.unit_bytes,
 		.numel = ch->numel, .fwd_flops = ch->flops, .upd_flops = ch->upd_flops,
+		.hook_flops = ch->hook_flops,
 		.act_layer = acts_layer_floats(m, B, T) * sizeof(float),
 		.act_input = acts_input_floats(m, B, T) * sizeof(float),
 		.act_rest = acts_rest_floats(m, B, T) * sizeof(float),
@@ -424,6 +433,18 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->po.place.prefetch = n - 1;
 	}
 	ch->po.threaded_updates = 1;
+	/* GaLore's projection scratch (the projector's LAPACK workspace above
+	 * all: an exact SVD's for a 2048 x 5632 matrix makes it 147 MiB) and
+	 * per-layer GaLore's accumulators are host memory the run holds beside
+	 * the store: in the host budget below, and in what the budgets are
+	 * sized for */
+	ch->po.place.host_scratch = galore_scratch_bytes(&tr->opt);
+	if (tr->per_layer) {
+		ch->po.place.host_fixed = perlayer_host_bytes(&tr->opt);
+		if (ch->po.place.host_fixed == SIZE_MAX)
+			return ST_FAIL; /* out of memory counting them (said) */
+	}
+	need += ch->po.place.host_scratch + ch->po.place.host_fixed;
 	ST_TRY(tiers_budgets(tr->o.device_mem, tr->o.host_mem, need, ch->po.place.budget));
 	ST_TRY(forced_choices(tr, ch));
 	ST_TRY(parse_place(tr->o.place, ch->po.place.force));
@@ -434,10 +455,6 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	 * device updates. A scratch per updating thread would allow them. */
 	if (is_galore(tr))
 		ch->po.device_updates = 0;
-	/* that scratch (the projector's LAPACK workspace above all: an exact
-	 * SVD of a 2048 x 5632 matrix takes 118 MiB) is host memory the run
-	 * holds beside the store */
-	ch->po.place.host_scratch = galore_scratch_bytes(&tr->opt);
 	ch->po.place.host_scratch_what = "GaLore's projection scratch";
 	ch->po.place.host_scratch_hint =
 		tr->opt.cfg.galore_proj == ST_GALORE_SVD
@@ -453,7 +470,6 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->po.place.force[ST_SLAB_G] = ST_TIER_DEVICE;
 		ch->po.device_updates = 0; /* its updates run in the backward's hook */
 		/* every layer's accumulator lives until the step's norm is known */
-		ch->po.place.host_fixed = perlayer_host_bytes(&tr->opt);
 		ch->po.place.host_fixed_what =
 			"per-layer GaLore's gradient accumulators and projector backups";
 		ch->po.place.host_fixed_hint = "raise --host-mem, or lower --galore-rank";
