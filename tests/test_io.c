@@ -294,31 +294,6 @@ Test(io, f16_exhaustive)
 #endif
 }
 
-/* kB of a /proc/self/status field (VmRSS, VmHWM). */
-static long status_kb(const char *field)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	cr_assert(f);
-	char line[256];
-	long kb = -1;
-	while (kb < 0 && fgets(line, sizeof line, f))
-		if (!strncmp(line, field, strlen(field)) && line[strlen(field)] == ':')
-			kb = strtol(line + strlen(field) + 1, NULL, 10);
-	fclose(f);
-	cr_assert_geq(kb, 0, "no %s", field);
-	return kb;
-}
-
-/* The peak resident set from now on: VmHWM reset to VmRSS (clear_refs 5). */
-static long peak_from_now(void)
-{
-	FILE *f = fopen("/proc/self/clear_refs", "w");
-	cr_assert(f);
-	fputs("5", f);
-	fclose(f);
-	return status_kb("VmRSS");
-}
-
 /* Tensors larger than the 64 MiB allowance over the budgets are read a
  * slice at a time, each slice's mapped pages dropped once copied: loading
  * a 64 MiB F32, a 32 MiB BF16 (converted) and a 64 MiB U8 tensor raises the
@@ -352,15 +327,15 @@ Test(io, large_tensors_load_a_slice_at_a_time, .timeout = 120)
 	memset(got, 0, n * sizeof *got); /* the destinations resident before */
 	memset(ugot, 0, un);
 	const long slack = 24 << 10; /* kB: a slice (8 MiB) and its neighbours' edges */
-	long base = peak_from_now();
+	long base = tu_peak_from_now();
 	cr_assert_eq(safetensors_load_f32(&sf, "f", 2, t[0].shape, got), ST_OK);
-	cr_expect_leq(status_kb("VmHWM") - base, slack, "F32: the peak rose %ld kB",
-		      status_kb("VmHWM") - base);
+	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "F32: the peak rose %ld kB",
+		      tu_status_kb("VmHWM") - base);
 	cr_expect(!memcmp(got, f, n * sizeof *f), "F32 values");
-	base = peak_from_now();
+	base = tu_peak_from_now();
 	cr_assert_eq(safetensors_load_f32(&sf, "h", 1, t[1].shape, got), ST_OK);
-	cr_expect_leq(status_kb("VmHWM") - base, slack, "BF16: the peak rose %ld kB",
-		      status_kb("VmHWM") - base);
+	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "BF16: the peak rose %ld kB",
+		      tu_status_kb("VmHWM") - base);
 	size_t bad = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t bits;
@@ -368,16 +343,16 @@ Test(io, large_tensors_load_a_slice_at_a_time, .timeout = 120)
 		bad += bits != (uint32_t)h[i] << 16;
 	}
 	cr_expect_eq(bad, 0, "BF16: %zu values converted wrongly", bad);
-	base = peak_from_now();
+	base = tu_peak_from_now();
 	cr_assert_eq(safetensors_load_raw(&sf, "u", ST_DT_U8, 1, t[2].shape, ugot, un), ST_OK);
-	cr_expect_leq(status_kb("VmHWM") - base, slack, "U8: the peak rose %ld kB",
-		      status_kb("VmHWM") - base);
+	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "U8: the peak rose %ld kB",
+		      tu_status_kb("VmHWM") - base);
 	cr_expect(!memcmp(ugot, u, un), "U8 values");
-	base = peak_from_now();
+	base = tu_peak_from_now();
 	const void *v = safetensors_view_raw(&sf, "u", ST_DT_U8, 1, t[2].shape, un);
 	cr_assert(v);
-	cr_expect_leq(status_kb("VmHWM") - base, slack, "a view's check: the peak rose %ld kB",
-		      status_kb("VmHWM") - base);
+	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "a view's check: the peak rose %ld kB",
+		      tu_status_kb("VmHWM") - base);
 	cr_expect(!memcmp(v, u, un), "the view's bytes");
 	safetensors_view_done(&sf, v);
 	safetensors_close(&sf);

@@ -1,6 +1,7 @@
 /* Trainer tests, end to end through the strata binary and the library:
  * exact SGD step, bit-identical resume, loss falling on the real corpus,
  * bad input with clear errors, and crash safety of checkpoints. */
+#include <fcntl.h>
 #include <math.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include "optim/quantmap.h"
 #include "store/store.h"
 #include "trainer/data.h"
+#include "testutil.h"
 #include "trainer/trainer.h"
 #include "util/check.h"
 #include "util/utf8.h"
@@ -1452,6 +1454,60 @@ Test(train, jsonl_prompt_completion_masks)
 			"%s/blank.jsonl --out %s/blank --val-fraction 0", dir, cu_bin(), dir, dir);
 	expect_fail("no examples", "holds no example and no text", rc);
 	cr_expect_neq(cu_run(NULL, 0, "test -e %s/blank/train.bin", dir), 0);
+}
+
+/* A token shard is read window by window without staying resident: its
+ * hash at open (with its largest token) and a long run's random training
+ * windows and a pass of evaluation over all of it raise the peak resident
+ * set by a few MiB, not by the shard (a 291 MiB train.bin kept a run 252
+ * MiB past its budgets + 64 MiB), and the windows are the shard's tokens.
+ * (A token past the vocabulary, now found by the largest token the open
+ * notes, is in `bad_data`.) */
+Test(train, shards_read_without_staying_resident, .timeout = 120)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "bigshard");
+	snprintf(path, sizeof path, "%s/train.bin", dir);
+	const uint64_t n = (uint64_t)64 << 20; /* 128 MiB of 2-byte tokens */
+	struct shard_writer w = {0};
+	cr_assert_eq(shard_writer_open(&w, path, 258, "byte"), ST_OK);
+	uint32_t *piece = malloc((1u << 20) * sizeof *piece);
+	cr_assert(piece);
+	for (uint64_t at = 0; at < n; at += 1u << 20) {
+		for (uint32_t i = 0; i < 1u << 20; i++)
+			piece[i] = (uint32_t)((at + i) * 7 % 257);
+		cr_assert_eq(shard_writer_put(&w, piece, 1u << 20), ST_OK);
+	}
+	cr_assert_eq(shard_writer_finish(&w), ST_OK);
+	free(piece);
+	const long slack = 24 << 10; /* kB */
+	struct st_data d;
+	long base = tu_peak_from_now();
+	cr_assert_eq(data_open(&d, path, path, 258, 1), ST_OK);
+	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "open: the peak rose %ld kB",
+		      tu_status_kb("VmHWM") - base);
+	const int b = 8, t = 256;
+	int32_t *tok = malloc((size_t)64 * t * sizeof *tok), *tgt = malloc((size_t)64 * t * sizeof *tgt);
+	cr_assert(tok && tgt);
+	base = tu_peak_from_now();
+	int bad = 0;
+	for (long step = 0; step < 4000; step++) {
+		data_train_batch(&d, tok, tgt, b, t, 1, step, 0);
+		for (int i = 0; i + 1 < t; i++)
+			bad += tgt[i] != tok[i + 1] || (tok[i + 1] - tok[i] + 257) % 257 != 7;
+	}
+	cr_expect_eq(bad, 0, "%d windows' tokens are not the shard's", bad);
+	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "training windows: the peak rose %ld kB",
+		      tu_status_kb("VmHWM") - base);
+	base = tu_peak_from_now();
+	const long windows = data_val_windows(&d, t);
+	for (long first = 0; first < windows; first += 64)
+		data_val_batch(&d, tok, tgt, 64, t, first);
+	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "evaluation: the peak rose %ld kB",
+		      tu_status_kb("VmHWM") - base);
+	data_close(&d);
+	free(tok);
+	free(tgt);
 }
 
 Test(train, unwritable_out_and_existing_run)

@@ -2,9 +2,12 @@
 #ifndef ST_TESTUTIL_H
 #define ST_TESTUTIL_H
 
+#include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* splitmix64: fresh, reproducible random inputs per test (seed from the test). */
 static inline uint64_t tu_next(uint64_t *s)
@@ -54,6 +57,31 @@ static inline double tu_max_relerr(const float *a, const double *b, size_t n, do
 			worst = isnan(e) ? INFINITY : e;
 	}
 	return worst;
+}
+
+/* kB of a /proc/self/status field (VmRSS, VmHWM). */
+static inline long tu_status_kb(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	cr_assert(f);
+	char line[256];
+	long kb = -1;
+	while (kb < 0 && fgets(line, sizeof line, f))
+		if (!strncmp(line, field, strlen(field)) && line[strlen(field)] == ':')
+			kb = strtol(line + strlen(field) + 1, NULL, 10);
+	fclose(f);
+	cr_assert_geq(kb, 0, "no %s", field);
+	return kb;
+}
+
+/* The peak resident set from now on: VmHWM reset to VmRSS (clear_refs 5). */
+static inline long tu_peak_from_now(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	cr_assert(f);
+	fputs("5", f);
+	fclose(f);
+	return tu_status_kb("VmRSS");
 }
 
 #endif

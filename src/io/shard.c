@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "io/fsutil.h"
@@ -87,12 +88,44 @@ static int shard_validate(struct st_shard *s)
 		 path, (unsigned long long)s->n_tokens, s->token_bytes, (unsigned long long)data);
 
 	s->tokens = h + ST_SHARD_HEADER;
-	uint64_t want = rd64(h + 56), got = fnv1a(FNV_BASIS, s->tokens, (size_t)data);
+	/* hashed, and its largest token found, a slice at a time, each slice's
+	 * pages released after it */
+	const uint64_t want = rd64(h + 56), slice = (uint64_t)1 << 22; /* tokens */
+	uint64_t got = FNV_BASIS;
+	s->max_token = 0;
+	for (uint64_t at = 0; at < s->n_tokens; at += slice) {
+		const uint64_t n = s->n_tokens - at < slice ? s->n_tokens - at : slice;
+		got = fnv1a(got, s->tokens + at * s->token_bytes, (size_t)(n * s->token_bytes));
+		for (uint64_t i = at; i < at + n; i++) {
+			const uint32_t t = shard_token(s, i);
+			s->max_token = t > s->max_token ? t : s->max_token;
+		}
+		shard_release(s, at, n);
+	}
 	ST_CHECK(got == want, REPREPARE,
 		 "%s is corrupt: token data hash mismatch (FNV-1a 64 of the tokens is %016llx, the header says %016llx)",
 		 path, (unsigned long long)got, (unsigned long long)want);
 	s->hash = got;
 	return ST_OK;
+}
+
+void shard_release(const struct st_shard *s, uint64_t first, uint64_t n)
+{
+	if (!s->map || !n)
+		return;
+	/* every page they touch and its neighbours, in whole 2 MiB blocks: a
+	 * read fault maps the pages around it too (fault-around, 64 KiB by
+	 * default, at most 2 MiB), and dropping only the window's own page
+	 * left those, 118 MiB over 32000 random windows. None is ever
+	 * written, so any may go. */
+	const size_t block = (size_t)2 << 20;
+	const size_t at = (size_t)(s->tokens - (const uint8_t *)s->map);
+	size_t b = at + (size_t)(first * s->token_bytes), e = b + (size_t)(n * s->token_bytes);
+	b = b / block * block;
+	e = (e + block - 1) / block * block;
+	e = e < s->map_size ? e : s->map_size;
+	if (e > b)
+		madvise((char *)s->map + b, e - b, MADV_DONTNEED);
 }
 
 int shard_has_magic(const void *text, size_t len)

@@ -31,6 +31,7 @@ struct st_shard {
 	uint64_t n_tokens;
 	char tokenizer[ST_SHARD_NAME + 1];
 	uint64_t hash;         /* FNV-1a 64 of the token bytes (the header's, verified) */
+	uint32_t max_token;    /* the largest token (0 for none), found with the hash */
 	const uint8_t *tokens; /* into map */
 };
 
@@ -45,6 +46,12 @@ static inline uint32_t shard_token(const struct st_shard *s, uint64_t i)
 		return ((const uint16_t *)s->tokens)[i];
 	return ((const uint32_t *)s->tokens)[i];
 }
+/* Tokens [first, first + n) read: their pages leave the resident set (the
+ * mapping is read-only, so they come back from the file when read again).
+ * A shard is read window by window, so a corpus larger than memory never
+ * stays resident: the whole of it did, after its hash at open and after a
+ * long run's random windows. */
+void shard_release(const struct st_shard *s, uint64_t first, uint64_t n);
 /* Write a shard atomically (temp file, fsync, rename). tokens are < vocab. */
 int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab,
 		const char *tokenizer);

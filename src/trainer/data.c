@@ -23,7 +23,10 @@ int data_check_shard(const struct st_shard *s, int vocab_size, int min_tokens)
 	 * or past it says header and tokens disagree */
 	ST_CHECK(s->vocab_size >= 1, "re-run strata prepare: the shard is damaged",
 		 "%s: the header's vocabulary size is 0", s->path);
-	for (uint64_t i = 0; i < s->n_tokens; i++) {
+	const uint32_t limit = s->vocab_size < (uint32_t)vocab_size ? s->vocab_size : (uint32_t)vocab_size;
+	if (s->max_token < limit) /* the largest token, found at open */
+		return ST_OK;
+	for (uint64_t i = 0; i < s->n_tokens; i++) { /* the first past it, for the message */
 		uint32_t tok = shard_token(s, i);
 		ST_CHECK(tok < (uint32_t)vocab_size, "re-run strata prepare with the model's tokenizer",
 			 "%s: token %u at position %llu is >= the model's vocabulary size %d", s->path,
@@ -69,7 +72,7 @@ static int open_mask(struct st_shard *mask, int *has, const struct st_shard *s)
 		 "%s does not match %s (%llu mask entries for %llu tokens)", path, s->path,
 		 (unsigned long long)mask->n_tokens, (unsigned long long)s->n_tokens);
 	/* said as a mask's values, not as tokens past a vocabulary */
-	for (uint64_t i = 0; i < mask->n_tokens; i++) {
+	for (uint64_t i = 0; mask->max_token > 1 && i < mask->n_tokens; i++) {
 		const uint32_t v = shard_token(mask, i);
 		ST_CHECK(v <= 1, "re-run strata prepare: the loss mask is damaged",
 			 "%s: value %u at position %llu is not 0 or 1", path, v, (unsigned long long)i);
@@ -246,6 +249,10 @@ static void window(const struct st_shard *s, const struct st_shard *mask, int32_
 		tokens[i] = (int32_t)shard_token(s, start + (uint64_t)i);
 		targets[i] = mask && !shard_token(mask, next) ? -1 : (int32_t)shard_token(s, next);
 	}
+	/* read once: a long run's random windows held the whole shard */
+	shard_release(s, start, (uint64_t)t + 1);
+	if (mask)
+		shard_release(mask, start, (uint64_t)t + 1);
 }
 
 void data_train_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, int b, int t,
@@ -299,5 +306,14 @@ void data_val_batch(const struct st_data *d, int32_t *tokens, int32_t *targets, 
 				tgt[i] = -1;
 			}
 		}
+	}
+	/* read: released, as the training windows are */
+	const uint64_t from = (uint64_t)first * (uint64_t)t;
+	if (from < s->n_tokens) {
+		const uint64_t len = (uint64_t)b * (uint64_t)t + 1;
+		const uint64_t n_rel = s->n_tokens - from < len ? s->n_tokens - from : len;
+		shard_release(s, from, n_rel);
+		if (d->has_val_mask)
+			shard_release(&d->val_mask, from, n_rel);
 	}
 }
