@@ -2174,6 +2174,42 @@ Test(offload, peak_memory_within_budgets, .timeout = 600)
 	cu_expect_same_state(a, b, "60M per-layer GaLore offloaded vs in memory");
 }
 
+/* A resume that converts optimizer state (AdamW's fp32 moments into
+ * adamw8bit's codes) reads each moment through the file's mapping a chunk
+ * at a time, dropping the chunk's pages: with 128 MiB embedding and head
+ * tensors (vocabulary 131072, width 256) its peak resident set stays within
+ * the budgets + 64 MiB. A whole tensor stayed mapped in until it was
+ * converted: 996 MiB against 864 + 64 (found by a helper's audit). */
+Test(offload, optimizer_conversion_within_budgets, .timeout = 300)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "convrss");
+	cu_setup_run(dir, "");
+	int rc = cu_run(out, sizeof out,
+			"%s init --config tiny --out %s/t >/dev/null && sed -e 's/\"vocab_size\":\t258/"
+			"\"vocab_size\":\t131072/' -e 's/\"num_hidden_layers\":\t4/"
+			"\"num_hidden_layers\":\t1/' %s/t/config.json > %s/v.json && "
+			"%s init --config %s/v.json --out %s/v && %s train --model %s/v --data %s/data "
+			"--out %s/r --steps 1 --micro-batch 1 --seq-len 32 --eval-interval 0 "
+			"--eval-tokens 32 --threads 2",
+			cu_bin(), dir, dir, dir, cu_bin(), dir, dir, cu_bin(), dir, dir, dir);
+	cr_assert(rc == 0 && strstr(out, "vocab 131072"), "%s", out);
+	const size_t dev = 540u << 20, host = 324u << 20;
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd,
+		 "%s train --resume %s/r/step-000001 --out %s/c --steps 2 --optimizer adamw8bit "
+		 "--device-mem %zu --host-mem %zu --threads 2 --eval-tokens 32",
+		 cu_bin(), dir, dir, dev, host);
+	int status;
+	const size_t rss = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the converting resume failed: %s", cmd);
+	cr_log_info("converting resume: peak RSS %.1f MiB; budgets %.0f MiB", rss / 1048576.0,
+		    (dev + host) / 1048576.0);
+	cr_expect_leq(rss, dev + host + RSS_OVERHEAD,
+		      "the converting resume peaked at %.1f MiB, over the budgets (%.0f MiB) + %.0f",
+		      rss / 1048576.0, (dev + host) / 1048576.0, RSS_OVERHEAD / 1048576.0);
+}
+
 /* eval and sample within budgets: a 40-layer model (121 MiB of fp32
  * weights) scored with 40 MiB of budgets, most of its weights on disk, gives
  * the loss it gives in memory, greedy sampling the same text, with a peak

@@ -647,6 +647,20 @@ const void *safetensors_view_raw(const struct st_safetensors *sf, const char *na
 	return t && load_sliced(sf, t, NULL, 0) == ST_OK ? safetensors_data(sf, t) : NULL;
 }
 
+void safetensors_view_drop(const struct st_safetensors *sf, const void *p, size_t n)
+{
+	const char *map = sf->map, *b = p, *e = b + n;
+	if (!n || b < map || e > map + sf->file_size)
+		return; /* not the mapping's (an aligned copy) */
+	/* outward to whole 2 MiB blocks: a read fault maps the pages around
+	 * it too; none is ever written, so any may go */
+	const size_t block = (size_t)2 << 20;
+	size_t from = (size_t)(b - map) / block * block;
+	size_t to = ((size_t)(e - map) + block - 1) / block * block;
+	to = to < sf->file_size ? to : sf->file_size;
+	madvise((char *)sf->map + from, to - from, MADV_DONTNEED);
+}
+
 void safetensors_view_done(const struct st_safetensors *sf, const void *view)
 {
 	for (int i = 0; view && i < sf->n; i++)

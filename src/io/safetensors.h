@@ -93,6 +93,10 @@ int safetensors_load_raw(const struct st_safetensors *sf, const char *name, enum
  * to safetensors_view_done when finished, to drop its pages. */
 const void *safetensors_view_raw(const struct st_safetensors *sf, const char *name,
 				 enum st_dtype dtype, int ndim, const int64_t *shape, size_t bytes);
+/* Bytes [p, p + n) of a view read: their pages (and the neighbours a read
+ * fault mapped with them) leave the resident set, coming back from the file
+ * if read again. Nothing for memory that is not the mapping's. */
+void safetensors_view_drop(const struct st_safetensors *sf, const void *p, size_t n);
 void safetensors_view_done(const struct st_safetensors *sf, const void *view);
 const char *safetensors_meta(const struct st_safetensors *sf, const char *key);
 

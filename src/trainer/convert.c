@@ -121,12 +121,16 @@ static void moment_done(const struct st_safetensors *sf, const struct moment_src
 /* One moment into the run's layout at ps's k-th state. Returns the first
  * element that is not finite (or, for a second moment, negative), -1 when
  * all are sound, or -2 when out of memory. */
-static long convert_moment(const struct moment_src *m, const struct st_pstate *ps, int k,
-			   char *state, size_t n, int from_block, int block, const float map[256],
-			   int second)
+static long convert_moment(const struct st_safetensors *sf, const struct moment_src *m,
+			   const struct st_pstate *ps, int k, char *state, size_t n, int from_block,
+			   int block, const float map[256], int second)
 {
-	if (m->codes && ps->q8 && from_block == block) { /* as it is */
-		memcpy(state + ps->off[k], m->codes, n);
+	if (m->codes && ps->q8 && from_block == block) { /* as it is, a chunk at a time */
+		for (size_t c0 = 0; c0 < n; c0 += CHUNK) {
+			const size_t len = n - c0 < CHUNK ? n - c0 : CHUNK;
+			memcpy(state + ps->off[k] + c0, m->codes + c0, len);
+			safetensors_view_drop(sf, m->codes + c0, len);
+		}
 		memcpy(state + ps->absmax_off[k], m->absmax, ps->n_blocks * sizeof(float));
 		return -1;
 	}
@@ -164,6 +168,12 @@ static long convert_moment(const struct moment_src *m, const struct st_pstate *p
 						len, block, map);
 			else if (m->f32)
 				memcpy(out32, x, len * sizeof *x);
+			/* read: the chunk's mapped pages go (the whole tensor
+			 * stayed resident beside the budgets until moment_done) */
+			if (m->f32)
+				safetensors_view_drop(sf, m->f32 + c0, len * sizeof *m->f32);
+			if (m->codes)
+				safetensors_view_drop(sf, m->codes + c0, len);
 		}
 #pragma omp critical
 		{
@@ -198,7 +208,7 @@ int ckpt_convert_state(struct st_trainer *tr, const struct st_safetensors *sf, c
 				const size_t n = ps->state_numel;
 				struct moment_src ms;
 				rc = find_moment(sf, path, p, name, n, from_block, &ms, &used);
-				const long bad = rc == ST_OK ? convert_moment(&ms, ps, k, state, n, from_block,
+				const long bad = rc == ST_OK ? convert_moment(sf, &ms, ps, k, state, n, from_block,
 									     o->cfg.quant_block, map, k == 1)
 							     : -1;
 				moment_done(sf, &ms);
