@@ -294,6 +294,40 @@ Test(io, f16_exhaustive)
 #endif
 }
 
+/* A tokenizer's tables hold its texts themselves and the parsed file is
+ * freed after loading: a 131072-token vocabulary with as many merges (a
+ * 7.5 MiB tokenizer.json, tests/big_tokenizer.py) holds under 5 times the
+ * file (30 MiB here), where with its tree it held 62 MiB for the
+ * tokenizer's life (found by a helper's audit); and it encodes and decodes
+ * as before. */
+Test(io, tokenizer_tables_without_the_file_tree, .timeout = 120)
+{
+	char p[256], cmd[1024];
+	tpath(p, "big.json");
+	snprintf(cmd, sizeof cmd,
+		 "python3 tests/big_tokenizer.py tests/data/tokenizers/llama3/tokenizer.json %s 131072", p);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	struct stat st;
+	cr_assert_eq(stat(p, &st), 0);
+	const long before = tu_status_kb("VmRSS");
+	struct st_tokenizer tk;
+	cr_assert_eq(tokenizer_load(&tk, p), ST_OK);
+	const long held = tu_status_kb("VmRSS") - before;
+	cr_log_info("a %ld kB tokenizer.json holds %ld kB loaded", (long)st.st_size / 1024, held);
+	cr_expect_leq(held, 5 * (long)st.st_size / 1024, "loaded, it holds %ld kB for a %ld kB file",
+		      held, (long)st.st_size / 1024);
+	const char *text = "The quick brown fox jumps over the lazy dog, 12345 times.";
+	uint32_t ids[256];
+	const size_t n = tokenizer_encode(&tk, ids, text, strlen(text));
+	char back[512] = "";
+	size_t len = 0;
+	for (size_t i = 0; i < n; i++)
+		len += tokenizer_decode_one(&tk, back + len, sizeof back - len, ids[i]);
+	cr_expect(n > 0 && len == strlen(text) && !memcmp(back, text, len), "decoded '%.*s'", (int)len,
+		  back);
+	tokenizer_free(&tk);
+}
+
 /* Tensors larger than the 64 MiB allowance over the budgets are read a
  * slice at a time, each slice's mapped pages dropped once copied: loading
  * a 64 MiB F32, a 32 MiB BF16 (converted) and a 64 MiB U8 tensor raises the

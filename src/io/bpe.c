@@ -1,5 +1,6 @@
 /* Byte-level BPE from tokenizer.json: loading; see bpe.h (encoding is in
  * bpe_encode.c). */
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,6 +246,48 @@ static int load_pre_tokenizer(struct st_bpe *b, const cJSON *pt, const char *pat
 	int i = 0;
 	cJSON_ArrayForEach(it, seq)
 		ST_TRY(load_stage(b, it, ++i == n, path));
+	return ST_OK;
+}
+
+/* The texts the tables point into copied out of the parsed file, which is
+ * then freed: its tree (a node per vocabulary entry and merge, about 60 MiB
+ * for a 131072-token vocabulary) stayed for the tokenizer's life. */
+static int own_strings(struct st_bpe *b)
+{
+	size_t bytes = 0;
+	for (size_t i = 0; i < b->vocab.cap; i++)
+		bytes += b->vocab.keys[i] ? b->vocab.lens[i] + 1 : 0;
+	for (int i = 0; i < b->n_added; i++)
+		bytes += b->added[i].len + 1;
+	for (int i = 0; i < b->n_vocab; i++)
+		bytes += b->raw[i] ? b->raw_len[i] + 1 : 0;
+	char *at = b->strings = st_malloc(bytes ? bytes : 1);
+	if (!at)
+		return ST_FAIL;
+	/* each id's bytes too, one block for all (a malloc each before) */
+	for (int i = 0; i < b->n_vocab; i++)
+		if (b->raw[i]) {
+			memcpy(at, b->raw[i], b->raw_len[i]);
+			at[b->raw_len[i]] = '\0';
+			free(b->raw[i]);
+			b->raw[i] = at;
+			at += b->raw_len[i] + 1;
+		}
+	for (size_t i = 0; i < b->vocab.cap; i++)
+		if (b->vocab.keys[i]) {
+			memcpy(at, b->vocab.keys[i], b->vocab.lens[i]);
+			at[b->vocab.lens[i]] = '\0';
+			b->vocab.keys[i] = at;
+			at += b->vocab.lens[i] + 1;
+		}
+	for (int i = 0; i < b->n_added; i++) {
+		memcpy(at, b->added[i].content, b->added[i].len + 1);
+		b->added[i].content = at;
+		at += b->added[i].len + 1;
+	}
+	cJSON_Delete(b->json);
+	b->json = NULL;
+	malloc_trim(0); /* the tree's many small blocks back to the system */
 	return ST_OK;
 }
 
@@ -533,7 +576,7 @@ int bpe_load(struct st_bpe **out, const char *path)
 	vstr = NULL;
 	at_id = NULL;
 	by_text = (struct str_map){0};
-	if (build_trie(b, 0) != ST_OK || build_trie(b, 1) != ST_OK)
+	if (build_trie(b, 0) != ST_OK || build_trie(b, 1) != ST_OK || own_strings(b) != ST_OK)
 		goto fail;
 	return ST_OK;
 fail:
@@ -549,8 +592,8 @@ void bpe_free(struct st_bpe *b)
 {
 	if (!b)
 		return;
-	for (int i = 0; b->raw && i < b->n_vocab; i++)
-		free(b->raw[i]);
+	for (int i = 0; b->raw && !b->strings && i < b->n_vocab; i++)
+		free(b->raw[i]); /* in strings once loaded */
 	free(b->raw);
 	free(b->raw_len);
 	free(b->added);
@@ -568,6 +611,7 @@ void bpe_free(struct st_bpe *b)
 	for (int i = 0; i < b->n_re; i++)
 		pcre2_code_free(b->re[i]);
 	cJSON_Delete(b->json);
+	free(b->strings);
 	free(b);
 }
 

@@ -78,7 +78,9 @@ struct added_trie {
 };
 
 struct st_bpe {
-	cJSON *json;             /* owns the vocabulary strings */
+	cJSON *json;             /* the file, while it loads (NULL after) */
+	char *strings;           /* then the vocabulary's and the added tokens' texts,
+				  * which vocab's keys and added's contents point into */
 	int n_vocab;
 	char **raw;              /* per id: its bytes (decoded alphabet, or an added token's text) */
 	size_t *raw_len;

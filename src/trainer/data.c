@@ -1,4 +1,5 @@
 /* Batches from token shards; see data.h. */
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -213,6 +214,7 @@ int data_check_tokenizer(const struct st_data *d, const char *model_dir,
 	st_log_mute(old);
 	if (loaded) {
 		tokenizer_free(&tk);
+		malloc_trim(0); /* its tables' memory back: the run holds no tokenizer */
 	} else {
 		st_log_warn("strata cannot read the model's tokenizer: %s; the data's tokens are used "
 			    "as they are, but `strata sample` and `strata prepare` cannot use "
