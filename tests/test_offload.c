@@ -688,6 +688,13 @@ Test(offload, evaluation_reads_weights_once_per_group, .timeout = 300)
 		  read[0]);
 }
 
+/* The fixed overhead beyond the two budgets: the program, its libraries
+ * (oneDNN, OpenBLAS, OpenMP, CUDA runtime), their thread stacks and caches,
+ * the mapped data shards and the parameter tables. Measured at 26 MiB here
+ * (and 31 MiB for a tiny model in memory, whose state is 55 MiB): 64 MiB
+ * leaves room for other library builds (README). */
+#define RSS_OVERHEAD (64u << 20)
+
 static double jnum(const cJSON *o, const char *a, const char *b)
 {
 	const cJSON *x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, a), b);
@@ -904,6 +911,55 @@ Test(offload, profile_follows_the_thread_count, .timeout = 120)
 			path, dir, dir, cu_bin(), dir, streams, path, dir);
 	cr_expect(rc == 0 && !strstr(out, "measuring") &&
 			  strstr(out, "was measured with 2 CPU threads and this run has 1"),
+		  "%s", out);
+}
+
+/* The profile's measurement stays within small budgets: its arrays (64 MiB
+ * each, 288 MiB in all) are sized from the budgets, so a first run with 40
+ * MiB of budgets peaks within them + 64 MiB (it peaked at 317 MiB, found by
+ * a helper's audit); the profile records the size, and the default cache
+ * measured over small arrays is measured again for a run whose budgets
+ * allow larger ones (said), and not for one whose do not. */
+Test(offload, profile_measured_within_budgets, .timeout = 120)
+{
+	char dir[256], cmd[2048];
+	cu_tmpdir(dir, sizeof dir, "profmem");
+	cu_setup_run(dir, "");
+	const size_t dev = 32u << 20, host = 8u << 20;
+	snprintf(cmd, sizeof cmd,
+		 "%s train --model %s/tiny --data %s/data --out %s/r --steps 2 --micro-batch 2 "
+		 "--seq-len 64 --optimizer sgd --device-mem %zu --host-mem %zu --offload-dir %s/off "
+		 "--threads 2 --eval-tokens 64 --profile %s/p.json",
+		 cu_bin(), dir, dir, dir, dev, host, dir, dir);
+	/* the tiny preset: 12.6 MiB of weights, as much of gradients and of
+	 * momentum, streamed through the budgets */
+	cr_assert_eq(cu_run(out, sizeof out, "mkdir -p %s/off && %s init --config tiny --out %s/tiny",
+			    dir, cu_bin(), dir),
+		     0, "%s", out);
+	int status;
+	const size_t rss = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", cmd);
+	cr_expect_leq(rss, dev + host + RSS_OVERHEAD, "measuring: peak RSS %.1f MiB over %.0f + %.0f",
+		      rss / 1048576.0, (dev + host) / 1048576.0, RSS_OVERHEAD / 1048576.0);
+	int rc = cu_run(out, sizeof out,
+			"python3 -c \"import json, sys; sys.exit(json.load(open('%s/p.json'))['probe_mib'] != 8)\"",
+			dir);
+	cr_expect_eq(rc, 0, "the profile does not record 8 MiB arrays");
+	/* the default cache: measured small, then again where budgets allow */
+	const char *plan = "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init --micro-batch 2 "
+			   "--seq-len 32 --device-mem 4M --place weights=host --host-mem %s";
+	char line[1024];
+	const char *hosts[3] = {"60M", "60M", "1G"};
+	for (int k = 0; k < 3; k++) {
+		snprintf(line, sizeof line, plan, dir, cu_bin(), dir, hosts[k]);
+		rc = cu_run(out, sizeof out, "mkdir -p %s/home && %s", dir, line);
+		cr_assert_eq(rc, 0, "%s", out);
+		const int measured = strstr(out, "measuring this machine") != NULL;
+		cr_expect_eq(measured, k != 1, "run %d (--host-mem %s): measured %d: %s", k, hosts[k],
+			     measured, out);
+	}
+	cr_expect(strstr(out, "was measured over 8 MiB arrays (within small budgets), and this "
+			      "run's budgets allow 64"),
 		  "%s", out);
 }
 
@@ -2093,13 +2149,6 @@ Test(offload, profile_cache_unwritable, .timeout = 120)
 	if (n == 2)
 		umount(mnt);
 }
-
-/* The fixed overhead beyond the two budgets: the program, its libraries
- * (oneDNN, OpenBLAS, OpenMP, CUDA runtime), their thread stacks and caches,
- * the mapped data shards and the parameter tables. Measured at 26 MiB here
- * (and 31 MiB for a tiny model in memory, whose state is 55 MiB): 64 MiB
- * leaves room for other library builds (README). */
-#define RSS_OVERHEAD (64u << 20)
 
 Test(offload, peak_memory_within_budgets, .timeout = 600)
 {

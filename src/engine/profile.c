@@ -249,11 +249,14 @@ static int measure_disk(struct st_profile *p, const char *dir, struct mm_ctx *mm
 	return rc;
 }
 
-int profile_measure(struct st_profile *p, const struct st_ops *ops)
+int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mib)
 {
 	memset(p, 0, sizeof *p);
-	const int n = 1024;          /* a square matmul: the backend's rate at model-sized shapes */
-	const size_t big = 1u << 24; /* 64 MiB per array: past the caches */
+	const int n = 1024; /* a square matmul: the backend's rate at model-sized shapes */
+	/* 64 MiB per array, past the caches, or less within small budgets
+	 * (at least 8: the matmul's 1024^2 and a copy beside it) */
+	probe_mib = probe_mib < 8 ? 8 : probe_mib > 64 ? 64 : probe_mib;
+	const size_t big = (size_t)probe_mib << 18; /* floats */
 	float *a = st_aligned_alloc(big * sizeof(float)), *b = st_aligned_alloc(big * sizeof(float));
 	float *c = st_aligned_alloc(big * sizeof(float)), *d = st_aligned_alloc(big * sizeof(float));
 	uint8_t *q = st_malloc(2 * big);
@@ -288,6 +291,7 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops)
 		p->shared_cores = 1;
 		p->format = ST_PROFILE_FORMAT;
 		p->threads = omp_get_max_threads();
+		p->probe_mib = probe_mib;
 	}
 	free(a);
 	free(b);
@@ -332,7 +336,7 @@ static const struct {
 	K(dev_adamw8bit_mparams, 0),  K(disk_read_gbs, 1),	   K(disk_write_gbs, 1),
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
 	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
-	K(threads, 0),		      K(copy_cpu_share, 0),
+	K(threads, 0),		      K(copy_cpu_share, 0),	   K(probe_mib, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])
@@ -380,6 +384,8 @@ int profile_load(struct st_profile *p, const char *path)
 				*pairs[i][j] = legacy[i] ? legacy[i] : *pairs[i][1 - j];
 	if (!p->cpu_matmul_gflops)
 		p->cpu_matmul_gflops = p->matmul_gflops;
+	if (!p->probe_mib) /* measured before the size was recorded: always 64 */
+		p->probe_mib = 64;
 	/* 8-bit rates default to the fp32 ones */
 	if (!p->cpu_adamw8bit_mparams)
 		p->cpu_adamw8bit_mparams = p->cpu_adamw_mparams;

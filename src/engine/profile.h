@@ -27,6 +27,9 @@
  *                          takes a core and memory bandwidth), measured as
  *                          matmuls with and without a thread copying (0:
  *                          not measured)
+ * probe_mib                the size of each array the memory-bound rates
+ *                          were measured over: 64 (past the caches), less
+ *                          within small budgets (0: not recorded, 64)
  * format                   2 for profiles measured since 2026-11-24 (0: an
  *                          older one, whose copy rates counted each byte
  *                          twice; a cached one is measured again)
@@ -58,6 +61,7 @@ struct st_profile {
 	double format;
 	double threads;
 	double copy_cpu_share;
+	double probe_mib;
 };
 /* profile_measure's format (struct st_profile.format) */
 #define ST_PROFILE_FORMAT 2
@@ -72,8 +76,10 @@ const char *profile_fs_name(unsigned long magic, char *buf, size_t n);
 unsigned long profile_fs_magic(const char *dir);
 
 /* Measure (a few seconds) all but the disk, whose rates are left 0.
- * shared_cores is 1: the only backend that runs here is the CPU. */
-int profile_measure(struct st_profile *p, const struct st_ops *ops);
+ * shared_cores is 1: the only backend that runs here is the CPU. Its
+ * arrays take about 4.5 x probe_mib MiB (8 to 64; 64 MiB each is past the
+ * caches, the rest read high where the cache holds them). */
+int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mib);
 /* Measure the disk rates and disk_cpu_share in dir (with up to 256 MiB of
  * slabs, fewer where there is less room; an error where even 32 MiB do
  * not fit or no file can be made there). Apart from profile_measure, so

@@ -220,14 +220,22 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	const char *env = getenv("STRATA_PROFILE");
 	const int cached = !*tr->o.profile && !(env && *env);
 	const int threads = omp_get_max_threads();
-	int stale = 0, other = 0;
+	/* the measurement's arrays (about 4.5 x probe) within what the budgets
+	 * allow, as the run is (a first run with 40 MiB of budgets peaked at
+	 * 317 MiB measuring); 64 MiB each without budgets */
+	const double budgets = (double)ch->po.place.budget[ST_TIER_DEVICE] +
+			       (double)ch->po.place.budget[ST_TIER_HOST];
+	const int unlimited = !ch->po.place.budget[ST_TIER_DEVICE] || !ch->po.place.budget[ST_TIER_HOST];
+	const int probe = unlimited ? 64 : (int)fmax(8, fmin(64, budgets / 8 / 1048576));
+	int stale = 0, other = 0, small = 0;
 	struct st_profile was = {0};
 	if (fs_exists(path)) {
 		ST_TRY(profile_load(&ch->prof, path));
 		was = ch->prof;
 		stale = cached && ch->prof.format < ST_PROFILE_FORMAT;
 		other = cached && !stale && (int)ch->prof.threads != threads;
-		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other) {
+		small = cached && !stale && !other && ch->prof.probe_mib < probe;
+		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other && !small) {
 			if (ch->prof.threads && (int)ch->prof.threads != threads)
 				st_log_warn("the profile %s was measured with %d CPU thread%s and this run "
 					    "has %d: its compute and CPU update rates, and the plan's "
@@ -247,9 +255,17 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 			    path, (int)was.threads, was.threads == 1 ? "" : "s", threads);
 	else if (other)
 		st_log_info("the cached profile %s records no thread count", path);
-	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s; cached in %s)",
-		    ch->n_dirs ? ", the first offload directory" : "", path);
-	ST_TRY(profile_measure(&ch->prof, tr->s.ops));
+	else if (small)
+		st_log_info("the cached profile %s was measured over %d MiB arrays (within small "
+			    "budgets), and this run's budgets allow %d",
+			    path, (int)was.probe_mib, probe);
+	char over[96] = "";
+	if (probe < 64)
+		snprintf(over, sizeof over, ", over %d MiB arrays to stay within the budgets", probe);
+	st_log_info("measuring this machine for the planner (matmul, copy, optimizers%s%s; cached in "
+		    "%s)",
+		    ch->n_dirs ? ", the first offload directory" : "", over, path);
+	ST_TRY(profile_measure(&ch->prof, tr->s.ops, probe));
 	ch->have_prof = 1;
 	if (ch->n_dirs)
 		ST_TRY(measure_disk(tr, ch));
