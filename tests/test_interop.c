@@ -643,6 +643,38 @@ Test(hf, pytorch_weights_named)
 	cr_expect(rc != 0 && strstr(out, "/l1/model.safetensors is a link to ../blobs/0a1b2c"), "%s", out);
 }
 
+/* An import reads the file's tensors a slice at a time and drops each
+ * slice's mapped pages, so it holds its buffers (the largest unit and the
+ * largest tensor in fp32) and not the file: a 395 MiB F32 file of 8 layers
+ * of width 1024 (tests/big_gguf.py) peaks within those buffers + 64 MiB
+ * (73 MiB; it peaked at 457 MiB, the whole file resident by the end, found
+ * by a helper's audit), writing every tensor. */
+Test(gguf, import_does_not_hold_the_file, .timeout = 180)
+{
+	char dir[256], cmd[2048];
+	cu_tmpdir(dir, sizeof dir, "ggufbig");
+	int rc = cu_run(out, sizeof out,
+			"python3 tests/big_gguf.py tests/data/gguf/model-F32.gguf %s/big.gguf 1024 2816 8 8",
+			dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	snprintf(cmd, sizeof cmd, "%s import --gguf %s/big.gguf --out %s/m", cu_bin(), dir, dir);
+	int status;
+	const size_t rss = cu_peak_rss(cmd, &status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", cmd);
+	const double unit = (4.0 * 1024 * 1024 + 3.0 * 1024 * 2816 + 2 * 1024) * 4,
+		     param = 1024.0 * 2816 * 4;
+	cr_log_info("import of a 395 MiB file: peak RSS %.1f MiB", rss / 1048576.0);
+	cr_expect_leq((double)rss, unit + param + (64u << 20),
+		      "the import peaked at %.1f MiB, over its buffers (%.1f MiB) + 64", rss / 1048576.0,
+		      (unit + param) / 1048576.0);
+	rc = cu_run(out, sizeof out,
+		    "python3 -c \"import json, struct; f = open('%s/m/model.safetensors', 'rb'); "
+		    "n = struct.unpack('<Q', f.read(8))[0]; h = json.loads(f.read(n)); "
+		    "print(len([k for k in h if k != '__metadata__']))\"",
+		    dir);
+	cr_expect(rc == 0 && atoi(out) == 3 + 9 * 8, "tensors written: %s", out);
+}
+
 /* Damaged files: each a clear error naming the problem. */
 Test(gguf, bad_files)
 {
