@@ -589,6 +589,16 @@ void fs_unmap_file(void *map, size_t size)
 		munmap(map, size); /* fails only for a bad range, which would be our bug */
 }
 
+void fs_map_drop(const void *map, size_t size, size_t from, size_t to)
+{
+	const size_t block = (size_t)2 << 20;
+	from = from / block * block;
+	to = (to + block - 1) / block * block;
+	to = to < size ? to : size;
+	if (map && to > from)
+		madvise((char *)map + from, to - from, MADV_DONTNEED);
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);

@@ -80,6 +80,12 @@ void fs_dirname(char *out, size_t n, const char *path);
 int fs_map_file(const char *path, const char *what, void **map, size_t *size);
 /* Undo fs_map_file; a NULL map is fine. */
 void fs_unmap_file(void *map, size_t size);
+/* Bytes [from, to) of a read-only mapping of size bytes (fs_map_file's),
+ * read: their pages leave the resident set, with their neighbours out to
+ * whole 2 MiB blocks (a read fault maps the pages around it too, 64 KiB by
+ * default and at most 2 MiB; dropping only the range's own pages left
+ * those). They come back from the file when read again. */
+void fs_map_drop(const void *map, size_t size, size_t from, size_t to);
 
 /* Streaming form of fs_write_file_atomic, for writers that produce a file in
  * pieces (safetensors, shards): begin creates a temp file next to path, write

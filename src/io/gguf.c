@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "io/fsutil.h"
 #include "io/gguf.h"
@@ -415,19 +414,15 @@ int gguf_read_f32(const struct st_gguf *g, const struct st_gguf_tensor *t, float
 	ST_CHECK(ggml_type_info(t->type), NULL, "%s: tensor '%s' has an unreadable type %u", g->path,
 		 t->name, t->type);
 	/* whole rows about 8 MiB of the file at a time, each slice's mapped
-	 * pages dropped once read (outward to 2 MiB blocks: a read fault maps
-	 * the pages around it too; the mapping is read-only, so any may go),
-	 * so that an import does not end with the whole file resident */
+	 * pages dropped once read (fs_map_drop), so that an import does not
+	 * end with the whole file resident */
 	const uint64_t rows = t->numel / t->ne[0], row_bytes = t->bytes / rows;
 	const uint64_t per = row_bytes >= ((uint64_t)8 << 20) ? 1 : ((uint64_t)8 << 20) / row_bytes;
-	const size_t block = (size_t)2 << 20;
 	for (uint64_t r = 0; r < rows; r += per) {
 		const uint64_t n = rows - r < per ? rows - r : per;
 		const size_t at = g->data_start + (size_t)(t->offset + r * row_bytes);
 		ggml_to_f32(dst + r * t->ne[0], g->map + at, t->type, n * t->ne[0]);
-		size_t from = at / block * block, to = (at + (size_t)(n * row_bytes) + block - 1) / block * block;
-		to = to < g->size ? to : g->size;
-		madvise((void *)(g->map + from), to - from, MADV_DONTNEED);
+		fs_map_drop(g->map, g->size, at, at + (size_t)(n * row_bytes));
 	}
 	return ST_OK;
 }

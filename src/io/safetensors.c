@@ -22,7 +22,6 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -524,11 +523,7 @@ int safetensors_read_f32(const struct st_safetensors *sf, const struct st_tensor
  * mapped in (the pages are refetched should anyone read the tensor again). */
 static void drop_range(const struct st_safetensors *sf, size_t begin, size_t end)
 {
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	begin = (begin + page - 1) / page * page; /* whole pages inside the range only */
-	end = end / page * page;
-	if (end > begin)
-		madvise((char *)sf->map + begin, end - begin, MADV_DONTNEED);
+	fs_map_drop(sf->map, sf->file_size, begin, end);
 }
 
 static void drop_pages(const struct st_safetensors *sf, const struct st_tensor_info *t)
@@ -576,7 +571,7 @@ static int load_sliced(const struct st_safetensors *sf, const struct st_tensor_i
 			memcpy((char *)dst + off, p + off, n);
 		drop_range(sf, at + off, at + off + n);
 	}
-	drop_pages(sf, t); /* and the pages the slices' edges split */
+	drop_pages(sf, t); /* and any the slices' edges left */
 	return sf->sums ? checksum_ok(sf, t, XXH3_64bits_digest(&h)) : ST_OK;
 }
 
@@ -652,13 +647,7 @@ void safetensors_view_drop(const struct st_safetensors *sf, const void *p, size_
 	const char *map = sf->map, *b = p, *e = b + n;
 	if (!n || b < map || e > map + sf->file_size)
 		return; /* not the mapping's (an aligned copy) */
-	/* outward to whole 2 MiB blocks: a read fault maps the pages around
-	 * it too; none is ever written, so any may go */
-	const size_t block = (size_t)2 << 20;
-	size_t from = (size_t)(b - map) / block * block;
-	size_t to = ((size_t)(e - map) + block - 1) / block * block;
-	to = to < sf->file_size ? to : sf->file_size;
-	madvise((char *)sf->map + from, to - from, MADV_DONTNEED);
+	fs_map_drop(sf->map, sf->file_size, (size_t)(b - map), (size_t)(e - map));
 }
 
 void safetensors_view_done(const struct st_safetensors *sf, const void *view)

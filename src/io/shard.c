@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "io/fsutil.h"
@@ -113,19 +112,10 @@ void shard_release(const struct st_shard *s, uint64_t first, uint64_t n)
 {
 	if (!s->map || !n)
 		return;
-	/* every page they touch and its neighbours, in whole 2 MiB blocks: a
-	 * read fault maps the pages around it too (fault-around, 64 KiB by
-	 * default, at most 2 MiB), and dropping only the window's own page
-	 * left those, 118 MiB over 32000 random windows. None is ever
-	 * written, so any may go. */
-	const size_t block = (size_t)2 << 20;
-	const size_t at = (size_t)(s->tokens - (const uint8_t *)s->map);
-	size_t b = at + (size_t)(first * s->token_bytes), e = b + (size_t)(n * s->token_bytes);
-	b = b / block * block;
-	e = (e + block - 1) / block * block;
-	e = e < s->map_size ? e : s->map_size;
-	if (e > b)
-		madvise((char *)s->map + b, e - b, MADV_DONTNEED);
+	/* none of its pages is ever written, so any may go (118 MiB stayed
+	 * over 32000 random windows while only each window's own page went) */
+	const size_t at = (size_t)(s->tokens - (const uint8_t *)s->map) + (size_t)(first * s->token_bytes);
+	fs_map_drop(s->map, s->map_size, at, at + (size_t)(n * s->token_bytes));
 }
 
 int shard_has_magic(const void *text, size_t len)
