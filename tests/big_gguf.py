@@ -8,23 +8,13 @@ usage: big_gguf.py SRC DST DIM FFN LAYERS HEADS
 import struct
 import sys
 
-from gguf_edit import Reader, put_value
-
-U32, STR = 4, 8
+from gguf_edit import put_value, read_head
 
 
 def main():
     src, dst = sys.argv[1], sys.argv[2]
     dim, ffn, layers, heads = (int(a) for a in sys.argv[3:7])
-    r = Reader(open(src, "rb").read())
-    assert r.data[:4] == b"GGUF"
-    r.pos = 4
-    version, _, n_kv = r.take("<I"), r.take("<Q"), r.take("<Q")
-    kvs = []
-    for _ in range(n_kv):
-        key = r.string()
-        kind = r.take("<I")
-        kvs.append([key, kind, r.value(kind)])
+    _, version, _, kvs = read_head(src)
     sizes = {b"llama.embedding_length": dim, b"llama.feed_forward_length": ffn,
              b"llama.block_count": layers, b"llama.attention.head_count": heads,
              b"llama.attention.head_count_kv": heads}

@@ -59,9 +59,10 @@ def put_value(out, kind, value):
         out += struct.pack(SCALAR[kind], value)
 
 
-def main():
-    src, dst, edit = sys.argv[1], sys.argv[2], sys.argv[3]
-    r = Reader(open(src, "rb").read())
+def read_head(path):
+    """The file's reader past its metadata: (reader, version, tensor count,
+    [[key, type, value], ...])."""
+    r = Reader(open(path, "rb").read())
     assert r.data[:4] == b"GGUF"
     r.pos = 4
     version, n_tensors, n_kv = r.take("<I"), r.take("<Q"), r.take("<Q")
@@ -70,6 +71,12 @@ def main():
         key = r.string()
         kind = r.take("<I")
         kvs.append([key, kind, r.value(kind)])
+    return r, version, n_tensors, kvs
+
+
+def main():
+    src, dst, edit = sys.argv[1], sys.argv[2], sys.argv[3]
+    r, version, n_tensors, kvs = read_head(src)
     infos_start = r.pos
     for _ in range(n_tensors):
         r.string()

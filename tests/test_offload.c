@@ -804,6 +804,9 @@ Test(offload, profile_disk_conditions_said, .timeout = 120)
 	cr_expect(rc == 0 && !strstr(out, "profile's disk rates"), "%s", out);
 }
 
+/* Weights streamed from the host: a plan that needs the profile. */
+#define STREAMS "--micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M --place weights=host"
+
 /* The default cache (~/.cache/strata/profile.json) written before
  * profiles had a format counted each copied byte twice (a memcpy's read and
  * write), so the planner predicted copies at half their time: such a cache
@@ -815,9 +818,7 @@ Test(offload, stale_cached_profile_measured_again, .timeout = 120)
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "profstale");
 	cu_setup_run(dir, "");
-	/* streamed weights: a plan that needs the profile */
-	const char *streams = "--micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
-			      "--place weights=host";
+	const char *streams = STREAMS;
 	int rc = cu_run(out, sizeof out,
 			"mkdir -p %s/home/.cache/strata && cp tests/data/profiles/ci.json "
 			"%s/home/.cache/strata/profile.json && env -u STRATA_PROFILE HOME=%s/home %s plan "
@@ -861,8 +862,7 @@ Test(offload, profile_follows_the_thread_count, .timeout = 120)
 	char dir[256];
 	cu_tmpdir(dir, sizeof dir, "profthr");
 	cu_setup_run(dir, "");
-	const char *streams = "--micro-batch 2 --seq-len 32 --device-mem 4M --host-mem 64M "
-			      "--place weights=host";
+	const char *streams = STREAMS;
 	const char *plan = "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init %s --threads %d";
 	const char *cache = "%s/home/.cache/strata/profile.json";
 	char path[512], cmd[1024];

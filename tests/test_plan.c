@@ -420,6 +420,22 @@ Test(plan, disk_cpu_share_on_shared_cores)
 	desc_free(&d);
 }
 
+/* The predicted step of pm's plan under prof with a device budget of dev
+ * (0: unlimited) and every update on the CPU; *optimizer_s its worker's
+ * busy time. */
+static double cpu_updates_step(const struct st_plan_model *pm, const struct st_profile *prof,
+			       size_t dev, double *optimizer_s)
+{
+	struct st_plan_opts o = opts(dev, 0, 0);
+	o.device_updates = 0;
+	struct st_plan p;
+	cr_assert_eq(plan_make(&p, pm, prof, &o), ST_OK);
+	const double step = p.t.step_s;
+	*optimizer_s = p.t.optimizer_s;
+	plan_free(&p);
+	return step;
+}
+
 /* An update's matmuls (GaLore's projections, upd_flops) are charged at the
  * matmul rate of the side that runs it: on shared cores, everything in
  * memory, the step grows by exactly their FLOPs over the profile's rate;
@@ -438,15 +454,10 @@ Test(plan, update_matmuls_charged)
 		total += upd[u];
 	}
 	struct st_profile cpu = cpu_profile();
-	double step[2];
+	double step[2], opt_s;
 	for (int k = 0; k < 2; k++) {
 		d.pm.upd_flops = k ? upd : NULL;
-		struct st_plan_opts o = opts(0, 0, 0);
-		o.device_updates = 0;
-		struct st_plan p;
-		cr_assert_eq(plan_make(&p, &d.pm, &cpu, &o), ST_OK);
-		step[k] = p.t.step_s;
-		plan_free(&p);
+		step[k] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
 	}
 	const double want = total / (cpu.matmul_gflops * 1e9);
 	cr_expect(fabs(step[1] - step[0] - want) <= 1e-9 * step[1],
@@ -458,14 +469,9 @@ Test(plan, update_matmuls_charged)
 	for (int k = 0; k < 2; k++) {
 		gpu.cpu_matmul_gflops = k ? 100 : 1000;
 		d.pm.upd_flops = upd;
-		struct st_plan_opts o = opts(160 * MiB, 0, 0);
-		o.device_updates = 0;
-		struct st_plan p;
-		cr_assert_eq(plan_make(&p, &d.pm, &gpu, &o), ST_OK);
-		step[k] = p.t.step_s;
-		cr_expect_geq(p.t.optimizer_s, total / (gpu.cpu_matmul_gflops * 1e9),
-			      "the CPU worker's %.3f s leave out its projections", p.t.optimizer_s);
-		plan_free(&p);
+		step[k] = cpu_updates_step(&d.pm, &gpu, 160 * MiB, &opt_s);
+		cr_expect_geq(opt_s, total / (gpu.cpu_matmul_gflops * 1e9),
+			      "the CPU worker's %.3f s leave out its projections", opt_s);
 	}
 	cr_expect_gt(step[1], step[0] * 5, "a 10x slower CPU matmul: step %.4f vs %.4f s", step[1],
 		     step[0]);
@@ -477,12 +483,7 @@ Test(plan, update_matmuls_charged)
 	cpu.cpu_matmul_gflops = 200;
 	for (int k = 0; k < 2; k++) {
 		d.pm.hook_flops = k ? upd : NULL;
-		struct st_plan_opts o = opts(0, 0, 0);
-		o.device_updates = 0;
-		struct st_plan p;
-		cr_assert_eq(plan_make(&p, &d.pm, &cpu, &o), ST_OK);
-		step[k] = p.t.step_s;
-		plan_free(&p);
+		step[k] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
 	}
 	const double hook = 2 * total / (cpu.cpu_matmul_gflops * 1e9);
 	cr_expect(fabs(step[1] - step[0] - hook) <= 1e-9 * step[1],
