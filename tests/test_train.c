@@ -1493,16 +1493,24 @@ Test(train, shards_read_without_staying_resident, .timeout = 120)
 	int bad = 0;
 	for (long step = 0; step < 4000; step++) {
 		data_train_batch(&d, tok, tgt, b, t, 1, step, 0);
-		for (int i = 0; i + 1 < t; i++)
-			bad += tgt[i] != tok[i + 1] || (tok[i + 1] - tok[i] + 257) % 257 != 7;
+		for (int r = 0; r < b; r++)
+			for (int i = r * t; i + 1 < (r + 1) * t; i++)
+				bad += tgt[i] != tok[i + 1] || (tok[i + 1] - tok[i] + 257) % 257 != 7;
 	}
 	cr_expect_eq(bad, 0, "%d windows' tokens are not the shard's", bad);
 	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "training windows: the peak rose %ld kB",
 		      tu_status_kb("VmHWM") - base);
 	base = tu_peak_from_now();
 	const long windows = data_val_windows(&d, t);
-	for (long first = 0; first < windows; first += 64)
+	for (long first = 0; first < windows; first += 64) {
 		data_val_batch(&d, tok, tgt, 64, t, first);
+		for (int i = 0; i < 64 * t; i++) { /* the shard's token at its position */
+			const uint64_t pos = (uint64_t)first * (uint64_t)t + (uint64_t)i;
+			bad += pos + 1 < n && (tok[i] != (int32_t)(pos * 7 % 257) ||
+					       tgt[i] != (int32_t)((pos + 1) * 7 % 257));
+		}
+	}
+	cr_expect_eq(bad, 0, "%d evaluation tokens are not the shard's", bad);
 	cr_expect_leq(tu_status_kb("VmHWM") - base, slack, "evaluation: the peak rose %ld kB",
 		      tu_status_kb("VmHWM") - base);
 	data_close(&d);

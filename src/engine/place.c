@@ -15,14 +15,14 @@ static int pool_w(const struct st_place_opts *o) { return o->prefetch + 3; }
 static int pool_s(const struct st_place_opts *o) { return o->prefetch + 1 > 2 ? o->prefetch + 1 : 2; }
 #define POOL_G 4
 
-/* The largest slab, rounded as the store rounds its staging buffers. */
-/* a + b, SIZE_MAX where it would wrap: sums of the host's fixed parts
- * never come out small and pass a budget */
+/* a + b, SIZE_MAX where it would wrap (refused below: sums of the host's
+ * fixed parts must never come out small and pass a budget) */
 static size_t sat_add(size_t a, size_t b)
 {
 	return a > SIZE_MAX - b ? SIZE_MAX : a + b;
 }
 
+/* The largest slab, rounded as the store rounds its staging buffers. */
 static size_t max_of(const size_t *v, int n)
 {
 	size_t m = 0;
@@ -150,6 +150,9 @@ int place_make(struct st_place *p, int n_units, const size_t *w_bytes,
 
 	/* 2. the host: what the device left, then optimizer state */
 	size_t host = sat_add(sat_add(o->host_reserved, o->host_fixed), o->host_scratch);
+	ST_CHECK(host < SIZE_MAX / 4, "report this as a bug",
+		 "the host's fixed parts cannot be counted (%zu + %zu + %zu bytes)", o->host_reserved,
+		 o->host_fixed, o->host_scratch);
 	undecided = 0;
 	for (int u = 0; u < n; u++)
 		for (int k = 0; k < 3; k++) {

@@ -644,10 +644,11 @@ const void *safetensors_view_raw(const struct st_safetensors *sf, const char *na
 
 void safetensors_view_drop(const struct st_safetensors *sf, const void *p, size_t n)
 {
-	const char *map = sf->map, *b = p, *e = b + n;
-	if (!n || b < map || e > map + sf->file_size)
+	/* as integers: comparing pointers into different objects is undefined */
+	const uintptr_t map = (uintptr_t)sf->map, b = (uintptr_t)p;
+	if (!n || b < map || b - map > sf->file_size || n > sf->file_size - (b - map))
 		return; /* not the mapping's (an aligned copy) */
-	fs_map_drop(sf->map, sf->file_size, (size_t)(b - map), (size_t)(e - map));
+	fs_map_drop(sf->map, sf->file_size, (size_t)(b - map), (size_t)(b - map) + n);
 }
 
 void safetensors_view_done(const struct st_safetensors *sf, const void *view)

@@ -223,9 +223,12 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	/* the measurement's arrays (about 4.5 x probe) within what the budgets
 	 * allow, as the run is (a first run with 40 MiB of budgets peaked at
 	 * 317 MiB measuring); 64 MiB each without budgets */
-	const double budgets = (double)ch->po.place.budget[ST_TIER_DEVICE] +
-			       (double)ch->po.place.budget[ST_TIER_HOST];
-	const int unlimited = !ch->po.place.budget[ST_TIER_DEVICE] || !ch->po.place.budget[ST_TIER_HOST];
+	/* the device tier is host RAM on the CPU backend only: on a GPU the
+	 * arrays are the host budget's alone */
+	const int device_is_host = !strcmp(tr->s.ops->name, "cpu");
+	const size_t *bud = ch->po.place.budget;
+	const double budgets = (double)bud[ST_TIER_HOST] + (device_is_host ? (double)bud[ST_TIER_DEVICE] : 0);
+	const int unlimited = !bud[ST_TIER_HOST] || (device_is_host && !bud[ST_TIER_DEVICE]);
 	const int probe = unlimited ? 64 : (int)fmax(8, fmin(64, budgets / 8 / 1048576));
 	int stale = 0, other = 0, small = 0;
 	struct st_profile was = {0};
