@@ -893,6 +893,16 @@ Test(train, prepare_inputs_checked)
 			"done > %s/small.txt && %s prepare --input %s/small.txt --out %s/sm --chunk 100",
 		    dir, cu_bin(), dir, dir);
 	cr_expect(rc == 0 && strstr(out, "% of the tokens: one chunk in 20"), "%s", out);
+	/* too short to hold out a chunk: a smaller --chunk is offered only
+	 * where it can help (25 bytes make no 20 chunks at any size, and
+	 * --chunk 1 is the smallest; 81 bytes at --chunk 4096 do at 2) */
+	rc = cu_run(out, sizeof out, "echo 'hello world this is text' | %s prepare --input - --out "
+			"%s/short --chunk 1", cu_bin(), dir);
+	cr_expect(rc != 0 && strstr(out, "hint: give more text, or --val-fraction 0"), "%s", out);
+	rc = cu_run(out, sizeof out, "seq 1 30 > %s/s30.txt && %s prepare --input %s/s30.txt --out "
+			"%s/s30 --chunk 4096", dir, cu_bin(), dir, dir);
+	cr_expect(rc != 0 && strstr(out, "hint: give more text, a smaller --chunk, or --val-fraction 0"),
+		  "%s", out);
 	/* a strata shard is not text; JSONL's invalid UTF-8 and a .json array
 	 * of examples are said */
 	rc = cu_run(out, sizeof out, "%s prepare --input %s/d/train.bin --out %s/again", cu_bin(), dir,

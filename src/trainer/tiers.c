@@ -260,7 +260,7 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		st_log_info("the cached profile %s records no thread count", path);
 	else if (small)
 		st_log_info("the cached profile %s was measured over %d MiB arrays (within small "
-			    "budgets), and this run's budgets allow %d",
+			    "budgets), and this run's budgets allow %d MiB",
 			    path, (int)was.probe_mib, probe);
 	char over[96] = "";
 	if (probe < 64)
