@@ -317,8 +317,9 @@ Test(galore, scratch_bytes_are_what_is_allocated)
 	session_close(&s);
 }
 
-/* Refreshes are spread over the gap: every matrix refreshes once per gap
- * after the first update, and no update refreshes more than ceil(n / gap). */
+/* Refreshes are spread over the gap (the default spread of the first
+ * projectors, 8): every matrix refreshes once per gap after its first
+ * projector, and no update refreshes more than ceil(n / gap). */
 Test(galore, refreshes_are_staggered)
 {
 	struct st_session s;
@@ -326,15 +327,17 @@ Test(galore, refreshes_are_staggered)
 	struct st_optim o;
 	struct st_optim_cfg c = base_cfg(ST_OPT_GALORE_ADAMW);
 	c.galore_gap = 10;
+	c.galore_spread = 8; /* the default: staggered */
 	cr_assert_eq(optim_init(&o, &c, &s.model), 0);
 	int counts[64] = {0}, most = 0, n_gal = 0;
 	for (int i = 0; i < s.model.n_params; i++)
 		n_gal += o.ps[i].galore;
-	for (long t = 2; t <= 41; t++) {
+	for (long t = 2; t <= 60; t++) {
 		int due = 0;
-		for (int i = 0; i < s.model.n_params; i++)
-			if (o.ps[i].galore && galore_refresh_due(&o.ps[i], &c, t))
-				due++, counts[i]++;
+		for (int i = 0; i < s.model.n_params; i++) /* refreshes, in the 40 updates after the
+							  * first projector (those: below) */
+			if (o.ps[i].galore && t > o.ps[i].start && galore_refresh_due(&o.ps[i], &c, t))
+				due++, counts[i] += t <= o.ps[i].start + 40;
 		most = due > most ? due : most;
 	}
 	for (int i = 0; i < s.model.n_params; i++)
@@ -343,6 +346,34 @@ Test(galore, refreshes_are_staggered)
 				     s.model.params[i].name, counts[i]);
 	cr_expect(most <= (n_gal + 9) / 10, "%d refreshes in one update (%d matrices, gap 10)", most,
 		  n_gal);
+	optim_free(&o);
+	session_close(&s);
+}
+
+/* A spread of 1 is the paper's schedule (galore-torch's): every projector
+ * made at update 1 and all refreshed together at updates 1 + k gap, none in
+ * between (the staggered phases refreshed a matrix of phase p at update
+ * p + 1, p updates after its first projector). */
+Test(galore, spread_one_is_the_papers_schedule)
+{
+	struct st_session s;
+	small_session(&s, 6);
+	struct st_optim o;
+	struct st_optim_cfg c = base_cfg(ST_OPT_GALORE_ADAMW);
+	c.galore_gap = 10;
+	c.galore_spread = 1;
+	cr_assert_eq(optim_init(&o, &c, &s.model), 0);
+	int n = 0;
+	for (int i = 0; i < s.model.n_params; i++) {
+		if (!o.ps[i].galore || o.ps[i].full)
+			continue;
+		n++;
+		cr_expect_eq(o.ps[i].start, 1, "%s starts at %d", s.model.params[i].name, o.ps[i].start);
+		for (long t = 1; t <= 41; t++)
+			cr_expect_eq(galore_refresh_due(&o.ps[i], &c, t), (t - 1) % 10 == 0,
+				     "%s at update %ld", s.model.params[i].name, t);
+	}
+	cr_expect_gt(n, 0, "no projected matrix");
 	optim_free(&o);
 	session_close(&s);
 }

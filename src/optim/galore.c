@@ -104,7 +104,11 @@ int galore_plan(struct st_optim *o)
 	}
 	/* phases spread the refreshes evenly over the gap: at most
 	 * ceil(n_gal / gap) refreshes in any step, plus the first projectors
-	 * of the updates 1..S (plan_starts) */
+	 * of the updates 1..S (plan_starts). With a spread of 1, the paper's
+	 * schedule: every projector made at update 1 and all refreshed
+	 * together every gap (phase 0); the staggered phases had a matrix of
+	 * phase p refresh p updates after its first projector, which a replay
+	 * through galore-torch found as a 1.3 difference in a layer's weights */
 	/* state per matrix against what the same family keeps without GaLore
 	 * (AdamW's 8 B per weight; adamw8bit's 2 + 8/block, or 8 under
 	 * --quant-min-size): the projector (fp32, rank x smaller side) and two
@@ -126,7 +130,7 @@ int galore_plan(struct st_optim *o)
 		ps->full = ps->rank == small;
 		n_full += ps->full;
 		ps->right = ps->rows >= ps->cols;
-		ps->phase = (int)((long)k * c->galore_gap / n_gal);
+		ps->phase = c->galore_spread > 1 ? (int)((long)k * c->galore_gap / n_gal) : 0;
 		ps->state_numel = (size_t)ps->rank * (size_t)(ps->right ? ps->rows : ps->cols);
 		o->galore_weights += p->numel;
 		const double large = ps->rows + ps->cols - small;

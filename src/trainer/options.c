@@ -56,7 +56,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"galore-rank", OT_DOUBLE, F(galore_rank), "128", "GaLore: projection rank (>= 1), or a fraction of the hidden size (< 1)"},
 	{"galore-update-gap", OT_INT, F(galore_update_gap), "200", "GaLore: updates between projector refreshes (T; skipped steps do not count)"},
 	{"galore-scale", OT_DOUBLE, F(galore_scale), "0.25", "GaLore: scale of the projected-back update (alpha)"},
-	{"galore-start-spread", OT_INT, F(galore_start_spread), "8", "GaLore: spread the first projectors over this many updates (1: all at the first, as the paper)"},
+	{"galore-start-spread", OT_INT, F(galore_start_spread), "8", "GaLore: spread the first projectors over this many updates, and stagger the refreshes over the gap (1: all at the first and refreshed together every gap, as the paper)"},
 	{"galore-proj", OT_STR, F(galore_proj), "randomized", "GaLore projector: randomized | svd"},
 	{"galore-per-layer", OT_BOOL, F(galore_per_layer), "1", "GaLore: consume each layer's gradient after its backward (no full gradient buffer)"},
 	{"galore-moments", OT_STR, F(galore_moments), "keep", "GaLore: on refresh keep the moments or rotate them"},
