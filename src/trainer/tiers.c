@@ -222,9 +222,9 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	const int threads = omp_get_max_threads();
 	/* the measurement's arrays (about 4.5 x probe) within what the budgets
 	 * allow, as the run is (a first run with 40 MiB of budgets peaked at
-	 * 317 MiB measuring); 64 MiB each without budgets */
-	/* the device tier is host RAM on the CPU backend only: on a GPU the
-	 * arrays are the host budget's alone */
+	 * 317 MiB measuring); 64 MiB each without budgets. The device tier is
+	 * host RAM on the CPU backend only: on a GPU they are the host
+	 * budget's alone. */
 	const int device_is_host = !strcmp(tr->s.ops->name, "cpu");
 	const size_t *bud = ch->po.place.budget;
 	const double budgets = (double)bud[ST_TIER_HOST] + (device_is_host ? (double)bud[ST_TIER_DEVICE] : 0);
