@@ -470,6 +470,20 @@ Test(generate, sampling_rules)
 		h3[sample_logits(lg, 4, 1.0, 0.6, 2, (i + 0.5) / 1000.0, scratch)]++;
 	cr_expect(h3[2] == 0 && h3[3] == 0 && abs(h3[0] - 571) <= 2, "%d %d %d %d", h3[0], h3[1],
 		  h3[2], h3[3]);
+	/* tokens tied with the k-th are kept, as Hugging Face's TopKLogitsWarper
+	 * keeps them: logits 5, 4, 3, 3, 3, 1 at top-k 3 keep five tokens at
+	 * 0.564, 0.207 and 0.076 each (exactly three were kept, the lower ids) */
+	const float tie[6] = {5, 4, 3, 3, 3, 1};
+	float scr6[12];
+	int h6[6] = {0};
+	for (int i = 0; i < 10000; i++)
+		h6[sample_logits(tie, 6, 1.0, 1.0, 3, (i + 0.5) / 10000.0, scr6)]++;
+	const double zt = exp(5.0) + exp(4.0) + 3 * exp(3.0);
+	cr_expect(h6[5] == 0 && h6[3] > 0 && h6[4] > 0, "%d %d %d %d %d %d", h6[0], h6[1], h6[2],
+		  h6[3], h6[4], h6[5]);
+	for (int i = 0; i < 5; i++)
+		cr_expect(fabs(h6[i] / 10000.0 - exp(tie[i]) / zt) < 0.002, "tie: token %d frequency %d",
+			  i, h6[i]);
 }
 
 static int gen_count;

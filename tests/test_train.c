@@ -2525,6 +2525,39 @@ Test(train, kill_during_save_keeps_previous_checkpoint)
 	cr_expect(strstr(out, ".tmp-") == NULL, "stale temp dir left behind: %s", out);
 }
 
+/* sample never ends its text inside a character: one byte-tokenizer
+ * token from an untrained model over 40 seeds lands on lead bytes of
+ * multi-byte characters now and then, and those are printed as U+FFFD (as
+ * the tokenizers library decodes such a tail), not as a lone lead byte,
+ * which is invalid UTF-8 (found by a helper's audit against transformers). */
+Test(train, sample_ends_on_whole_characters, .timeout = 120)
+{
+	char dir[256], path[512];
+	cu_tmpdir(dir, sizeof dir, "samputf8");
+	int rc = cu_run(out, sizeof out, "%s init --config tiny --out %s/m --seed 3", cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	int leads = 0;
+	for (int seed = 1; seed <= 40; seed++) {
+		rc = cu_run(out, sizeof out, "%s sample --model %s/m --prompt a --tokens 1 --temperature 1 "
+				"--top-p 1 --seed %d --threads 2 > %s/o.txt 2>/dev/null", cu_bin(), dir, seed,
+			    dir);
+		cr_assert_eq(rc, 0, "seed %d: %s", seed, out);
+		snprintf(path, sizeof path, "%s/o.txt", dir);
+		char *text = NULL;
+		size_t len = 0;
+		cr_assert_eq(fs_read_file(path, &text, &len), ST_OK);
+		cr_assert(len >= 1 && text[0] == 'a', "seed %d: no prompt", seed);
+		const unsigned char *t = (const unsigned char *)text + 1;
+		const size_t n = len - 1;
+		cr_expect_eq(st_utf8_incomplete_tail(t, n), 0,
+			     "seed %d ends inside a character (%zu bytes, the last 0x%02x)", seed, n,
+			     n ? t[n - 1] : 0);
+		leads += n == 3 && !memcmp(t, "\xef\xbf\xbd", 3);
+		free(text);
+	}
+	cr_expect_gt(leads, 0, "no seed drew a lead byte: the test proves nothing");
+}
+
 Test(train, eval_and_sample_cli)
 {
 	char dir[256];

@@ -14,6 +14,7 @@
 #include "trainer/trainer.h"
 #include "util/check.h"
 #include "util/trace.h"
+#include "util/utf8.h"
 
 
 static void help(void)
@@ -54,23 +55,45 @@ static void help(void)
 
 struct out_ctx {
 	const struct st_tokenizer *tk;
-	char *buf; /* tokenizer_max_token_len bytes: a long token is printed whole */
+	char *buf; /* 3 + tokenizer_max_token_len bytes: a long token is printed whole */
 	size_t cap;
 	long emitted;
+	size_t n_held; /* bytes of a character the tokens so far have begun, not ended */
 };
 
-/* One token's text, at once (a reader sees the text as it comes); nonzero,
- * which stops generate(), once standard output takes no more: a closed pipe
- * or a full disk, reported at exit (main.c) */
+/* One token's text, at once (a reader sees the text as it comes), but for
+ * a character it begins and a later token ends, held until then (a stop
+ * or --tokens inside one printed its first bytes alone: invalid UTF-8
+ * where the tokenizers library decodes U+FFFD); nonzero, which stops
+ * generate(), once standard output takes no more: a closed pipe or a full
+ * disk, reported at exit (main.c) */
 static int emit(int32_t tok, void *arg)
 {
 	struct out_ctx *o = arg;
 	o->emitted++;
-	size_t n = tokenizer_decode_one(o->tk, o->buf, o->cap, (uint32_t)tok);
-	if (fwrite(o->buf, 1, n, stdout) == n && fflush(stdout) == 0)
+	const size_t n = o->n_held + tokenizer_decode_one(o->tk, o->buf + o->n_held, o->cap - 3,
+							   (uint32_t)tok);
+	const size_t tail = st_utf8_incomplete_tail((const unsigned char *)o->buf, n);
+	if (fwrite(o->buf, 1, n - tail, stdout) == n - tail && fflush(stdout) == 0) {
+		memmove(o->buf, o->buf + n - tail, tail);
+		o->n_held = tail;
 		return 0;
+	}
 	cli_stdout_errno = errno;
 	return 1;
+}
+
+/* The end of the text: a character begun and never ended is printed as
+ * U+FFFD, as the tokenizers library decodes it. */
+static int emit_end(struct out_ctx *o)
+{
+	if (!o->n_held)
+		return ST_OK;
+	o->n_held = 0;
+	if (fwrite("\xef\xbf\xbd", 1, 3, stdout) == 3 && fflush(stdout) == 0)
+		return ST_OK;
+	cli_stdout_errno = errno;
+	return ST_FAIL;
 }
 
 int cmd_sample(int argc, char **argv)
@@ -278,7 +301,7 @@ int cmd_sample(int argc, char **argv)
 						     : forward_place_decoder(&s, dir, &mem, t);
 		ckpt_unpin(); /* its weights are loaded: the run may remove it */
 	}
-	struct out_ctx oc = {&tk, NULL, tokenizer_max_token_len(&tk), 0};
+	struct out_ctx oc = {&tk, NULL, 3 + tokenizer_max_token_len(&tk), 0, 0};
 	if (rc == ST_OK && !(oc.buf = st_malloc(oc.cap)))
 		rc = ST_FAIL;
 	if (rc == ST_OK && ids && ctx) {
@@ -296,6 +319,8 @@ int cmd_sample(int argc, char **argv)
 					.eos_ids = ends, .n_eos = n_ends};
 		const double t0 = trace_now();
 		rc = generate(&s, ctx, (int)n, &g, emit, &oc);
+		if (rc == ST_OK)
+			rc = emit_end(&oc);
 		const double secs = trace_now() - t0;
 		/* at a terminal the text ends its line; a pipe or a file gets the
 		 * prompt and the text exactly (a newline the model wrote is its

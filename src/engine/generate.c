@@ -40,8 +40,12 @@ int32_t sample_logits(const float *logits, int v, double temperature, double top
 	qsort(pi, (size_t)v, sizeof *pi, by_prob_desc);
 	/* Hugging Face's order: the top_k most likely tokens, then the
 	 * smallest prefix of them whose share of their mass reaches top_p;
-	 * sample in it */
-	const int most = top_k > 0 && top_k < v ? top_k : v;
+	 * sample in it. Tokens tied with the k-th stay, as Hugging Face's
+	 * TopKLogitsWarper keeps every token not below the k-th (exactly k
+	 * were kept, the lower ids among ties) */
+	int most = top_k > 0 && top_k < v ? top_k : v;
+	while (most < v && pi[most].p == pi[most - 1].p)
+		most++;
 	if (most < v) {
 		sum = 0;
 		for (int j = 0; j < most; j++)

@@ -34,12 +34,26 @@ static int find_special(const struct st_bpe *b, const char *const *names)
 }
 
 /* An end token from a JSON number: added to end_ids where it is an added
- * token of tk not there already. */
-static void add_end_id(struct st_tokenizer *tk, const cJSON *v)
+ * token of tk not there already. An ordinary token there (an id written
+ * for another tokenizer, as strata's presets carry the byte tokenizer's)
+ * would stop sampling at a piece of text: left out, and said where from is
+ * given (transformers' generate stops at any id listed). */
+static void add_end_id(struct st_tokenizer *tk, const cJSON *v, const char *from)
 {
-	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tk->vocab_size ||
-	    !bpe_is_added(tk->bpe, (int)v->valuedouble))
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tk->vocab_size)
 		return;
+	if (!bpe_is_added(tk->bpe, (int)v->valuedouble)) {
+		size_t len = 0;
+		const char *text = bpe_token_bytes(tk->bpe, (uint32_t)v->valuedouble, &len);
+		char shown[96] = "";
+		st_printable(shown, sizeof shown, text ? text : "", text ? len : 0);
+		if (from)
+			st_log_warn("%s: end token %d is '%s', an ordinary token of the tokenizer, not "
+				    "one of its added tokens: sample does not stop at it (transformers' "
+				    "generate would)",
+				    from, (int)v->valuedouble, shown);
+		return;
+	}
 	for (int i = 0; i < tk->n_end; i++)
 		if (tk->end_ids[i] == (int)v->valuedouble)
 			return;
@@ -81,11 +95,13 @@ static void gen_end_ids(struct st_tokenizer *tk, const char *model_dir)
 	const cJSON *ends = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
 	if (tk->n_end == 0 && tk->eos_id >= 0 && ends) /* <eos> first, as config.json's */
 		tk->end_ids[tk->n_end++] = tk->eos_id;
+	char path[4300];
+	snprintf(path, sizeof path, "%s/generation_config.json", model_dir);
 	const cJSON *list = cJSON_IsArray(ends) ? ends : NULL, *e;
 	cJSON_ArrayForEach(e, list)
-		add_end_id(tk, e);
+		add_end_id(tk, e, path);
 	if (cJSON_IsNumber(ends))
-		add_end_id(tk, ends);
+		add_end_id(tk, ends, path);
 	if (tk->eos_id < 0 && tk->n_end > 0)
 		tk->eos_id = tk->end_ids[0]; /* no <eos> in config.json: the list's first */
 	cJSON_Delete(root);
@@ -111,8 +127,9 @@ int tokenizer_model_ids(struct st_tokenizer *tk, const char *model_dir)
 	if (ends)
 		tk->n_end = 0; /* this config.json's list, not another's read before */
 	const cJSON *list = cJSON_IsArray(ends) ? ends : NULL, *e;
-	cJSON_ArrayForEach(e, list)
-		add_end_id(tk, e);
+	int nth = 0;
+	cJSON_ArrayForEach(e, list) /* the first: warned as <eos> below */
+		add_end_id(tk, e, nth++ ? cpath : NULL);
 	for (int k = tk->bos_from_tok_config ? 1 : 0; k < 2; k++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
 		if (cJSON_IsArray(v)) /* several end tokens: the first */

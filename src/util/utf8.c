@@ -49,3 +49,15 @@ void st_printable(char *out, size_t n, const char *text, size_t len)
 	}
 	out[o] = '\0';
 }
+
+size_t st_utf8_incomplete_tail(const unsigned char *s, size_t n)
+{
+	for (size_t k = 1; k <= 3 && k <= n; k++) {
+		const unsigned char c = s[n - k];
+		if ((c & 0xc0) == 0x80)
+			continue; /* a continuation byte: look further back */
+		const size_t want = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 1;
+		return c < 0xf5 && want > k ? k : 0;
+	}
+	return 0;
+}

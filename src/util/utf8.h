@@ -11,6 +11,9 @@ size_t st_utf8_len(const unsigned char *s, size_t n);
 /* The offset of the first byte of s[0, n) that is not well-formed UTF-8, or
  * -1 when all of it is. */
 long st_utf8_bad(const char *s, size_t n);
+/* Bytes at the end of s[0, n) that begin a UTF-8 character without ending
+ * it (a lead byte and fewer continuation bytes than it announces): 0 to 3. */
+size_t st_utf8_incomplete_tail(const unsigned char *s, size_t n);
 /* text[0, len) as printable ASCII for a message, into out (n bytes, cut
  * short to fit): other bytes, a NUL among them, as \xNN (a token of a
  * byte-level vocabulary may be part of a UTF-8 character). */
