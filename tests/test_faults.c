@@ -366,35 +366,6 @@ Test(faults, checkpoint_read_by_eval_kept_from_pruning, .timeout = 300)
 	cr_expect(rc == 0, "%s", out);
 }
 
-/* A step saved again (a resume from an earlier one) while a reader holds
- * the step saved before under that name: the new one goes in, the old one
- * stays for its reader at an aside name (said), and a later save removes
- * it once the reader is done. (It was removed under the reader, whose files
- * vanished part-way through its load.) */
-Test(faults, resaved_step_left_to_its_reader, .timeout = 300)
-{
-	char dir[256];
-	cu_tmpdir(dir, sizeof dir, "resave");
-	two_steps(dir, "--ckpt-interval 1 --keep-ckpts 0");
-	int rc = cu_run(out, sizeof out,
-			"{ cd %s || exit 9; trap 'touch rel' EXIT; flock -s run/step-000002 sh -c "
-			"'while [ ! -e rel ]; do sleep 0.02; done' & H=$!; "
-			"for i in $(seq 500); do flock -x -n run/step-000002 true || break; sleep 0.02; done; "
-			"%s train --resume run/step-000001 --steps 2 > t.txt 2>&1 || exit 4; "
-			"ls -a run | grep -q '^[.]old-step-000002[.]' || exit 3; "
-			"grep -q 'the earlier step-000002 is being read' t.txt || exit 5; "
-			"touch rel; wait $H; "
-			"%s train --resume run --steps 3 > t2.txt 2>&1 || exit 6; "
-			"ls -a run | grep -q '^[.]old-step-' && exit 7; exit 0; }",
-			dir, cu_bin(), cu_bin());
-	cr_expect_eq(rc, 0,
-		     "exit %d (3: removed under its reader, 4/6: a run failed, 5: not said, 7: left "
-		     "after the reader was done)",
-		     rc);
-	cu_run(out, sizeof out, "ls -a %s/run; cat %s/t.txt %s/t2.txt", dir, dir, dir);
-	cr_expect(rc == 0, "%s", out);
-}
-
 /* A kill while an old checkpoint is being removed (--keep-ckpts) leaves no
  * half-removed step-N directory: the removal starts by renaming it out of
  * the step-* names, and the next resume or save clears what is left. */

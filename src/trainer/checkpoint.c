@@ -447,18 +447,6 @@ static int remove_unread(const char *out, long step);
 static void remove_marked(const char *out, const char *name, const char *keep);
 static int is_prune_mark(const char *name);
 
-/* Whether a reader (ckpt_pin: an eval or sample loading it) holds the
- * checkpoint directory at path: its files must not vanish under the load. */
-static int being_read(const char *path)
-{
-	const int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	const int held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-	close(fd);
-	return held;
-}
-
 void ckpt_tidy(const char *out, const char *spare)
 {
 	ckpt_recover_aside(out, 1);
@@ -488,7 +476,7 @@ void ckpt_tidy(const char *out, const char *spare)
 		}
 		if (e->d_name[1] == 'l' || e->d_name[1] == 'w')
 			unlink(path); /* a `latest` or write probe killed before its rename or unlink */
-		else if (!being_read(path)) /* a step re-saved under a reader: left to it */
+		else
 			fs_rmtree(path);
 	}
 	closedir(d);
@@ -749,18 +737,7 @@ static int write_checkpoint_dir(struct st_trainer *tr)
 	}
 	c->in_place = 1;
 	ST_TRY(fs_fsync_dir(out));
-	if (*old && being_read(old)) {
-		/* the step saved before, being loaded by an eval or sample: left
-		 * to it (its files vanished under the load), at the aside name a
-		 * later save or resume removes once it is free */
-		char aside[4300];
-		snprintf(aside, sizeof aside, "%s/.old-%s.%d", out, c->name, (int)getpid());
-		if (strcmp(old, aside) != 0 && rename(old, aside) != 0)
-			snprintf(aside, sizeof aside, "%s", old);
-		st_log_info("the earlier %s is being read: it stays as %s until its reader is done, "
-			    "and a later save removes it",
-			    c->name, aside);
-	} else if (*old)
+	if (*old)
 		fs_rmtree(old);
 
 	ST_TRY(point_latest(out, c->name));
