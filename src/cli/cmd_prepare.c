@@ -408,8 +408,9 @@ int cmd_prepare(int argc, char **argv)
 			 example, example == 1 ? " is" : "s are", 100 * val_frac, period);
 		rc = ST_FAIL;
 	} else if (rc == ST_OK && val_frac > 0 && n_val == 0) {
-		/* a chunk takes at least 2 bytes (prepare_text.c): a text under
-		 * two per held-out period is too short at any --chunk */
+		/* a chunk takes about 2 bytes at the least (--chunk 1 cuts after
+		 * twice it where no line ends; prepare_text.c): a text under two
+		 * per held-out period gives no chunk to hold out at any --chunk */
 		const int finer = chunk > 1 && total_bytes >= 2 * (size_t)period;
 		ST_ERROR(finer ? "give more text, a smaller --chunk, or --val-fraction 0"
 			       : "give more text, or --val-fraction 0",

@@ -80,6 +80,7 @@ static int emit(int32_t tok, void *arg)
 		return 0;
 	}
 	cli_stdout_errno = errno;
+	o->n_held = 0; /* nothing more goes out (emit_end) */
 	return 1;
 }
 
