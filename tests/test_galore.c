@@ -317,18 +317,27 @@ Test(galore, scratch_bytes_are_what_is_allocated)
 	session_close(&s);
 }
 
+/* GaLore-AdamW on the small model with a gap of 10 and the given spread
+ * of the first projectors. */
+static void gap10_optim(struct st_session *s, struct st_optim *o, struct st_optim_cfg *c,
+			int spread)
+{
+	small_session(s, 6);
+	*c = base_cfg(ST_OPT_GALORE_ADAMW);
+	c->galore_gap = 10;
+	c->galore_spread = spread;
+	cr_assert_eq(optim_init(o, c, &s->model), 0);
+}
+
 /* Refreshes are spread over the gap (the default spread of the first
  * projectors, 8): every matrix refreshes once per gap after its first
  * projector, and no update refreshes more than ceil(n / gap). */
 Test(galore, refreshes_are_staggered)
 {
 	struct st_session s;
-	small_session(&s, 6);
 	struct st_optim o;
-	struct st_optim_cfg c = base_cfg(ST_OPT_GALORE_ADAMW);
-	c.galore_gap = 10;
-	c.galore_spread = 8; /* the default: staggered */
-	cr_assert_eq(optim_init(&o, &c, &s.model), 0);
+	struct st_optim_cfg c;
+	gap10_optim(&s, &o, &c, 8); /* the default spread: staggered */
 	int counts[64] = {0}, most = 0, n_gal = 0;
 	for (int i = 0; i < s.model.n_params; i++)
 		n_gal += o.ps[i].galore;
@@ -357,12 +366,9 @@ Test(galore, refreshes_are_staggered)
 Test(galore, spread_one_is_the_papers_schedule)
 {
 	struct st_session s;
-	small_session(&s, 6);
 	struct st_optim o;
-	struct st_optim_cfg c = base_cfg(ST_OPT_GALORE_ADAMW);
-	c.galore_gap = 10;
-	c.galore_spread = 1;
-	cr_assert_eq(optim_init(&o, &c, &s.model), 0);
+	struct st_optim_cfg c;
+	gap10_optim(&s, &o, &c, 1);
 	int n = 0;
 	for (int i = 0; i < s.model.n_params; i++) {
 		if (!o.ps[i].galore || o.ps[i].full)
