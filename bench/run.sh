@@ -42,7 +42,7 @@ stamp=$(date +%Y%m%d-%H%M)
 	grep -m1 '^model name' /proc/cpuinfo
 	grep -m1 '^cpu family' /proc/cpuinfo
 	grep -m1 '^model[[:space:]]*:' /proc/cpuinfo
-	echo "simd: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512[a-z_]*)$' | sort | tr '\n' ' ')"
+	echo "simd: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512[a-z_0-9]*|amx[a-z_0-9]*)$' | sort | tr '\n' ' ')"
 	echo "cpus: $(nproc), $(grep MemTotal /proc/meminfo)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "strata: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -53,7 +53,7 @@ python3 -c 'import torch' 2>/dev/null && have_torch=1
 if [ "$which" = all ] || [ "$which" = train ]; then
 	./build/bench/train --json "bench/results/train-$stamp.json"
 	if [ $have_torch = 1 ]; then
-		python3 bench/torch_train.py --json "bench/results/torch-$stamp.json"
+		python3 bench/torch_train.py --bf16 --json "bench/results/torch-$stamp.json"
 		python3 bench/compare.py "bench/results/train-$stamp.json" "bench/results/torch-$stamp.json"
 	else
 		echo "PyTorch not installed: skipping the PyTorch comparison (pip install torch numpy)"

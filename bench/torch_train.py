@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch eager peer for bench/train: the same LLaMA presets, batch and
 AdamW step (fp32, CPU, same thread count), timed the same way (best of a few
-steps after a warm-up step). Writes JSON for bench/compare.py."""
+steps after a warm-up step); with --bf16 (where oneDNN can use bf16 on this
+CPU), the same step under torch.autocast("cpu", bfloat16) beside it, the
+peer of strata's --matmul-precision bf16. Writes JSON for bench/compare.py."""
 import argparse
 import json
 import os
@@ -23,7 +25,7 @@ PRESETS = {  # the GaLore paper's sizes (vocabulary set by --vocab)
 }
 
 
-def bench(name, B, T, steps, vocab):
+def bench(name, B, T, steps, vocab, bf16):
     c = dict(PRESETS[name], vocab=vocab, tied=False, theta=10000.0, eps=1e-6)
     g = torch.Generator().manual_seed(1)
     params = {}
@@ -48,7 +50,10 @@ def bench(name, B, T, steps, vocab):
     for it in range(steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = forward(params, c, tokens, targets, sdpa=True)
+        # autocast runs the matmuls (and the ops it lists for bf16) on bf16
+        # inputs with fp32 accumulation; the parameters and AdamW stay fp32
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = forward(params, c, tokens, targets, sdpa=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
         opt.step()
@@ -56,7 +61,8 @@ def bench(name, B, T, steps, vocab):
         if it > 0:
             best = min(best, dt)
     n = sum(v.numel() for v in params.values())
-    return {"preset": name, "params": n, "step_s": best, "tok_per_s": B * T / best, "adamw": impl}
+    return {"preset": name, "matmul_precision": "bf16" if bf16 else "fp32", "params": n,
+            "step_s": best, "tok_per_s": B * T / best, "adamw": impl}
 
 
 def main():
@@ -71,6 +77,8 @@ def main():
     omp = os.environ.get("OMP_NUM_THREADS", "")
     ap.add_argument("--threads", type=int,
                     default=int(omp) if omp.isdigit() and int(omp) > 0 else len(os.sched_getaffinity(0)))
+    ap.add_argument("--bf16", action="store_true",
+                    help="also time each preset under autocast bf16 (where this CPU has bf16)")
     ap.add_argument("--json")
     a = ap.parse_args()
     names = a.presets.split(",")
@@ -81,9 +89,13 @@ def main():
     if a.json and not os.access(os.path.dirname(os.path.abspath(a.json)), os.W_OK):
         ap.error("cannot write %s" % a.json)
     torch.set_num_threads(a.threads)
-    res = [bench(p, a.batch, a.seq, a.steps, a.vocab) for p in names]
+    bf16 = a.bf16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if a.bf16 and not bf16:
+        print("torch: oneDNN has no bf16 on this CPU: fp32 alone")
+    res = [bench(p, a.batch, a.seq, a.steps, a.vocab, b) for p in names for b in (False, True)[:1 + bf16]]
     for r in res:
-        print(f"torch {r['preset']:<11} {r['params']/1e6:6.1f}M  step {r['step_s']:.3f} s  {r['tok_per_s']:.0f} tok/s")
+        print(f"torch {r['preset']:<11} {r['matmul_precision']}  {r['params']/1e6:6.1f}M  step {r['step_s']:.3f} s  "
+              f"{r['tok_per_s']:.0f} tok/s")
     out = {"torch": torch.__version__, "cpu": cpu_name(), "vocab": a.vocab, "threads": a.threads, "batch": a.batch, "seq": a.seq,
            "results": res}
     if a.json:  # whole or not at all

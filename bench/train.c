@@ -2,6 +2,10 @@
  * for the GaLore paper's 60M and 130M LLaMA presets, as a ratio against the
  * best fp32 matmul rate measured in the same run on the step's own matmul
  * shapes (oneDNN, the library strata uses, and OpenBLAS, its alternative).
+ * Where the CPU has a bf16 matrix unit (AMX, AVX512-BF16), the same step
+ * with --matmul-precision bf16 too: its speed-up over the fp32 step, and its
+ * ratio to the bf16 matmuls' own rate on the step's linear shapes (their
+ * operands rounded as the step rounds them).
  *
  * usage: train [--presets llama-60m,llama-130m] [--batch 8] [--seq 256]
  *              [--vocab 32000] [--steps 4] [--json FILE]
@@ -42,6 +46,19 @@ static void gemm_dnnl(const struct shape *s, float *a, float *b, float *c)
 	const struct st_ops *ops = ops_cpu();
 	int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
 	ops->matmul(c, a, b, s->m, s->n, s->k, s->ta, s->tb, 1.0f, 0.0f, lda, ldb, s->n);
+}
+
+/* the bf16 product as the linear layers run it, in a workspace holding
+ * both operands whole (model_matmul_ws_bytes sizes the step's the same) */
+static void *bf16_ws;
+static size_t bf16_ws_bytes;
+
+static void gemm_bf16(const struct shape *s, float *a, float *b, float *c)
+{
+	const struct st_ops *ops = ops_cpu();
+	int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+	ops->matmul_bf16(c, a, b, s->m, s->n, s->k, s->ta, s->tb, 1.0f, 0.0f, lda, ldb, s->n, bf16_ws,
+			 bf16_ws_bytes);
 }
 
 static void gemm_openblas(const struct shape *s, float *a, float *b, float *c)
@@ -94,7 +111,8 @@ struct result {
 	double attn_share;
 };
 
-static int bench_preset(const char *preset, int B, int T, int V, int steps, struct result *r)
+static int bench_preset(const char *preset, int B, int T, int V, int steps, int bf16,
+			struct result *r)
 {
 	struct st_config cfg;
 	ST_TRY(config_preset(&cfg, preset));
@@ -103,6 +121,7 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 	struct st_session s;
 	ST_TRY(session_create(&s, ops_cpu(), &cfg, 1));
 	session_init_random(&s, 1);
+	ST_TRY(session_matmul_precision(&s, bf16 ? "bf16" : "fp32", "bench/train"));
 	ST_TRY(session_exec(&s, B, T));
 	const struct st_model *m = &s.model;
 	const int N = B * T;
@@ -156,16 +175,20 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 	}
 	float *a = st_aligned_alloc(maxe * 4), *b = st_aligned_alloc(maxe * 4),
 	      *c = st_aligned_alloc(maxe * 4);
+	bf16_ws_bytes = bf16 ? model_matmul_ws_bytes(m, (size_t)N) : 0;
+	bf16_ws = bf16 ? st_aligned_alloc(bf16_ws_bytes) : NULL;
+	if (!a || !b || !c || (bf16 && !bf16_ws))
+		return ST_FAIL;
 	for (size_t i = 0; i < maxe; i++)
 		a[i] = b[i] = 0.01f * (float)(i % 97);
 	double flops = 0, t_dnnl = 0, t_oblas = 0;
 	for (int i = 0; i < ns; i++) {
 		double f = 2.0 * sh[i].m * sh[i].n * sh[i].k * sh[i].count;
 		flops += f;
-		t_dnnl += time_gemm(gemm_dnnl, &sh[i], a, b, c) * sh[i].count;
-		t_oblas += time_gemm(gemm_openblas, &sh[i], a, b, c) * sh[i].count;
+		t_dnnl += time_gemm(bf16 ? gemm_bf16 : gemm_dnnl, &sh[i], a, b, c) * sh[i].count;
+		t_oblas += bf16 ? 0 : time_gemm(gemm_openblas, &sh[i], a, b, c) * sh[i].count;
 	}
-	free(a), free(b), free(c);
+	free(a), free(b), free(c), free(bf16_ws);
 
 	const double model_flops = model_flops_per_token(m, T) * N;
 	r->preset = preset;
@@ -174,7 +197,7 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, stru
 	r->tok_s = N / best;
 	r->step_gflops = model_flops / best / 1e9;
 	r->ceil_dnnl = flops / t_dnnl / 1e9;
-	r->ceil_oblas = flops / t_oblas / 1e9;
+	r->ceil_oblas = bf16 ? 0 : flops / t_oblas / 1e9;
 	double ceil = r->ceil_dnnl > r->ceil_oblas ? r->ceil_dnnl : r->ceil_oblas;
 	r->ratio = r->step_gflops / ceil;
 	r->attn_share = (model_flops - flops) / model_flops;
@@ -190,7 +213,8 @@ static const char usage[] =
 	"usage: bench/train [--presets llama-60m,llama-130m] [--batch 8] [--seq 256]\n"
 	"                   [--vocab 32000] [--steps 4] [--json FILE]\n"
 	"Training-step throughput of the presets against the best fp32 matmul rate\n"
-	"(oneDNN, OpenBLAS) on the step's own shapes, measured in the same run.\n";
+	"(oneDNN, OpenBLAS) on the step's own shapes, measured in the same run; with a\n"
+	"bf16 matrix unit (AMX, AVX512-BF16), the bf16-matmul step beside it.\n";
 
 int main(int argc, char **argv)
 {
@@ -232,31 +256,52 @@ int main(int argc, char **argv)
 	}
 	printf("bench/train: %d threads, B=%d T=%d V=%d, matmul %s; OpenBLAS core %s\n",
 	       omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
-	printf("%-11s %8s %9s %9s %12s %12s %12s %7s\n", "preset", "params", "step s", "tok/s",
+	printf("%-15s %8s %9s %9s %12s %12s %12s %7s\n", "preset", "params", "step s", "tok/s",
 	       "step GFLOP/s", "oneDNN ceil", "OpenBLAS ceil", "ratio");
 	if (jf)
 		fprintf(jf, "{\"threads\": %d, \"batch\": %d, \"seq\": %d, \"vocab\": %d, \"matmul\": \"%s\", \"openblas_core\": \"%s\", \"results\": [",
 			omp_get_max_threads(), B, T, V, ops_cpu()->matmul_lib, openblas_get_corename());
 	snprintf(list, sizeof list, "%s", presets);
 	int first = 1;
+	const char *impl;
+	const int bf16_here = ops_cpu()->matmul_bf16_native(&impl);
 	for (char *p = strtok(list, ","); p; p = strtok(NULL, ",")) {
-		struct result r;
-		if (bench_preset(p, B, T, V, steps, &r) != ST_OK)
-			return 1;
-		printf("%-11s %7.1fM %9.3f %9.0f %12.1f %12.1f %12.1f %6.0f%%\n", r.preset, r.params / 1e6,
-		       r.step_s, r.tok_s, r.step_gflops, r.ceil_dnnl, r.ceil_oblas, 100 * r.ratio);
-		/* the step's GFLOP/s count attention, which the matmul-only ceiling
-		 * does not: its share, so the ratio can be read either way */
-		printf("%-11s attention is %.1f%% of the step's FLOPs; on matmul FLOPs alone the ratio is "
-		       "%.0f%%\n",
-		       "", 100 * r.attn_share, 100 * r.ratio * (1 - r.attn_share));
-		if (jf)
-			fprintf(jf, "%s{\"preset\": \"%s\", \"params\": %.0f, \"step_s\": %.4f, \"tok_per_s\": %.1f, "
-				"\"step_gflops\": %.2f, \"ceiling_onednn_gflops\": %.2f, \"ceiling_openblas_gflops\": %.2f, "
-				"\"ratio_to_best_ceiling\": %.4f, \"attention_flop_share\": %.4f}",
-				first ? "" : ", ", r.preset, r.params, r.step_s, r.tok_s, r.step_gflops,
-				r.ceil_dnnl, r.ceil_oblas, r.ratio, r.attn_share);
-		first = 0;
+		struct result r[2];
+		for (int bf = 0; bf <= bf16_here; bf++) {
+			if (bench_preset(p, B, T, V, steps, bf, &r[bf]) != ST_OK)
+				return 1;
+			char name[40];
+			snprintf(name, sizeof name, "%s%s", p, bf ? " bf16" : "");
+			char oblas[32] = "-"; /* no bf16 matmul in OpenBLAS 0.3.21 */
+			if (!bf)
+				snprintf(oblas, sizeof oblas, "%.1f", r[bf].ceil_oblas);
+			printf("%-15s %7.1fM %9.3f %9.0f %12.1f %12.1f %12s %6.0f%%\n", name,
+			       r[bf].params / 1e6, r[bf].step_s, r[bf].tok_s, r[bf].step_gflops,
+			       r[bf].ceil_dnnl, oblas, 100 * r[bf].ratio);
+			/* the step's GFLOP/s count attention, which the matmul-only
+			 * ceiling does not: its share, so the ratio can be read
+			 * either way */
+			printf("%-15s attention is %.1f%% of the step's FLOPs; on matmul FLOPs alone the "
+			       "ratio is %.0f%%\n",
+			       "", 100 * r[bf].attn_share, 100 * r[bf].ratio * (1 - r[bf].attn_share));
+			if (bf)
+				printf("%-15s --matmul-precision bf16 (oneDNN %s; its ceiling is the bf16 "
+				       "matmuls' rate, rounding included): %.2fx the fp32 step's tok/s\n",
+				       "", impl, r[1].tok_s / r[0].tok_s);
+			if (jf)
+				fprintf(jf, "%s{\"preset\": \"%s\", \"matmul_precision\": \"%s\", \"params\": %.0f, \"step_s\": %.4f, \"tok_per_s\": %.1f, "
+					"\"step_gflops\": %.2f, \"ceiling_onednn_gflops\": %.2f, \"ceiling_openblas_gflops\": %.2f, "
+					"\"ratio_to_best_ceiling\": %.4f, \"attention_flop_share\": %.4f",
+					first ? "" : ", ", p, bf ? "bf16" : "fp32", r[bf].params, r[bf].step_s,
+					r[bf].tok_s, r[bf].step_gflops, r[bf].ceil_dnnl, r[bf].ceil_oblas,
+					r[bf].ratio, r[bf].attn_share);
+			if (jf && bf)
+				fprintf(jf, ", \"speedup_over_fp32\": %.4f, \"bf16_kernel\": \"%s\"",
+					r[1].tok_s / r[0].tok_s, impl);
+			if (jf)
+				fprintf(jf, "}");
+			first = 0;
+		}
 	}
 	if (jf) {
 		fprintf(jf, "]}\n");

@@ -451,6 +451,17 @@ static void check_placements(const char *init_flags, const char *opt_flags)
 }
 
 Test(offload, bit_identical_adamw, .timeout = 300) { check_placements("", ""); }
+/* bf16 matmuls (--matmul-precision bf16) offloaded are bit-identical to
+ * bf16 in memory, with recomputed layers too: the rounding is the same
+ * wherever the weights came from. */
+Test(offload, bit_identical_bf16_matmuls, .timeout = 300)
+{
+	const char *impl;
+	if (!ops_cpu()->matmul_bf16_native(&impl))
+		cr_skip_test("no bf16 matrix unit here (%s)", impl);
+	check_placements("", "--matmul-precision bf16 --recompute 5");
+}
+
 /* Recomputed activations: the forward re-run before each backward gives the
  * same bits, for some, all, and as many layers as a small device budget
  * needs (auto, with offload). */

@@ -236,6 +236,143 @@ Test(ops, matmul_transposes_strides_beta)
 	check_matmul(67, 45, 129, 0x12); /* past oneDNN's register blocking */
 }
 
+/* ---- bf16 matmul ------------------------------------------------------------ */
+
+/* x rounded to bf16, to nearest with ties to even, written here from the
+ * definition (the kernel has oneDNN do it) */
+static float ref_bf16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return x; /* NaN stays NaN */
+	const uint32_t low = u & 0xffffu, half = 0x8000u;
+	u &= 0xffff0000u;
+	if (low > half || (low == half && (u & 0x10000u)))
+		u += 0x10000u; /* carries into the exponent, up to inf, as it should */
+	float r;
+	memcpy(&r, &u, 4);
+	return r;
+}
+
+/* Skips where oneDNN has no bf16 matmul for this CPU (AVX2 only). */
+static void need_bf16(void)
+{
+	const char *impl;
+	if (!ops()->matmul_bf16_native(&impl) && strstr(impl, "none"))
+		cr_skip_test("%s", impl);
+}
+
+/* As check_matmul, against a float64 product of the operands rounded to
+ * bf16: each product of two bf16 values is exact in fp32, so what is left is
+ * the fp32 summation's rounding, FWD_TOL. Rounding by truncation instead of
+ * to nearest would be off by ~2^-9 relative, and fp32 inputs by as much. */
+static void check_matmul_bf16(int m, int n, int k, size_t ws_bytes, uint64_t seed)
+{
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			int ar = ta ? k : m, ac = ta ? m : k;
+			int br = tb ? n : k, bc = tb ? k : n;
+			int lda = ac + 3, ldb = bc + 2, ldc = n + 5;
+			float *a = frand((size_t)ar * lda, 1, &seed);
+			float *b = frand((size_t)br * ldb, 1, &seed);
+			float *c = frand((size_t)m * ldc, 1, &seed);
+			float *c0 = fcopy(c, (size_t)m * ldc);
+			void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
+			cr_assert(ws);
+			const float alpha = 0.7f, beta = -1.3f;
+			ops()->matmul_bf16(c, a, b, m, n, k, ta, tb, alpha, beta, lda, ldb, ldc, ws,
+					   ws_bytes);
+			double *ref = dmalloc((size_t)m * n), *ref32 = dmalloc((size_t)m * n);
+			float *got = fmalloc((size_t)m * n);
+			double off32 = 0, rms = 0; /* how far fp32 inputs would be */
+			for (int i = 0; i < m; i++)
+				for (int j = 0; j < n; j++) {
+					double s = 0, s32 = 0;
+					for (int p = 0; p < k; p++) {
+						float av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+						float bv = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+						s += (double)ref_bf16(av) * ref_bf16(bv);
+						s32 += (double)av * bv;
+					}
+					const size_t o = (size_t)i * n + j;
+					ref[o] = (double)alpha * s + (double)beta * c0[(size_t)i * ldc + j];
+					ref32[o] = (double)alpha * s32 + (double)beta * c0[(size_t)i * ldc + j];
+					got[o] = c[(size_t)i * ldc + j];
+					off32 = fmax(off32, fabs(ref[o] - ref32[o]));
+					rms += ref[o] * ref[o];
+				}
+			rms = sqrt(rms / ((double)m * n));
+			char what[128];
+			snprintf(what, sizeof what, "bf16 matmul %dx%dx%d ta=%d tb=%d ws=%zu", m, n, k, ta,
+				 tb, ws_bytes);
+			expect_close_f(what, got, ref, (size_t)m * n, 1, FWD_TOL, SUM_FLOOR);
+			cr_expect(off32 > 100 * FWD_TOL * rms,
+				  "%s: the bf16 rounding must show (%g of an RMS %g)", what, off32, rms);
+			for (int i = 0; i < m; i++)
+				cr_expect(!memcmp(c + (size_t)i * ldc + n, c0 + (size_t)i * ldc + n,
+						  (size_t)(ldc - n) * sizeof(float)),
+					  "%s: wrote past n in row %d", what, i);
+			free(a), free(b), free(c), free(c0), free(ref), free(ref32), free(got), free(ws);
+		}
+}
+
+Test(ops, matmul_bf16_rounds_inputs_sums_fp32)
+{
+	need_bf16();
+	check_matmul_bf16(5, 7, 9, 1 << 20, 0x21);
+	check_matmul_bf16(67, 45, 129, 1 << 20, 0x22);
+}
+
+/* The smallest workspace cuts the product into tiles of c and chunks of k;
+ * the result is the same product to fp32 rounding. */
+Test(ops, matmul_bf16_in_tiles)
+{
+	need_bf16();
+	int mc, nc, kc;
+	cpu_matmul_bf16_tiles(300, 200, 700, ST_MATMUL_BF16_MIN_WS, &mc, &nc, &kc);
+	cr_assert(mc < 300 && nc < 200 && kc < 700 && kc % 32 == 0,
+		  "300x200x700 in 64 KiB: tiles %dx%d, k chunks of %d", mc, nc, kc);
+	cr_assert(((size_t)mc * kc + (size_t)nc * kc) * 2 + 128 <= ST_MATMUL_BF16_MIN_WS);
+	check_matmul_bf16(300, 200, 700, ST_MATMUL_BF16_MIN_WS, 0x23);
+	/* a workspace holding both operands whole: one tile */
+	cpu_matmul_bf16_tiles(300, 200, 700, (size_t)(300 + 200) * 700 * 2 + 256, &mc, &nc, &kc);
+	cr_expect(mc == 300 && nc == 200 && kc == 700, "one tile: %dx%d, k %d", mc, nc, kc);
+	/* k alone in chunks where a long k meets a small c */
+	cpu_matmul_bf16_tiles(16, 16, 100000, 1 << 20, &mc, &nc, &kc);
+	cr_expect(mc == 16 && nc == 16 && kc < 100000 && kc >= 256, "%dx%d, k %d", mc, nc, kc);
+	check_matmul_bf16(16, 24, 5000, ST_MATMUL_BF16_MIN_WS, 0x24);
+}
+
+/* Rounding exactly: x (m,1) @ 1 (1,1) is bf16(x), bit for bit, at ties
+ * (to even, both ways), just past them, at the carry into the exponent and
+ * to inf (the largest float, and a tie below it); NaN stays NaN. (-0 is
+ * left out: a sum starting from +0 gives +0, in fp32 matmuls too.) */
+Test(ops, matmul_bf16_rounding_bits)
+{
+	need_bf16();
+	const float h = 0x1p-8f; /* half a bf16 ulp at 1 */
+	const float xs[] = {1 + h,	     1 + 3 * h,	     -(1 + h),	   -(1 + 3 * h),
+			    1 + h + 0x1p-20f, 1 + h - 0x1p-20f, 2 - h,	   0x1.fffffep127f,
+			    0x1.fe0000p127f,  0x1.ff0000p127f,  -0x1.fffffep127f, 1e-30f,
+			    3.14159265f,      -2.7182818f,	     INFINITY,	   -INFINITY,
+			    0.0f,	      65504.0f,	     0x1.010000p-126f, NAN};
+	const int m = (int)(sizeof xs / sizeof *xs);
+	float one = 1.0f, c[sizeof xs / sizeof *xs];
+	void *ws = aligned_alloc(64, ST_MATMUL_BF16_MIN_WS);
+	cr_assert(ws);
+	ops()->matmul_bf16(c, xs, &one, m, 1, 1, 0, 0, 1.0f, 0.0f, 1, 1, 1, ws, ST_MATMUL_BF16_MIN_WS);
+	for (int i = 0; i < m; i++) {
+		const float want = ref_bf16(xs[i]);
+		if (isnan(want))
+			cr_expect(isnan(c[i]), "bf16(NaN) gave %a", (double)c[i]);
+		else
+			cr_expect(!memcmp(&c[i], &want, 4), "bf16(%a) gave %a, not %a", (double)xs[i],
+				  (double)c[i], (double)want);
+	}
+	free(ws);
+}
+
 /* ---- embedding ---------------------------------------------------------------- */
 
 static void ref_embedding(const struct ref_op *op, double *out)

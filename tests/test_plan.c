@@ -493,6 +493,44 @@ Test(plan, update_matmuls_charged)
 	desc_free(&d);
 }
 
+/* --matmul-precision bf16: the linear layers' FLOPs (fwd_bf16_flops) at
+ * the profile's bf16 rate, the rest (attention) at the fp32 rate, forward,
+ * backward and a recomputed forward alike; a profile without a bf16 rate
+ * predicts them at the fp32 one. Everything in memory, on shared cores, the
+ * step is compute plus updates, so the difference is exact. */
+Test(plan, bf16_matmuls_at_their_rate)
+{
+	struct desc d;
+	desc_make(&d, "llama-60m", 0, 4, 256, 2);
+	double *bf = calloc((size_t)d.pm.n_units, sizeof *bf), lin = 0, all = 0;
+	cr_assert(bf);
+	for (int u = 0; u < d.pm.n_units; u++) {
+		bf[u] = model_unit_linear_flops(&d.m, u) * 4 * 256;
+		cr_assert(bf[u] <= d.flops[u] && (d.m.units[u].kind != ST_UNIT_LAYER || bf[u] < d.flops[u]),
+			  "unit %d: linear %g of %g FLOPs (a layer's attention is not linear)", u, bf[u],
+			  d.flops[u]);
+		lin += bf[u];
+		all += d.flops[u];
+	}
+	struct st_profile cpu = cpu_profile();
+	double step[3], opt_s;
+	step[0] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	d.pm.fwd_bf16_flops = bf;
+	step[1] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s); /* no bf16 rate: the fp32 one */
+	cpu.bf16_matmul_gflops = 4 * cpu.matmul_gflops;
+	step[2] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	cr_expect(fabs(step[1] - step[0]) <= 1e-9 * step[0], "%.6f vs %.6f s", step[1], step[0]);
+	/* 3 passes (forward, backward twice its FLOPs) per micro-batch, 2 of them */
+	const double saved = 2 * 3 * lin * (1 - 0.25) / (cpu.matmul_gflops * 1e9);
+	cr_expect(fabs(step[0] - step[2] - saved) <= 1e-9 * step[0],
+		  "bf16 at 4x: saved %.6f s of %.6f, the linear FLOPs' share %.6f s", step[0] - step[2],
+		  step[0], saved);
+	cr_expect(lin < all, "attention FLOPs stay fp32");
+	d.pm.fwd_bf16_flops = NULL;
+	free(bf);
+	desc_free(&d);
+}
+
 /* A unit updated on the device with its weights streamed from disk writes
  * them back each step: the prediction counts every unit's weights written
  * (it counted none, where train wrote them all; a run that took 2.5x its

@@ -28,6 +28,8 @@ static void help(void)
 	       "                     (131072 by default) at its --seq-len: give the same to compare\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
+	       "  --matmul-precision S  the linear layers' matmuls: fp32, or bf16 (inputs\n"
+	       "                     rounded to bf16, sums in fp32; AMX or AVX512-BF16 CPUs) [fp32]\n"
 	       CLI_FORWARD_MEM_HELP
 	       "  --json             print the result as JSON [false]\n");
 }
@@ -112,10 +114,11 @@ int cmd_eval(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *model, *data, *device;
+	const char *model, *data, *device, *precision;
 	ST_TRY(cli_get_str(&a, "model", NULL, &model));
 	ST_TRY(cli_get_str(&a, "data", NULL, &data));
 	ST_TRY(cli_get_str(&a, "device", "auto", &device));
+	ST_TRY(cli_get_str(&a, "matmul-precision", "fp32", &precision));
 	long t, b, max_tokens, threads;
 	ST_TRY(cli_get_long(&a, "seq-len", 256, 2, 1 << 24, &t));
 	ST_TRY(cli_get_long(&a, "micro-batch", 8, 1, 1 << 24, &b));
@@ -130,13 +133,15 @@ int cmd_eval(int argc, char **argv)
 	ST_CHECK_USAGE(*model && *data, "pass --model DIR and --data PATH",
 		 "strata eval: an empty path was given for --%s", *model ? "data" : "model");
 	ST_TRY(session_check_device(device));
+	ST_TRY(session_check_matmul_precision(precision, "--matmul-precision"));
 
 	char dir[4096];
 	ST_TRY(resolve_model_pinned(dir, sizeof dir, model));
 	const struct st_ops *ops;
 	ST_TRY(session_backend(&ops, device, (int)threads));
 	struct st_session s;
-	if (forward_build(&s, ops, dir) != ST_OK) {
+	if (forward_build(&s, ops, dir) != ST_OK ||
+	    session_matmul_precision(&s, precision, "--matmul-precision") != ST_OK) {
 		session_close(&s);
 		return ST_FAIL;
 	}

@@ -220,11 +220,21 @@ static void fetch_w(struct sim *s, int u, double now)
 	s->w_ready[u] = move(s, ST_SLAB_W, u, (double)s->pm->w_bytes[u], 0, now);
 }
 
+/* Seconds of unit u's forward compute: its fp32 FLOPs at the matmul rate,
+ * and those of bf16 matmuls at theirs (a profile without one: the fp32
+ * rate, as tiers.c warns). */
+static double fwd_s(const struct sim *s, int u)
+{
+	const double rate = s->prof->matmul_gflops * 1e9, f = s->pm->fwd_flops[u];
+	const double bf = s->pm->fwd_bf16_flops ? s->pm->fwd_bf16_flops[u] : 0;
+	const double bf_rate = s->prof->bf16_matmul_gflops > 0 ? s->prof->bf16_matmul_gflops * 1e9 : rate;
+	return (f - bf) / rate + bf / bf_rate;
+}
+
 static void sim_step(struct sim *s, double *now)
 {
 	const struct st_plan_model *pm = s->pm;
 	const int n = pm->n_units, L = pm->n_layers;
-	const double rate = s->prof->matmul_gflops * 1e9;
 	for (int a = 0; a < pm->grad_accum; a++) {
 		/* forward */
 		memset(s->w_issued, 0, (size_t)n * sizeof *s->w_issued);
@@ -246,7 +256,7 @@ static void sim_step(struct sim *s, double *now)
 			const double start = max2(ready, s->w_ready[u]);
 			for (int i = 1; i <= s->prefetch; i++)
 				fetch_w(s, u + i, start);
-			*now = serve(s, Q_COMPUTE, start, pm->fwd_flops[u] / rate);
+			*now = serve(s, Q_COMPUTE, start, fwd_s(s, u));
 			if (u >= 1 && u <= L) /* a swapped layer's tensors leave */
 				move(s, ST_SLAB_A, u, (double)pm->act_layer, 1, *now);
 		}
@@ -276,14 +286,15 @@ static void sim_step(struct sim *s, double *now)
 			double ready = max2(*now, s->w_ready[u]);
 			if (u >= 1 && u <= L)
 				ready = max2(ready, a_ready[u]);
-			double flops = 2 * pm->fwd_flops[u];
+			/* backward is twice the forward, and a recomputed layer's
+			 * forward runs again first */
+			double secs = 2 * fwd_s(s, u);
 			if (u >= 1 && u <= L && s->p->act[u - 1] == ST_ACT_RECOMPUTE)
-				flops += pm->fwd_flops[u];
+				secs += fwd_s(s, u);
 			/* and its hook's CPU matmuls (per-layer GaLore projecting
 			 * the gradient), on the compute thread */
 			const double hook = pm->hook_flops ? pm->hook_flops[u] : 0;
-			*now = serve(s, Q_COMPUTE, ready,
-				     flops / rate + (hook > 0 ? hook / cpu_mm_rate(s) : 0));
+			*now = serve(s, Q_COMPUTE, ready, secs + (hook > 0 ? hook / cpu_mm_rate(s) : 0));
 			if (u >= 1 && u <= L)
 				pool_drop(s, ST_SLAB_A, u); /* used: discarded */
 			if (pm->g_bytes && !s->p->dev_update[u])

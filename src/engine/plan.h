@@ -56,6 +56,9 @@ struct st_plan_model {
 	const size_t *s_bytes;             /* optimizer state per unit */
 	const size_t *numel;               /* parameters per unit */
 	const double *fwd_flops;           /* per unit: one micro-batch's forward */
+	const double *fwd_bf16_flops;      /* per unit: of fwd_flops, those at the profile's
+					    * bf16 matmul rate (the linear layers under
+					    * --matmul-precision bf16); NULL: none */
 	const double *upd_flops;           /* per unit: its update's matmul FLOPs a step
 					    * (GaLore's projections); NULL: none */
 	const double *hook_flops;          /* per unit: the CPU matmul FLOPs its backward's

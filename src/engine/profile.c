@@ -50,6 +50,22 @@ static void run_mm(void *p)
 	m->ops->matmul(m->c, m->a, m->b, m->n, m->n, m->n, 0, 1, 1.0f, 0.0f, m->n, m->n, m->n);
 }
 
+/* The same product as the linear layers run it under --matmul-precision
+ * bf16: the operands rounded into a workspace (d), whole. */
+struct mm_bf16_ctx {
+	struct mm_ctx mm;
+	void *ws;
+	size_t ws_bytes;
+};
+
+static void run_mm_bf16(void *p)
+{
+	struct mm_bf16_ctx *m = p;
+	const int n = m->mm.n;
+	m->mm.ops->matmul_bf16(m->mm.c, m->mm.a, m->mm.b, n, n, n, 0, 1, 1.0f, 0.0f, n, n, n, m->ws,
+			       m->ws_bytes);
+}
+
 struct copy_ctx {
 	float *dst, *src;
 	size_t n;
@@ -269,6 +285,14 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 		struct mm_ctx mm = {ops, a, b, c, n};
 		p->matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm, &mm) / 1e9;
 		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
+		const char *impl;
+		if (ops->matmul_bf16 && ops->matmul_bf16_native(&impl)) {
+			/* both 1024^2 operands in bf16 fit in d (8 MiB at least) */
+			struct mm_bf16_ctx mb = {mm, d, big * sizeof(float)};
+			p->bf16_matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm_bf16, &mb) / 1e9;
+			for (size_t i = 0; i < big; i++) /* its bytes read as floats could be denormal */
+				d[i] = (float)(i % 97) * 1e-3f;
+		}
 		/* the bytes a slab's transfer moves: the planner divides a
 		 * slab's size by this rate (counting the bytes both read and
 		 * written, as STREAM does, predicted copies at half their time) */
@@ -337,6 +361,7 @@ static const struct {
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
 	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
 	K(threads, 0),		      K(copy_cpu_share, 0),	   K(probe_mib, 0),
+	K(bf16_matmul_gflops, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])

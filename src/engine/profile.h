@@ -5,6 +5,9 @@
  * matmul_gflops            the device's matmul rate (GFLOP/s)
  * cpu_matmul_gflops        the CPU's, for the matmuls of its optimizer updates
  *                          (GaLore's projections); absent: matmul_gflops
+ * bf16_matmul_gflops       the device's rate with bf16 inputs and fp32 sums
+ *                          (--matmul-precision bf16), rounding included; 0:
+ *                          not measured (no bf16 hardware), matmul_gflops
  * h2d_gbs, d2h_gbs         host -> device and device -> host copy rates (GB/s
  *                          of slab bytes moved; memcpy on the CPU backend,
  *                          each byte counted once, not read and written)
@@ -62,6 +65,7 @@ struct st_profile {
 	double threads;
 	double copy_cpu_share;
 	double probe_mib;
+	double bf16_matmul_gflops;
 };
 /* profile_measure's format (struct st_profile.format) */
 #define ST_PROFILE_FORMAT 2

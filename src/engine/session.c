@@ -74,6 +74,39 @@ int session_build(struct st_session *s, const struct st_ops *ops, const struct s
 	return ST_OK;
 }
 
+int session_check_matmul_precision(const char *precision, const char *flag)
+{
+	ST_CHECK_USAGE(!strcmp(precision, "fp32") || !strcmp(precision, "bf16"),
+		       "give fp32 or bf16", "%s must be fp32 or bf16 (got '%s')", flag, precision);
+	return ST_OK;
+}
+
+int session_matmul_precision(struct st_session *s, const char *precision, const char *flag)
+{
+	ST_TRY(session_check_matmul_precision(precision, flag));
+	s->model.matmul_bf16 = 0;
+	if (!strcmp(precision, "fp32"))
+		return ST_OK;
+	const char *impl = "none (the backend has no bf16 matmul)";
+	const int native = s->ops->matmul_bf16 && s->ops->matmul_bf16_native(&impl);
+	ST_CHECK_USAGE(native,
+		       "use fp32 here: bf16 matmuls pay off on CPUs with AMX (Intel Xeon since "
+		       "Sapphire Rapids) or AVX512-BF16",
+		       "%s bf16: this CPU has no bf16 matrix unit oneDNN uses (its bf16 matmul: %s), "
+		       "so bf16 would be slower than fp32",
+		       flag, impl);
+	s->model.matmul_bf16 = 1;
+	snprintf(s->matmul_name, sizeof s->matmul_name,
+		 "bf16 inputs and fp32 sums in the linear layers (oneDNN %s), %s in attention", impl,
+		 s->ops->matmul_lib);
+	return ST_OK;
+}
+
+const char *session_matmul_name(const struct st_session *s)
+{
+	return s->model.matmul_bf16 ? s->matmul_name : s->ops->matmul_lib;
+}
+
 int session_alloc(struct st_session *s, const struct st_place *pl, int with_grads)
 {
 	const struct st_model *m = &s->model;

@@ -21,6 +21,7 @@ struct st_session {
 	int dec_ready;
 	float **w;  /* per-unit W slab pointers where resident (NULL where staged) */
 	size_t shard_bytes; /* saving: weight files above this are sharded (0: 5 GB) */
+	char matmul_name[160]; /* session_matmul_name's, with bf16 */
 };
 
 /* Choose the backend ("cpu", "cuda", "auto") and set the thread count
@@ -58,6 +59,17 @@ int session_check_weights(const struct st_session *s, const char *dir);
 int session_open(struct st_session *s, const struct st_ops *ops, const char *dir, int with_grads);
 /* Random init of every unit (deterministic in seed). */
 void session_init_random(struct st_session *s, unsigned long seed);
+/* The linear layers' matmul precision, "fp32" or "bf16" (inputs rounded to
+ * bf16, products summed in fp32), before anything is sized (the bf16
+ * workspace is part of the activations). bf16 is refused, naming why, where
+ * the backend has no bf16 matmul or only an emulated one (slower than fp32
+ * here). flag: the option's name in messages. */
+int session_matmul_precision(struct st_session *s, const char *precision, const char *flag);
+/* The same check of the word alone, for commands to refuse a slip before
+ * any work. */
+int session_check_matmul_precision(const char *precision, const char *flag);
+/* What runs the session's matmuls, for the logs. */
+const char *session_matmul_name(const struct st_session *s);
 /* Allocate the executor for micro-batches of b x t (once). */
 int session_exec(struct st_session *s, int b, int t);
 /* The same with an activation policy per layer (engine/exec.h; NULL: keep). */

@@ -97,7 +97,7 @@ const struct st_param *model_find_param(const struct st_model *m, const char *na
 	return NULL;
 }
 
-double model_unit_fwd_flops(const struct st_model *m, int unit, int t)
+double model_unit_linear_flops(const struct st_model *m, int unit)
 {
 	const struct st_config *c = &m->cfg;
 	const struct st_unit *un = &m->units[unit];
@@ -107,7 +107,14 @@ double model_unit_fwd_flops(const struct st_model *m, int unit, int t)
 			f += 2.0 * (double)m->params[i].numel;
 	if (un->kind == ST_UNIT_HEAD && c->tied) /* the embedding doubles as the output projection */
 		f += 2.0 * (double)c->vocab_size * c->dim;
-	if (un->kind == ST_UNIT_LAYER) /* causal attention: scores and weighted sum */
+	return f;
+}
+
+double model_unit_fwd_flops(const struct st_model *m, int unit, int t)
+{
+	const struct st_config *c = &m->cfg;
+	double f = model_unit_linear_flops(m, unit);
+	if (m->units[unit].kind == ST_UNIT_LAYER) /* causal attention: scores and weighted sum */
 		f += 2.0 * 2.0 * c->n_heads * c->head_dim * (t + 1) / 2.0;
 	return f;
 }

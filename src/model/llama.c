@@ -8,20 +8,35 @@
 #include "model/llama.h"
 #include "util/check.h"
 
-/* y (n,out) = x (n,in) @ w^T, w (out,in) */
-static void linear_forward(const struct st_ops *ops, float *y, const float *x, const float *w,
-			   int n, int in, int out)
+/* The linear layers' matmul: fp32, or with the inputs rounded to bf16 in
+ * mm's workspace where the session chose --matmul-precision bf16 (mm NULL:
+ * fp32, as the decoder's one-row passes always are). */
+static void linear_matmul(const struct st_ops *ops, const struct st_mm *mm, float *c,
+			  const float *a, const float *b, int m, int n, int k, int ta, int tb,
+			  float beta, int lda, int ldb, int ldc)
 {
-	ops->matmul(y, x, w, n, out, in, 0, 1, 1.0f, 0.0f, in, in, out);
+	if (mm && mm->bf16)
+		ops->matmul_bf16(c, a, b, m, n, k, ta, tb, 1.0f, beta, lda, ldb, ldc, mm->ws,
+				 mm->ws_bytes);
+	else
+		ops->matmul(c, a, b, m, n, k, ta, tb, 1.0f, beta, lda, ldb, ldc);
+}
+
+/* y (n,out) (= or += when accumulate) = x (n,in) @ w^T, w (out,in) */
+static void linear_forward(const struct st_ops *ops, const struct st_mm *mm, float *y,
+			   const float *x, const float *w, int n, int in, int out, int accumulate)
+{
+	linear_matmul(ops, mm, y, x, w, n, out, in, 0, 1, accumulate ? 1.0f : 0.0f, in, in, out);
 }
 
 /* dx (n,in) (= or += when accumulate) = dy (n,out) @ w (out,in);
  * dw (out,in) += dy^T (out,n) @ x (n,in) */
-static void linear_backward(const struct st_ops *ops, float *dx, float *dw, const float *dy,
-			    const float *x, const float *w, int n, int in, int out, int accumulate)
+static void linear_backward(const struct st_ops *ops, const struct st_mm *mm, float *dx,
+			    float *dw, const float *dy, const float *x, const float *w, int n,
+			    int in, int out, int accumulate)
 {
-	ops->matmul(dx, dy, w, n, in, out, 0, 0, 1.0f, accumulate ? 1.0f : 0.0f, out, in, in);
-	ops->matmul(dw, dy, x, out, in, n, 1, 0, 1.0f, 1.0f, out, in, in);
+	linear_matmul(ops, mm, dx, dy, w, n, in, out, 0, 0, accumulate ? 1.0f : 0.0f, out, in, in);
+	linear_matmul(ops, mm, dw, dy, x, out, in, n, 1, 0, 1.0f, out, in, in);
 }
 
 /* Activation buffers, in floats, each rounded up to 16 (64 bytes). */
@@ -43,7 +58,33 @@ size_t acts_rest_floats(const struct st_model *m, int b, int t)
 	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
 	return 5 * R16(N * C) + 2 * R16(N) + R16(N * V) + 2 * R16(N * QD) + 2 * R16(N * KD) +
 	       3 * R16(N * F) + 2 * R16((size_t)t * c->head_dim / 2) +
-	       (c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0);
+	       (c->stable_embedding ? R16(N * C) + 2 * R16(N) : 0) +
+	       R16(model_matmul_ws_bytes(m, N) / sizeof(float));
+}
+
+/* 64 MiB: a 7B layer's gate product at 2048 rows (2048 x 11008 x 4096)
+ * then runs in 2 chunks of k, passing over its 90 MB output twice. */
+#define MATMUL_WS_MAX ((size_t)64 << 20)
+
+size_t model_matmul_ws_bytes(const struct st_model *m, size_t rows)
+{
+	if (!m->matmul_bf16)
+		return 0;
+	const struct st_config *c = &m->cfg;
+	const size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+	const size_t C = c->dim, F = c->ffn_dim;
+	const size_t shapes[][2] = {{C, QD}, {C, KD}, {QD, C}, {C, F}, {F, C}, {C, c->vocab_size}};
+	size_t most = 0; /* elements of both operands of the largest product */
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+		const size_t in = shapes[i][0], out = shapes[i][1], w = in * out;
+		const size_t fwd = rows * in + w, dx = rows * out + w, dw = out * rows + rows * in;
+		most = fwd > most ? fwd : most;
+		most = dx > most ? dx : most;
+		most = dw > most ? dw : most;
+	}
+	size_t bytes = most * 2 + 128; /* two tiles, each rounded up to 64 bytes */
+	bytes = bytes < MATMUL_WS_MAX ? bytes : MATMUL_WS_MAX;
+	return bytes > ST_MATMUL_BF16_MIN_WS ? bytes : ST_MATMUL_BF16_MIN_WS;
 }
 
 size_t acts_input_floats(const struct st_model *m, int b, int t)
@@ -143,6 +184,9 @@ int acts_bind_mask(struct st_acts *a, const struct st_model *m, int b, int t,
 		a->emb_mean = TAKE(N);
 		a->emb_rstd = TAKE(N);
 	}
+	a->mm.ws_bytes = model_matmul_ws_bytes(m, N);
+	a->mm.bf16 = a->mm.ws_bytes > 0;
+	a->mm.ws = a->mm.bf16 ? TAKE(a->mm.ws_bytes / sizeof(float)) : NULL;
 	rope_table(a->rope_cos, a->rope_sin, t, c->head_dim, c->rope_theta);
 	return ST_OK;
 }
@@ -201,30 +245,30 @@ void llama_layer_forward(const struct st_ops *ops, const struct st_model *m, str
 	struct st_layer_acts *la = &a->layers[l];
 	float *xout = l + 1 < c->n_layers ? a->layers[l + 1].x : a->x_final;
 
-	ops->rmsnorm_forward(la->xn1, la->rstd1, la->x, P(m, u, LP_ATTN_NORM, w), N, C, c->norm_eps);
-	linear_forward(ops, la->q, la->xn1, P(m, u, LP_WQ, w), N, C, H * hd);
-	linear_forward(ops, la->k, la->xn1, P(m, u, LP_WK, w), N, C, KH * hd);
-	linear_forward(ops, la->v, la->xn1, P(m, u, LP_WV, w), N, C, KH * hd);
+	ops->rmsnorm_forward(la->xn1, la->rstd1, la->x, P(m, u, LP_ATTN_NORM, w), N, C,
+			     c->norm_eps);
+	linear_forward(ops, &a->mm, la->q, la->xn1, P(m, u, LP_WQ, w), N, C, H * hd, 0);
+	linear_forward(ops, &a->mm, la->k, la->xn1, P(m, u, LP_WK, w), N, C, KH * hd, 0);
+	linear_forward(ops, &a->mm, la->v, la->xn1, P(m, u, LP_WV, w), N, C, KH * hd, 0);
 	ops->rope(la->q, a->rope_cos, a->rope_sin, B, T, H, hd, +1);
 	ops->rope(la->k, a->rope_cos, a->rope_sin, B, T, KH, hd, +1);
 	ops->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, H, KH, hd);
 	/* xmid = x + att @ Wo^T */
 	memcpy(la->xmid, la->x, (size_t)N * C * sizeof(float));
-	ops->matmul(la->xmid, la->att, P(m, u, LP_WO, w), N, C, H * hd, 0, 1, 1.0f, 1.0f, H * hd,
-		    H * hd, C);
+	linear_forward(ops, &a->mm, la->xmid, la->att, P(m, u, LP_WO, w), N, H * hd, C, 1);
 
 	ops->rmsnorm_forward(la->xn2, la->rstd2, la->xmid, P(m, u, LP_MLP_NORM, w), N, C,
 			     c->norm_eps);
-	linear_forward(ops, la->gate, la->xn2, P(m, u, LP_WGATE, w), N, C, F);
-	linear_forward(ops, la->up, la->xn2, P(m, u, LP_WUP, w), N, C, F);
+	linear_forward(ops, &a->mm, la->gate, la->xn2, P(m, u, LP_WGATE, w), N, C, F, 0);
+	linear_forward(ops, &a->mm, la->up, la->xn2, P(m, u, LP_WUP, w), N, C, F, 0);
 	ops->swiglu_forward(la->h, la->gate, la->up, (size_t)N * F);
 	/* xout = xmid + h @ Wdown^T */
 	memcpy(xout, la->xmid, (size_t)N * C * sizeof(float));
-	ops->matmul(xout, la->h, P(m, u, LP_WDOWN, w), N, C, F, 0, 1, 1.0f, 1.0f, F, F, C);
+	linear_forward(ops, &a->mm, xout, la->h, P(m, u, LP_WDOWN, w), N, F, C, 1);
 }
 
-void llama_layer_backward(const struct st_ops *ops, const struct st_model *m,
-			  struct st_acts *a, int l, const float *w, float *g)
+void llama_layer_backward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
+			  int l, const float *w, float *g)
 {
 	const struct st_config *c = &m->cfg;
 	const int u = 1 + l, B = a->b, T = a->t, N = B * T, C = c->dim, F = c->ffn_dim;
@@ -233,30 +277,30 @@ void llama_layer_backward(const struct st_ops *ops, const struct st_model *m,
 	/* a->dx holds dL/d(xout) on entry and dL/d(x) on return. */
 
 	/* MLP: xout = xmid + down(swiglu(gate(xn2), up(xn2))) */
-	linear_backward(ops, a->dh, PG(m, u, LP_WDOWN, g), a->dx, la->h, P(m, u, LP_WDOWN, w), N, F,
-			C, 0);
+	linear_backward(ops, &a->mm, a->dh, PG(m, u, LP_WDOWN, g), a->dx, la->h,
+			P(m, u, LP_WDOWN, w), N, F, C, 0);
 	ops->swiglu_backward(a->dgate, a->dup, a->dh, la->gate, la->up, (size_t)N * F);
-	linear_backward(ops, a->dxn, PG(m, u, LP_WGATE, g), a->dgate, la->xn2,
+	linear_backward(ops, &a->mm, a->dxn, PG(m, u, LP_WGATE, g), a->dgate, la->xn2,
 			P(m, u, LP_WGATE, w), N, C, F, 0);
-	linear_backward(ops, a->dxn, PG(m, u, LP_WUP, g), a->dup, la->xn2, P(m, u, LP_WUP, w), N,
-			C, F, 1);
+	linear_backward(ops, &a->mm, a->dxn, PG(m, u, LP_WUP, g), a->dup, la->xn2,
+			P(m, u, LP_WUP, w), N, C, F, 1);
 	ops->rmsnorm_backward(a->dtmp, PG(m, u, LP_MLP_NORM, g), a->dxn, la->xmid,
 			      P(m, u, LP_MLP_NORM, w), la->rstd2, N, C);
 	ops->add_inplace(a->dx, a->dtmp, (size_t)N * C); /* dx = dL/d(xmid) */
 
 	/* attention: xmid = x + o(attn(rope(q(xn1)), rope(k(xn1)), v(xn1))) */
-	linear_backward(ops, a->datt, PG(m, u, LP_WO, g), a->dx, la->att, P(m, u, LP_WO, w), N,
-			H * hd, C, 0);
-	ops->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att,
-				la->lse, B, T, H, KH, hd);
+	linear_backward(ops, &a->mm, a->datt, PG(m, u, LP_WO, g), a->dx, la->att, P(m, u, LP_WO, w),
+			N, H * hd, C, 0);
+	ops->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse,
+				B, T, H, KH, hd);
 	ops->rope(a->dq, a->rope_cos, a->rope_sin, B, T, H, hd, -1);
 	ops->rope(a->dk, a->rope_cos, a->rope_sin, B, T, KH, hd, -1);
-	linear_backward(ops, a->dxn, PG(m, u, LP_WQ, g), a->dq, la->xn1, P(m, u, LP_WQ, w), N, C,
-			H * hd, 0);
-	linear_backward(ops, a->dxn, PG(m, u, LP_WK, g), a->dk, la->xn1, P(m, u, LP_WK, w), N, C,
-			KH * hd, 1);
-	linear_backward(ops, a->dxn, PG(m, u, LP_WV, g), a->dv, la->xn1, P(m, u, LP_WV, w), N, C,
-			KH * hd, 1);
+	linear_backward(ops, &a->mm, a->dxn, PG(m, u, LP_WQ, g), a->dq, la->xn1, P(m, u, LP_WQ, w),
+			N, C, H * hd, 0);
+	linear_backward(ops, &a->mm, a->dxn, PG(m, u, LP_WK, g), a->dk, la->xn1, P(m, u, LP_WK, w),
+			N, C, KH * hd, 1);
+	linear_backward(ops, &a->mm, a->dxn, PG(m, u, LP_WV, g), a->dv, la->xn1, P(m, u, LP_WV, w),
+			N, C, KH * hd, 1);
 	ops->rmsnorm_backward(a->dtmp, PG(m, u, LP_ATTN_NORM, g), a->dxn, la->x,
 			      P(m, u, LP_ATTN_NORM, w), la->rstd1, N, C);
 	ops->add_inplace(a->dx, a->dtmp, (size_t)N * C); /* dx = dL/d(x) */
@@ -268,14 +312,14 @@ static const float *head_proj(const struct st_model *m, const float *w, const fl
 	return m->cfg.tied ? wte : P(m, model_head_unit(m), 1, w);
 }
 
-double llama_head_forward(const struct st_ops *ops, const struct st_model *m,
-			  struct st_acts *a, const float *w, const float *wte,
-			  const int32_t *targets, float dlogits_scale)
+double llama_head_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
+			  const float *w, const float *wte, const int32_t *targets,
+			  float dlogits_scale)
 {
 	const struct st_config *c = &m->cfg;
 	const int N = a->b * a->t, C = c->dim, V = c->vocab_size, u = model_head_unit(m);
 	ops->rmsnorm_forward(a->xf, a->rstd_f, a->x_final, P(m, u, 0, w), N, C, c->norm_eps);
-	linear_forward(ops, a->logits, a->xf, head_proj(m, w, wte), N, C, V);
+	linear_forward(ops, &a->mm, a->logits, a->xf, head_proj(m, w, wte), N, C, V, 0);
 	ops->xent_forward_backward(dlogits_scale > 0 ? a->logits : NULL, a->losses, a->logits,
 				   targets, N, V, dlogits_scale);
 	double sum = 0; /* fixed order: reproducible */
@@ -284,14 +328,14 @@ double llama_head_forward(const struct st_ops *ops, const struct st_model *m,
 	return sum;
 }
 
-void llama_head_backward(const struct st_ops *ops, const struct st_model *m,
-			 struct st_acts *a, const float *w, const float *wte, float *g,
-			 float *dwte)
+void llama_head_backward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
+			 const float *w, const float *wte, float *g, float *dwte)
 {
 	const struct st_config *c = &m->cfg;
 	const int N = a->b * a->t, C = c->dim, V = c->vocab_size, u = model_head_unit(m);
 	float *dproj = c->tied ? dwte : PG(m, u, 1, g);
-	linear_backward(ops, a->dxn, dproj, a->logits, a->xf, head_proj(m, w, wte), N, C, V, 0);
+	linear_backward(ops, &a->mm, a->dxn, dproj, a->logits, a->xf, head_proj(m, w, wte), N, C, V,
+			0);
 	ops->rmsnorm_backward(a->dx, PG(m, u, 0, g), a->dxn, a->x_final, P(m, u, 0, w), a->rstd_f,
 			      N, C);
 }
@@ -372,19 +416,19 @@ void llama_layer_decode(const struct st_ops *ops, const struct st_model *m,
 	const float *sin_tab = d->rope_sin + (size_t)pos * hd / 2;
 
 	ops->rmsnorm_forward(d->xn, d->rstd, x, P(m, u, LP_ATTN_NORM, w), n, C, c->norm_eps);
-	linear_forward(ops, d->q, d->xn, P(m, u, LP_WQ, w), n, C, H * hd);
-	linear_forward(ops, k, d->xn, P(m, u, LP_WK, w), n, C, KH * hd);
-	linear_forward(ops, v, d->xn, P(m, u, LP_WV, w), n, C, KH * hd);
+	linear_forward(ops, NULL, d->q, d->xn, P(m, u, LP_WQ, w), n, C, H * hd, 0);
+	linear_forward(ops, NULL, k, d->xn, P(m, u, LP_WK, w), n, C, KH * hd, 0);
+	linear_forward(ops, NULL, v, d->xn, P(m, u, LP_WV, w), n, C, KH * hd, 0);
 	ops->rope(d->q, cos_tab, sin_tab, 1, n, H, hd, +1);
 	ops->rope(k, cos_tab, sin_tab, 1, n, KH, hd, +1);
 	ops->attention_cached(d->att, d->q, kc, vc, n, pos, H, KH, hd);
 	/* x += att @ Wo^T, then x += h @ Wdown^T: the forward's residual adds */
-	ops->matmul(x, d->att, P(m, u, LP_WO, w), n, C, H * hd, 0, 1, 1.0f, 1.0f, H * hd, H * hd, C);
+	linear_forward(ops, NULL, x, d->att, P(m, u, LP_WO, w), n, H * hd, C, 1);
 	ops->rmsnorm_forward(d->xn, d->rstd, x, P(m, u, LP_MLP_NORM, w), n, C, c->norm_eps);
-	linear_forward(ops, d->gate, d->xn, P(m, u, LP_WGATE, w), n, C, F);
-	linear_forward(ops, d->up, d->xn, P(m, u, LP_WUP, w), n, C, F);
+	linear_forward(ops, NULL, d->gate, d->xn, P(m, u, LP_WGATE, w), n, C, F, 0);
+	linear_forward(ops, NULL, d->up, d->xn, P(m, u, LP_WUP, w), n, C, F, 0);
 	ops->swiglu_forward(d->h, d->gate, d->up, (size_t)n * F);
-	ops->matmul(x, d->h, P(m, u, LP_WDOWN, w), n, C, F, 0, 1, 1.0f, 1.0f, F, F, C);
+	linear_forward(ops, NULL, x, d->h, P(m, u, LP_WDOWN, w), n, F, C, 1);
 }
 
 void llama_head_decode(const struct st_ops *ops, const struct st_model *m,
@@ -394,5 +438,5 @@ void llama_head_decode(const struct st_ops *ops, const struct st_model *m,
 	const struct st_config *c = &m->cfg;
 	const int C = c->dim, u = model_head_unit(m);
 	ops->rmsnorm_forward(d->xf, d->rstd_f, x_last, P(m, u, 0, w), 1, C, c->norm_eps);
-	linear_forward(ops, d->logits, d->xf, head_proj(m, w, wte), 1, C, c->vocab_size);
+	linear_forward(ops, NULL, d->logits, d->xf, head_proj(m, w, wte), 1, C, c->vocab_size, 0);
 }

@@ -59,7 +59,17 @@ struct st_model {
 	struct st_param *params;
 	size_t numel;        /* all parameters (tied lm_head counted once) */
 	size_t matmul_numel; /* parameters taking part in matmuls (incl. the head) */
+	/* The linear layers' matmuls round their inputs to bf16 and sum in fp32
+	 * (--matmul-precision bf16, set by session_matmul_precision before the
+	 * activations are sized: their block then holds the workspace). */
+	int matmul_bf16;
 };
+
+/* Bytes of the bf16 matmuls' workspace for passes over `rows` token rows:
+ * both operands of the largest linear product, whole (within 64 MiB: a
+ * larger product is computed in tiles), and at least ST_MATMUL_BF16_MIN_WS;
+ * 0 where the model's matmuls are fp32. */
+size_t model_matmul_ws_bytes(const struct st_model *m, size_t rows);
 
 /* Indices of the layer's parameters within its unit, in slab order. */
 enum { LP_ATTN_NORM, LP_WQ, LP_WK, LP_WV, LP_WO, LP_MLP_NORM, LP_WGATE, LP_WUP, LP_WDOWN, LP__COUNT };
@@ -73,6 +83,8 @@ const struct st_param *model_find_param(const struct st_model *m, const char *na
 double model_flops_per_token(const struct st_model *m, int t);
 /* The forward's FLOPs per token of one unit (the training figure is 3x). */
 double model_unit_fwd_flops(const struct st_model *m, int unit, int t);
+/* Of those, the linear layers' (the matmuls --matmul-precision sets). */
+double model_unit_linear_flops(const struct st_model *m, int unit);
 
 /* Deterministic random init: normal(0, init_std) for matrices and the
  * embedding, 1 for norm gains; each parameter from its own seeded stream, so
@@ -95,8 +107,16 @@ struct st_layer_acts {
 	float *gate, *up, *h; /* (N,F) */
 };
 
+/* A pass's matmul set-up (model.matmul_bf16): bf16 and its workspace. */
+struct st_mm {
+	int bf16;
+	void *ws; /* model_matmul_ws_bytes, 64-byte aligned */
+	size_t ws_bytes;
+};
+
 struct st_acts {
 	int b, t;
+	struct st_mm mm;
 	float *emb;      /* (N,C) raw embedding rows (stable embedding only) */
 	float *emb_mean, *emb_rstd; /* (N) */
 	struct st_layer_acts *layers; /* L of them */

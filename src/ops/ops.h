@@ -55,6 +55,9 @@ struct st_sgd8_args {
 	const float *map; /* signed dynamic map, 256 */
 };
 
+/* The smallest workspace matmul_bf16 takes: 64 KiB, tiles of 48 x 256. */
+#define ST_MATMUL_BF16_MIN_WS (64 << 10)
+
 struct st_ops {
 	const char *name;    /* "cpu", "cuda" */
 	const char *matmul_lib; /* which library/kernel runs matmuls, for reports */
@@ -64,6 +67,19 @@ struct st_ops {
 	 * are the row strides of a and b as stored. */
 	void (*matmul)(float *c, const float *a, const float *b, int m, int n, int k, int ta,
 		       int tb, float alpha, float beta, int lda, int ldb, int ldc);
+	/* The same product with a and b rounded to bf16 (to nearest, ties to
+	 * even) and the products summed in fp32: the linear layers' matmul under
+	 * --matmul-precision bf16. ws: 64-byte-aligned scratch of ws_bytes >=
+	 * ST_MATMUL_BF16_MIN_WS for the rounded operands; a product whose
+	 * operands do not fit in it is computed in tiles (k in chunks, their
+	 * sums added onto c). NULL where the backend has none. */
+	void (*matmul_bf16)(float *c, const float *a, const float *b, int m, int n, int k,
+			    int ta, int tb, float alpha, float beta, int lda, int ldb, int ldc,
+			    void *ws, size_t ws_bytes);
+	/* 1 where matmul_bf16 runs on bf16 hardware here (AMX, AVX512-BF16);
+	 * 0 where it is emulated (slower than fp32) or missing. *impl names the
+	 * kernel, or why there is none. */
+	int (*matmul_bf16_native)(const char **impl);
 
 	/* out[i,:] = wte[tokens[i],:] */
 	void (*embedding_forward)(float *out /* (N,C) */, const int32_t *tokens /* (N) */,

@@ -71,6 +71,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"threads", OT_INT, F(threads), "0", "CPU threads (0: every core, or the cgroup's CPU quota where one is set)"},
 	{"log-interval", OT_INT, F(log_interval), "10", "steps between progress lines when not on a terminal"},
 	{"device", OT_STR, F(device), "auto", "cpu | cuda | auto"},
+	{"matmul-precision", OT_STR, F(matmul_precision), "fp32", "the linear layers' matmuls: fp32, or bf16 (inputs rounded to bf16, sums in fp32: AMX or AVX512-BF16 CPUs; see README)"},
 	{"progress", OT_STR, F(progress), "auto", "auto | bar | lines | none"},
 	{"device-mem", OT_STR, F(device_mem), "auto", "device tier budget, e.g. 2G (CPU: a RAM arena; auto: see README)"},
 	{"host-mem", OT_STR, F(host_mem), "auto", "host tier budget, e.g. 4G (auto: see README)"},
@@ -467,6 +468,7 @@ int train_opts_validate(const struct st_train_opts *o)
 	ST_CHECK_USAGE(o->threads >= 0 && o->threads <= ST_MAX_THREADS,
 		 "give 0 for every core (or the cgroup's CPU quota, where one is set)",
 		 "--threads must be in [0, %d] (got %d)", ST_MAX_THREADS, o->threads);
+	ST_TRY(session_check_matmul_precision(o->matmul_precision, "--matmul-precision"));
 	ST_CHECK_USAGE(o->log_interval > 0, "give the steps between log lines (default 10)",
 		 "--log-interval must be positive (got %d)", o->log_interval);
 	ST_CHECK_USAGE(o->prefetch >= 0 && o->prefetch <= 64, "give 0 to let the planner choose",

@@ -87,9 +87,12 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 		return;
 	}
 	const struct st_plan_time *t = &p->t;
-	printf("profile: matmul %.1f GFLOP/s, copy %.1f / %.1f GB/s h2d / d2h, AdamW %.0f (CPU) / %.0f "
+	char bf[48] = "";
+	if (m->matmul_bf16)
+		snprintf(bf, sizeof bf, " (bf16 %.1f)", prof->bf16_matmul_gflops);
+	printf("profile: matmul %.1f%s GFLOP/s, copy %.1f / %.1f GB/s h2d / d2h, AdamW %.0f (CPU) / %.0f "
 	       "(device) M params/s, disk %.2f / %.2f GB/s read / write%s",
-	       prof->matmul_gflops, prof->h2d_gbs, prof->d2h_gbs,
+	       prof->matmul_gflops, bf, prof->h2d_gbs, prof->d2h_gbs,
 	       pm->quantized ? prof->cpu_adamw8bit_mparams : prof->cpu_adamw_mparams,
 	       pm->quantized ? prof->dev_adamw8bit_mparams : prof->dev_adamw_mparams,
 	       prof->disk_read_gbs, prof->disk_write_gbs, prof->shared_cores ? ", shared cores" : "");
@@ -222,6 +225,8 @@ int plan_print_json(const struct st_model *m, const struct st_plan *p,
 		cJSON_AddNumberToObject(pr, "plans_compared", p->candidates);
 		cJSON *pf = cJSON_AddObjectToObject(r, "profile");
 		cJSON_AddNumberToObject(pf, "matmul_gflops", prof->matmul_gflops);
+		if (m->matmul_bf16)
+			cJSON_AddNumberToObject(pf, "bf16_matmul_gflops", prof->bf16_matmul_gflops);
 		cJSON_AddNumberToObject(pf, "h2d_gbs", prof->h2d_gbs);
 		cJSON_AddNumberToObject(pf, "d2h_gbs", prof->d2h_gbs);
 		cJSON_AddNumberToObject(pf, "cpu_adamw_mparams", pm->quantized ? prof->cpu_adamw8bit_mparams

@@ -106,6 +106,7 @@ struct tier_choice {
 	double *flops;
 	double *upd_flops;   /* GaLore's projections, per unit: by the update */
 	double *hook_flops;  /* and by per-layer GaLore's backward hook */
+	double *bf16_flops;  /* of flops, the bf16 matmuls' (--matmul-precision bf16) */
 	unsigned char *act;  /* forced activation policy, when po.act */
 	struct st_profile prof;
 	int have_prof;
@@ -123,6 +124,7 @@ static void tier_choice_free(struct tier_choice *ch)
 	free(ch->flops);
 	free(ch->upd_flops);
 	free(ch->hook_flops);
+	free(ch->bf16_flops);
 	free(ch->act);
 	memset(ch, 0, sizeof *ch);
 }
@@ -230,7 +232,8 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	const double budgets = (double)bud[ST_TIER_HOST] + (device_is_host ? (double)bud[ST_TIER_DEVICE] : 0);
 	const int unlimited = !bud[ST_TIER_HOST] || (device_is_host && !bud[ST_TIER_DEVICE]);
 	const int probe = unlimited ? 64 : (int)fmax(8, fmin(64, budgets / 8 / 1048576));
-	int stale = 0, other = 0, small = 0;
+	int stale = 0, other = 0, small = 0, no_bf16 = 0;
+	const int bf16 = tr->s.model.matmul_bf16;
 	struct st_profile was = {0};
 	if (fs_exists(path)) {
 		ST_TRY(profile_load(&ch->prof, path));
@@ -238,7 +241,15 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		stale = cached && ch->prof.format < ST_PROFILE_FORMAT;
 		other = cached && !stale && (int)ch->prof.threads != threads;
 		small = cached && !stale && !other && ch->prof.probe_mib < probe;
-		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other && !small) {
+		/* measured before --matmul-precision existed, or on fp32 alone */
+		no_bf16 = bf16 && !stale && !other && !small && !(ch->prof.bf16_matmul_gflops > 0);
+		if (no_bf16 && !cached)
+			st_log_warn("the profile %s has no bf16_matmul_gflops: the plan predicts the "
+				    "bf16 matmuls at its fp32 rate, slower than they run",
+				    path);
+		no_bf16 = no_bf16 && cached;
+		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other && !small &&
+		    !no_bf16) {
 			if (ch->prof.threads && (int)ch->prof.threads != threads)
 				st_log_warn("the profile %s was measured with %d CPU thread%s and this run "
 					    "has %d: its compute and CPU update rates, and the plan's "
@@ -262,6 +273,8 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		st_log_info("the cached profile %s was measured over %d MiB arrays (within small "
 			    "budgets), and this run's budgets allow %d MiB",
 			    path, (int)was.probe_mib, probe);
+	else if (no_bf16)
+		st_log_info("the cached profile %s has no bf16 matmul rate", path);
 	char over[96] = "";
 	if (probe < 64)
 		snprintf(over, sizeof over, ", over %d MiB arrays to stay within the budgets", probe);
@@ -394,8 +407,10 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ch->flops = st_calloc((size_t)n, sizeof *ch->flops);
 	ch->upd_flops = st_calloc((size_t)n, sizeof *ch->upd_flops);
 	ch->hook_flops = st_calloc((size_t)n, sizeof *ch->hook_flops);
+	ch->bf16_flops = st_calloc((size_t)n, sizeof *ch->bf16_flops);
 	ch->gb = st_calloc((size_t)n, sizeof *ch->gb);
-	if (!ch->wb || !ch->numel || !ch->flops || !ch->upd_flops || !ch->hook_flops || !ch->gb)
+	if (!ch->wb || !ch->numel || !ch->flops || !ch->upd_flops || !ch->hook_flops || !ch->gb ||
+	    !ch->bf16_flops)
 		return ST_FAIL;
 	/* GaLore's matmuls: each matrix's gradient projected (R = P^T G or
 	 * G P^T: 2 r m n), in every micro-batch's backward hook with per-layer
@@ -417,6 +432,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->numel[u] = m->units[u].numel;
 		ch->wb[u] = m->units[u].numel * sizeof(float);
 		ch->flops[u] = model_unit_fwd_flops(m, u, T) * B * T;
+		ch->bf16_flops[u] = m->matmul_bf16 ? model_unit_linear_flops(m, u) * B * T : 0;
 		need += 2 * ch->wb[u] + tr->opt.unit_bytes[u];
 	}
 	/* Per-layer GaLore: the layers share one gradient slab of the largest
@@ -437,7 +453,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		.n_units = n, .n_layers = m->cfg.n_layers, .w_bytes = ch->wb,
 		.g_bytes = ch->gb, .s_bytes = tr->opt.unit_bytes,
 		.numel = ch->numel, .fwd_flops = ch->flops, .upd_flops = ch->upd_flops,
-		.hook_flops = ch->hook_flops,
+		.hook_flops = ch->hook_flops, .fwd_bf16_flops = ch->bf16_flops,
 		.act_layer = acts_layer_floats(m, B, T) * sizeof(float),
 		.act_input = acts_input_floats(m, B, T) * sizeof(float),
 		.act_rest = acts_rest_floats(m, B, T) * sizeof(float),
@@ -734,6 +750,8 @@ int trainer_plan(const struct st_train_opts *o, int json)
 	if (rc == ST_OK)
 		rc = session_build(&tr->s, ops, &cfg, NULL);
 	built = rc == ST_OK;
+	if (rc == ST_OK)
+		rc = session_matmul_precision(&tr->s, tr->o.matmul_precision, "--matmul-precision");
 	/* the weights' headers against config.json, as train checks them (a
 	 * config.json alone plans a model not yet made: said) */
 	if (rc == ST_OK && weights_present(model_dir))

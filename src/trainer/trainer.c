@@ -143,6 +143,7 @@ int trainer_open(struct st_trainer *tr, const struct st_train_opts *o)
 		return ST_FAIL;
 	}
 	ST_TRY(session_build(&tr->s, ops, &cfg, NULL));
+	ST_TRY(session_matmul_precision(&tr->s, tr->o.matmul_precision, "--matmul-precision"));
 	/* the weights' headers against config.json before anything is sized by it */
 	if (session_check_weights(&tr->s, model_dir) != ST_OK) {
 		if (resuming)
@@ -669,7 +670,7 @@ int trainer_run(struct st_trainer *tr)
 		    m->cfg.dim, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.ffn_dim,
 		    m->cfg.vocab_size, m->cfg.tied ? ", tied head" : "");
 	st_log_info("backend: %s, %d thread%s, matmul %s", tr->s.ops->name, omp_get_max_threads(),
-		    omp_get_max_threads() == 1 ? "" : "s", tr->s.ops->matmul_lib);
+		    omp_get_max_threads() == 1 ? "" : "s", session_matmul_name(&tr->s));
 	/* a resumed run: this leg's steps, at this leg's size (earlier ones may
 	 * have been another: --grad-accum changed), and where they go */
 	const long to_go = tr->total_steps > tr->step ? tr->total_steps - tr->step : 0;

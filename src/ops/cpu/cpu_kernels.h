@@ -67,6 +67,12 @@ static inline float cpu_expf(float x)
 
 void cpu_matmul(float *c, const float *a, const float *b, int m, int n, int k, int ta, int tb,
 		float alpha, float beta, int lda, int ldb, int ldc);
+void cpu_matmul_bf16(float *c, const float *a, const float *b, int m, int n, int k, int ta, int tb,
+		     float alpha, float beta, int lda, int ldb, int ldc, void *ws, size_t ws_bytes);
+int cpu_matmul_bf16_native(const char **impl);
+/* The tiles cpu_matmul_bf16 cuts an (m,n,k) product into for ws_bytes of
+ * workspace: mc x nc of c, k in chunks of kc (tests check the cuts). */
+void cpu_matmul_bf16_tiles(int m, int n, int k, size_t ws_bytes, int *mc, int *nc, int *kc);
 
 void cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte, int n, int c);
 void cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int n, int c,
