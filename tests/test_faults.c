@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cliutil.h"
+#include "ops/ops.h"
 #include "jsonutil.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
@@ -1654,6 +1655,15 @@ Test(faults, paths_and_messages)
 	cr_expect(rc == 0 && strstr(out, "--out DIR the run directory train would write"), "%s", out);
 	rc = cu_run(out, sizeof out, "%s --version", cu_bin());
 	cr_expect(rc == 0 && !strncmp(out, "strata ", 7), "%s", out);
+	/* and whether this CPU takes --matmul-precision bf16, as train finds it */
+	const char *impl;
+	cr_expect(strstr(out, ops_cpu()->matmul_bf16_native(&impl)
+				      ? "bf16 matmuls (--matmul-precision bf16): yes, on this CPU"
+				      : "bf16 matmuls (--matmul-precision bf16): not on this CPU"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "DNNL_MAX_CPU_ISA=AVX512_CORE %s --version", cu_bin());
+	cr_expect(rc == 0 && strstr(out, "bf16 matmuls (--matmul-precision bf16): not on this CPU"),
+		  "%s", out);
 	/* extra words after --version or --help, and a bare `strata` (its usage
 	 * on stderr, nothing on stdout): exit 2 */
 	rc = cu_run(out, sizeof out, "%s --version extra", cu_bin());

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "ops/ops.h"
 #include "util/check.h"
 #include "util/parse.h"
 
@@ -136,6 +137,15 @@ int main(int argc, char **argv)
 	}
 	if (version) {
 		printf("strata %s (CUDA: %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
+		const char *impl;
+		const int bf16 = ops_cpu()->matmul_bf16_native(&impl);
+		if (bf16)
+			printf("bf16 matmuls (--matmul-precision bf16): yes, on this CPU (oneDNN %s)\n",
+			       impl);
+		else
+			printf("bf16 matmuls (--matmul-precision bf16): not on this CPU (no AMX or "
+			       "AVX512-BF16 that oneDNN uses; its bf16 matmul here: %s)\n",
+			       impl);
 		return finish(0);
 	}
 	/* A file-size limit (ulimit -f) kills a process with SIGXFSZ at the

@@ -78,7 +78,7 @@ struct st_ops {
 			    void *ws, size_t ws_bytes);
 	/* 1 where matmul_bf16 runs on bf16 hardware here (AMX, AVX512-BF16);
 	 * 0 where it is emulated (slower than fp32) or missing. *impl names the
-	 * kernel, or why there is none. */
+	 * kernel ("none" where there is none). */
 	int (*matmul_bf16_native)(const char **impl);
 
 	/* out[i,:] = wte[tokens[i],:] */
