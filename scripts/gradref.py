@@ -10,7 +10,14 @@ with tokens/targets (int32; target -1 = ignored), the loss and the gradients
 (float64, HF names). tests/test_model.c loads the model with strata, runs its
 forward/backward, and compares.
 
-Usage: python3 scripts/gradref.py --out tests/data/gradref   (needs torch)
+With --bf16, for cases already written there: the same loss and gradients
+with every linear layer's product taken as strata's --matmul-precision bf16
+takes it, both inputs rounded to bf16 (to nearest, ties to even) and the
+products summed in float64, forward and both backward products alike
+(attention, norms and softmax stay float64), into bf16.safetensors beside
+batch.safetensors (which is left as it is).
+
+Usage: python3 scripts/gradref.py --out tests/data/gradref [--bf16]   (needs torch)
 """
 import argparse
 import json
@@ -43,6 +50,63 @@ CASES = {
 DT = {torch.float32: ("F32",), torch.float64: ("F64",), torch.int32: ("I32",)}
 
 
+def bf16(x):
+    """x rounded to bf16 (PyTorch's conversion: to nearest, ties to even),
+    held in float64"""
+    return x.float().to(torch.bfloat16).double()
+
+
+class Bf16Linear(torch.autograd.Function):
+    """x @ w.T with both inputs rounded to bf16, and its backward with
+    dy, w and x rounded the same: dx = bf16(dy) @ bf16(w), dw = bf16(dy).T @
+    bf16(x), sums in float64"""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return bf16(x) @ bf16(w).T
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        rows_dy, rows_x = dy.reshape(-1, w.shape[0]), x.reshape(-1, w.shape[1])
+        return bf16(dy) @ bf16(w), bf16(rows_dy).T @ bf16(rows_x)
+
+
+def write_bf16(out):
+    """bf16.safetensors for each case written before (its model and batch)"""
+    for name, c in CASES.items():
+        d = os.path.join(out, name)
+        model, batch = read_safetensors(os.path.join(d, "model.safetensors")), \
+            read_safetensors(os.path.join(d, "batch.safetensors"))
+        params = {k: v.double().requires_grad_(True) for k, v in model.items()}
+        loss = forward(params, c, batch["tokens"].long(), batch["targets"].long(),
+                       lin=Bf16Linear.apply)
+        loss.backward()
+        res = {"loss": loss.detach().reshape(1)}
+        for k, v in params.items():
+            res["grad." + k] = v.grad
+        write_safetensors(os.path.join(d, "bf16.safetensors"), res)
+        print(f"{name}: bf16 loss {loss.item():.6f} (float64 {batch['loss'].item():.6f}) -> {d}")
+
+
+def read_safetensors(path):
+    """the tensors of a file write_safetensors wrote (F32, F64, I32)"""
+    dtypes = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        t = torch.frombuffer(bytearray(data[a:b]), dtype=dtypes[v["dtype"]])
+        out[k] = t.reshape(v["shape"]).clone()
+    return out
+
+
 def write_safetensors(path, tensors):
     header, blobs, off = {}, [], 0
     for name, t in tensors.items():
@@ -64,7 +128,12 @@ def write_safetensors(path, tensors):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/gradref")
+    ap.add_argument("--bf16", action="store_true",
+                    help="write bf16.safetensors (bf16 linear products) for the cases in --out")
     args = ap.parse_args()
+    if args.bf16:
+        write_bf16(args.out)
+        return
     for ci, (name, c) in enumerate(CASES.items()):
         g = torch.Generator().manual_seed(1234 + ci)
         params = {}

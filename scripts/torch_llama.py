@@ -56,10 +56,16 @@ def rope_tables(T, hd, theta, dtype):
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def forward(p, c, tokens, targets, sdpa=False):
+def matmul_t(x, w):
+    """A linear layer's product x @ w.T (forward() takes another as lin)."""
+    return x @ w.T
+
+
+def forward(p, c, tokens, targets, sdpa=False, lin=matmul_t):
     """Mean cross-entropy over targets != -1. sdpa: use PyTorch's fused
     attention (the benchmark's fastest eager path) instead of the explicit
-    masked softmax (the reference's transparent path)."""
+    masked softmax (the reference's transparent path). lin: the linear
+    layers' product (gradref.py's bf16 emulation)."""
     B, T = tokens.shape
     H, KV, hd = c["heads"], c["kv"], head_dim(c)
     x = p["model.embed_tokens.weight"][tokens]
@@ -71,9 +77,9 @@ def forward(p, c, tokens, targets, sdpa=False):
     for l in range(c["layers"]):
         pre = f"model.layers.{l}."
         h = rmsnorm(x, p[pre + "input_layernorm.weight"], c["eps"])
-        q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        q = lin(h, p[pre + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
+        k = lin(h, p[pre + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        v = lin(h, p[pre + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)
@@ -83,12 +89,12 @@ def forward(p, c, tokens, targets, sdpa=False):
         else:
             att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + mask, dim=-1) @ v
         att = att.transpose(1, 2).reshape(B, T, H * hd)
-        x = x + att @ p[pre + "self_attn.o_proj.weight"].T
+        x = x + lin(att, p[pre + "self_attn.o_proj.weight"])
         h = rmsnorm(x, p[pre + "post_attention_layernorm.weight"], c["eps"])
-        g = h @ p[pre + "mlp.gate_proj.weight"].T
-        u = h @ p[pre + "mlp.up_proj.weight"].T
-        x = x + (F.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
+        g = lin(h, p[pre + "mlp.gate_proj.weight"])
+        u = lin(h, p[pre + "mlp.up_proj.weight"])
+        x = x + lin(F.silu(g) * u, p[pre + "mlp.down_proj.weight"])
     x = rmsnorm(x, p["model.norm.weight"], c["eps"])
     head = p["model.embed_tokens.weight"] if c["tied"] else p["lm_head.weight"]
-    logits = x @ head.T
+    logits = lin(x, head)
     return F.cross_entropy(logits.view(B * T, -1), targets.reshape(-1), ignore_index=-1)

@@ -82,6 +82,97 @@ Test(model, grad_stable_embedding_tied) { check_case("stable_embedding"); }
  * eps of 1e-6 moves the loss by 3e-4 relative, 30x the tolerance */
 Test(model, grad_stable_embedding_small_rows) { check_case("stable_embedding_small_rows"); }
 
+/* --matmul-precision bf16 through the whole model. A kernel table that
+ * counts its matmul calls shows every linear product (7 per layer forward,
+ * 14 backward, the head's 3) going to matmul_bf16 and none to the fp32
+ * matmul (attention calls dnnl_sgemm itself). The loss and gradients agree
+ * with PyTorch taking the same products the same way (scripts/gradref.py
+ * --bf16: inputs rounded to bf16, float64 sums, data in bf16.safetensors).
+ * What is left between the two is fp32 against float64 arithmetic around
+ * the roundings: measured <= 1.5e-6 (relative norm) for the gradients and
+ * 7e-8 for the loss, so the fp32 tests' bounds, 1e-4 and 1e-5, hold them.
+ * Against the float64 reference without rounding these same cases are
+ * 1-14% apart (the random weights make sharp softmaxes), so a product left
+ * in fp32, or rounded otherwise (truncated, say), fails. */
+#define BF16_TOL GRAD_TOL
+static long n_mm32, n_mm16;
+
+static void count_mm32(float *c, const float *a, const float *b, int m, int n, int k, int ta, int tb,
+		       float alpha, float beta, int lda, int ldb, int ldc)
+{
+	n_mm32++;
+	ops_cpu()->matmul(c, a, b, m, n, k, ta, tb, alpha, beta, lda, ldb, ldc);
+}
+
+static void count_mm16(float *c, const float *a, const float *b, int m, int n, int k, int ta, int tb,
+		       float alpha, float beta, int lda, int ldb, int ldc, void *ws, size_t ws_bytes)
+{
+	n_mm16++;
+	ops_cpu()->matmul_bf16(c, a, b, m, n, k, ta, tb, alpha, beta, lda, ldb, ldc, ws, ws_bytes);
+}
+
+static void check_bf16_case(const char *name)
+{
+	const char *impl;
+	if (!ops_cpu()->matmul_bf16_native(&impl))
+		cr_skip_test("no bf16 matrix unit here (oneDNN's bf16 matmul: %s)", impl);
+	struct st_ops counting = *ops_cpu();
+	counting.matmul = count_mm32;
+	counting.matmul_bf16 = count_mm16;
+	char dir[512], path[600];
+	snprintf(dir, sizeof dir, "tests/data/gradref/%s", name);
+	struct st_session s;
+	cr_assert_eq(session_open(&s, &counting, dir, 1), 0, "%s: model did not load", name);
+	cr_assert_eq(session_matmul_precision(&s, "bf16", "--matmul-precision"), 0);
+	struct st_safetensors b, r;
+	snprintf(path, sizeof path, "%s/batch.safetensors", dir);
+	cr_assert_eq(safetensors_open(&b, path), 0);
+	snprintf(path, sizeof path, "%s/bf16.safetensors", dir);
+	cr_assert_eq(safetensors_open(&r, path), 0, "%s: run scripts/gradref.py --bf16", name);
+	const struct st_tensor_info *ti = safetensors_find(&b, "tokens");
+	const int B = (int)ti->shape[0], T = (int)ti->shape[1];
+	const int32_t *tok = safetensors_data(&b, ti);
+	const int32_t *tgt = safetensors_data(&b, safetensors_find(&b, "targets"));
+	float ref_loss;
+	cr_assert_eq(safetensors_read_f32(&r, safetensors_find(&r, "loss"), &ref_loss), 0);
+	cr_assert_eq(session_exec(&s, B, T), 0);
+	long count = 0, n;
+	for (int i = 0; i < B * T; i++)
+		count += tgt[i] >= 0;
+	n_mm32 = n_mm16 = 0;
+	const double loss = exec_micro_step(&s.exec, tok, tgt, 1.0f / (float)count, &n) / (double)count;
+	const struct st_model *m = &s.model;
+	cr_expect(n_mm32 == 0 && n_mm16 == 21L * m->cfg.n_layers + 3,
+		  "%s: %ld fp32 and %ld bf16 matmuls, want 0 and %d", name, n_mm32, n_mm16,
+		  21 * m->cfg.n_layers + 3);
+	const double le = fabs(loss - ref_loss) / fabs(ref_loss);
+	cr_expect(le <= 1e-5, "%s: loss %.8f vs PyTorch's bf16 %.8f", name, loss, ref_loss);
+	double worst = 0;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct st_param *p = &m->params[i];
+		char gname[160];
+		snprintf(gname, sizeof gname, "grad.%s", p->name);
+		float *ref = malloc(p->numel * sizeof *ref);
+		cr_assert(ref);
+		cr_assert_eq(safetensors_read_f32(&r, safetensors_find(&r, gname), ref), 0);
+		const float *ours = (float *)store_acquire(&s.store, p->unit, ST_SLAB_G) + p->offset;
+		const double e = norm_relerr(ours, ref, p->numel);
+		cr_expect(e <= BF16_TOL, "%s: bf16 gradient of %s off by %.3g (relative)", name, p->name, e);
+		worst = e > worst ? e : worst;
+		free(ref);
+	}
+	cr_log_info("%s: loss off by %.3g, worst gradient %.3g (relative)", name, le, worst);
+	safetensors_close(&r);
+	safetensors_close(&b);
+	session_close(&s);
+}
+
+Test(model, bf16_matmuls_gqa_untied) { check_bf16_case("gqa_untied"); }
+Test(model, bf16_matmuls_mha_tied) { check_bf16_case("mha_tied"); }
+Test(model, bf16_matmuls_odd_mqa_headdim) { check_bf16_case("odd_mqa_headdim"); }
+Test(model, bf16_matmuls_stable_embedding_tied) { check_bf16_case("stable_embedding"); }
+Test(model, bf16_matmuls_stable_embedding_small_rows) { check_bf16_case("stable_embedding_small_rows"); }
+
 /* Two micro-batches with scale 1/total equal one batch of both, up to fp32
  * summation order (the design's accumulation contract). */
 Test(model, accumulation_matches_full_batch)

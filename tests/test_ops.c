@@ -324,6 +324,36 @@ Test(ops, matmul_bf16_rounds_inputs_sums_fp32)
 	check_matmul_bf16(67, 45, 129, 1 << 20, 0x22);
 }
 
+/* The tiles cpu_matmul_bf16 cuts a product into fit its workspace (the
+ * second tile starts 64-byte aligned after the first) and are non-empty
+ * and within the product, over shapes from 1 to past the workspace and
+ * workspaces from the smallest to the largest a model sizes: arithmetic
+ * alone, run on every CPU. */
+Test(ops, matmul_bf16_tiles_fit)
+{
+	const int dims[] = {1, 2, 15, 16, 17, 31, 33, 255, 256, 257, 1000, 2048, 4097, 32000, 131072};
+	const size_t wss[] = {ST_MATMUL_BF16_MIN_WS, ST_MATMUL_BF16_MIN_WS + 64, 100032, 1 << 20,
+			      (size_t)37 << 20, (size_t)64 << 20};
+	const int nd = (int)(sizeof dims / sizeof *dims);
+	long checked = 0;
+	for (size_t w = 0; w < sizeof wss / sizeof *wss; w++)
+		for (int i = 0; i < nd; i++)
+			for (int j = 0; j < nd; j++)
+				for (int l = 0; l < nd; l++) {
+					const int m = dims[i], n = dims[j], k = dims[l];
+					int mc, nc, kc;
+					cpu_matmul_bf16_tiles(m, n, k, wss[w], &mc, &nc, &kc);
+					const size_t a = ((size_t)mc * kc * 2 + 63) & ~(size_t)63;
+					const size_t used = a + (size_t)nc * kc * 2;
+					checked++;
+					cr_assert(mc >= 1 && mc <= m && nc >= 1 && nc <= n && kc >= 1 &&
+							  kc <= k && used <= wss[w],
+						  "%dx%dx%d in %zu bytes: tiles %dx%d, k %d use %zu", m, n, k,
+						  wss[w], mc, nc, kc, used);
+				}
+	cr_expect(checked == 6L * nd * nd * nd);
+}
+
 /* The smallest workspace cuts the product into tiles of c and chunks of k;
  * the result is the same product to fp32 rounding. */
 Test(ops, matmul_bf16_in_tiles)

@@ -526,6 +526,31 @@ Test(plan, bf16_matmuls_at_their_rate)
 		  "bf16 at 4x: saved %.6f s of %.6f, the linear FLOPs' share %.6f s", step[0] - step[2],
 		  step[0], saved);
 	cr_expect(lin < all, "attention FLOPs stay fp32");
+	/* every layer recomputed: its forward runs a second time, at the same
+	 * rates */
+	const int L = d.pm.n_layers;
+	unsigned char *act = malloc((size_t)L);
+	cr_assert(act);
+	memset(act, ST_ACT_RECOMPUTE, (size_t)L);
+	double layers_lin = 0, rs[2];
+	for (int u = 1; u <= L; u++)
+		layers_lin += bf[u];
+	for (int k = 0; k < 2; k++) {
+		cpu.bf16_matmul_gflops = k ? 4 * cpu.matmul_gflops : 0;
+		struct st_plan_opts o = opts(0, 0, 0);
+		o.device_updates = 0;
+		o.act = act;
+		struct st_plan p;
+		cr_assert_eq(plan_make(&p, &d.pm, &cpu, &o), ST_OK);
+		cr_assert_eq(p.n_act[ST_ACT_RECOMPUTE], L);
+		rs[k] = p.t.step_s;
+		plan_free(&p);
+	}
+	const double saved_rc = 2 * (3 * lin + layers_lin) * (1 - 0.25) / (cpu.matmul_gflops * 1e9);
+	cr_expect(fabs(rs[0] - rs[1] - saved_rc) <= 1e-9 * rs[0],
+		  "recomputed: bf16 at 4x saved %.6f s, the linear FLOPs' share %.6f s", rs[0] - rs[1],
+		  saved_rc);
+	free(act);
 	d.pm.fwd_bf16_flops = NULL;
 	free(bf);
 	desc_free(&d);

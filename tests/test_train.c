@@ -197,6 +197,26 @@ Test(train, bf16_matmuls_refused_without_a_unit)
 	char r[300];
 	snprintf(r, sizeof r, "%s/r", dir);
 	cr_expect(!fs_exists(r), "a refused train made its run directory");
+	/* a run saved with bf16 (its trainer.json edited here, to run on every
+	 * CPU), resumed where bf16 is refused: said as the run's, not as a
+	 * flag given; resumed with fp32, it goes on and says the change */
+	int rc = cu_run(out, sizeof out,
+			"%s train --model %s/init --data %s/data --out %s/f --steps 2 --eval-interval 0 %s && "
+			"sed -i 's/\"matmul-precision\":\t\"fp32\"/\"matmul-precision\":\t\"bf16\"/' "
+			"%s/f/step-000002/trainer.json && grep -q '\"bf16\"' %s/f/step-000002/trainer.json",
+			cu_bin(), dir, dir, dir, SMALL, dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	rc = cu_run(out, sizeof out, "DNNL_MAX_CPU_ISA=AVX512_CORE %s train --resume %s/f --steps 3",
+		    cu_bin(), dir);
+	cr_expect(rc == 2 && strstr(out, "the run trained with --matmul-precision bf16 (saved in ") &&
+			  strstr(out, "resume with --matmul-precision fp32 to go on here"),
+		  "%s", out);
+	rc = cu_run(out, sizeof out,
+		    "DNNL_MAX_CPU_ISA=AVX512_CORE %s train --resume %s/f --steps 3 --matmul-precision fp32",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "matmul precision: fp32 from here on (the run trained with "
+					   "bf16 before)"),
+		  "%s", out);
 }
 
 /* Per-layer GaLore updates (each layer's gradient consumed after its

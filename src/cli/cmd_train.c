@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "model/config.h"
+#include "ops/ops.h"
 #include "io/fsutil.h"
 #include "trainer/interrupt.h"
 #include "trainer/trainer.h"
@@ -456,6 +457,22 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 		 "resume with --optimizer sgd --momentum 0, or start a new run for sgd8bit",
 		 "the run trained with --optimizer sgd and no momentum: its checkpoint has no momentum "
 		 "buffer for sgd8bit to quantize");
+	/* the matmul precision a resume takes: the run's unless given, and a
+	 * saved bf16 that this CPU cannot run is said as the run's (the
+	 * refusal named a flag the user had not given) */
+	const char *impl = "none";
+	const int bf16_here = ops_cpu()->matmul_bf16_native(&impl);
+	if (!given(a, conf, "matmul-precision") && !strcmp(o->matmul_precision, "bf16") && !bf16_here) {
+		ST_USAGE_ERROR("resume with --matmul-precision fp32 to go on here (the weights and state "
+			       "are fp32 either way)",
+			       "the run trained with --matmul-precision bf16 (saved in %s/trainer.json), "
+			       "and this CPU has no bf16 matrix unit oneDNN uses (its bf16 matmul: %s)",
+			       ckpt, impl);
+		return ST_FAIL;
+	}
+	if (strcmp(o->matmul_precision, saved->matmul_precision) != 0 && *saved->matmul_precision)
+		st_log_info("matmul precision: %s from here on (the run trained with %s before)",
+			    o->matmul_precision, saved->matmul_precision);
 	/* The options as merged, checked here to name where a bad value came
 	 * from: the saved options were checked when the run began, so when
 	 * they fail on their own, trainer.json was changed since (the error

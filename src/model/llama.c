@@ -82,7 +82,9 @@ size_t model_matmul_ws_bytes(const struct st_model *m, size_t rows)
 		most = dx > most ? dx : most;
 		most = dw > most ? dw : most;
 	}
-	size_t bytes = most * 2 + 128; /* two tiles, each rounded up to 64 bytes */
+	/* two tiles, each rounded up to 64 bytes, and whole 64-byte lines, so
+	 * that the activations' block holds every byte of it */
+	size_t bytes = (most * 2 + 128 + 63) & ~(size_t)63;
 	bytes = bytes < MATMUL_WS_MAX ? bytes : MATMUL_WS_MAX;
 	return bytes > ST_MATMUL_BF16_MIN_WS ? bytes : ST_MATMUL_BF16_MIN_WS;
 }

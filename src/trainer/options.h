@@ -39,7 +39,7 @@ struct st_train_opts {
 	int threads;
 	int log_interval;
 	char device[8];          /* "cpu" | "cuda" | "auto" */
-	char matmul_precision[8]; /* "fp32" | "bf16": the linear layers' matmuls */
+	char matmul_precision[16]; /* "fp32" | "bf16": the linear layers' matmuls */
 	char progress[8];        /* "auto" | "bar" | "lines" | "none" */
 	/* tiers and offload (engine/place.h, store/) */
 	char device_mem[24], host_mem[24]; /* byte budgets: "2G", "auto" */

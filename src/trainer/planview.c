@@ -88,8 +88,10 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 	}
 	const struct st_plan_time *t = &p->t;
 	char bf[48] = "";
-	if (m->matmul_bf16)
+	if (m->matmul_bf16 && prof->bf16_matmul_gflops > 0)
 		snprintf(bf, sizeof bf, " (bf16 %.1f)", prof->bf16_matmul_gflops);
+	else if (m->matmul_bf16) /* a given profile without the key: warned */
+		snprintf(bf, sizeof bf, " (bf16: not measured, at this rate)");
 	printf("profile: matmul %.1f%s GFLOP/s, copy %.1f / %.1f GB/s h2d / d2h, AdamW %.0f (CPU) / %.0f "
 	       "(device) M params/s, disk %.2f / %.2f GB/s read / write%s",
 	       prof->matmul_gflops, bf, prof->h2d_gbs, prof->d2h_gbs,

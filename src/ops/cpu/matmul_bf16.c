@@ -210,7 +210,7 @@ void cpu_matmul_bf16(float *c, const float *a, const float *b, int m, int n, int
 {
 	if (m <= 0 || n <= 0)
 		return;
-	if (k <= 0) { /* no products: c = beta * c, as dnnl_sgemm does it */
+	if (k <= 0) { /* no products: whatever dnnl_sgemm does then, as the fp32 path */
 		cpu_matmul(c, a, b, m, n, k, ta, tb, alpha, beta, lda, ldb, ldc);
 		return;
 	}
