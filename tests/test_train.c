@@ -151,6 +151,8 @@ Test(train, bf16_matmuls_track_fp32, .timeout = 300)
 		cr_assert_eq(rc, 0, "%s", out);
 		cr_expect(!k || strstr(out, "matmul bf16 inputs and fp32 sums in the linear layers"),
 			  "the log names no bf16 matmuls: %s", out);
+		/* the fp32 run is told the option runs here */
+		cr_expect(k || strstr(out, "(--matmul-precision bf16 runs on this CPU: "), "%s", out);
 		snprintf(run, sizeof run, "%s/%s", dir, k ? "bf16" : "fp32");
 		loss[k][0] = last_metric(run, "loss");
 		loss[k][1] = last_metric(run, "val_loss");
@@ -217,6 +219,8 @@ Test(train, bf16_matmuls_refused_without_a_unit)
 	cr_expect(rc == 0 && strstr(out, "matmul precision: fp32 from here on (the run trained with "
 					   "bf16 before)"),
 		  "%s", out);
+	cr_expect(!strstr(out, "--matmul-precision bf16 runs on this CPU"),
+		  "bf16 offered where it is refused: %s", out);
 }
 
 /* Per-layer GaLore updates (each layer's gradient consumed after its

@@ -669,8 +669,16 @@ int trainer_run(struct st_trainer *tr)
 		    m->numel, fmt_bytes(b1, sizeof b1, (double)m->numel * 4), m->cfg.n_layers,
 		    m->cfg.dim, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.ffn_dim,
 		    m->cfg.vocab_size, m->cfg.tied ? ", tied head" : "");
-	st_log_info("backend: %s, %d thread%s, matmul %s", tr->s.ops->name, omp_get_max_threads(),
-		    omp_get_max_threads() == 1 ? "" : "s", session_matmul_name(&tr->s));
+	/* a CPU that takes bf16 matmuls, running fp32: said, as the option is
+	 * easy to miss and about doubles the step (README, bf16 matmuls) */
+	const char *impl;
+	const int bf16_offer = !tr->s.model.matmul_bf16 && tr->s.ops->matmul_bf16 &&
+			       tr->s.ops->matmul_bf16_native(&impl);
+	st_log_info("backend: %s, %d thread%s, matmul %s%s", tr->s.ops->name, omp_get_max_threads(),
+		    omp_get_max_threads() == 1 ? "" : "s", session_matmul_name(&tr->s),
+		    bf16_offer ? " (--matmul-precision bf16 runs on this CPU: bf16 inputs, fp32 "
+				 "sums, up to about twice the speed)"
+			       : "");
 	/* a resumed run: this leg's steps, at this leg's size (earlier ones may
 	 * have been another: --grad-accum changed), and where they go */
 	const long to_go = tr->total_steps > tr->step ? tr->total_steps - tr->step : 0;
