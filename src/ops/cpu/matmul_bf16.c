@@ -122,6 +122,28 @@ int cpu_matmul_bf16_native(const char **impl)
 
 /* Round a rows x cols block of fp32 (row stride ld) into dst, rows x cols
  * contiguous. */
+/* Run the primitive pd describes on n arguments (kinds[i], described by
+ * mds[i], at ptrs[i]), wait for it, and free it and pd: oneDNN's primitive
+ * cache keeps the compiled kernel for the next call of the same shape. */
+static void run_primitive(dnnl_primitive_desc_t pd, int n, const int *kinds,
+			  const dnnl_memory_desc_t *const *mds, void *const *ptrs, const char *what)
+{
+	dnnl_primitive_t p;
+	DN(dnnl_primitive_create(&p, pd), what);
+	dnnl_memory_t mem[3];
+	dnnl_exec_arg_t args[3];
+	for (int i = 0; i < n; i++) {
+		DN(dnnl_memory_create(&mem[i], mds[i], g.eng, ptrs[i]), "memory_create");
+		args[i] = (dnnl_exec_arg_t){kinds[i], mem[i]};
+	}
+	DN(dnnl_primitive_execute(p, g.stream, n, args), what);
+	DN(dnnl_stream_wait(g.stream), "stream_wait");
+	for (int i = 0; i < n; i++)
+		dnnl_memory_destroy(mem[i]);
+	dnnl_primitive_destroy(p);
+	dnnl_primitive_desc_destroy(pd);
+}
+
 static void to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld)
 {
 	dnnl_memory_desc_t sd, dd;
@@ -129,18 +151,21 @@ static void to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld)
 	md_2d(&dd, rows, cols, cols, 1, dnnl_bf16);
 	dnnl_primitive_desc_t pd;
 	DN(dnnl_reorder_primitive_desc_create(&pd, &sd, g.eng, &dd, g.eng, NULL), "reorder_create");
-	dnnl_primitive_t p;
-	DN(dnnl_primitive_create(&p, pd), "primitive_create (reorder)");
-	dnnl_memory_t sm, dm;
-	DN(dnnl_memory_create(&sm, &sd, g.eng, (void *)src), "memory_create");
-	DN(dnnl_memory_create(&dm, &dd, g.eng, dst), "memory_create");
-	const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sm}, {DNNL_ARG_TO, dm}};
-	DN(dnnl_primitive_execute(p, g.stream, 2, args), "reorder");
-	DN(dnnl_stream_wait(g.stream), "stream_wait");
-	dnnl_memory_destroy(sm);
-	dnnl_memory_destroy(dm);
-	dnnl_primitive_destroy(p);
-	dnnl_primitive_desc_destroy(pd);
+	const int kinds[2] = {DNNL_ARG_FROM, DNNL_ARG_TO};
+	const dnnl_memory_desc_t *mds[2] = {&sd, &dd};
+	void *const ptrs[2] = {(void *)src, dst};
+	run_primitive(pd, 2, kinds, mds, ptrs, "reorder");
+}
+
+/* Rows r0.. and columns c0.. of op(x), x stored transposed where trans, into
+ * dst in x's orientation (the matmul's descriptor says which). */
+static void tile_to_bf16(uint16_t *dst, const float *x, int ld, int trans, int r0, int rows, int c0,
+			 int cols)
+{
+	if (trans)
+		to_bf16(dst, x + (size_t)c0 * ld + r0, cols, rows, ld);
+	else
+		to_bf16(dst, x + (size_t)r0 * ld + c0, rows, cols, ld);
 }
 
 static void matmul_tile(float *c, const uint16_t *a, const uint16_t *b, int m, int n, int k, int ta,
@@ -152,24 +177,12 @@ static void matmul_tile(float *c, const uint16_t *a, const uint16_t *b, int m, i
 			 "oneDNN has no bf16 matmul for this CPU (m=%d n=%d k=%d)", m, n, k);
 		abort();
 	}
-	const dnnl_memory_desc_t *ad = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-	const dnnl_memory_desc_t *bd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-	const dnnl_memory_desc_t *cd = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-	dnnl_primitive_t p;
-	DN(dnnl_primitive_create(&p, pd), "primitive_create (matmul)");
-	dnnl_memory_t am, bm, cm;
-	DN(dnnl_memory_create(&am, ad, g.eng, (void *)a), "memory_create");
-	DN(dnnl_memory_create(&bm, bd, g.eng, (void *)b), "memory_create");
-	DN(dnnl_memory_create(&cm, cd, g.eng, c), "memory_create");
-	const dnnl_exec_arg_t args[3] = {
-		{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-	DN(dnnl_primitive_execute(p, g.stream, 3, args), "matmul");
-	DN(dnnl_stream_wait(g.stream), "stream_wait");
-	dnnl_memory_destroy(am);
-	dnnl_memory_destroy(bm);
-	dnnl_memory_destroy(cm);
-	dnnl_primitive_destroy(p);
-	dnnl_primitive_desc_destroy(pd);
+	const int kinds[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+	const dnnl_memory_desc_t *mds[3] = {dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+					    dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+					    dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)};
+	void *const ptrs[3] = {(void *)a, (void *)b, c};
+	run_primitive(pd, 3, kinds, mds, ptrs, "matmul");
 }
 
 static int min_i(long a, long b) { return (int)(a < b ? a : b); }
@@ -229,18 +242,10 @@ void cpu_matmul_bf16(float *c, const float *a, const float *b, int m, int n, int
 		const int nb = min_i(nc, n - j0);
 		for (int k0 = 0; k0 < k; k0 += kc) {
 			const int kb = min_i(kc, k - k0);
-			/* op(b)'s rows k0.., columns j0..: b holds them transposed
-			 * where tb, and the tile keeps b's orientation */
-			if (tb)
-				to_bf16(wb, b + (size_t)j0 * ldb + k0, nb, kb, ldb);
-			else
-				to_bf16(wb, b + (size_t)k0 * ldb + j0, kb, nb, ldb);
+			tile_to_bf16(wb, b, ldb, tb, k0, kb, j0, nb);
 			for (int i0 = 0; i0 < m; i0 += mc) {
 				const int mb = min_i(mc, m - i0);
-				if (ta)
-					to_bf16(wa, a + (size_t)k0 * lda + i0, kb, mb, lda);
-				else
-					to_bf16(wa, a + (size_t)i0 * lda + k0, mb, kb, lda);
+				tile_to_bf16(wa, a, lda, ta, i0, mb, k0, kb);
 				matmul_tile(c + (size_t)i0 * ldc + j0, wa, wb, mb, nb, kb, ta, tb,
 					    alpha, k0 ? 1.0f : beta, ldc);
 			}
