@@ -100,6 +100,7 @@ bench: $(BIN) $(BENCH_BIN)
 # Regenerate the whole-model gradient reference data (needs PyTorch).
 refdata:
 	python3 scripts/gradref.py --out tests/data/gradref
+	python3 scripts/gradref.py --out tests/data/gradref --bf16
 
 # The binary alone (`make install PREFIX=~/.local`); it is built for this
 # machine's CPU (-march=native) and finds OpenBLAS and CUDA where it was built.
