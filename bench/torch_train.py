@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch eager peer for bench/train: the same LLaMA presets, batch and
 AdamW step (fp32, CPU, same thread count), timed the same way (best of a few
-steps after a warm-up step); with --bf16 (where oneDNN can use bf16 on this
-CPU), the same step under torch.autocast("cpu", bfloat16) beside it, the
-peer of strata's --matmul-precision bf16. Writes JSON for bench/compare.py."""
+steps after a warm-up step); with --bf16 (where PyTorch's oneDNN takes bf16:
+torch.ops.mkldnn._is_mkldnn_bf16_supported(), true on AVX-512 CPUs, bf16
+units or not), the same step under torch.autocast("cpu", bfloat16) beside
+it, the peer of strata's --matmul-precision bf16. Writes JSON for
+bench/compare.py."""
 import argparse
 import json
 import os
@@ -78,7 +80,7 @@ def main():
     ap.add_argument("--threads", type=int,
                     default=int(omp) if omp.isdigit() and int(omp) > 0 else len(os.sched_getaffinity(0)))
     ap.add_argument("--bf16", action="store_true",
-                    help="also time each preset under autocast bf16 (where this CPU has bf16)")
+                    help="also time each preset under autocast bf16 (where PyTorch's oneDNN takes bf16)")
     ap.add_argument("--json")
     a = ap.parse_args()
     names = a.presets.split(",")
@@ -91,7 +93,7 @@ def main():
     torch.set_num_threads(a.threads)
     bf16 = a.bf16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     if a.bf16 and not bf16:
-        print("torch: oneDNN has no bf16 on this CPU: fp32 alone")
+        print("torch: PyTorch's oneDNN takes no bf16 on this CPU: fp32 alone")
     res = [bench(p, a.batch, a.seq, a.steps, a.vocab, b) for p in names for b in (False, True)[:1 + bf16]]
     for r in res:
         print(f"torch {r['preset']:<11} {r['matmul_precision']}  {r['params']/1e6:6.1f}M  step {r['step_s']:.3f} s  "

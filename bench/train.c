@@ -37,6 +37,8 @@ static double now(void)
 struct shape {
 	int m, n, k, ta, tb;
 	double count; /* how many times per step */
+	void *ws;     /* gemm_bf16's workspace */
+	size_t ws_bytes;
 };
 
 typedef void (*gemm_fn)(const struct shape *s, float *a, float *b, float *c);
@@ -48,17 +50,14 @@ static void gemm_dnnl(const struct shape *s, float *a, float *b, float *c)
 	ops->matmul(c, a, b, s->m, s->n, s->k, s->ta, s->tb, 1.0f, 0.0f, lda, ldb, s->n);
 }
 
-/* the bf16 product as the linear layers run it, in a workspace holding
- * both operands whole (model_matmul_ws_bytes sizes the step's the same) */
-static void *bf16_ws;
-static size_t bf16_ws_bytes;
-
+/* the bf16 product as the linear layers run it, in the step's workspace
+ * (model_matmul_ws_bytes) */
 static void gemm_bf16(const struct shape *s, float *a, float *b, float *c)
 {
 	const struct st_ops *ops = ops_cpu();
 	int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
-	ops->matmul_bf16(c, a, b, s->m, s->n, s->k, s->ta, s->tb, 1.0f, 0.0f, lda, ldb, s->n, bf16_ws,
-			 bf16_ws_bytes);
+	ops->matmul_bf16(c, a, b, s->m, s->n, s->k, s->ta, s->tb, 1.0f, 0.0f, lda, ldb, s->n, s->ws,
+			 s->ws_bytes);
 }
 
 static void gemm_openblas(const struct shape *s, float *a, float *b, float *c)
@@ -98,9 +97,9 @@ static int step_shapes(const struct st_model *m, int N, struct shape *s)
 	for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
 		int in = lin[i][0], out = lin[i][1];
 		double cnt = lin[i][2];
-		s[n++] = (struct shape){N, out, in, 0, 1, cnt};   /* forward */
-		s[n++] = (struct shape){N, in, out, 0, 0, cnt};   /* dx */
-		s[n++] = (struct shape){out, in, N, 1, 0, cnt};   /* dW */
+		s[n++] = (struct shape){.m = N, .n = out, .k = in, .tb = 1, .count = cnt}; /* forward */
+		s[n++] = (struct shape){.m = N, .n = in, .k = out, .count = cnt};          /* dx */
+		s[n++] = (struct shape){.m = out, .n = in, .k = N, .ta = 1, .count = cnt}; /* dW */
 	}
 	return n;
 }
@@ -175,10 +174,14 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, int 
 	}
 	float *a = st_aligned_alloc(maxe * 4), *b = st_aligned_alloc(maxe * 4),
 	      *c = st_aligned_alloc(maxe * 4);
-	bf16_ws_bytes = bf16 ? model_matmul_ws_bytes(m, (size_t)N) : 0;
-	bf16_ws = bf16 ? st_aligned_alloc(bf16_ws_bytes) : NULL;
-	if (!a || !b || !c || (bf16 && !bf16_ws))
+	const size_t ws_bytes = bf16 ? model_matmul_ws_bytes(m, (size_t)N) : 0;
+	void *ws = bf16 ? st_aligned_alloc(ws_bytes) : NULL;
+	if (!a || !b || !c || (bf16 && !ws))
 		return ST_FAIL;
+	for (int i = 0; i < ns; i++) {
+		sh[i].ws = ws;
+		sh[i].ws_bytes = ws_bytes;
+	}
 	for (size_t i = 0; i < maxe; i++)
 		a[i] = b[i] = 0.01f * (float)(i % 97);
 	double flops = 0, t_dnnl = 0, t_oblas = 0;
@@ -188,7 +191,7 @@ static int bench_preset(const char *preset, int B, int T, int V, int steps, int 
 		t_dnnl += time_gemm(bf16 ? gemm_bf16 : gemm_dnnl, &sh[i], a, b, c) * sh[i].count;
 		t_oblas += bf16 ? 0 : time_gemm(gemm_openblas, &sh[i], a, b, c) * sh[i].count;
 	}
-	free(a), free(b), free(c), free(bf16_ws);
+	free(a), free(b), free(c), free(ws);
 
 	const double model_flops = model_flops_per_token(m, T) * N;
 	r->preset = preset;

@@ -164,11 +164,58 @@ Test(train, bf16_matmuls_track_fp32, .timeout = 300)
 		cr_expect(loss[1][j] != loss[0][j], "bf16 gave fp32's %s loss %.6f exactly", j ? "val" : "train",
 			  loss[0][j]);
 	}
+	/* AVX512-BF16 without AMX (capped here): bf16 runs, warned (it ran at
+	 * about half fp32's rate on this kind of Xeon) */
+	int rc = cu_run(out, sizeof out,
+			"DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 %s train --model %s/init --data %s/data --out %s/cap "
+			"--steps 2 --eval-interval 0 --matmul-precision bf16 %s",
+			cu_bin(), dir, dir, dir, SMALL);
+	cr_expect(rc == 0 && strstr(out, "oneDNN multiplies bf16 here with AVX512-BF16 dot products "
+					   "(brg:avx512_core_bf16), not AMX"),
+		  "%s", out);
 	snprintf(data, sizeof data, "%s/data", dir);
 	snprintf(run, sizeof run, "%s/fp32", dir);
 	const double e32 = eval_loss(run, data, ""), e16 = eval_loss(run, data, "--matmul-precision bf16");
 	cr_log_info("eval: fp32 %.6f, bf16 %.6f", e32, e16);
 	cr_expect(fabs(e16 - e32) <= 0.001 * e32 && e16 != e32, "eval: bf16 %.6f, fp32 %.6f", e16, e32);
+}
+
+/* A cached profile measured before bf16_matmul_gflops existed: a bf16 run's
+ * plan measures that rate alone and adds it to the cache, keeping the other
+ * rates (a matmul rate of 123 no measurement would give); a given profile
+ * without it is warned and predicts at the fp32 rate. */
+Test(train, bf16_rate_added_to_a_cached_profile, .timeout = 120)
+{
+	if (!bf16_here())
+		cr_skip_test(NO_BF16);
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "bf16prof");
+	cu_setup_run(dir, "");
+	/* a cache this run would keep but for the bf16 rate: its format, this
+	 * run's threads, arrays as large as its budgets allow */
+	int rc = cu_run(out, sizeof out,
+			"mkdir -p %s/home/.cache/strata && sed 's/\"matmul_gflops\": 400/\"matmul_gflops\": 123, "
+			"\"format\": 2, \"threads\": 2, \"probe_mib\": 64/' tests/data/profiles/ci.json > "
+			"%s/home/.cache/strata/profile.json && cp %s/home/.cache/strata/profile.json %s/given.json && "
+			"env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init --micro-batch 2 --seq-len 32 "
+			"--device-mem 8M --host-mem 64M --place weights=host,gradients=host --threads 2 "
+			"--matmul-precision bf16",
+			dir, dir, dir, dir, dir, cu_bin(), dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "measuring the bf16 matmul rate for the planner (the cached profile") &&
+			  strstr(out, "profile: matmul 123.0 (bf16 "),
+		  "%s", out);
+	rc = cu_run(out, sizeof out, "grep -c '\"bf16_matmul_gflops\"' %s/home/.cache/strata/profile.json && "
+			"grep -c '\"matmul_gflops\":[[:space:]]*123' %s/home/.cache/strata/profile.json",
+		    dir, dir);
+	cr_expect_eq(rc, 0, "the cache lost its rates or gained no bf16 one: %s", out);
+	rc = cu_run(out, sizeof out, "%s plan --model %s/init --micro-batch 2 --seq-len 32 --device-mem 8M "
+			"--place weights=host,gradients=host "
+			"--host-mem 64M --threads 2 --profile %s/given.json --matmul-precision bf16",
+		    cu_bin(), dir, dir);
+	cr_expect(rc == 0 && strstr(out, "has no bf16_matmul_gflops: the plan predicts the bf16 matmuls at its "
+					   "fp32 rate") && strstr(out, "(bf16: not measured, at this rate)"),
+		  "%s", out);
 }
 
 /* Where oneDNN has no bf16 matrix unit to use (capped here with

@@ -11,8 +11,8 @@
 #include <cJSON.h>
 
 #include "cli/cli.h"
+#include "engine/session.h"
 #include "model/config.h"
-#include "ops/ops.h"
 #include "io/fsutil.h"
 #include "trainer/interrupt.h"
 #include "trainer/trainer.h"
@@ -460,9 +460,9 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 	/* the matmul precision a resume takes: the run's unless given, and a
 	 * saved bf16 that this CPU cannot run is said as the run's (the
 	 * refusal named a flag the user had not given) */
-	const char *impl = "none";
-	const int bf16_here = ops_cpu()->matmul_bf16_native(&impl);
-	if (!given(a, conf, "matmul-precision") && !strcmp(o->matmul_precision, "bf16") && !bf16_here) {
+	const char *impl;
+	if (!given(a, conf, "matmul-precision") && !strcmp(o->matmul_precision, "bf16") &&
+	    !session_cpu_bf16(&impl)) {
 		ST_USAGE_ERROR("resume with --matmul-precision fp32 to go on here (the weights and state "
 			       "are fp32 either way)",
 			       "the run trained with --matmul-precision bf16 (saved in %s/trainer.json), "
@@ -470,7 +470,8 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 			       ckpt, impl);
 		return ST_FAIL;
 	}
-	if (strcmp(o->matmul_precision, saved->matmul_precision) != 0 && *saved->matmul_precision)
+	/* (a checkpoint saved before the option reads back as fp32, the default) */
+	if (strcmp(o->matmul_precision, saved->matmul_precision) != 0)
 		st_log_info("matmul precision: %s from here on (the run trained with %s before)",
 			    o->matmul_precision, saved->matmul_precision);
 	/* The options as merged, checked here to name where a bad value came

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "ops/ops.h"
+#include "engine/session.h"
 #include "util/check.h"
 #include "util/parse.h"
 
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
 	if (version) {
 		printf("strata %s (CUDA: %s)\n", STRATA_VERSION, ST_CUDA_BUILD);
 		const char *impl;
-		const int bf16 = ops_cpu()->matmul_bf16_native(&impl);
+		const int bf16 = session_cpu_bf16(&impl);
 		if (bf16)
 			printf("bf16 matmuls (--matmul-precision bf16): yes, on this CPU (oneDNN %s)\n",
 			       impl);

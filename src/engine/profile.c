@@ -66,6 +66,38 @@ static void run_mm_bf16(void *p)
 			       m->ws_bytes);
 }
 
+/* bf16_matmul_gflops, on mm's product with ws (both n^2 operands in bf16:
+ * 2 n^2 * 2 bytes at least); 0 where ops has no bf16 unit */
+static double bf16_rate(const struct mm_ctx *mm, void *ws, size_t ws_bytes)
+{
+	const char *impl;
+	if (!ops_bf16_native(mm->ops, &impl))
+		return 0;
+	struct mm_bf16_ctx mb = {*mm, ws, ws_bytes};
+	return 2.0 * mm->n * mm->n * mm->n / best_of(5, run_mm_bf16, &mb) / 1e9;
+}
+
+int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops)
+{
+	const int n = 1024;
+	const size_t e = (size_t)n * n;
+	float *a = st_aligned_alloc(e * sizeof(float)), *b = st_aligned_alloc(e * sizeof(float));
+	float *c = st_aligned_alloc(e * sizeof(float));
+	void *ws = st_aligned_alloc(e * sizeof(float)); /* both operands in bf16 */
+	const int rc = a && b && c && ws ? ST_OK : ST_FAIL;
+	if (rc == ST_OK) {
+		for (size_t i = 0; i < e; i++)
+			a[i] = b[i] = (float)(i % 97) * 1e-3f;
+		const struct mm_ctx mm = {ops, a, b, c, n};
+		p->bf16_matmul_gflops = bf16_rate(&mm, ws, e * sizeof(float));
+	}
+	free(a);
+	free(b);
+	free(c);
+	free(ws);
+	return rc;
+}
+
 struct copy_ctx {
 	float *dst, *src;
 	size_t n;
@@ -285,14 +317,10 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 		struct mm_ctx mm = {ops, a, b, c, n};
 		p->matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm, &mm) / 1e9;
 		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
-		const char *impl;
-		if (ops->matmul_bf16 && ops->matmul_bf16_native(&impl)) {
-			/* both 1024^2 operands in bf16 fit in d (8 MiB at least) */
-			struct mm_bf16_ctx mb = {mm, d, big * sizeof(float)};
-			p->bf16_matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm_bf16, &mb) / 1e9;
-			for (size_t i = 0; i < big; i++) /* its bytes read as floats could be denormal */
-				d[i] = (float)(i % 97) * 1e-3f;
-		}
+		/* both 1024^2 operands in bf16 fit in d (8 MiB at least) */
+		p->bf16_matmul_gflops = bf16_rate(&mm, d, big * sizeof(float));
+		for (size_t i = 0; i < big; i++) /* its bytes read as floats could be denormal */
+			d[i] = (float)(i % 97) * 1e-3f;
 		/* the bytes a slab's transfer moves: the planner divides a
 		 * slab's size by this rate (counting the bytes both read and
 		 * written, as STREAM does, predicted copies at half their time) */

@@ -89,6 +89,9 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
  * not fit or no file can be made there). Apart from profile_measure, so
  * that a run whose plan needs no disk can go on without it. */
 int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const char *dir);
+/* Measure bf16_matmul_gflops alone (12 MiB of arrays; 0 where ops has no
+ * bf16 unit), for a profile measured before the key existed. */
+int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops);
 /* Read a profile file; a missing key is an error naming it, as are a
  * negative rate and a disk with one rate 0 and the other not. */
 int profile_load(struct st_profile *p, const char *path);

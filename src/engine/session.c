@@ -87,19 +87,33 @@ int session_matmul_precision(struct st_session *s, const char *precision, const 
 	s->model.matmul_bf16 = 0;
 	if (!strcmp(precision, "fp32"))
 		return ST_OK;
-	const char *impl = "none (the backend has no bf16 matmul)";
-	const int native = s->ops->matmul_bf16 && s->ops->matmul_bf16_native(&impl);
+	const char *impl;
+	const int native = ops_bf16_native(s->ops, &impl);
 	ST_CHECK_USAGE(native,
 		       "use fp32 here: bf16 matmuls pay off on CPUs with AMX (Intel Xeon since "
 		       "Sapphire Rapids) or AVX512-BF16",
 		       "%s bf16: this CPU has no bf16 matrix unit oneDNN uses (its bf16 matmul: %s), "
 		       "so bf16 would be slower than fp32",
 		       flag, impl);
+	/* AVX512-BF16 dot products without AMX: on the Xeon VM with AMX hidden
+	 * (DNNL_MAX_CPU_ISA=AVX512_CORE_BF16) they ran at 0.55x the fp32
+	 * matmul (bench/results/train-bf16-20261125-xeon2/); other CPUs (AMD
+	 * Zen 4 and 5) were not measured, so this is said, not refused */
+	if (!strstr(impl, "amx"))
+		st_log_warn("%s bf16: oneDNN multiplies bf16 here with AVX512-BF16 dot products (%s), "
+			    "not AMX; on a Xeon with AMX hidden those ran at about half the fp32 "
+			    "matmul's rate (bench/train measures this CPU both ways)",
+			    flag, impl);
 	s->model.matmul_bf16 = 1;
 	snprintf(s->matmul_name, sizeof s->matmul_name,
 		 "bf16 inputs and fp32 sums in the linear layers (oneDNN %s), %s in attention", impl,
 		 s->ops->matmul_lib);
 	return ST_OK;
+}
+
+int session_cpu_bf16(const char **impl)
+{
+	return ops_bf16_native(ops_cpu(), impl);
 }
 
 const char *session_matmul_name(const struct st_session *s)

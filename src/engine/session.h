@@ -68,6 +68,9 @@ int session_matmul_precision(struct st_session *s, const char *precision, const 
 /* The same check of the word alone, for commands to refuse a slip before
  * any work. */
 int session_check_matmul_precision(const char *precision, const char *flag);
+/* Whether this CPU takes --matmul-precision bf16 (the CPU backend's
+ * ops_bf16_native), for commands that have no session yet. */
+int session_cpu_bf16(const char **impl);
 /* What runs the session's matmuls, for the logs. */
 const char *session_matmul_name(const struct st_session *s);
 /* Allocate the executor for micro-batches of b x t (once). */

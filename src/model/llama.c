@@ -15,7 +15,7 @@ static void linear_matmul(const struct st_ops *ops, const struct st_mm *mm, floa
 			  const float *a, const float *b, int m, int n, int k, int ta, int tb,
 			  float beta, int lda, int ldb, int ldc)
 {
-	if (mm && mm->bf16)
+	if (mm && mm->ws)
 		ops->matmul_bf16(c, a, b, m, n, k, ta, tb, 1.0f, beta, lda, ldb, ldc, mm->ws,
 				 mm->ws_bytes);
 	else
@@ -187,8 +187,7 @@ int acts_bind_mask(struct st_acts *a, const struct st_model *m, int b, int t,
 		a->emb_rstd = TAKE(N);
 	}
 	a->mm.ws_bytes = model_matmul_ws_bytes(m, N);
-	a->mm.bf16 = a->mm.ws_bytes > 0;
-	a->mm.ws = a->mm.bf16 ? TAKE(a->mm.ws_bytes / sizeof(float)) : NULL;
+	a->mm.ws = a->mm.ws_bytes ? TAKE(a->mm.ws_bytes / sizeof(float)) : NULL;
 	rope_table(a->rope_cos, a->rope_sin, t, c->head_dim, c->rope_theta);
 	return ST_OK;
 }

@@ -107,9 +107,8 @@ struct st_layer_acts {
 	float *gate, *up, *h; /* (N,F) */
 };
 
-/* A pass's matmul set-up (model.matmul_bf16): bf16 and its workspace. */
+/* A pass's bf16 matmul workspace (model.matmul_bf16; NULL: fp32 matmuls). */
 struct st_mm {
-	int bf16;
 	void *ws; /* model_matmul_ws_bytes, 64-byte aligned */
 	size_t ws_bytes;
 };

@@ -215,6 +215,14 @@ struct st_ops {
 
 /* The CPU backend's table (always available). */
 const struct st_ops *ops_cpu(void);
+/* Whether ops multiplies bf16 on a matrix unit here (matmul_bf16_native,
+ * for a table that may lack the entries); *impl names the kernel, "none"
+ * where there is none. */
+static inline int ops_bf16_native(const struct st_ops *ops, const char **impl)
+{
+	*impl = "none";
+	return ops && ops->matmul_bf16 && ops->matmul_bf16_native && ops->matmul_bf16_native(impl);
+}
 /* The CUDA backend's table, or NULL when built without CUDA or no GPU found. */
 const struct st_ops *ops_cuda(void);
 

@@ -207,6 +207,29 @@ static void note_disk_rates(const struct st_trainer *tr, const struct tier_choic
 	}
 }
 
+/* The cache only saves the next run its measurement: a place that cannot
+ * take it (a read-only home, a full disk) is said, not fatal. */
+static void save_profile(const struct st_profile *p, const char *path)
+{
+	char dir[ST_PATH + 64];
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	const int old = st_log_mute(1);
+	int rc = ST_OK;
+	if (slash && slash != dir) {
+		*slash = '\0';
+		rc = fs_mkdir_p(dir);
+	}
+	if (rc == ST_OK)
+		rc = profile_save(p, path);
+	st_log_mute(old);
+	if (rc != ST_OK)
+		st_log_warn("the measured profile could not be cached (%s): this run uses it, and the "
+			    "next one measures again (give --profile FILE or $STRATA_PROFILE a writable "
+			    "path to keep it)",
+			    st_log_last_error());
+}
+
 /* Load the profile, or measure this machine and cache it. Measured again:
  * a profile without a disk rate once a run has an offload directory, and
  * the default cache written by an older strata (its copy rates counted each
@@ -232,7 +255,7 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	const double budgets = (double)bud[ST_TIER_HOST] + (device_is_host ? (double)bud[ST_TIER_DEVICE] : 0);
 	const int unlimited = !bud[ST_TIER_HOST] || (device_is_host && !bud[ST_TIER_DEVICE]);
 	const int probe = unlimited ? 64 : (int)fmax(8, fmin(64, budgets / 8 / 1048576));
-	int stale = 0, other = 0, small = 0, no_bf16 = 0;
+	int stale = 0, other = 0, small = 0;
 	const int bf16 = tr->s.model.matmul_bf16;
 	struct st_profile was = {0};
 	if (fs_exists(path)) {
@@ -241,15 +264,24 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		stale = cached && ch->prof.format < ST_PROFILE_FORMAT;
 		other = cached && !stale && (int)ch->prof.threads != threads;
 		small = cached && !stale && !other && ch->prof.probe_mib < probe;
-		/* measured before --matmul-precision existed, or on fp32 alone */
-		no_bf16 = bf16 && !stale && !other && !small && !(ch->prof.bf16_matmul_gflops > 0);
+		/* measured before --matmul-precision existed: a given profile
+		 * is said; the cache's other rates stand, and the bf16 one alone
+		 * is measured and saved (the whole profile was measured again,
+		 * the disk too). A cache measured again below gets it anyway. */
+		const int no_bf16 = bf16 && !stale && !other && !small &&
+				    !(ch->prof.bf16_matmul_gflops > 0);
 		if (no_bf16 && !cached)
 			st_log_warn("the profile %s has no bf16_matmul_gflops: the plan predicts the "
 				    "bf16 matmuls at its fp32 rate, slower than they run",
 				    path);
-		no_bf16 = no_bf16 && cached;
-		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other && !small &&
-		    !no_bf16) {
+		if (no_bf16 && cached && (!ch->n_dirs || ch->prof.disk_read_gbs > 0)) {
+			st_log_info("measuring the bf16 matmul rate for the planner (the cached profile "
+				    "%s has none)",
+				    path);
+			ST_TRY(profile_measure_bf16(&ch->prof, tr->s.ops));
+			save_profile(&ch->prof, path);
+		}
+		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other && !small) {
 			if (ch->prof.threads && (int)ch->prof.threads != threads)
 				st_log_warn("the profile %s was measured with %d CPU thread%s and this run "
 					    "has %d: its compute and CPU update rates, and the plan's "
@@ -273,8 +305,6 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		st_log_info("the cached profile %s was measured over %d MiB arrays (within small "
 			    "budgets), and this run's budgets allow %d MiB",
 			    path, (int)was.probe_mib, probe);
-	else if (no_bf16)
-		st_log_info("the cached profile %s has no bf16 matmul rate", path);
 	char over[96] = "";
 	if (probe < 64)
 		snprintf(over, sizeof over, ", over %d MiB arrays to stay within the budgets", probe);
@@ -293,25 +323,7 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		ch->prof.disk_cpu_share = was.disk_cpu_share;
 		ch->prof.disk_fs_magic = was.disk_fs_magic;
 	}
-	/* the cache only saves the next run its measurement: a place that
-	 * cannot take it (a read-only home, a full disk) is said, not fatal */
-	char dir[ST_PATH + 64];
-	snprintf(dir, sizeof dir, "%s", path);
-	char *slash = strrchr(dir, '/');
-	const int old = st_log_mute(1);
-	int rc = ST_OK;
-	if (slash && slash != dir) {
-		*slash = '\0';
-		rc = fs_mkdir_p(dir);
-	}
-	if (rc == ST_OK)
-		rc = profile_save(&ch->prof, path);
-	st_log_mute(old);
-	if (rc != ST_OK)
-		st_log_warn("the measured profile could not be cached (%s): this run uses it, and the "
-			    "next one measures again (give --profile FILE or $STRATA_PROFILE a writable "
-			    "path to keep it)",
-			    st_log_last_error());
+	save_profile(&ch->prof, path);
 	return ST_OK;
 }
 

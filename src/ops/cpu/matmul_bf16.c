@@ -120,8 +120,6 @@ int cpu_matmul_bf16_native(const char **impl)
 	return g.native;
 }
 
-/* Round a rows x cols block of fp32 (row stride ld) into dst, rows x cols
- * contiguous. */
 /* Run the primitive pd describes on n arguments (kinds[i], described by
  * mds[i], at ptrs[i]), wait for it, and free it and pd: oneDNN's primitive
  * cache keeps the compiled kernel for the next call of the same shape. */
@@ -144,6 +142,8 @@ static void run_primitive(dnnl_primitive_desc_t pd, int n, const int *kinds,
 	dnnl_primitive_desc_destroy(pd);
 }
 
+/* Round a rows x cols block of fp32 (row stride ld) into dst, rows x cols
+ * contiguous. */
 static void to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld)
 {
 	dnnl_memory_desc_t sd, dd;
