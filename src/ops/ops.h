@@ -72,7 +72,9 @@ struct st_ops {
 	 * --matmul-precision bf16. ws: 64-byte-aligned scratch of ws_bytes >=
 	 * ST_MATMUL_BF16_MIN_WS for the rounded operands; a product whose
 	 * operands do not fit in it is computed in tiles (k in chunks, their
-	 * sums added onto c). NULL where the backend has none. */
+	 * sums added onto c). NULL where the backend has none. One caller at a
+	 * time (the CPU backend's runs on one oneDNN stream): the compute
+	 * thread's linear layers, or a measurement before training. */
 	void (*matmul_bf16)(float *c, const float *a, const float *b, int m, int n, int k,
 			    int ta, int tb, float alpha, float beta, int lda, int ldb, int ldc,
 			    void *ws, size_t ws_bytes);

@@ -33,7 +33,9 @@
 #include "util/check.h"
 
 /* oneDNN's CPU engine and stream: one per process, as dnnl_sgemm keeps its
- * own internally. The implementation a bf16 matmul gets here is probed once. */
+ * own internally. A stream is not thread-safe, so calls come from one thread
+ * at a time (ops.h). The implementation a bf16 matmul gets here is probed
+ * once. */
 static struct {
 	dnnl_engine_t eng;
 	dnnl_stream_t stream;
