@@ -175,7 +175,12 @@ Test(train, bf16_matmuls_track_fp32, .timeout = 300)
 		  "%s", out);
 	snprintf(data, sizeof data, "%s/data", dir);
 	snprintf(run, sizeof run, "%s/fp32", dir);
-	const double e32 = eval_loss(run, data, ""), e16 = eval_loss(run, data, "--matmul-precision bf16");
+	const double e32 = eval_loss(run, data, "");
+	cr_expect(strstr(out, "\"matmul_precision\": \"fp32\""), "%s", out);
+	const double e16 = eval_loss(run, data, "--matmul-precision bf16");
+	cr_expect(strstr(out, "\"matmul_precision\": \"bf16\"") &&
+			  strstr(out, "matmul bf16 inputs and fp32 sums in the linear layers"),
+		  "%s", out);
 	cr_log_info("eval: fp32 %.6f, bf16 %.6f", e32, e16);
 	cr_expect(fabs(e16 - e32) <= 0.001 * e32 && e16 != e32, "eval: bf16 %.6f, fp32 %.6f", e16, e32);
 }
@@ -213,7 +218,7 @@ Test(train, bf16_rate_added_to_a_cached_profile, .timeout = 120)
 			"--place weights=host,gradients=host "
 			"--host-mem 64M --threads 2 --profile %s/given.json --matmul-precision bf16",
 		    cu_bin(), dir, dir);
-	cr_expect(rc == 0 && strstr(out, "has no bf16_matmul_gflops: the plan predicts the bf16 matmuls at its "
+	cr_expect(rc == 0 && strstr(out, "has no bf16_matmul_gflops: the plan prices the bf16 matmuls at its "
 					   "fp32 rate") && strstr(out, "(bf16: not measured, at this rate)"),
 		  "%s", out);
 }
@@ -237,7 +242,7 @@ Test(train, bf16_matmuls_refused_without_a_unit)
 				cu_bin(), cmd);
 		cr_expect_eq(rc, 2, "%s: %s", cmd, out);
 		cr_expect(strstr(out, "--matmul-precision bf16: this CPU has no bf16 matrix unit oneDNN uses") &&
-			  strstr(out, "use fp32 here"),
+			  strstr(out, "use --matmul-precision fp32 here: bf16 matmuls pay off on CPUs with AMX"),
 			  "%s: %s", cmd, out);
 		rc = cu_run(out, sizeof out, "%s %s --matmul-precision bf8", cu_bin(), cmd);
 		cr_expect_eq(rc, 2, "%s: %s", cmd, out);
@@ -258,7 +263,7 @@ Test(train, bf16_matmuls_refused_without_a_unit)
 	rc = cu_run(out, sizeof out, "DNNL_MAX_CPU_ISA=AVX512_CORE %s train --resume %s/f --steps 3",
 		    cu_bin(), dir);
 	cr_expect(rc == 2 && strstr(out, "the run trained with --matmul-precision bf16 (saved in ") &&
-			  strstr(out, "resume with --matmul-precision fp32 to go on here"),
+			  strstr(out, "give --matmul-precision fp32 to go on here"),
 		  "%s", out);
 	rc = cu_run(out, sizeof out,
 		    "DNNL_MAX_CPU_ISA=AVX512_CORE %s train --resume %s/f --steps 3 --matmul-precision fp32",
@@ -268,6 +273,23 @@ Test(train, bf16_matmuls_refused_without_a_unit)
 		  "%s", out);
 	cr_expect(!strstr(out, "--matmul-precision bf16 runs on this CPU"),
 		  "bf16 offered where it is refused: %s", out);
+	/* bf16 from a --config file: refused naming the file */
+	rc = cu_run(out, sizeof out,
+		    "printf '{\"matmul_precision\": \"bf16\"}' > %s/c.json && DNNL_MAX_CPU_ISA=AVX512_CORE "
+		    "%s train --config %s/c.json --model %s/init --data %s/data --out %s/rc --steps 2",
+		    dir, cu_bin(), dir, dir, dir, dir);
+	cr_expect(rc == 2 && strstr(out, "c.json gives matmul_precision bf16, and this CPU has no bf16 "
+					   "matrix unit oneDNN uses") &&
+			  strstr(out, "remove it from the file, or give --matmul-precision fp32"),
+		  "%s", out);
+	/* sample takes the flag (one set of flags for every command) and
+	 * multiplies in fp32, said; a slip refused */
+	rc = cu_run(out, sizeof out, "%s sample --model %s/f --prompt ab --tokens 3 --matmul-precision bf16",
+		    cu_bin(), dir);
+	cr_expect(rc == 0 && strstr(out, "--matmul-precision bf16: sample multiplies in fp32"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s sample --model %s/f --prompt ab --tokens 3 --matmul-precision bf8",
+		    cu_bin(), dir);
+	cr_expect(rc == 2 && strstr(out, "--matmul-precision must be fp32 or bf16 (got 'bf8')"), "%s", out);
 }
 
 /* Per-layer GaLore updates (each layer's gradient consumed after its

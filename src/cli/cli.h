@@ -125,6 +125,11 @@ int cli_check_config_values(struct cli_args *a, const struct cli_train_src *src,
 /* o from the defaults, the checkpoint (o->resume cleared) and --config. For
  * train and plan alike; the flags come after (cli_train_flags). */
 int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train_src *src);
+/* --matmul-precision bf16 on a CPU without a bf16 unit, refused naming
+ * where it came from when that is not a flag: the --config file, or the run
+ * being resumed (a flag's refusal names the flag). */
+int cli_check_bf16_source(struct cli_args *a, const struct cli_train_src *src,
+			  const struct st_train_opts *o);
 
 /* errno of a write to standard output that failed mid-command, for the
  * error main() gives at exit (0: none kept) */

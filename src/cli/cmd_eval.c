@@ -29,7 +29,7 @@ static void help(void)
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
 	       "  --matmul-precision S  the linear layers' matmuls: fp32, or bf16 (inputs\n"
-	       "                     rounded to bf16, sums in fp32; AMX or AVX512-BF16 CPUs) [fp32]\n"
+	       "                     rounded to bf16, sums in fp32; for CPUs with AMX) [fp32]\n"
 	       CLI_FORWARD_MEM_HELP
 	       "  --json             print the result as JSON [false]\n");
 }
@@ -145,6 +145,8 @@ int cmd_eval(int argc, char **argv)
 		session_close(&s);
 		return ST_FAIL;
 	}
+	if (s.model.matmul_bf16) /* the loss differs from fp32's in its last digits: said */
+		st_log_info("matmul %s", session_matmul_name(&s));
 	const struct st_config cfg = s.model.cfg;
 	if (t > cfg.max_seq) {
 		if (cli_get(&a, "seq-len", NULL))
@@ -221,9 +223,10 @@ int cmd_eval(int argc, char **argv)
 	if (rc == ST_OK) {
 		char l[32], p[32];
 		if (json)
-			printf("{\"loss\": %s, \"perplexity\": %s, \"tokens\": %ld}\n",
+			printf("{\"loss\": %s, \"perplexity\": %s, \"matmul_precision\": \"%s\", "
+			       "\"tokens\": %ld}\n",
 			       st_json_num(l, sizeof l, "%.6f", loss),
-			       st_json_num(p, sizeof p, "%.4f", exp(loss)), n);
+			       st_json_num(p, sizeof p, "%.4f", exp(loss)), precision, n);
 		else
 			printf("loss %.4f | perplexity %.3f | %ld token%s | %s\n", loss, exp(loss), n,
 			       n == 1 ? "" : "s", dir);

@@ -49,6 +49,7 @@ int cmd_plan(int argc, char **argv)
 	ST_TRY(cli_train_read(&a, &o, &src));
 	const char *resume = src.resume, *conf = src.conf, *dir = src.dir;
 	ST_TRY(cli_train_flags(&a, &o, "config,json"));
+	ST_TRY(cli_check_bf16_source(&a, &src, &o));
 	struct st_train_opts checked = o; /* checked as trainer_plan checks them */
 	if (checked.steps == 0 && checked.max_tokens <= 0)
 		checked.steps = 1; /* a plan needs no training length (but -1 is no length) */

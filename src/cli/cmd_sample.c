@@ -36,6 +36,8 @@ static void help(void)
 	       "                     [the model's max_position_embeddings]\n"
 	       "  --threads N        CPU threads (0: all cores) [0]\n"
 	       "  --device S         cpu | cuda | auto [auto]\n"
+	       "  --matmul-precision S  taken as train and eval take it, but sample multiplies\n"
+	       "                     in fp32 either way (see README) [fp32]\n"
 	       CLI_FORWARD_MEM_HELP
 	       "  --tokenizer T      byte, a tokenizer.json, or a model, checkpoint or run\n"
 	       "                     directory [the model's, else byte]\n"
@@ -105,12 +107,13 @@ int cmd_sample(int argc, char **argv)
 		help();
 		return ST_OK;
 	}
-	const char *model, *prompt, *device, *tok_name, *prompt_file;
+	const char *model, *prompt, *device, *tok_name, *prompt_file, *precision;
 	ST_TRY(cli_get_str(&a, "model", NULL, &model));
 	ST_TRY(cli_get_str(&a, "prompt", "\n", &prompt));
 	ST_TRY(cli_get_str(&a, "prompt-file", NULL, &prompt_file));
 	ST_TRY(cli_get_str(&a, "device", "auto", &device));
 	ST_TRY(cli_get_str(&a, "tokenizer", NULL, &tok_name));
+	ST_TRY(cli_get_str(&a, "matmul-precision", "fp32", &precision));
 	int bos;
 	ST_TRY(cli_get_bool(&a, "bos", &bos));
 	long n_tok, seed, ctx_len, threads, top_k;
@@ -138,6 +141,12 @@ int cmd_sample(int argc, char **argv)
 	ST_CHECK_USAGE(!prompt_file || *prompt_file, "give a file, or - for standard input",
 		 "strata sample: an empty path was given for --prompt-file");
 	ST_TRY(session_check_device(device));
+	/* taken, so that one set of flags serves train, eval and sample */
+	ST_TRY(session_check_matmul_precision(precision, "--matmul-precision"));
+	if (!strcmp(precision, "bf16"))
+		st_log_info("--matmul-precision bf16: sample multiplies in fp32 (its one-row passes "
+			    "would round a whole weight matrix for every token, costing more than "
+			    "the product saves)");
 	ST_CHECK_USAGE(temp >= 0, "give 0 (greedy) or more", "--temperature must be >= 0 (got %g)", temp);
 	ST_CHECK_USAGE(top_p > 0 && top_p <= 1, "give a share such as 0.95 (1: no cut)",
 		 "--top-p must be in (0, 1] (got %g)", top_p);

@@ -346,6 +346,29 @@ int cli_train_read(struct cli_args *a, struct st_train_opts *o, struct cli_train
 	return ST_OK;
 }
 
+int cli_check_bf16_source(struct cli_args *a, const struct cli_train_src *src,
+			  const struct st_train_opts *o)
+{
+	const char *impl;
+	if (strcmp(o->matmul_precision, "bf16") != 0 || cli_get(a, "matmul-precision", NULL) ||
+	    session_cpu_bf16(&impl))
+		return ST_OK; /* a flag's refusal names the flag (session_matmul_precision) */
+	const int from_conf = src->conf && !strcmp(src->conf_only.matmul_precision, "bf16");
+	if (from_conf)
+		ST_USAGE_ERROR("remove it from the file, or give --matmul-precision fp32",
+			       "the --config file %s gives matmul_precision bf16, and this CPU has no "
+			       "bf16 matrix unit oneDNN uses (its bf16 matmul: %s)",
+			       src->conf, impl);
+	else
+		ST_USAGE_ERROR("give --matmul-precision fp32 to go on here (the weights and state are "
+			       "fp32 either way)",
+			       "the run trained with --matmul-precision bf16 (saved in "
+			       "%s/trainer.json), and this CPU has no bf16 matrix unit oneDNN uses (its "
+			       "bf16 matmul: %s)",
+			       src->dir, impl);
+	return ST_FAIL;
+}
+
 /* The first error validating o would say ("" when it passes). */
 static void first_error(const struct st_train_opts *o, char *msg, size_t n)
 {
@@ -457,19 +480,6 @@ int cli_check_resume(struct cli_args *a, const char *conf, const struct st_train
 		 "resume with --optimizer sgd --momentum 0, or start a new run for sgd8bit",
 		 "the run trained with --optimizer sgd and no momentum: its checkpoint has no momentum "
 		 "buffer for sgd8bit to quantize");
-	/* the matmul precision a resume takes: the run's unless given, and a
-	 * saved bf16 that this CPU cannot run is said as the run's (the
-	 * refusal named a flag the user had not given) */
-	const char *impl;
-	if (!given(a, conf, "matmul-precision") && !strcmp(o->matmul_precision, "bf16") &&
-	    !session_cpu_bf16(&impl)) {
-		ST_USAGE_ERROR("resume with --matmul-precision fp32 to go on here (the weights and state "
-			       "are fp32 either way)",
-			       "the run trained with --matmul-precision bf16 (saved in %s/trainer.json), "
-			       "and this CPU has no bf16 matrix unit oneDNN uses (its bf16 matmul: %s)",
-			       ckpt, impl);
-		return ST_FAIL;
-	}
 	/* (a checkpoint saved before the option reads back as fp32, the default) */
 	if (strcmp(o->matmul_precision, saved->matmul_precision) != 0)
 		st_log_info("matmul precision: %s from here on (the run trained with %s before)",
@@ -584,6 +594,7 @@ int cmd_train(int argc, char **argv)
 		note_config_out(&a, conf, conf_out, o.out);
 	}
 	ST_TRY(cli_train_flags(&a, &o, "config"));
+	ST_TRY(cli_check_bf16_source(&a, &src, &o));
 	if (resume && !cli_get(&a, "out", NULL))
 		ST_TRY(check_lone_checkpoint(dir, o.out));
 	o.offload_dir_given |= given(&a, conf, "offload-dir"); /* a --config's too */

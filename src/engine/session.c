@@ -90,8 +90,8 @@ int session_matmul_precision(struct st_session *s, const char *precision, const 
 	const char *impl;
 	const int native = ops_bf16_native(s->ops, &impl);
 	ST_CHECK_USAGE(native,
-		       "use fp32 here: bf16 matmuls pay off on CPUs with AMX (Intel Xeon since "
-		       "Sapphire Rapids) or AVX512-BF16",
+		       "use --matmul-precision fp32 here: bf16 matmuls pay off on CPUs with AMX "
+		       "(Intel Xeon since Sapphire Rapids)",
 		       "%s bf16: this CPU has no bf16 matrix unit oneDNN uses (its bf16 matmul: %s), "
 		       "so bf16 would be slower than fp32",
 		       flag, impl);
@@ -99,7 +99,7 @@ int session_matmul_precision(struct st_session *s, const char *precision, const 
 	 * (DNNL_MAX_CPU_ISA=AVX512_CORE_BF16) they ran at 0.55x the fp32
 	 * matmul (bench/results/train-bf16-20261125-xeon2/); other CPUs (AMD
 	 * Zen 4 and 5) were not measured, so this is said, not refused */
-	if (!strstr(impl, "amx"))
+	if (!ops_bf16_amx(impl))
 		st_log_warn("%s bf16: oneDNN multiplies bf16 here with AVX512-BF16 dot products (%s), "
 			    "not AMX; on a Xeon with AMX hidden those ran at about half the fp32 "
 			    "matmul's rate (bench/train measures this CPU both ways)",

@@ -71,7 +71,7 @@ const struct st_opt_desc train_opt_table[] = {
 	{"threads", OT_INT, F(threads), "0", "CPU threads (0: every core, or the cgroup's CPU quota where one is set)"},
 	{"log-interval", OT_INT, F(log_interval), "10", "steps between progress lines when not on a terminal"},
 	{"device", OT_STR, F(device), "auto", "cpu | cuda | auto"},
-	{"matmul-precision", OT_STR, F(matmul_precision), "fp32", "the linear layers' matmuls: fp32, or bf16 (inputs rounded to bf16, sums in fp32: AMX or AVX512-BF16 CPUs; see README)"},
+	{"matmul-precision", OT_STR, F(matmul_precision), "fp32", "the linear layers' matmuls: fp32, or bf16 (inputs rounded to bf16, sums in fp32: for CPUs with AMX; see README)"},
 	{"progress", OT_STR, F(progress), "auto", "auto | bar | lines | none"},
 	{"device-mem", OT_STR, F(device_mem), "auto", "device tier budget, e.g. 2G (CPU: a RAM arena; auto: see README)"},
 	{"host-mem", OT_STR, F(host_mem), "auto", "host tier budget, e.g. 4G (auto: see README)"},

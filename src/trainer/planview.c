@@ -144,6 +144,7 @@ int plan_print_json(const struct st_model *m, const struct st_plan *p,
 	cJSON_AddNumberToObject(run, "seq_len", o->seq_len);
 	cJSON_AddNumberToObject(run, "grad_accum", o->grad_accum);
 	cJSON_AddStringToObject(run, "optimizer", o->optimizer);
+	cJSON_AddStringToObject(run, "matmul_precision", m->matmul_bf16 ? "bf16" : "fp32");
 
 	cJSON *slabs = cJSON_AddObjectToObject(r, "slabs");
 	for (int k = 0; k < 3; k++) {

@@ -271,8 +271,9 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		const int no_bf16 = bf16 && !stale && !other && !small &&
 				    !(ch->prof.bf16_matmul_gflops > 0);
 		if (no_bf16 && !cached)
-			st_log_warn("the profile %s has no bf16_matmul_gflops: the plan predicts the "
-				    "bf16 matmuls at its fp32 rate, slower than they run",
+			st_log_warn("the profile %s has no bf16_matmul_gflops: the plan prices the bf16 "
+				    "matmuls at its fp32 rate, so it predicts a longer step than the run "
+				    "takes (remove the file to have it measured again, or add the key)",
 				    path);
 		if (no_bf16 && cached && (!ch->n_dirs || ch->prof.disk_read_gbs > 0)) {
 			st_log_info("measuring the bf16 matmul rate for the planner (the cached profile "

@@ -672,7 +672,8 @@ int trainer_run(struct st_trainer *tr)
 	/* a CPU that takes bf16 matmuls, running fp32: said, as the option is
 	 * easy to miss and about doubles the step (README, bf16 matmuls) */
 	const char *impl;
-	const int bf16_offer = !tr->s.model.matmul_bf16 && ops_bf16_native(tr->s.ops, &impl);
+	const int bf16_offer =
+		!tr->s.model.matmul_bf16 && ops_bf16_native(tr->s.ops, &impl) && ops_bf16_amx(impl);
 	st_log_info("backend: %s, %d thread%s, matmul %s%s", tr->s.ops->name, omp_get_max_threads(),
 		    omp_get_max_threads() == 1 ? "" : "s", session_matmul_name(&tr->s),
 		    bf16_offer ? " (--matmul-precision bf16 runs on this CPU: bf16 inputs, fp32 "
