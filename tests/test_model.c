@@ -95,6 +95,7 @@ Test(model, grad_stable_embedding_small_rows) { check_case("stable_embedding_sma
  * 1-14% apart (the random weights make sharp softmaxes), so a product left
  * in fp32, or rounded otherwise (truncated, say), fails. */
 #define BF16_TOL GRAD_TOL
+/* file-scope counters: the kernel table's function pointers take no context */
 static long n_mm32, n_mm16;
 
 static void count_mm32(float *c, const float *a, const float *b, int m, int n, int k, int ta, int tb,

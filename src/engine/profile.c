@@ -319,8 +319,8 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
 		/* both 1024^2 operands in bf16 fit in d (8 MiB at least) */
 		p->bf16_matmul_gflops = bf16_rate(&mm, d, big * sizeof(float));
-		for (size_t i = 0; i < big; i++) /* its bytes read as floats could be denormal */
-			d[i] = (float)(i % 97) * 1e-3f;
+		for (size_t i = 0; p->bf16_matmul_gflops > 0 && i < big; i++)
+			d[i] = (float)(i % 97) * 1e-3f; /* the bf16 bytes, read as floats, may be denormal */
 		/* the bytes a slab's transfer moves: the planner divides a
 		 * slab's size by this rate (counting the bytes both read and
 		 * written, as STREAM does, predicted copies at half their time) */
