@@ -833,11 +833,28 @@ Test(offload, stale_cached_profile_measured_again, .timeout = 120)
 	int rc = cu_run(out, sizeof out,
 			"mkdir -p %s/home/.cache/strata && cp tests/data/profiles/ci.json "
 			"%s/home/.cache/strata/profile.json && env -u STRATA_PROFILE HOME=%s/home %s plan "
-			"--model %s/init %s 2>&1 && grep -q '\"format\":[[:space:]]*2' "
+			"--model %s/init %s 2>&1 && grep -q '\"format\":[[:space:]]*3' "
 			"%s/home/.cache/strata/profile.json",
 			dir, dir, dir, cu_bin(), dir, streams, dir);
 	cr_expect(rc == 0 && strstr(out, "profile.json is from an older strata, whose copy rates "
 					 "counted each byte twice") &&
+			  strstr(out, "measuring this machine"),
+		  "%s", out);
+	/* format 2 (2026-11-24): no attention or elementwise rate, a matmul
+	 * rate on warm caches; measured again, its disk rates kept (measured
+	 * as now) */
+	rc = cu_run(out, sizeof out,
+		    "python3 -c \"import json; p = json.load(open('tests/data/profiles/ci.json')); "
+		    "[p.pop(k) for k in ('attention_gflops', 'elementwise_gbs')]; "
+		    "p.update(format=2, threads=2, probe_mib=64, disk_read_gbs=1.25); "
+		    "json.dump(p, open('%s/home/.cache/strata/profile.json', 'w'))\" && "
+		    "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init %s --threads 2 2>&1 && "
+		    "python3 -c \"import json, sys; p = json.load(open('%s/home/.cache/strata/profile.json')); "
+		    "sys.exit(not (p['format'] == 3 and p['disk_read_gbs'] == 1.25 and "
+		    "p['attention_gflops'] > 0 and p['elementwise_gbs'] > 0))\"",
+		    dir, dir, cu_bin(), dir, streams, dir);
+	cr_expect(rc == 0 && strstr(out, "profile.json is from an older strata, without the attention "
+					 "and elementwise rates and with a matmul rate on warm caches") &&
 			  strstr(out, "measuring this machine"),
 		  "%s", out);
 	/* measured now: used again as it is */
@@ -849,8 +866,20 @@ Test(offload, stale_cached_profile_measured_again, .timeout = 120)
 		    "cp tests/data/profiles/ci.json %s/p.json && STRATA_PROFILE=%s/p.json %s plan "
 		    "--model %s/init %s 2>&1 && cmp -s tests/data/profiles/ci.json %s/p.json",
 		    dir, dir, cu_bin(), dir, streams, dir);
-	cr_expect(rc == 0 && !strstr(out, "measuring") && strstr(out, "copy 20.0 / 20.0 GB/s"), "%s",
-		  out);
+	cr_expect(rc == 0 && !strstr(out, "measuring") && strstr(out, "copy 20.0 / 20.0 GB/s") &&
+			  !strstr(out, "has no attention_gflops"),
+		  "%s", out);
+	/* one without the attention and elementwise rates: used, and warned
+	 * that it predicts short */
+	rc = cu_run(out, sizeof out,
+		    "python3 -c \"import json; p = json.load(open('tests/data/profiles/ci.json')); "
+		    "p.pop('elementwise_gbs'); json.dump(p, open('%s/old.json', 'w'))\" && "
+		    "STRATA_PROFILE=%s/old.json %s plan --model %s/init %s",
+		    dir, dir, cu_bin(), dir, streams);
+	cr_expect(rc == 0 && !strstr(out, "measuring") &&
+			  strstr(out, "old.json has no attention_gflops or elementwise_gbs (measured "
+				      "since 2026-11-25): the plan prices attention at the matmul rate"),
+		  "%s", out);
 	rc = cu_run(out, sizeof out,
 		    "python3 -c \"import json; p = json.load(open('tests/data/profiles/ci.json')); "
 		    "p['disk_write_gbs'] = 0; json.dump(p, open('%s/z.json', 'w'))\" && "
@@ -956,6 +985,13 @@ Test(offload, profile_measured_within_budgets, .timeout = 120)
 			"python3 -c \"import json, sys; sys.exit(json.load(open('%s/p.json'))['probe_mib'] != 8)\"",
 			dir);
 	cr_expect_eq(rc, 0, "the profile does not record 8 MiB arrays");
+	/* and every rate was measured within them */
+	rc = cu_run(out, sizeof out,
+		    "python3 -c \"import json, sys; p = json.load(open('%s/p.json')); "
+		    "sys.exit(not (p['format'] == 3 and p['matmul_gflops'] > 0 and "
+		    "p['attention_gflops'] > 0 and p['elementwise_gbs'] > 0))\"",
+		    dir);
+	cr_expect_eq(rc, 0, "a rate missing from the profile measured over 8 MiB arrays");
 	/* the default cache: measured small, then again where budgets allow */
 	const char *plan = "env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init --micro-batch 2 "
 			   "--seq-len 32 --device-mem 4M --place weights=host --host-mem %s";

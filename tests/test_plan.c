@@ -556,6 +556,116 @@ Test(plan, bf16_matmuls_at_their_rate)
 	desc_free(&d);
 }
 
+/* Attention's FLOPs at the profile's attention rate and the other kernels'
+ * bytes at its elementwise rate: with everything in memory the step is
+ * compute plus updates, so each rate adds exactly its share (a profile
+ * without them predicts as before: attention at the matmul rate, the other
+ * kernels left out). A recomputed layer pays its forward's share again.
+ * Left out, a bf16 llama-60m run took 1.88-1.93x its predicted step. */
+Test(plan, attention_and_elementwise_at_their_rates)
+{
+	struct desc d;
+	const int B = 4, T = 256;
+	desc_make(&d, "llama-60m", 0, B, T, 2);
+	const int n = d.pm.n_units, L = d.pm.n_layers;
+	double *at = calloc((size_t)n, sizeof *at), *ef = calloc((size_t)n, sizeof *ef);
+	double *eb = calloc((size_t)n, sizeof *eb);
+	cr_assert(at && ef && eb);
+	double attn = 0, ew = 0, layers_fwd = 0, layers_at = 0;
+	for (int u = 0; u < n; u++) {
+		if (d.m.units[u].kind == ST_UNIT_LAYER)
+			at[u] = d.flops[u] - model_unit_linear_flops(&d.m, u) * B * T;
+		model_unit_ew_bytes(&d.m, u, &ef[u], &eb[u]);
+		ef[u] *= B * T;
+		eb[u] *= B * T;
+		attn += at[u];
+		ew += ef[u] + eb[u];
+		if (u >= 1 && u <= L) {
+			layers_fwd += ef[u];
+			layers_at += at[u];
+		}
+	}
+	cr_assert_gt(attn, 0);
+	struct st_profile cpu = cpu_profile();
+	double step[4], opt_s;
+	step[0] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	d.pm.fwd_attn_flops = at;
+	d.pm.fwd_ew_bytes = ef;
+	d.pm.bwd_ew_bytes = eb;
+	step[1] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s); /* no rates: as before */
+	cpu.attention_gflops = cpu.matmul_gflops / 4;
+	step[2] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	cpu.elementwise_gbs = 20;
+	step[3] = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	cr_expect(fabs(step[1] - step[0]) <= 1e-9 * step[0], "%.6f vs %.6f s", step[1], step[0]);
+	/* 3 passes' attention FLOPs (the backward's twice the forward's), 2
+	 * micro-batches */
+	const double slower = 2 * 3 * attn * (4 - 1) / (cpu.matmul_gflops * 1e9);
+	cr_expect(fabs(step[2] - step[1] - slower) <= 1e-9 * step[2],
+		  "attention at a quarter of the matmul rate added %.6f s, its FLOPs' share %.6f s",
+		  step[2] - step[1], slower);
+	const double ew_s = 2 * ew / 20e9;
+	cr_expect(fabs(step[3] - step[2] - ew_s) <= 1e-9 * step[3],
+		  "the other kernels added %.6f s, their bytes at 20 GB/s %.6f s", step[3] - step[2],
+		  ew_s);
+	/* every layer recomputed: its forward's attention and other kernels
+	 * run twice */
+	unsigned char *act = malloc((size_t)L);
+	cr_assert(act);
+	memset(act, ST_ACT_RECOMPUTE, (size_t)L);
+	double rs[2];
+	for (int k = 0; k < 2; k++) {
+		struct st_profile pr = cpu_profile();
+		if (k)
+			pr.attention_gflops = pr.matmul_gflops / 4, pr.elementwise_gbs = 20;
+		struct st_plan_opts o = opts(0, 0, 0);
+		o.device_updates = 0;
+		o.act = act;
+		struct st_plan p;
+		cr_assert_eq(plan_make(&p, &d.pm, &pr, &o), ST_OK);
+		cr_assert_eq(p.n_act[ST_ACT_RECOMPUTE], L);
+		rs[k] = p.t.step_s;
+		plan_free(&p);
+	}
+	const double more = 2 * ((3 * attn + layers_at) * 3 / (cpu.matmul_gflops * 1e9) +
+				 (ew + layers_fwd) / 20e9);
+	cr_expect(fabs(rs[1] - rs[0] - more) <= 1e-9 * rs[1],
+		  "recomputed: the rates added %.6f s, the shares %.6f s", rs[1] - rs[0], more);
+	free(act);
+	d.pm.fwd_attn_flops = d.pm.fwd_ew_bytes = d.pm.bwd_ew_bytes = NULL;
+	free(at);
+	free(ef);
+	free(eb);
+	desc_free(&d);
+}
+
+/* The bytes the planner charges a llama-60m layer (C 512, F 1376, 8 heads
+ * of 64), counted here kernel by kernel from llama.c: forward RMSNorm x2
+ * (x in, xn out), RoPE on q and k (in place), the two residual copies,
+ * SwiGLU (gate, up in, h out); backward SwiGLU (dh, gate, up in, dgate,
+ * dup out), RMSNorm x2 (dxn, x in, dx out), residual adds x2 (dx, dtmp
+ * in, dx out), RoPE on dq, dk. The head: RMSNorm and the loss over the
+ * logits (read, gradient written). */
+Test(plan, elementwise_bytes_counted_per_kernel)
+{
+	struct desc d;
+	desc_make(&d, "llama-60m", 0, 1, 256, 1);
+	const double C = 512, F = 1376, QK = 512, V = d.m.cfg.vocab_size, f4 = sizeof(float);
+	double fwd, bwd;
+	model_unit_ew_bytes(&d.m, 1, &fwd, &bwd);
+	const double rms = 2 * C, rope = 2 * QK, copy = 2 * C, swiglu = 3 * F;
+	cr_expect_eq(fwd, f4 * (2 * rms + 2 * rope + 2 * copy + swiglu));
+	const double rms_b = 3 * C, add = 3 * C, swiglu_b = 5 * F;
+	cr_expect_eq(bwd, f4 * (swiglu_b + 2 * rms_b + 2 * add + 2 * rope));
+	model_unit_ew_bytes(&d.m, d.m.n_units - 1, &fwd, &bwd);
+	cr_expect_eq(fwd, f4 * (rms + 2 * V));
+	cr_expect_eq(bwd, f4 * rms_b);
+	model_unit_ew_bytes(&d.m, 0, &fwd, &bwd);
+	cr_expect_eq(fwd, f4 * 2 * C, "the rows gathered");
+	cr_expect_eq(bwd, f4 * 3 * C, "the rows added back");
+	desc_free(&d);
+}
+
 /* A unit updated on the device with its weights streamed from disk writes
  * them back each step: the prediction counts every unit's weights written
  * (it counted none, where train wrote them all; a run that took 2.5x its

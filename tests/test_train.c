@@ -200,7 +200,7 @@ Test(train, bf16_rate_added_to_a_cached_profile, .timeout = 120)
 	 * run's threads, arrays as large as its budgets allow */
 	int rc = cu_run(out, sizeof out,
 			"mkdir -p %s/home/.cache/strata && sed 's/\"matmul_gflops\": 400/\"matmul_gflops\": 123, "
-			"\"format\": 2, \"threads\": 2, \"probe_mib\": 64/' tests/data/profiles/ci.json > "
+			"\"format\": 3, \"threads\": 2, \"probe_mib\": 64/' tests/data/profiles/ci.json > "
 			"%s/home/.cache/strata/profile.json && cp %s/home/.cache/strata/profile.json %s/given.json && "
 			"env -u STRATA_PROFILE HOME=%s/home %s plan --model %s/init --micro-batch 2 --seq-len 32 "
 			"--device-mem 8M --host-mem 64M --place weights=host,gradients=host --threads 2 "

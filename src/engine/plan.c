@@ -220,15 +220,38 @@ static void fetch_w(struct sim *s, int u, double now)
 	s->w_ready[u] = move(s, ST_SLAB_W, u, (double)s->pm->w_bytes[u], 0, now);
 }
 
-/* Seconds of unit u's forward compute: its fp32 FLOPs at the matmul rate,
- * and those of bf16 matmuls at theirs (a profile without one: the fp32
- * rate, as tiers.c warns). */
+/* Seconds of unit u's forward FLOPs: the fp32 matmuls' at the matmul rate,
+ * the bf16 ones' and attention's at theirs (a profile without a rate: the
+ * matmul rate, as tiers.c warns). The backward runs twice as many. */
+static double flops_s(const struct sim *s, int u)
+{
+	const struct st_plan_model *pm = s->pm;
+	const struct st_profile *pr = s->prof;
+	const double rate = pr->matmul_gflops * 1e9, f = pm->fwd_flops[u];
+	const double bf = pm->fwd_bf16_flops ? pm->fwd_bf16_flops[u] : 0;
+	const double at = pm->fwd_attn_flops ? pm->fwd_attn_flops[u] : 0;
+	const double bf_rate = pr->bf16_matmul_gflops > 0 ? pr->bf16_matmul_gflops * 1e9 : rate;
+	const double at_rate = pr->attention_gflops > 0 ? pr->attention_gflops * 1e9 : rate;
+	return (f - bf - at) / rate + bf / bf_rate + at / at_rate;
+}
+
+/* and the bytes of its other kernels at the elementwise rate (a profile
+ * without one: not charged) */
+static double ew_s(const struct sim *s, const double *bytes, int u)
+{
+	const double bw = s->prof->elementwise_gbs * 1e9;
+	return bytes && bw > 0 ? bytes[u] / bw : 0;
+}
+
+/* Seconds of unit u's forward and backward compute. */
 static double fwd_s(const struct sim *s, int u)
 {
-	const double rate = s->prof->matmul_gflops * 1e9, f = s->pm->fwd_flops[u];
-	const double bf = s->pm->fwd_bf16_flops ? s->pm->fwd_bf16_flops[u] : 0;
-	const double bf_rate = s->prof->bf16_matmul_gflops > 0 ? s->prof->bf16_matmul_gflops * 1e9 : rate;
-	return (f - bf) / rate + bf / bf_rate;
+	return flops_s(s, u) + ew_s(s, s->pm->fwd_ew_bytes, u);
+}
+
+static double bwd_s(const struct sim *s, int u)
+{
+	return 2 * flops_s(s, u) + ew_s(s, s->pm->bwd_ew_bytes, u);
 }
 
 static void sim_step(struct sim *s, double *now)
@@ -286,9 +309,9 @@ static void sim_step(struct sim *s, double *now)
 			double ready = max2(*now, s->w_ready[u]);
 			if (u >= 1 && u <= L)
 				ready = max2(ready, a_ready[u]);
-			/* backward is twice the forward, and a recomputed layer's
-			 * forward runs again first */
-			double secs = 2 * fwd_s(s, u);
+			/* the backward, and a recomputed layer's forward again
+			 * first */
+			double secs = bwd_s(s, u);
 			if (u >= 1 && u <= L && s->p->act[u - 1] == ST_ACT_RECOMPUTE)
 				secs += fwd_s(s, u);
 			/* and its hook's CPU matmuls (per-layer GaLore projecting

@@ -59,6 +59,12 @@ struct st_plan_model {
 	const double *fwd_bf16_flops;      /* per unit: of fwd_flops, those at the profile's
 					    * bf16 matmul rate (the linear layers under
 					    * --matmul-precision bf16); NULL: none */
+	const double *fwd_attn_flops;      /* per unit: of fwd_flops, attention's (at the
+					    * profile's attention rate); NULL: none */
+	const double *fwd_ew_bytes, *bwd_ew_bytes; /* per unit: the bytes one
+					    * micro-batch's other kernels move in its
+					    * forward and its backward (model_unit_ew_bytes;
+					    * at the profile's elementwise rate); NULL: none */
 	const double *upd_flops;           /* per unit: its update's matmul FLOPs a step
 					    * (GaLore's projections); NULL: none */
 	const double *hook_flops;          /* per unit: the CPU matmul FLOPs its backward's

@@ -14,6 +14,7 @@
 #include "engine/place.h"
 #include "engine/profile.h"
 #include "io/fsutil.h"
+#include "model/llama.h"
 #include "optim/quantmap.h"
 #include "store/io.h"
 #include "util/check.h"
@@ -50,52 +51,198 @@ static void run_mm(void *p)
 	m->ops->matmul(m->c, m->a, m->b, m->n, m->n, m->n, 0, 1, 1.0f, 0.0f, m->n, m->n, m->n);
 }
 
-/* The same product as the linear layers run it under --matmul-precision
- * bf16: the operands rounded into a workspace (d), whole. */
-struct mm_bf16_ctx {
-	struct mm_ctx mm;
-	void *ws;
+/* A layer's products as a step runs them (llama.c's linear_forward and
+ * linear_backward): M token rows, D x D weights, each of the three on
+ * operands of its own set, sets cycled so that each product finds its
+ * operands past the caches (a step's activations and weights are; a
+ * 1024^2 product repeated on warm ones read 15% fast in fp32 and 40% with
+ * bf16 on the 2-core Xeon VM). Set j: x_j (M,D) in a, y_j (M,D) in c, w_j
+ * (D,D) in b's first half and its gradient g_j in the second. */
+enum { LMM_M = 2048, LMM_D = 1024, LMM_SETS = 8 };
+
+struct lmm_ctx {
+	const struct st_ops *ops;
+	float *a, *b, *c;
+	int sets;
+	void *ws; /* bf16: the rounded operands' workspace; NULL: fp32 */
 	size_t ws_bytes;
 };
 
-static void run_mm_bf16(void *p)
+static void lmm(const struct lmm_ctx *l, float *c, const float *a, const float *b, int m, int n,
+		int k, int ta, int tb, float beta, int lda, int ldb, int ldc)
 {
-	struct mm_bf16_ctx *m = p;
-	const int n = m->mm.n;
-	m->mm.ops->matmul_bf16(m->mm.c, m->mm.a, m->mm.b, n, n, n, 0, 1, 1.0f, 0.0f, n, n, n, m->ws,
-			       m->ws_bytes);
+	if (l->ws)
+		l->ops->matmul_bf16(c, a, b, m, n, k, ta, tb, 1.0f, beta, lda, ldb, ldc, l->ws,
+				    l->ws_bytes);
+	else
+		l->ops->matmul(c, a, b, m, n, k, ta, tb, 1.0f, beta, lda, ldb, ldc);
 }
 
-/* bf16_matmul_gflops, on mm's product with ws (both n^2 operands in bf16:
- * 2 n^2 * 2 bytes at least); 0 where ops has no bf16 unit */
-static double bf16_rate(const struct mm_ctx *mm, void *ws, size_t ws_bytes)
+static void run_lmm(void *p)
+{
+	const struct lmm_ctx *l = p;
+	const int M = LMM_M, D = LMM_D;
+	const size_t xs = (size_t)M * D, ws = (size_t)D * D;
+	for (int j = 0; j < l->sets; j++) {
+		float *x = l->a + j * xs, *y = l->c + j * xs, *w = l->b + j * ws;
+		float *g = l->b + (l->sets + j) * ws;
+		lmm(l, y, x, w, M, D, D, 0, 1, 0.0f, D, D, D); /* y = x w^T */
+		lmm(l, x, y, w, M, D, D, 0, 0, 0.0f, D, D, D); /* dx = dy w */
+		lmm(l, g, y, x, D, D, M, 1, 0, 1.0f, D, D, D); /* dw += dy^T x */
+	}
+}
+
+/* GFLOP/s of the layer products over a, b and c (n floats each), in fp32
+ * (ws NULL) or bf16: the best of 3 passes over every set, after one that
+ * warms nothing but the code. */
+static double layer_mm_rate(const struct st_ops *ops, float *a, float *b, float *c, size_t n,
+			    void *ws, size_t ws_bytes)
+{
+	const size_t xs = (size_t)LMM_M * LMM_D, wsz = (size_t)LMM_D * LMM_D;
+	size_t sets = n / xs < n / (2 * wsz) ? n / xs : n / (2 * wsz);
+	sets = sets > LMM_SETS ? LMM_SETS : sets;
+	if (!sets)
+		return 0;
+	/* x grows about 20x a pass (dx = (x w^T) w written over it), from
+	 * 0.05 to about 1e4 in the 4 passes: far from overflow and denormals */
+	for (size_t i = 0; i < sets * xs; i++)
+		a[i] = (float)(i % 97) * 1e-3f;
+	for (size_t i = 0; i < 2 * sets * wsz; i++)
+		b[i] = (float)(i % 89) * 1e-4f;
+	struct lmm_ctx l = {ops, a, b, c, (int)sets, ws, ws_bytes};
+	run_lmm(&l);
+	return 3.0 * 2.0 * LMM_M * LMM_D * LMM_D * (double)sets / best_of(3, run_lmm, &l) / 1e9;
+}
+
+/* bf16_matmul_gflops over a, b, c (n floats each) with ws (both operands of
+ * an M x D product in bf16); 0 where ops has no bf16 unit */
+static double bf16_rate(const struct st_ops *ops, float *a, float *b, float *c, size_t n, void *ws,
+			size_t ws_bytes)
 {
 	const char *impl;
-	if (!ops_bf16_native(mm->ops, &impl))
+	if (!ops_bf16_native(ops, &impl))
 		return 0;
-	struct mm_bf16_ctx mb = {*mm, ws, ws_bytes};
-	return 2.0 * mm->n * mm->n * mm->n / best_of(5, run_mm_bf16, &mb) / 1e9;
+	return layer_mm_rate(ops, a, b, c, n, ws, ws_bytes);
 }
 
 int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops)
 {
-	const int n = 1024;
-	const size_t e = (size_t)n * n;
-	float *a = st_aligned_alloc(e * sizeof(float)), *b = st_aligned_alloc(e * sizeof(float));
-	float *c = st_aligned_alloc(e * sizeof(float));
-	void *ws = st_aligned_alloc(e * sizeof(float)); /* both operands in bf16 */
+	const size_t n = (size_t)LMM_SETS * LMM_M * LMM_D; /* past the caches, as profile_measure */
+	const size_t ws_bytes = ((size_t)LMM_M * LMM_D + (size_t)LMM_D * LMM_D) * 2;
+	float *a = st_aligned_alloc(n * sizeof(float)), *b = st_aligned_alloc(n * sizeof(float));
+	float *c = st_aligned_alloc(n * sizeof(float));
+	void *ws = st_aligned_alloc(ws_bytes);
 	const int rc = a && b && c && ws ? ST_OK : ST_FAIL;
 	if (rc == ST_OK) {
-		for (size_t i = 0; i < e; i++)
-			a[i] = b[i] = (float)(i % 97) * 1e-3f;
-		const struct mm_ctx mm = {ops, a, b, c, n};
-		p->bf16_matmul_gflops = bf16_rate(&mm, ws, e * sizeof(float));
+		p->bf16_matmul_gflops = bf16_rate(ops, a, b, c, n, ws, ws_bytes);
 	}
 	free(a);
 	free(b);
 	free(c);
 	free(ws);
 	return rc;
+}
+
+/* attention_gflops: the forward and backward of one sequence of ATT_T
+ * tokens, ATT_H heads of ATT_HD (q, k, v, out, dout, dq, dk, dv: ATT_T
+ * ATT_H ATT_HD floats each, from a and b). */
+enum { ATT_T = 512, ATT_H = 8, ATT_HD = 128 };
+
+struct att_ctx {
+	const struct st_ops *ops;
+	float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+};
+
+static void run_att(void *p)
+{
+	const struct att_ctx *c = p;
+	c->ops->attention_forward(c->out, c->lse, c->q, c->k, c->v, 1, ATT_T, ATT_H, ATT_H, ATT_HD);
+	c->ops->attention_backward(c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v, c->out, c->lse, 1,
+				   ATT_T, ATT_H, ATT_H, ATT_HD);
+}
+
+static double attention_rate(const struct st_ops *ops, float *a, float *b, float *lse)
+{
+	const size_t e = (size_t)ATT_T * ATT_H * ATT_HD; /* 4 of them fit in 8 MiB */
+	struct att_ctx c = {ops, a, a + e, a + 2 * e, a + 3 * e, lse, b, b + e, b + 2 * e, b + 3 * e};
+	for (size_t i = 0; i < 4 * e; i++)
+		a[i] = b[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+	const double f = 3.0 * model_attention_flops(ATT_H, ATT_HD, ATT_T) * ATT_T;
+	return f / best_of(3, run_att, &c) / 1e9;
+}
+
+/* elementwise_gbs: llama.c's layer forward and backward with the matmuls
+ * and attention left out, on a reference layer over n rows of sequences of
+ * EW_T (model_layer_ew_bytes counts what it moves). */
+enum { EW_C = 1024, EW_F = 2816, EW_H = 8, EW_HD = 128, EW_T = 256, EW_ROWS = 2048 };
+
+struct ew_ctx {
+	const struct st_ops *ops;
+	int n;
+	float *x, *xn, *xmid, *q, *k;     /* (n,C) each, in a */
+	float *gate, *up;                 /* (n,F), in b */
+	float *h, *dgate, *dtmp;          /* (n,F), (n,F), (n,C), in c */
+	float *dup, *dh, *dx;             /* (n,F), (n,F), (n,C), in d */
+	float *rstd1, *rstd2, *w, *dw, *cos_t, *sin_t; /* small, their own */
+};
+
+static void run_ew(void *p)
+{
+	const struct ew_ctx *e = p;
+	const struct st_ops *o = e->ops;
+	const int n = e->n, C = EW_C, B = n / EW_T;
+	const size_t nc = (size_t)n * C, nf = (size_t)n * EW_F;
+	o->rmsnorm_forward(e->xn, e->rstd1, e->x, e->w, n, C, 1e-5f);
+	o->rope(e->q, e->cos_t, e->sin_t, B, EW_T, EW_H, EW_HD, +1);
+	o->rope(e->k, e->cos_t, e->sin_t, B, EW_T, EW_H, EW_HD, +1);
+	memcpy(e->xmid, e->x, nc * sizeof(float));
+	o->rmsnorm_forward(e->xn, e->rstd2, e->xmid, e->w, n, C, 1e-5f);
+	o->swiglu_forward(e->h, e->gate, e->up, nf);
+	memcpy(e->x, e->xmid, nc * sizeof(float));
+	o->swiglu_backward(e->dgate, e->dup, e->dh, e->gate, e->up, nf);
+	o->rmsnorm_backward(e->dtmp, e->dw, e->xn, e->xmid, e->w, e->rstd2, n, C);
+	o->add_inplace(e->dx, e->dtmp, nc);
+	o->rope(e->q, e->cos_t, e->sin_t, B, EW_T, EW_H, EW_HD, -1);
+	o->rope(e->k, e->cos_t, e->sin_t, B, EW_T, EW_H, EW_HD, -1);
+	o->rmsnorm_backward(e->dtmp, e->dw, e->xn, e->x, e->w, e->rstd1, n, C);
+	o->add_inplace(e->dx, e->dtmp, nc);
+}
+
+/* over a, b, c, d (big floats each): as many rows as fit, whole
+ * sequences, at most EW_ROWS; 0 where not one sequence fits */
+static double elementwise_rate(const struct st_ops *ops, float *a, float *b, float *c, float *d,
+			       size_t big)
+{
+	size_t n = big / (2 * EW_F + EW_C); /* c and d: the most filled */
+	n = n > EW_ROWS ? EW_ROWS : n / EW_T * EW_T;
+	if (!n || big < 5 * n * EW_C)
+		return 0;
+	const size_t nc = n * EW_C, nf = n * EW_F;
+	float *small = st_aligned_alloc((2 * n + 2 * EW_C + (size_t)EW_T * EW_HD) * sizeof(float));
+	if (!small)
+		return 0;
+	struct ew_ctx e = {.ops = ops, .n = (int)n, .x = a, .xn = a + nc, .xmid = a + 2 * nc,
+			   .q = a + 3 * nc, .k = a + 4 * nc, .gate = b, .up = b + nf, .h = c,
+			   .dgate = c + nf, .dtmp = c + 2 * nf, .dup = d, .dh = d + nf, .dx = d + 2 * nf,
+			   .rstd1 = small, .rstd2 = small + n, .w = small + 2 * n,
+			   .dw = small + 2 * n + EW_C, .cos_t = small + 2 * n + 2 * EW_C};
+	e.sin_t = e.cos_t + (size_t)EW_T * EW_HD / 2;
+	rope_table(e.cos_t, e.sin_t, EW_T, EW_HD, 10000.0);
+	for (size_t i = 0; i < EW_C; i++)
+		e.w[i] = 1.0f, e.dw[i] = 0;
+	for (size_t i = 0; i < 5 * nc; i++)
+		a[i] = (float)(i % 97) * 1e-3f;
+	for (size_t i = 0; i < 2 * nf; i++)
+		b[i] = (float)(i % 89) * 1e-3f - 0.04f;
+	for (size_t i = 0; i < 2 * nf + nc; i++)
+		c[i] = d[i] = (float)(i % 83) * 1e-3f;
+	const double t = best_of(3, run_ew, &e);
+	free(small);
+	const struct st_config cfg = {.dim = EW_C, .ffn_dim = EW_F, .n_heads = EW_H,
+				      .n_kv_heads = EW_H, .head_dim = EW_HD};
+	double fwd, bwd;
+	model_layer_ew_bytes(&cfg, &fwd, &bwd);
+	return (double)n * (fwd + bwd) / t / 1e9;
 }
 
 struct copy_ctx {
@@ -300,9 +447,9 @@ static int measure_disk(struct st_profile *p, const char *dir, struct mm_ctx *mm
 int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mib)
 {
 	memset(p, 0, sizeof *p);
-	const int n = 1024; /* a square matmul: the backend's rate at model-sized shapes */
+	const int n = 1024; /* the square matmul the copy's CPU share is measured against */
 	/* 64 MiB per array, past the caches, or less within small budgets
-	 * (at least 8: the matmul's 1024^2 and a copy beside it) */
+	 * (at least 8: a layer product's 2048 x 1024, and a copy beside it) */
 	probe_mib = probe_mib < 8 ? 8 : probe_mib > 64 ? 64 : probe_mib;
 	const size_t big = (size_t)probe_mib << 18; /* floats */
 	float *a = st_aligned_alloc(big * sizeof(float)), *b = st_aligned_alloc(big * sizeof(float));
@@ -315,12 +462,15 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 			a[i] = b[i] = c[i] = d[i] = (float)(i % 97) * 1e-3f;
 		memset(q, 128, 2 * big);
 		struct mm_ctx mm = {ops, a, b, c, n};
-		p->matmul_gflops = 2.0 * n * n * n / best_of(5, run_mm, &mm) / 1e9;
+		p->matmul_gflops = layer_mm_rate(ops, a, b, c, big, NULL, 0);
 		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
-		/* both 1024^2 operands in bf16 fit in d (8 MiB at least) */
-		p->bf16_matmul_gflops = bf16_rate(&mm, d, big * sizeof(float));
-		for (size_t i = 0; p->bf16_matmul_gflops > 0 && i < big; i++)
-			d[i] = (float)(i % 97) * 1e-3f; /* the bf16 bytes, read as floats, may be denormal */
+		/* both operands of a 2048 x 1024 product in bf16 fit in d (8 MiB
+		 * at least) */
+		p->bf16_matmul_gflops = bf16_rate(ops, a, b, c, big, d, big * sizeof(float));
+		p->attention_gflops = attention_rate(ops, a, b, c);
+		p->elementwise_gbs = elementwise_rate(ops, a, b, c, d, big);
+		for (size_t i = 0; i < big; i++) /* the bf16 bytes, read as floats, may be denormal */
+			a[i] = b[i] = c[i] = d[i] = (float)(i % 97) * 1e-3f;
 		/* the bytes a slab's transfer moves: the planner divides a
 		 * slab's size by this rate (counting the bytes both read and
 		 * written, as STREAM does, predicted copies at half their time) */
@@ -389,7 +539,7 @@ static const struct {
 	K(device_gib, 0),	      K(host_gib, 0),		   K(shared_cores, 0),
 	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
 	K(threads, 0),		      K(copy_cpu_share, 0),	   K(probe_mib, 0),
-	K(bf16_matmul_gflops, 0),
+	K(bf16_matmul_gflops, 0),     K(attention_gflops, 0),	   K(elementwise_gbs, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])

@@ -2,12 +2,28 @@
  * cached in a JSON file, every number overridable by editing it (so a user
  * can plan for a machine they do not have).
  *
- * matmul_gflops            the device's matmul rate (GFLOP/s)
+ * matmul_gflops            the device's matmul rate (GFLOP/s) as a step sees
+ *                          it: a layer's three products (forward, input
+ *                          gradient, weight gradient) at 2048 rows x 1024 x
+ *                          1024, on operands past the caches (format 3; a
+ *                          1024^2 product run again on warm ones before)
  * cpu_matmul_gflops        the CPU's, for the matmuls of its optimizer updates
  *                          (GaLore's projections); absent: matmul_gflops
  * bf16_matmul_gflops       the device's rate with bf16 inputs and fp32 sums
- *                          (--matmul-precision bf16), rounding included; 0:
- *                          not measured (no bf16 hardware), matmul_gflops
+ *                          (--matmul-precision bf16), rounding included, on
+ *                          the same products; 0: not measured (no bf16
+ *                          hardware), matmul_gflops
+ * attention_gflops         the device's causal attention, forward and
+ *                          backward (FLOPs as model_attention_flops counts
+ *                          them, the backward's twice the forward's) at 512
+ *                          tokens, 8 heads of 128; 0: not measured (an
+ *                          older profile), matmul_gflops
+ * elementwise_gbs          the device's kernels other than matmuls and
+ *                          attention (norms, RoPE, SwiGLU, residual copies
+ *                          and adds): the bytes model_layer_ew_bytes counts
+ *                          per second, timed on a layer's sequence of them
+ *                          (dim 1024, ffn 2816, up to 2048 rows); 0: not
+ *                          measured (an older profile), not charged
  * h2d_gbs, d2h_gbs         host -> device and device -> host copy rates (GB/s
  *                          of slab bytes moved; memcpy on the CPU backend,
  *                          each byte counted once, not read and written)
@@ -33,9 +49,11 @@
  * probe_mib                the size of each array the memory-bound rates
  *                          were measured over: 64 (past the caches), less
  *                          within small budgets (0: not recorded, 64)
- * format                   2 for profiles measured since 2026-11-24 (0: an
- *                          older one, whose copy rates counted each byte
- *                          twice; a cached one is measured again)
+ * format                   3 for profiles measured since 2026-11-25; 2: an
+ *                          older one, without the attention and elementwise
+ *                          rates and with a warm matmul rate; 0: older
+ *                          still, its copy rates counting each byte twice (a
+ *                          cached one of either is measured again)
  * disk_fs_magic            the file system the disk rates were measured on
  *                          (statfs's f_type; 0: not recorded), so that a run
  *                          offloading to another kind is told its rates are
@@ -66,9 +84,11 @@ struct st_profile {
 	double copy_cpu_share;
 	double probe_mib;
 	double bf16_matmul_gflops;
+	double attention_gflops;
+	double elementwise_gbs;
 };
 /* profile_measure's format (struct st_profile.format) */
-#define ST_PROFILE_FORMAT 2
+#define ST_PROFILE_FORMAT 3
 /* The disk measurement's request size and depth (io_open's block and
  * queue depth in profile_measure_disk): a run with others is warned. */
 #define ST_PROFILE_IO_BLOCK (1u << 20)
@@ -89,8 +109,8 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
  * not fit or no file can be made there). Apart from profile_measure, so
  * that a run whose plan needs no disk can go on without it. */
 int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const char *dir);
-/* Measure bf16_matmul_gflops alone (12 MiB of arrays; 0 where ops has no
- * bf16 unit), for a profile measured before the key existed. */
+/* Measure bf16_matmul_gflops alone (about 100 MiB of arrays; 0 where ops
+ * has no bf16 unit), for a cached profile without the key. */
 int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops);
 /* Read a profile file; a missing key is an error naming it, as are a
  * negative rate and a disk with one rate 0 and the other not. */

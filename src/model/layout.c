@@ -110,13 +110,54 @@ double model_unit_linear_flops(const struct st_model *m, int unit)
 	return f;
 }
 
+double model_attention_flops(int h, int hd, int t)
+{
+	return 2.0 * 2.0 * h * hd * (t + 1) / 2.0;
+}
+
 double model_unit_fwd_flops(const struct st_model *m, int unit, int t)
 {
 	const struct st_config *c = &m->cfg;
 	double f = model_unit_linear_flops(m, unit);
-	if (m->units[unit].kind == ST_UNIT_LAYER) /* causal attention: scores and weighted sum */
-		f += 2.0 * 2.0 * c->n_heads * c->head_dim * (t + 1) / 2.0;
+	if (m->units[unit].kind == ST_UNIT_LAYER)
+		f += model_attention_flops(c->n_heads, c->head_dim, t);
 	return f;
+}
+
+/* As llama.c runs them, in floats per token. Forward: two RMSNorms (x read,
+ * xn written: 2C each), RoPE on q and k in place (2QD + 2KD), the two
+ * residual copies (2C each) and SwiGLU (gate, up read, h written: 3F).
+ * Backward: SwiGLU's (dh, gate, up read, dgate, dup written: 5F), two
+ * RMSNorms' (dxn, x read, dx written: 3C each), two residual adds (3C
+ * each) and RoPE's (2QD + 2KD). The norms' per-row and per-column sums are
+ * left out (N + C against N C). */
+void model_layer_ew_bytes(const struct st_config *c, double *fwd, double *bwd)
+{
+	const double C = c->dim, F = c->ffn_dim, QD = (double)c->n_heads * c->head_dim;
+	const double KD = (double)c->n_kv_heads * c->head_dim;
+	*fwd = sizeof(float) * (8 * C + 2 * QD + 2 * KD + 3 * F);
+	*bwd = sizeof(float) * (12 * C + 2 * QD + 2 * KD + 5 * F);
+}
+
+void model_unit_ew_bytes(const struct st_model *m, int unit, double *fwd, double *bwd)
+{
+	const struct st_config *c = &m->cfg;
+	const double C = c->dim, V = c->vocab_size;
+	switch (m->units[unit].kind) {
+	case ST_UNIT_LAYER:
+		model_layer_ew_bytes(c, fwd, bwd);
+		return;
+	case ST_UNIT_EMBED: /* rows gathered (read, written), and scattered back (read, added);
+			     * the stable embedding's LayerNorm as an RMSNorm's */
+		*fwd = sizeof(float) * (2 * C + (c->stable_embedding ? 2 * C : 0));
+		*bwd = sizeof(float) * (3 * C + (c->stable_embedding ? 3 * C : 0));
+		return;
+	default: /* the head: its RMSNorm, and the loss reading the logits and writing their
+		  * gradient in the forward's call */
+		*fwd = sizeof(float) * (2 * C + 2 * V);
+		*bwd = sizeof(float) * 3 * C;
+		return;
+	}
 }
 
 double model_flops_per_token(const struct st_model *m, int t)

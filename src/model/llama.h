@@ -85,6 +85,21 @@ double model_flops_per_token(const struct st_model *m, int t);
 double model_unit_fwd_flops(const struct st_model *m, int unit, int t);
 /* Of those, the linear layers' (the matmuls --matmul-precision sets). */
 double model_unit_linear_flops(const struct st_model *m, int unit);
+/* Forward FLOPs per token of causal attention with h query heads of hd
+ * (scores and weighted sum over, on average, (t+1)/2 keys); a layer's
+ * share of model_unit_fwd_flops, and what profile.c times to measure
+ * attention_gflops. */
+double model_attention_flops(int h, int hd, int t);
+/* Bytes per token that one unit's kernels other than matmuls and attention
+ * read and write (norms, RoPE, SwiGLU, the residual copies and adds, the
+ * embedding's gather and scatter, the loss over the logits), each tensor an
+ * op reads or writes counted once: its forward (*fwd) and its backward
+ * (*bwd). The planner prices them at the profile's elementwise_gbs, which
+ * profile.c measures on the layer's own sequence of those kernels. */
+void model_unit_ew_bytes(const struct st_model *m, int unit, double *fwd, double *bwd);
+/* The same for a layer of config c (no model built): the profile's
+ * reference layer. */
+void model_layer_ew_bytes(const struct st_config *c, double *fwd, double *bwd);
 
 /* Deterministic random init: normal(0, init_std) for matrices and the
  * embedding, 1 for norm gains; each parameter from its own seeded stream, so

@@ -107,6 +107,8 @@ struct tier_choice {
 	double *upd_flops;   /* GaLore's projections, per unit: by the update */
 	double *hook_flops;  /* and by per-layer GaLore's backward hook */
 	double *bf16_flops;  /* of flops, the bf16 matmuls' (--matmul-precision bf16) */
+	double *attn_flops;  /* of flops, attention's */
+	double *ew_fwd, *ew_bwd; /* bytes of the other kernels, forward and backward */
 	unsigned char *act;  /* forced activation policy, when po.act */
 	struct st_profile prof;
 	int have_prof;
@@ -125,6 +127,9 @@ static void tier_choice_free(struct tier_choice *ch)
 	free(ch->upd_flops);
 	free(ch->hook_flops);
 	free(ch->bf16_flops);
+	free(ch->attn_flops);
+	free(ch->ew_fwd);
+	free(ch->ew_bwd);
 	free(ch->act);
 	memset(ch, 0, sizeof *ch);
 }
@@ -282,6 +287,13 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 			ST_TRY(profile_measure_bf16(&ch->prof, tr->s.ops));
 			save_profile(&ch->prof, path);
 		}
+		if (!cached && !(ch->prof.attention_gflops > 0 && ch->prof.elementwise_gbs > 0))
+			st_log_warn("the profile %s has no attention_gflops or elementwise_gbs (measured "
+				    "since 2026-11-25): the plan prices attention at the matmul rate and "
+				    "leaves out the norms, RoPE, SwiGLU and residual adds, so it predicts "
+				    "a shorter step than the run takes (remove the file to have it "
+				    "measured again, or add the keys)",
+				    path);
 		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other && !small) {
 			if (ch->prof.threads && (int)ch->prof.threads != threads)
 				st_log_warn("the profile %s was measured with %d CPU thread%s and this run "
@@ -293,7 +305,11 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 			return ST_OK;
 		}
 	}
-	if (stale)
+	if (stale && was.format >= 2)
+		st_log_info("the cached profile %s is from an older strata, without the attention and "
+			    "elementwise rates and with a matmul rate on warm caches",
+			    path);
+	else if (stale)
 		st_log_info("the cached profile %s is from an older strata, whose copy rates counted "
 			    "each byte twice",
 			    path);
@@ -317,8 +333,9 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	if (ch->n_dirs)
 		ST_TRY(measure_disk(tr, ch));
 	/* the disk's rates kept for the next run that has one (none measured
-	 * now, or a measurement the run could do without failed) */
-	if (!stale && was.disk_read_gbs > 0 && !ch->prof.disk_read_gbs) {
+	 * now, or a measurement the run could do without failed); format 2's
+	 * were measured as now */
+	if ((!stale || was.format >= 2) && was.disk_read_gbs > 0 && !ch->prof.disk_read_gbs) {
 		ch->prof.disk_read_gbs = was.disk_read_gbs;
 		ch->prof.disk_write_gbs = was.disk_write_gbs;
 		ch->prof.disk_cpu_share = was.disk_cpu_share;
@@ -421,9 +438,12 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	ch->upd_flops = st_calloc((size_t)n, sizeof *ch->upd_flops);
 	ch->hook_flops = st_calloc((size_t)n, sizeof *ch->hook_flops);
 	ch->bf16_flops = st_calloc((size_t)n, sizeof *ch->bf16_flops);
+	ch->attn_flops = st_calloc((size_t)n, sizeof *ch->attn_flops);
+	ch->ew_fwd = st_calloc((size_t)n, sizeof *ch->ew_fwd);
+	ch->ew_bwd = st_calloc((size_t)n, sizeof *ch->ew_bwd);
 	ch->gb = st_calloc((size_t)n, sizeof *ch->gb);
 	if (!ch->wb || !ch->numel || !ch->flops || !ch->upd_flops || !ch->hook_flops || !ch->gb ||
-	    !ch->bf16_flops)
+	    !ch->bf16_flops || !ch->attn_flops || !ch->ew_fwd || !ch->ew_bwd)
 		return ST_FAIL;
 	/* GaLore's matmuls: each matrix's gradient projected (R = P^T G or
 	 * G P^T: 2 r m n), in every micro-batch's backward hook with per-layer
@@ -446,6 +466,12 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		ch->wb[u] = m->units[u].numel * sizeof(float);
 		ch->flops[u] = model_unit_fwd_flops(m, u, T) * B * T;
 		ch->bf16_flops[u] = m->matmul_bf16 ? model_unit_linear_flops(m, u) * B * T : 0;
+		if (m->units[u].kind == ST_UNIT_LAYER)
+			ch->attn_flops[u] = model_attention_flops(m->cfg.n_heads, m->cfg.head_dim, T) *
+					    B * T;
+		model_unit_ew_bytes(m, u, &ch->ew_fwd[u], &ch->ew_bwd[u]);
+		ch->ew_fwd[u] *= (double)B * T;
+		ch->ew_bwd[u] *= (double)B * T;
 		need += 2 * ch->wb[u] + tr->opt.unit_bytes[u];
 	}
 	/* Per-layer GaLore: the layers share one gradient slab of the largest
@@ -467,6 +493,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 		.g_bytes = ch->gb, .s_bytes = tr->opt.unit_bytes,
 		.numel = ch->numel, .fwd_flops = ch->flops, .upd_flops = ch->upd_flops,
 		.hook_flops = ch->hook_flops, .fwd_bf16_flops = ch->bf16_flops,
+		.fwd_attn_flops = ch->attn_flops, .fwd_ew_bytes = ch->ew_fwd, .bwd_ew_bytes = ch->ew_bwd,
 		.act_layer = acts_layer_floats(m, B, T) * sizeof(float),
 		.act_input = acts_input_floats(m, B, T) * sizeof(float),
 		.act_rest = acts_rest_floats(m, B, T) * sizeof(float),
