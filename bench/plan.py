@@ -22,7 +22,11 @@ Targets (the planner issue): the planner's step no slower than the best fixed
 policy by more than 5%, >= 20% faster than all-recompute where memory allows
 swapping; predicted within 25% of measured.
 
-usage: bench/plan.py [--quick] [--case N ...] [--dir DIR] [--json FILE]
+With --matmul-precision bf16 every run multiplies the linear layers in bf16
+(the profile then prices them at its bf16 rate).
+
+usage: bench/plan.py [--quick] [--case N ...] [--matmul-precision fp32|bf16] [--dir DIR]
+                     [--json FILE]
 """
 import argparse
 import json
@@ -69,6 +73,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small case (a smoke test)")
     ap.add_argument("--dir", help="work directory on the disk to offload to")
     ap.add_argument("--case", type=int, action="append", help="run only these cases (0-based; repeatable)")
+    ap.add_argument("--matmul-precision", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix=".plan-", dir=os.path.join(ROOT, "bench", "results"))
@@ -87,7 +92,7 @@ def main():
                   "--seq-len", str(t), "--steps", str(steps), "--eval-interval", "0",
                   "--eval-tokens", str(t), "--progress", "none", "--ckpt-interval", "0",
                   "--device-mem", dev, "--host-mem", host, "--offload-dir", work,
-                  "--profile", profile]
+                  "--profile", profile, "--matmul-precision", a.matmul_precision]
         if not os.path.exists(profile):  # measured before any timed run
             run([STRATA, "plan"] + common[2:])
         rows = {}
@@ -135,8 +140,8 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"bench": "plan", "cpu": cpu_name(), "profile": prof, "cases": results}, f,
-                      indent=1)
+            json.dump({"bench": "plan", "cpu": cpu_name(), "matmul_precision": a.matmul_precision,
+                       "profile": prof, "cases": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ static void desc_make_cfg(struct desc *d, const struct st_config *c, int b, int 
 		d->sb[u] = 2 * d->wb[u];
 		d->flops[u] = model_unit_fwd_flops(&d->m, u, t) * b * t;
 	}
-	d->pm = (struct st_plan_model){.n_units = n, .n_layers = cfg.n_layers, .w_bytes = d->wb,
+	d->pm = (struct st_plan_model){.n_units = n, .n_layers = cfg.n_layers, .width = cfg.dim,
+				       .w_bytes = d->wb,
 				       .g_bytes = d->wb, .s_bytes = d->sb, .numel = d->numel,
 				       .fwd_flops = d->flops,
 				       .act_layer = acts_layer_floats(&d->m, b, t) * sizeof(float),
@@ -636,6 +637,56 @@ Test(plan, attention_and_elementwise_at_their_rates)
 	free(at);
 	free(ef);
 	free(eb);
+	desc_free(&d);
+}
+
+/* The matmul rate follows the model's width: the narrow (512) rate at 512
+ * and below, the wide (1024) one at 1024 and above, geometric between; bf16
+ * the same with its own pair; a missing rate falls back (narrow to wide,
+ * bf16 to fp32). In a plan, a dim-512 model's matmuls (all its FLOPs but
+ * attention's) take the narrow rate. */
+Test(plan, matmul_rate_by_width)
+{
+	struct st_profile p = {.matmul_gflops = 400, .matmul_narrow_gflops = 100};
+	cr_expect_eq(profile_matmul_rate(&p, 256, 0), 100e9);
+	cr_expect_eq(profile_matmul_rate(&p, 512, 0), 100e9);
+	cr_expect_eq(profile_matmul_rate(&p, 1024, 0), 400e9);
+	cr_expect_eq(profile_matmul_rate(&p, 8192, 0), 400e9);
+	const double mid = profile_matmul_rate(&p, 724, 0); /* 2^9.5: halfway in log2 */
+	cr_expect(fabs(mid - 200e9) < 0.1e9, "at dim 724: %g", mid);
+	cr_expect_eq(profile_matmul_rate(&p, 512, 1), 100e9, "no bf16 rates: the fp32 ones");
+	p.bf16_matmul_gflops = 1000;
+	cr_expect_eq(profile_matmul_rate(&p, 512, 1), 1000e9, "no narrow bf16 rate: the wide one");
+	p.bf16_matmul_narrow_gflops = 500;
+	cr_expect_eq(profile_matmul_rate(&p, 512, 1), 500e9);
+	cr_expect_eq(profile_matmul_rate(&p, 2048, 1), 1000e9);
+	p.matmul_narrow_gflops = 0;
+	cr_expect_eq(profile_matmul_rate(&p, 512, 0), 400e9, "no narrow rate: the wide one");
+
+	struct desc d;
+	desc_make(&d, "llama-60m", 0, 4, 256, 2);
+	cr_assert_eq(d.pm.width, 512);
+	double attn = 0, all = 0, *at = calloc((size_t)d.pm.n_units, sizeof *at);
+	cr_assert(at);
+	for (int u = 0; u < d.pm.n_units; u++) {
+		all += d.flops[u];
+		at[u] = d.flops[u] - model_unit_linear_flops(&d.m, u) * 4 * 256;
+		attn += at[u];
+	}
+	d.pm.fwd_attn_flops = at;
+	struct st_profile cpu = cpu_profile(), slow = cpu;
+	slow.matmul_narrow_gflops = cpu.matmul_gflops / 2;
+	slow.attention_gflops = cpu.matmul_gflops; /* attention apart, unchanged */
+	cpu.attention_gflops = cpu.matmul_gflops;
+	double opt_s;
+	const double step = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	const double narrow = cpu_updates_step(&d.pm, &slow, 0, &opt_s);
+	const double more = 2 * 3 * (all - attn) / (cpu.matmul_gflops * 1e9);
+	cr_expect(fabs(narrow - step - more) <= 1e-9 * narrow,
+		  "at half the rate the matmuls added %.6f s, their FLOPs' share %.6f s",
+		  narrow - step, more);
+	d.pm.fwd_attn_flops = NULL;
+	free(at);
 	desc_free(&d);
 }
 

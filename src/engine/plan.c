@@ -220,17 +220,18 @@ static void fetch_w(struct sim *s, int u, double now)
 	s->w_ready[u] = move(s, ST_SLAB_W, u, (double)s->pm->w_bytes[u], 0, now);
 }
 
-/* Seconds of unit u's forward FLOPs: the fp32 matmuls' at the matmul rate,
- * the bf16 ones' and attention's at theirs (a profile without a rate: the
- * matmul rate, as tiers.c warns). The backward runs twice as many. */
+/* Seconds of unit u's forward FLOPs: the fp32 matmuls' at the matmul rate
+ * for the model's width, the bf16 ones' and attention's at theirs (a
+ * profile without a rate: the matmul rate, as tiers.c warns). The backward
+ * runs twice as many. */
 static double flops_s(const struct sim *s, int u)
 {
 	const struct st_plan_model *pm = s->pm;
 	const struct st_profile *pr = s->prof;
-	const double rate = pr->matmul_gflops * 1e9, f = pm->fwd_flops[u];
+	const double rate = profile_matmul_rate(pr, pm->width, 0), f = pm->fwd_flops[u];
 	const double bf = pm->fwd_bf16_flops ? pm->fwd_bf16_flops[u] : 0;
 	const double at = pm->fwd_attn_flops ? pm->fwd_attn_flops[u] : 0;
-	const double bf_rate = pr->bf16_matmul_gflops > 0 ? pr->bf16_matmul_gflops * 1e9 : rate;
+	const double bf_rate = profile_matmul_rate(pr, pm->width, 1);
 	const double at_rate = pr->attention_gflops > 0 ? pr->attention_gflops * 1e9 : rate;
 	return (f - bf - at) / rate + bf / bf_rate + at / at_rate;
 }

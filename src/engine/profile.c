@@ -1,5 +1,6 @@
 /* Hardware profile: measured, saved, loaded; see profile.h. */
 #include <cJSON.h>
+#include <math.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -52,18 +53,19 @@ static void run_mm(void *p)
 }
 
 /* A layer's products as a step runs them (llama.c's linear_forward and
- * linear_backward): M token rows, D x D weights, each of the three on
- * operands of its own set, sets cycled so that each product finds its
- * operands past the caches (a step's activations and weights are; a
- * 1024^2 product repeated on warm ones read 15% fast in fp32 and 40% with
- * bf16 on the 2-core Xeon VM). Set j: x_j (M,D) in a, y_j (M,D) in c, w_j
- * (D,D) in b's first half and its gradient g_j in the second. */
-enum { LMM_M = 2048, LMM_D = 1024, LMM_SETS = 8 };
+ * linear_backward): LMM_M token rows, d x d weights (d = LMM_D, and
+ * LMM_D_NARROW for the narrow rates), each of the three on operands of its
+ * own set, sets cycled so that each product finds its operands past the
+ * core's caches (a step's activations and weights are; a 1024^2 product
+ * repeated on warm ones read 15% fast in fp32 and 40% with bf16 on the
+ * 2-core Xeon VM). Set j: x_j (M,d) in a, y_j (M,d) in c, w_j (d,d) in
+ * b's first half and its gradient g_j in the second. */
+enum { LMM_M = 2048, LMM_SETS = 8 };
 
 struct lmm_ctx {
 	const struct st_ops *ops;
 	float *a, *b, *c;
-	int sets;
+	int d, sets;
 	void *ws; /* bf16: the rounded operands' workspace; NULL: fp32 */
 	size_t ws_bytes;
 };
@@ -81,7 +83,7 @@ static void lmm(const struct lmm_ctx *l, float *c, const float *a, const float *
 static void run_lmm(void *p)
 {
 	const struct lmm_ctx *l = p;
-	const int M = LMM_M, D = LMM_D;
+	const int M = LMM_M, D = l->d;
 	const size_t xs = (size_t)M * D, ws = (size_t)D * D;
 	for (int j = 0; j < l->sets; j++) {
 		float *x = l->a + j * xs, *y = l->c + j * xs, *w = l->b + j * ws;
@@ -92,13 +94,13 @@ static void run_lmm(void *p)
 	}
 }
 
-/* GFLOP/s of the layer products over a, b and c (n floats each), in fp32
- * (ws NULL) or bf16: the best of 3 passes over every set, after one that
- * warms nothing but the code. */
-static double layer_mm_rate(const struct st_ops *ops, float *a, float *b, float *c, size_t n,
-			    void *ws, size_t ws_bytes)
+/* GFLOP/s of the layer products of width d over a, b and c (n floats
+ * each), in fp32 (ws NULL) or bf16: the best of 3 passes over every set,
+ * after one that warms nothing but the code. */
+static double layer_mm_rate(const struct st_ops *ops, int d, float *a, float *b, float *c,
+			    size_t n, void *ws, size_t ws_bytes)
 {
-	const size_t xs = (size_t)LMM_M * LMM_D, wsz = (size_t)LMM_D * LMM_D;
+	const size_t xs = (size_t)LMM_M * d, wsz = (size_t)d * d;
 	size_t sets = n / xs < n / (2 * wsz) ? n / xs : n / (2 * wsz);
 	sets = sets > LMM_SETS ? LMM_SETS : sets;
 	if (!sets)
@@ -109,32 +111,35 @@ static double layer_mm_rate(const struct st_ops *ops, float *a, float *b, float 
 		a[i] = (float)(i % 97) * 1e-3f;
 	for (size_t i = 0; i < 2 * sets * wsz; i++)
 		b[i] = (float)(i % 89) * 1e-4f;
-	struct lmm_ctx l = {ops, a, b, c, (int)sets, ws, ws_bytes};
+	struct lmm_ctx l = {ops, a, b, c, d, (int)sets, ws, ws_bytes};
 	run_lmm(&l);
-	return 3.0 * 2.0 * LMM_M * LMM_D * LMM_D * (double)sets / best_of(3, run_lmm, &l) / 1e9;
+	return 3.0 * 2.0 * LMM_M * d * d * (double)sets / best_of(3, run_lmm, &l) / 1e9;
 }
 
-/* bf16_matmul_gflops over a, b, c (n floats each) with ws (both operands of
- * an M x D product in bf16); 0 where ops has no bf16 unit */
-static double bf16_rate(const struct st_ops *ops, float *a, float *b, float *c, size_t n, void *ws,
-			size_t ws_bytes)
+/* bf16_matmul_gflops and bf16_matmul_narrow_gflops over a, b, c (n floats
+ * each) with ws (both operands of an M x LMM_D product in bf16); 0 where
+ * ops has no bf16 unit */
+static void bf16_rates(struct st_profile *p, const struct st_ops *ops, float *a, float *b,
+		       float *c, size_t n, void *ws, size_t ws_bytes)
 {
 	const char *impl;
+	p->bf16_matmul_gflops = p->bf16_matmul_narrow_gflops = 0;
 	if (!ops_bf16_native(ops, &impl))
-		return 0;
-	return layer_mm_rate(ops, a, b, c, n, ws, ws_bytes);
+		return;
+	p->bf16_matmul_gflops = layer_mm_rate(ops, LMM_D, a, b, c, n, ws, ws_bytes);
+	p->bf16_matmul_narrow_gflops = layer_mm_rate(ops, LMM_D_NARROW, a, b, c, n, ws, ws_bytes);
 }
 
 int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops)
 {
 	const size_t n = (size_t)LMM_SETS * LMM_M * LMM_D; /* past the caches, as profile_measure */
-	const size_t ws_bytes = ((size_t)LMM_M * LMM_D + (size_t)LMM_D * LMM_D) * 2;
+	const size_t ws_bytes = ((size_t)LMM_M * LMM_D + (size_t)LMM_D * LMM_D) * 2; /* bf16 */
 	float *a = st_aligned_alloc(n * sizeof(float)), *b = st_aligned_alloc(n * sizeof(float));
 	float *c = st_aligned_alloc(n * sizeof(float));
 	void *ws = st_aligned_alloc(ws_bytes);
 	const int rc = a && b && c && ws ? ST_OK : ST_FAIL;
 	if (rc == ST_OK) {
-		p->bf16_matmul_gflops = bf16_rate(ops, a, b, c, n, ws, ws_bytes);
+		bf16_rates(p, ops, a, b, c, n, ws, ws_bytes);
 	}
 	free(a);
 	free(b);
@@ -243,6 +248,23 @@ static double elementwise_rate(const struct st_ops *ops, float *a, float *b, flo
 	double fwd, bwd;
 	model_layer_ew_bytes(&cfg, &fwd, &bwd);
 	return (double)n * (fwd + bwd) / t / 1e9;
+}
+
+double profile_matmul_rate(const struct st_profile *p, int width, int bf16)
+{
+	double wide = p->matmul_gflops, narrow = p->matmul_narrow_gflops;
+	if (bf16 && p->bf16_matmul_gflops > 0) {
+		wide = p->bf16_matmul_gflops;
+		narrow = p->bf16_matmul_narrow_gflops;
+	}
+	if (!(narrow > 0))
+		narrow = wide;
+	if (width <= LMM_D_NARROW)
+		return narrow * 1e9;
+	if (width >= LMM_D)
+		return wide * 1e9;
+	const double f = log2((double)width / LMM_D_NARROW) / log2((double)LMM_D / LMM_D_NARROW);
+	return narrow * pow(wide / narrow, f) * 1e9;
 }
 
 struct copy_ctx {
@@ -462,11 +484,12 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 			a[i] = b[i] = c[i] = d[i] = (float)(i % 97) * 1e-3f;
 		memset(q, 128, 2 * big);
 		struct mm_ctx mm = {ops, a, b, c, n};
-		p->matmul_gflops = layer_mm_rate(ops, a, b, c, big, NULL, 0);
+		p->matmul_gflops = layer_mm_rate(ops, LMM_D, a, b, c, big, NULL, 0);
+		p->matmul_narrow_gflops = layer_mm_rate(ops, LMM_D_NARROW, a, b, c, big, NULL, 0);
 		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
 		/* both operands of a 2048 x 1024 product in bf16 fit in d (8 MiB
 		 * at least) */
-		p->bf16_matmul_gflops = bf16_rate(ops, a, b, c, big, d, big * sizeof(float));
+		bf16_rates(p, ops, a, b, c, big, d, big * sizeof(float));
 		p->attention_gflops = attention_rate(ops, a, b, c);
 		p->elementwise_gbs = elementwise_rate(ops, a, b, c, d, big);
 		for (size_t i = 0; i < big; i++) /* the bf16 bytes, read as floats, may be denormal */
@@ -540,6 +563,7 @@ static const struct {
 	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
 	K(threads, 0),		      K(copy_cpu_share, 0),	   K(probe_mib, 0),
 	K(bf16_matmul_gflops, 0),     K(attention_gflops, 0),	   K(elementwise_gbs, 0),
+	K(matmul_narrow_gflops, 0),   K(bf16_matmul_narrow_gflops, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])

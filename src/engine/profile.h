@@ -5,14 +5,19 @@
  * matmul_gflops            the device's matmul rate (GFLOP/s) as a step sees
  *                          it: a layer's three products (forward, input
  *                          gradient, weight gradient) at 2048 rows x 1024 x
- *                          1024, on operands past the caches (format 3; a
- *                          1024^2 product run again on warm ones before)
+ *                          1024, on operands past the core's caches (format
+ *                          3; a 1024^2 product run again on warm ones before)
+ * matmul_narrow_gflops     the same at 2048 x 512 x 512, for models of dim
+ *                          512 and less (the rate for dims between is
+ *                          interpolated: profile_matmul_rate); 0: not
+ *                          measured, matmul_gflops
  * cpu_matmul_gflops        the CPU's, for the matmuls of its optimizer updates
  *                          (GaLore's projections); absent: matmul_gflops
  * bf16_matmul_gflops       the device's rate with bf16 inputs and fp32 sums
  *                          (--matmul-precision bf16), rounding included, on
  *                          the same products; 0: not measured (no bf16
  *                          hardware), matmul_gflops
+ * bf16_matmul_narrow_gflops  and at 2048 x 512 x 512 (0: bf16_matmul_gflops)
  * attention_gflops         the device's causal attention, forward and
  *                          backward (FLOPs as model_attention_flops counts
  *                          them, the backward's twice the forward's) at 512
@@ -86,7 +91,17 @@ struct st_profile {
 	double bf16_matmul_gflops;
 	double attention_gflops;
 	double elementwise_gbs;
+	double matmul_narrow_gflops, bf16_matmul_narrow_gflops;
 };
+/* The widths of the products the matmul rates are measured on. */
+#define LMM_D 1024
+#define LMM_D_NARROW 512
+/* The matmul rate (FLOP/s) of a model of dim `width` with p: the rate at
+ * LMM_D_NARROW at that width and below, the one at LMM_D at that width and
+ * above, between them interpolated in log2(width); bf16: the bf16 rates (a
+ * profile without them: the fp32 ones). A missing narrow rate is the
+ * other. */
+double profile_matmul_rate(const struct st_profile *p, int width, int bf16);
 /* profile_measure's format (struct st_profile.format) */
 #define ST_PROFILE_FORMAT 3
 /* The disk measurement's request size and depth (io_open's block and

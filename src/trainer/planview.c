@@ -87,14 +87,21 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 		return;
 	}
 	const struct st_plan_time *t = &p->t;
-	char bf[48] = "";
+	/* the rates the plan uses for this model's width */
+	const double mm = profile_matmul_rate(prof, pm->width, 0) / 1e9;
+	char bf[48] = "", at[96] = "";
 	if (m->matmul_bf16 && prof->bf16_matmul_gflops > 0)
-		snprintf(bf, sizeof bf, " (bf16 %.1f)", prof->bf16_matmul_gflops);
+		snprintf(bf, sizeof bf, " (bf16 %.1f)", profile_matmul_rate(prof, pm->width, 1) / 1e9);
 	else if (m->matmul_bf16) /* a given profile without the key: warned */
 		snprintf(bf, sizeof bf, " (bf16: not measured, at this rate)");
-	printf("profile: matmul %.1f%s GFLOP/s, copy %.1f / %.1f GB/s h2d / d2h, AdamW %.0f (CPU) / %.0f "
-	       "(device) M params/s, disk %.2f / %.2f GB/s read / write%s",
-	       prof->matmul_gflops, bf, prof->h2d_gbs, prof->d2h_gbs,
+	if (prof->attention_gflops > 0)
+		snprintf(at, sizeof at, ", attention %.1f GFLOP/s", prof->attention_gflops);
+	if (prof->elementwise_gbs > 0)
+		snprintf(at + strlen(at), sizeof at - strlen(at), ", other kernels %.1f GB/s",
+			 prof->elementwise_gbs);
+	printf("profile: matmul %.1f%s GFLOP/s at dim %d%s, copy %.1f / %.1f GB/s h2d / d2h, AdamW %.0f "
+	       "(CPU) / %.0f (device) M params/s, disk %.2f / %.2f GB/s read / write%s",
+	       mm, bf, pm->width, at, prof->h2d_gbs, prof->d2h_gbs,
 	       pm->quantized ? prof->cpu_adamw8bit_mparams : prof->cpu_adamw_mparams,
 	       pm->quantized ? prof->dev_adamw8bit_mparams : prof->dev_adamw_mparams,
 	       prof->disk_read_gbs, prof->disk_write_gbs, prof->shared_cores ? ", shared cores" : "");
@@ -227,9 +234,14 @@ int plan_print_json(const struct st_model *m, const struct st_plan *p,
 		cJSON_AddNumberToObject(pr, "copied_bytes", t->copied);
 		cJSON_AddNumberToObject(pr, "plans_compared", p->candidates);
 		cJSON *pf = cJSON_AddObjectToObject(r, "profile");
-		cJSON_AddNumberToObject(pf, "matmul_gflops", prof->matmul_gflops);
+		cJSON_AddNumberToObject(pf, "matmul_gflops", profile_matmul_rate(prof, pm->width, 0) / 1e9);
 		if (m->matmul_bf16)
-			cJSON_AddNumberToObject(pf, "bf16_matmul_gflops", prof->bf16_matmul_gflops);
+			cJSON_AddNumberToObject(pf, "bf16_matmul_gflops",
+						prof->bf16_matmul_gflops > 0
+							? profile_matmul_rate(prof, pm->width, 1) / 1e9
+							: 0);
+		cJSON_AddNumberToObject(pf, "attention_gflops", prof->attention_gflops);
+		cJSON_AddNumberToObject(pf, "elementwise_gbs", prof->elementwise_gbs);
 		cJSON_AddNumberToObject(pf, "h2d_gbs", prof->h2d_gbs);
 		cJSON_AddNumberToObject(pf, "d2h_gbs", prof->d2h_gbs);
 		cJSON_AddNumberToObject(pf, "cpu_adamw_mparams", pm->quantized ? prof->cpu_adamw8bit_mparams
