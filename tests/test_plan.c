@@ -562,7 +562,7 @@ Test(plan, bf16_matmuls_at_their_rate)
  * compute plus updates, so each rate adds exactly its share (a profile
  * without them predicts as before: attention at the matmul rate, the other
  * kernels left out). A recomputed layer pays its forward's share again.
- * Left out, a bf16 llama-60m run took 1.88-1.93x its predicted step. */
+ * Left out, a bf16 llama-60m run took 1.88-2.33x its predicted step. */
 Test(plan, attention_and_elementwise_at_their_rates)
 {
 	struct desc d;

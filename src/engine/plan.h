@@ -54,7 +54,7 @@ struct st_plan_model {
 	int n_units, n_layers;             /* units: embed, layers, head */
 	int width;                         /* the model's dim: its matmuls' rate
 					    * (profile_matmul_rate; 0: the rate at
-					    * LMM_D_NARROW) */
+					    * ST_LMM_D_NARROW) */
 	const size_t *w_bytes, *g_bytes;   /* per unit; g_bytes NULL: no gradient slabs */
 	const size_t *s_bytes;             /* optimizer state per unit */
 	const size_t *numel;               /* parameters per unit */

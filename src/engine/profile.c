@@ -53,13 +53,14 @@ static void run_mm(void *p)
 }
 
 /* A layer's products as a step runs them (llama.c's linear_forward and
- * linear_backward): LMM_M token rows, d x d weights (d = LMM_D, and
- * LMM_D_NARROW for the narrow rates), each of the three on operands of its
- * own set, sets cycled so that each product finds its operands past the
- * core's caches (a step's activations and weights are; a 1024^2 product
- * repeated on warm ones read 15% fast in fp32 and 40% with bf16 on the
- * 2-core Xeon VM). Set j: x_j (M,d) in a, y_j (M,d) in c, w_j (d,d) in
- * b's first half and its gradient g_j in the second. */
+ * linear_backward): LMM_M token rows, d x d weights (d = ST_LMM_D, and
+ * ST_LMM_D_NARROW for the narrow rates), each of the three on operands of its
+ * own set, up to LMM_SETS sets cycled so that each product finds its
+ * operands past the core's caches (a step's activations and weights are; a
+ * 1024^2 product repeated on warm ones read 15% fast in fp32 and 40% with
+ * bf16 on the 2-core Xeon VM). 8 MiB arrays hold one set at d = 1024, which
+ * then stays warm. Set j: x_j (M,d) in a, y_j (M,d) in c, w_j (d,d) in b's
+ * first sets d^2 floats and its gradient g_j after them. */
 enum { LMM_M = 2048, LMM_SETS = 8 };
 
 struct lmm_ctx {
@@ -116,9 +117,17 @@ static double layer_mm_rate(const struct st_ops *ops, int d, float *a, float *b,
 	return 3.0 * 2.0 * LMM_M * d * d * (double)sets / best_of(3, run_lmm, &l) / 1e9;
 }
 
+/* The bf16 workspace the layer products take whole: both operands of the
+ * largest, the weight gradient's (d x M and M x d), with the tiling's slack
+ * (as model_matmul_ws_bytes sizes a step's); smaller, they are tiled, and
+ * the rate is a tiled product's. */
+static size_t lmm_ws_bytes(void)
+{
+	return 2 * (size_t)LMM_M * ST_LMM_D * 2 + 128;
+}
+
 /* bf16_matmul_gflops and bf16_matmul_narrow_gflops over a, b, c (n floats
- * each) with ws (both operands of an M x LMM_D product in bf16); 0 where
- * ops has no bf16 unit */
+ * each) with ws (lmm_ws_bytes at least); 0 where ops has no bf16 unit */
 static void bf16_rates(struct st_profile *p, const struct st_ops *ops, float *a, float *b,
 		       float *c, size_t n, void *ws, size_t ws_bytes)
 {
@@ -126,14 +135,15 @@ static void bf16_rates(struct st_profile *p, const struct st_ops *ops, float *a,
 	p->bf16_matmul_gflops = p->bf16_matmul_narrow_gflops = 0;
 	if (!ops_bf16_native(ops, &impl))
 		return;
-	p->bf16_matmul_gflops = layer_mm_rate(ops, LMM_D, a, b, c, n, ws, ws_bytes);
-	p->bf16_matmul_narrow_gflops = layer_mm_rate(ops, LMM_D_NARROW, a, b, c, n, ws, ws_bytes);
+	p->bf16_matmul_gflops = layer_mm_rate(ops, ST_LMM_D, a, b, c, n, ws, ws_bytes);
+	p->bf16_matmul_narrow_gflops = layer_mm_rate(ops, ST_LMM_D_NARROW, a, b, c, n, ws, ws_bytes);
 }
 
-int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops)
+int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops, int probe_mib)
 {
-	const size_t n = (size_t)LMM_SETS * LMM_M * LMM_D; /* past the caches, as profile_measure */
-	const size_t ws_bytes = ((size_t)LMM_M * LMM_D + (size_t)LMM_D * LMM_D) * 2; /* bf16 */
+	probe_mib = probe_mib < 8 ? 8 : probe_mib > 64 ? 64 : probe_mib;
+	const size_t n = (size_t)probe_mib << 18; /* floats, as profile_measure's arrays */
+	const size_t ws_bytes = lmm_ws_bytes();
 	float *a = st_aligned_alloc(n * sizeof(float)), *b = st_aligned_alloc(n * sizeof(float));
 	float *c = st_aligned_alloc(n * sizeof(float));
 	void *ws = st_aligned_alloc(ws_bytes);
@@ -150,7 +160,9 @@ int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops)
 
 /* attention_gflops: the forward and backward of one sequence of ATT_T
  * tokens, ATT_H heads of ATT_HD (q, k, v, out, dout, dq, dk, dv: ATT_T
- * ATT_H ATT_HD floats each, from a and b). */
+ * ATT_H ATT_HD floats each, from a and b; lse from c). Taken at one
+ * length: the kernel's rate was 135 GFLOP/s at 256 tokens, 171 at 512 and
+ * 188 at 2048 on the 2-core Xeon VM. */
 enum { ATT_T = 512, ATT_H = 8, ATT_HD = 128 };
 
 struct att_ctx {
@@ -213,19 +225,21 @@ static void run_ew(void *p)
 	o->add_inplace(e->dx, e->dtmp, nc);
 }
 
-/* over a, b, c, d (big floats each): as many rows as fit, whole
- * sequences, at most EW_ROWS; 0 where not one sequence fits */
+/* over a, b, c, d (big floats each): as many rows as fit (256 in 8 MiB
+ * arrays), whole sequences, at most EW_ROWS; 0 where not one sequence
+ * fits, -1 out of memory */
+_Static_assert(EW_ROWS % EW_T == 0, "whole sequences");
 static double elementwise_rate(const struct st_ops *ops, float *a, float *b, float *c, float *d,
 			       size_t big)
 {
-	size_t n = big / (2 * EW_F + EW_C); /* c and d: the most filled */
+	size_t n = big / (2 * EW_F + EW_C); /* c and d are the fullest; a takes 5 C a row */
 	n = n > EW_ROWS ? EW_ROWS : n / EW_T * EW_T;
-	if (!n || big < 5 * n * EW_C)
+	if (!n)
 		return 0;
 	const size_t nc = n * EW_C, nf = n * EW_F;
 	float *small = st_aligned_alloc((2 * n + 2 * EW_C + (size_t)EW_T * EW_HD) * sizeof(float));
 	if (!small)
-		return 0;
+		return -1;
 	struct ew_ctx e = {.ops = ops, .n = (int)n, .x = a, .xn = a + nc, .xmid = a + 2 * nc,
 			   .q = a + 3 * nc, .k = a + 4 * nc, .gate = b, .up = b + nf, .h = c,
 			   .dgate = c + nf, .dtmp = c + 2 * nf, .dup = d, .dh = d + nf, .dx = d + 2 * nf,
@@ -259,11 +273,11 @@ double profile_matmul_rate(const struct st_profile *p, int width, int bf16)
 	}
 	if (!(narrow > 0))
 		narrow = wide;
-	if (width <= LMM_D_NARROW)
+	if (width <= ST_LMM_D_NARROW)
 		return narrow * 1e9;
-	if (width >= LMM_D)
+	if (width >= ST_LMM_D)
 		return wide * 1e9;
-	const double f = log2((double)width / LMM_D_NARROW) / log2((double)LMM_D / LMM_D_NARROW);
+	const double f = log2((double)width / ST_LMM_D_NARROW) / log2((double)ST_LMM_D / ST_LMM_D_NARROW);
 	return narrow * pow(wide / narrow, f) * 1e9;
 }
 
@@ -477,22 +491,23 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 	float *a = st_aligned_alloc(big * sizeof(float)), *b = st_aligned_alloc(big * sizeof(float));
 	float *c = st_aligned_alloc(big * sizeof(float)), *d = st_aligned_alloc(big * sizeof(float));
 	uint8_t *q = st_malloc(2 * big);
+	void *ws = st_aligned_alloc(lmm_ws_bytes()); /* the bf16 products' (8 MiB) */
 	struct adam8_ctx *a8 = st_calloc(1, sizeof *a8);
-	int rc = a && b && c && d && q && a8 ? ST_OK : ST_FAIL;
+	int rc = a && b && c && d && q && ws && a8 ? ST_OK : ST_FAIL;
 	if (rc == ST_OK) {
 		for (size_t i = 0; i < big; i++)
 			a[i] = b[i] = c[i] = d[i] = (float)(i % 97) * 1e-3f;
 		memset(q, 128, 2 * big);
 		struct mm_ctx mm = {ops, a, b, c, n};
-		p->matmul_gflops = layer_mm_rate(ops, LMM_D, a, b, c, big, NULL, 0);
-		p->matmul_narrow_gflops = layer_mm_rate(ops, LMM_D_NARROW, a, b, c, big, NULL, 0);
+		p->matmul_gflops = layer_mm_rate(ops, ST_LMM_D, a, b, c, big, NULL, 0);
+		p->matmul_narrow_gflops = layer_mm_rate(ops, ST_LMM_D_NARROW, a, b, c, big, NULL, 0);
 		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
-		/* both operands of a 2048 x 1024 product in bf16 fit in d (8 MiB
-		 * at least) */
-		bf16_rates(p, ops, a, b, c, big, d, big * sizeof(float));
+		bf16_rates(p, ops, a, b, c, big, ws, lmm_ws_bytes());
 		p->attention_gflops = attention_rate(ops, a, b, c);
 		p->elementwise_gbs = elementwise_rate(ops, a, b, c, d, big);
-		for (size_t i = 0; i < big; i++) /* the bf16 bytes, read as floats, may be denormal */
+		if (p->elementwise_gbs < 0) /* out of memory: not cached as measured */
+			rc = ST_FAIL;
+		for (size_t i = 0; i < big; i++) /* the products' grown values, fresh */
 			a[i] = b[i] = c[i] = d[i] = (float)(i % 97) * 1e-3f;
 		/* the bytes a slab's transfer moves: the planner divides a
 		 * slab's size by this rate (counting the bytes both read and
@@ -523,6 +538,7 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 	free(c);
 	free(d);
 	free(q);
+	free(ws);
 	free(a8);
 	return rc;
 }

@@ -22,7 +22,8 @@
  *                          backward (FLOPs as model_attention_flops counts
  *                          them, the backward's twice the forward's) at 512
  *                          tokens, 8 heads of 128; 0: not measured (an
- *                          older profile), matmul_gflops
+ *                          older profile), the matmul rate at the model's
+ *                          width
  * elementwise_gbs          the device's kernels other than matmuls and
  *                          attention (norms, RoPE, SwiGLU, residual copies
  *                          and adds): the bytes model_layer_ew_bytes counts
@@ -94,10 +95,10 @@ struct st_profile {
 	double matmul_narrow_gflops, bf16_matmul_narrow_gflops;
 };
 /* The widths of the products the matmul rates are measured on. */
-#define LMM_D 1024
-#define LMM_D_NARROW 512
+#define ST_LMM_D 1024
+#define ST_LMM_D_NARROW 512
 /* The matmul rate (FLOP/s) of a model of dim `width` with p: the rate at
- * LMM_D_NARROW at that width and below, the one at LMM_D at that width and
+ * ST_LMM_D_NARROW at that width and below, the one at ST_LMM_D at that width and
  * above, between them interpolated in log2(width); bf16: the bf16 rates (a
  * profile without them: the fp32 ones). A missing narrow rate is the
  * other. */
@@ -116,7 +117,7 @@ unsigned long profile_fs_magic(const char *dir);
 
 /* Measure (a few seconds) all but the disk, whose rates are left 0.
  * shared_cores is 1: the only backend that runs here is the CPU. Its
- * arrays take about 4.5 x probe_mib MiB (8 to 64; 64 MiB each is past the
+ * arrays take about 4.5 x probe_mib MiB and 8 MiB more (8 to 64; 64 MiB each is past the
  * caches, the rest read high where the cache holds them). */
 int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mib);
 /* Measure the disk rates and disk_cpu_share in dir (with up to 256 MiB of
@@ -124,9 +125,10 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
  * not fit or no file can be made there). Apart from profile_measure, so
  * that a run whose plan needs no disk can go on without it. */
 int profile_measure_disk(struct st_profile *p, const struct st_ops *ops, const char *dir);
-/* Measure bf16_matmul_gflops alone (about 100 MiB of arrays; 0 where ops
- * has no bf16 unit), for a cached profile without the key. */
-int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops);
+/* Measure the two bf16 rates alone (over 3 arrays of probe_mib MiB and an
+ * 8 MiB workspace; 0 where ops has no bf16 unit), for a cached profile
+ * without them. */
+int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops, int probe_mib);
 /* Read a profile file; a missing key is an error naming it, as are a
  * negative rate and a disk with one rate 0 and the other not. */
 int profile_load(struct st_profile *p, const char *path);

@@ -240,7 +240,12 @@ int plan_print_json(const struct st_model *m, const struct st_plan *p,
 						prof->bf16_matmul_gflops > 0
 							? profile_matmul_rate(prof, pm->width, 1) / 1e9
 							: 0);
-		cJSON_AddNumberToObject(pf, "attention_gflops", prof->attention_gflops);
+		/* attention without its own rate: at the matmul rate; the other
+		 * kernels without theirs: not charged (0) */
+		cJSON_AddNumberToObject(pf, "attention_gflops",
+					prof->attention_gflops > 0
+						? prof->attention_gflops
+						: profile_matmul_rate(prof, pm->width, 0) / 1e9);
 		cJSON_AddNumberToObject(pf, "elementwise_gbs", prof->elementwise_gbs);
 		cJSON_AddNumberToObject(pf, "h2d_gbs", prof->h2d_gbs);
 		cJSON_AddNumberToObject(pf, "d2h_gbs", prof->d2h_gbs);

@@ -250,7 +250,7 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 	const char *env = getenv("STRATA_PROFILE");
 	const int cached = !*tr->o.profile && !(env && *env);
 	const int threads = omp_get_max_threads();
-	/* the measurement's arrays (about 4.5 x probe) within what the budgets
+	/* the measurement's arrays (about 4.5 x probe + 8 MiB) within what the budgets
 	 * allow, as the run is (a first run with 40 MiB of budgets peaked at
 	 * 317 MiB measuring); 64 MiB each without budgets. The device tier is
 	 * host RAM on the CPU backend only: on a GPU they are the host
@@ -273,28 +273,29 @@ static int get_profile(struct st_trainer *tr, struct tier_choice *ch)
 		 * is said; the cache's other rates stand, and the bf16 one alone
 		 * is measured and saved (the whole profile was measured again,
 		 * the disk too). A cache measured again below gets it anyway. */
-		const int no_bf16 = bf16 && !stale && !other && !small &&
-				    !(ch->prof.bf16_matmul_gflops > 0);
+		const int used = (!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other &&
+				 !small; /* as it is (else measured again below) */
+		const int no_bf16 = bf16 && used && !(ch->prof.bf16_matmul_gflops > 0);
 		if (no_bf16 && !cached)
 			st_log_warn("the profile %s has no bf16_matmul_gflops: the plan prices the bf16 "
 				    "matmuls at its fp32 rate, so it predicts a longer step than the run "
 				    "takes (remove the file to have it measured again, or add the key)",
 				    path);
-		if (no_bf16 && cached && (!ch->n_dirs || ch->prof.disk_read_gbs > 0)) {
+		if (no_bf16 && cached) {
 			st_log_info("measuring the bf16 matmul rate for the planner (the cached profile "
 				    "%s has none)",
 				    path);
-			ST_TRY(profile_measure_bf16(&ch->prof, tr->s.ops));
+			ST_TRY(profile_measure_bf16(&ch->prof, tr->s.ops, probe));
 			save_profile(&ch->prof, path);
 		}
-		if (!cached && !(ch->prof.attention_gflops > 0 && ch->prof.elementwise_gbs > 0))
+		if (used && !cached && !(ch->prof.attention_gflops > 0 && ch->prof.elementwise_gbs > 0))
 			st_log_warn("the profile %s has no attention_gflops or elementwise_gbs (measured "
 				    "since 2026-11-25): the plan prices attention at the matmul rate and "
 				    "leaves out the norms, RoPE, SwiGLU and residual adds, so it predicts "
 				    "a shorter step than the run takes (remove the file to have it "
 				    "measured again, or add the keys)",
 				    path);
-		if ((!ch->n_dirs || ch->prof.disk_read_gbs > 0) && !stale && !other && !small) {
+		if (used) {
 			if (ch->prof.threads && (int)ch->prof.threads != threads)
 				st_log_warn("the profile %s was measured with %d CPU thread%s and this run "
 					    "has %d: its compute and CPU update rates, and the plan's "
