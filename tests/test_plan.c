@@ -437,6 +437,22 @@ static double cpu_updates_step(const struct st_plan_model *pm, const struct st_p
 	return step;
 }
 
+/* The predicted step with the layers' policy forced to act and every
+ * update on the CPU (the recompute cases). */
+static double forced_act_step(const struct st_plan_model *pm, const struct st_profile *prof,
+			      const unsigned char *act, int n_recompute)
+{
+	struct st_plan_opts o = opts(0, 0, 0);
+	o.device_updates = 0;
+	o.act = act;
+	struct st_plan p;
+	cr_assert_eq(plan_make(&p, pm, prof, &o), ST_OK);
+	cr_assert_eq(p.n_act[ST_ACT_RECOMPUTE], n_recompute);
+	const double step = p.t.step_s;
+	plan_free(&p);
+	return step;
+}
+
 /* An update's matmuls (GaLore's projections, upd_flops) are charged at the
  * matmul rate of the side that runs it: on shared cores, everything in
  * memory, the step grows by exactly their FLOPs over the profile's rate;
@@ -538,14 +554,7 @@ Test(plan, bf16_matmuls_at_their_rate)
 		layers_lin += bf[u];
 	for (int k = 0; k < 2; k++) {
 		cpu.bf16_matmul_gflops = k ? 4 * cpu.matmul_gflops : 0;
-		struct st_plan_opts o = opts(0, 0, 0);
-		o.device_updates = 0;
-		o.act = act;
-		struct st_plan p;
-		cr_assert_eq(plan_make(&p, &d.pm, &cpu, &o), ST_OK);
-		cr_assert_eq(p.n_act[ST_ACT_RECOMPUTE], L);
-		rs[k] = p.t.step_s;
-		plan_free(&p);
+		rs[k] = forced_act_step(&d.pm, &cpu, act, L);
 	}
 	const double saved_rc = 2 * (3 * lin + layers_lin) * (1 - 0.25) / (cpu.matmul_gflops * 1e9);
 	cr_expect(fabs(rs[0] - rs[1] - saved_rc) <= 1e-9 * rs[0],
@@ -619,14 +628,7 @@ Test(plan, attention_and_elementwise_at_their_rates)
 		struct st_profile pr = cpu_profile();
 		if (k)
 			pr.attention_gflops = pr.matmul_gflops / 4, pr.elementwise_gbs = 20;
-		struct st_plan_opts o = opts(0, 0, 0);
-		o.device_updates = 0;
-		o.act = act;
-		struct st_plan p;
-		cr_assert_eq(plan_make(&p, &d.pm, &pr, &o), ST_OK);
-		cr_assert_eq(p.n_act[ST_ACT_RECOMPUTE], L);
-		rs[k] = p.t.step_s;
-		plan_free(&p);
+		rs[k] = forced_act_step(&d.pm, &pr, act, L);
 	}
 	const double more = 2 * ((3 * attn + layers_at) * 3 / (cpu.matmul_gflops * 1e9) +
 				 (ew + layers_fwd) / 20e9);

@@ -237,6 +237,10 @@ void llama_embed_backward(const struct st_ops *ops, const struct st_model *m,
 	ops->embedding_backward(g, dx0, tokens, N, C, m->cfg.vocab_size);
 }
 
+/* The kernels other than matmuls and attention in the layer's forward and
+ * backward are counted by model_layer_ew_bytes and timed in this order by
+ * profile.c's run_ew (the planner's elementwise rate): change them
+ * together. */
 void llama_layer_forward(const struct st_ops *ops, const struct st_model *m, struct st_acts *a,
 			 int l, const float *w)
 {
