@@ -277,7 +277,8 @@ double profile_matmul_rate(const struct st_profile *p, int width, int bf16)
 		return narrow * 1e9;
 	if (width >= ST_LMM_D)
 		return wide * 1e9;
-	const double f = log2((double)width / ST_LMM_D_NARROW) / log2((double)ST_LMM_D / ST_LMM_D_NARROW);
+	const double f = log2((double)width / ST_LMM_D_NARROW) /
+			 log2((double)ST_LMM_D / ST_LMM_D_NARROW);
 	return narrow * pow(wide / narrow, f) * 1e9;
 }
 
