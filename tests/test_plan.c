@@ -41,6 +41,7 @@ static void desc_make_cfg(struct desc *d, const struct st_config *c, int b, int 
 		d->flops[u] = model_unit_fwd_flops(&d->m, u, t) * b * t;
 	}
 	d->pm = (struct st_plan_model){.n_units = n, .n_layers = cfg.n_layers, .width = cfg.dim,
+				       .seq_len = t,
 				       .w_bytes = d->wb,
 				       .g_bytes = d->wb, .s_bytes = d->sb, .numel = d->numel,
 				       .fwd_flops = d->flops,
@@ -687,6 +688,49 @@ Test(plan, matmul_rate_by_width)
 	cr_expect(fabs(narrow - step - more) <= 1e-9 * narrow,
 		  "at half the rate the matmuls added %.6f s, their FLOPs' share %.6f s",
 		  narrow - step, more);
+	d.pm.fwd_attn_flops = NULL;
+	free(at);
+	desc_free(&d);
+}
+
+/* Attention's rate follows the sequence length: the short (256) rate at
+ * 256 and below, the long (2048) one from 2048, geometric between; without
+ * a short rate the long one; without either 0 (the plan then takes the
+ * matmul rate). In a plan at 256 tokens the short rate prices attention. */
+Test(plan, attention_rate_by_length)
+{
+	struct st_profile p = {.matmul_gflops = 400};
+	cr_expect_eq(profile_attention_rate(&p, 256), 0);
+	p.attention_gflops = 200;
+	cr_expect_eq(profile_attention_rate(&p, 128), 200e9, "no short rate: the long one");
+	p.attention_short_gflops = 50;
+	cr_expect_eq(profile_attention_rate(&p, 64), 50e9);
+	cr_expect_eq(profile_attention_rate(&p, 256), 50e9);
+	cr_expect_eq(profile_attention_rate(&p, 2048), 200e9);
+	cr_expect_eq(profile_attention_rate(&p, 32768), 200e9);
+	const double mid = profile_attention_rate(&p, 724); /* 2^9.5: halfway in log2 */
+	cr_expect(fabs(mid - 100e9) < 0.05e9, "at 724 tokens: %g", mid);
+
+	struct desc d;
+	desc_make(&d, "llama-60m", 0, 4, 256, 2);
+	cr_assert_eq(d.pm.seq_len, 256);
+	double attn = 0, *at = calloc((size_t)d.pm.n_units, sizeof *at);
+	cr_assert(at);
+	for (int u = 0; u < d.pm.n_units; u++) {
+		at[u] = d.flops[u] - model_unit_linear_flops(&d.m, u) * 4 * 256;
+		attn += at[u];
+	}
+	d.pm.fwd_attn_flops = at;
+	struct st_profile cpu = cpu_profile();
+	cpu.attention_gflops = 200;
+	double opt_s;
+	const double lng = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	cpu.attention_short_gflops = 50;
+	const double sht = cpu_updates_step(&d.pm, &cpu, 0, &opt_s);
+	const double more = 2 * 3 * attn * (1 / 50e9 - 1 / 200e9);
+	cr_expect(fabs(sht - lng - more) <= 1e-9 * sht,
+		  "at 256 tokens the short rate added %.6f s, attention's share %.6f s", sht - lng,
+		  more);
 	d.pm.fwd_attn_flops = NULL;
 	free(at);
 	desc_free(&d);

@@ -232,7 +232,8 @@ static double flops_s(const struct sim *s, int u)
 	const double bf = pm->fwd_bf16_flops ? pm->fwd_bf16_flops[u] : 0;
 	const double at = pm->fwd_attn_flops ? pm->fwd_attn_flops[u] : 0;
 	const double bf_rate = profile_matmul_rate(pr, pm->width, 1);
-	const double at_rate = pr->attention_gflops > 0 ? pr->attention_gflops * 1e9 : rate;
+	const double at_g = profile_attention_rate(pr, pm->seq_len);
+	const double at_rate = at_g > 0 ? at_g : rate;
 	return (f - bf - at) / rate + bf / bf_rate + at / at_rate;
 }
 

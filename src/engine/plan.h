@@ -63,7 +63,10 @@ struct st_plan_model {
 					    * bf16 matmul rate (the linear layers under
 					    * --matmul-precision bf16); NULL: none */
 	const double *fwd_attn_flops;      /* per unit: of fwd_flops, attention's (at the
-					    * profile's attention rate); NULL: none */
+					    * profile's attention rate for seq_len);
+					    * NULL: none */
+	int seq_len;                       /* tokens per sequence (0: the short
+					    * attention rate) */
 	const double *fwd_ew_bytes, *bwd_ew_bytes; /* per unit: the bytes one
 					    * micro-batch's other kernels move in its
 					    * forward and its backward (model_unit_ew_bytes;

@@ -158,34 +158,62 @@ int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops, int pro
 	return rc;
 }
 
-/* attention_gflops: the forward and backward of one sequence of ATT_T
- * tokens, ATT_H heads of ATT_HD (q, k, v, out, dout, dq, dk, dv: ATT_T
- * ATT_H ATT_HD floats each, from a and b; lse from c). Taken at one
- * length: the kernel's rate was 135 GFLOP/s at 256 tokens, 171 at 512 and
- * 188 at 2048 on the 2-core Xeon VM. */
-enum { ATT_T = 512, ATT_H = 8, ATT_HD = 128 };
+/* attention_gflops and attention_short_gflops: the forward and backward
+ * of b sequences of t tokens (ST_ATT_T_LONG, ST_ATT_T_SHORT), h heads of
+ * ATT_HD: up to ATT_TOKENS tokens and 8 heads, fewer where the arrays are
+ * small (q, k, v, out from a; dout, dq, dk, dv from b; lse from c). The
+ * kernel's rate grows with the length: 135 GFLOP/s at 256 tokens, 171 at
+ * 512 and 188 at 2048 on the 2-core Xeon VM. */
+enum { ATT_HD = 128, ATT_TOKENS = 2048 };
 
 struct att_ctx {
 	const struct st_ops *ops;
+	int b, t, h;
 	float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
 };
 
 static void run_att(void *p)
 {
 	const struct att_ctx *c = p;
-	c->ops->attention_forward(c->out, c->lse, c->q, c->k, c->v, 1, ATT_T, ATT_H, ATT_H, ATT_HD);
-	c->ops->attention_backward(c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v, c->out, c->lse, 1,
-				   ATT_T, ATT_H, ATT_H, ATT_HD);
+	c->ops->attention_forward(c->out, c->lse, c->q, c->k, c->v, c->b, c->t, c->h, c->h, ATT_HD);
+	c->ops->attention_backward(c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v, c->out, c->lse,
+				   c->b, c->t, c->h, c->h, ATT_HD);
 }
 
-static double attention_rate(const struct st_ops *ops, float *a, float *b, float *lse)
+/* over a, b (big floats each) and lse (big / ATT_HD floats at least); 0
+ * where not one head of one sequence fits */
+static double attention_rate(const struct st_ops *ops, int t, float *a, float *b, float *lse,
+			     size_t big)
 {
-	const size_t e = (size_t)ATT_T * ATT_H * ATT_HD; /* 4 of them fit in 8 MiB */
-	struct att_ctx c = {ops, a, a + e, a + 2 * e, a + 3 * e, lse, b, b + e, b + 2 * e, b + 3 * e};
+	int nb = t < ATT_TOKENS ? ATT_TOKENS / t : 1, h = 8;
+	while (nb > 1 && 4 * (size_t)nb * t * h * ATT_HD > big)
+		nb--;
+	while (h > 1 && 4 * (size_t)nb * t * h * ATT_HD > big)
+		h /= 2;
+	const size_t e = (size_t)nb * t * h * ATT_HD;
+	if (4 * e > big)
+		return 0;
+	struct att_ctx c = {ops, nb, t, h, a, a + e, a + 2 * e, a + 3 * e, lse,
+			    b, b + e, b + 2 * e, b + 3 * e};
 	for (size_t i = 0; i < 4 * e; i++)
 		a[i] = b[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-	const double f = 3.0 * model_attention_flops(ATT_H, ATT_HD, ATT_T) * ATT_T;
+	const double f = 3.0 * model_attention_flops(h, ATT_HD, t) * t * nb;
 	return f / best_of(3, run_att, &c) / 1e9;
+}
+
+double profile_attention_rate(const struct st_profile *p, int t)
+{
+	const double lng = p->attention_gflops;
+	const double sht = p->attention_short_gflops > 0 ? p->attention_short_gflops : lng;
+	if (!(lng > 0))
+		return 0;
+	if (t <= ST_ATT_T_SHORT)
+		return sht * 1e9;
+	if (t >= ST_ATT_T_LONG)
+		return lng * 1e9;
+	const double f = log2((double)t / ST_ATT_T_SHORT) /
+			 log2((double)ST_ATT_T_LONG / ST_ATT_T_SHORT);
+	return sht * pow(lng / sht, f) * 1e9;
 }
 
 /* elementwise_gbs: llama.c's layer forward and backward with the matmuls
@@ -504,7 +532,8 @@ int profile_measure(struct st_profile *p, const struct st_ops *ops, int probe_mi
 		p->matmul_narrow_gflops = layer_mm_rate(ops, ST_LMM_D_NARROW, a, b, c, big, NULL, 0);
 		p->cpu_matmul_gflops = p->matmul_gflops; /* the CPU backend: the same cores */
 		bf16_rates(p, ops, a, b, c, big, ws, lmm_ws_bytes());
-		p->attention_gflops = attention_rate(ops, a, b, c);
+		p->attention_gflops = attention_rate(ops, ST_ATT_T_LONG, a, b, c, big);
+		p->attention_short_gflops = attention_rate(ops, ST_ATT_T_SHORT, a, b, c, big);
 		p->elementwise_gbs = elementwise_rate(ops, a, b, c, d, big);
 		if (p->elementwise_gbs < 0) /* out of memory: not cached as measured */
 			rc = ST_FAIL;
@@ -580,7 +609,7 @@ static const struct {
 	K(disk_cpu_share, 0),	      K(disk_fs_magic, 0),	   K(format, 0),
 	K(threads, 0),		      K(copy_cpu_share, 0),	   K(probe_mib, 0),
 	K(bf16_matmul_gflops, 0),     K(attention_gflops, 0),	   K(elementwise_gbs, 0),
-	K(matmul_narrow_gflops, 0),   K(bf16_matmul_narrow_gflops, 0),
+	K(matmul_narrow_gflops, 0),   K(bf16_matmul_narrow_gflops, 0), K(attention_short_gflops, 0),
 #undef K
 };
 #define N_KEYS (int)(sizeof keys / sizeof keys[0])

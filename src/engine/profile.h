@@ -20,10 +20,13 @@
  * bf16_matmul_narrow_gflops  and at 2048 x 512 x 512 (0: bf16_matmul_gflops)
  * attention_gflops         the device's causal attention, forward and
  *                          backward (FLOPs as model_attention_flops counts
- *                          them, the backward's twice the forward's) at 512
- *                          tokens, 8 heads of 128; 0: not measured (an
+ *                          them, the backward's twice the forward's) at
+ *                          2048 tokens, 8 heads of 128; 0: not measured (an
  *                          older profile), the matmul rate at the model's
  *                          width
+ * attention_short_gflops   the same at 256 tokens, 8 sequences (the rate
+ *                          for lengths between is interpolated:
+ *                          profile_attention_rate); 0: attention_gflops
  * elementwise_gbs          the device's kernels other than matmuls and
  *                          attention (norms, RoPE, SwiGLU, residual copies
  *                          and adds): the bytes model_layer_ew_bytes counts
@@ -93,6 +96,7 @@ struct st_profile {
 	double attention_gflops;
 	double elementwise_gbs;
 	double matmul_narrow_gflops, bf16_matmul_narrow_gflops;
+	double attention_short_gflops;
 };
 /* The widths of the products the matmul rates are measured on. */
 #define ST_LMM_D 1024
@@ -103,6 +107,15 @@ struct st_profile {
  * profile without them: the fp32 ones). A missing narrow rate is the
  * other. */
 double profile_matmul_rate(const struct st_profile *p, int width, int bf16);
+/* The sequence lengths the attention rates are measured at. */
+#define ST_ATT_T_LONG 2048
+#define ST_ATT_T_SHORT 256
+/* Attention's rate (FLOP/s) at sequence length t: the short rate at
+ * ST_ATT_T_SHORT and below, the long one at ST_ATT_T_LONG and above,
+ * interpolated in log2(t) between; a missing short rate is the long one;
+ * 0 where the profile has no attention rate (the plan then uses the matmul
+ * rate). */
+double profile_attention_rate(const struct st_profile *p, int t);
 /* profile_measure's format (struct st_profile.format) */
 #define ST_PROFILE_FORMAT 3
 /* The disk measurement's request size and depth (io_open's block and

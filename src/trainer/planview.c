@@ -95,7 +95,8 @@ void plan_print(const struct st_model *m, const struct st_plan *p, const struct 
 	else if (m->matmul_bf16) /* a given profile without the key: warned */
 		snprintf(bf, sizeof bf, " (bf16: not measured, at this rate)");
 	if (prof->attention_gflops > 0)
-		snprintf(at, sizeof at, ", attention %.1f GFLOP/s", prof->attention_gflops);
+		snprintf(at, sizeof at, ", attention %.1f GFLOP/s at %d tokens",
+			 profile_attention_rate(prof, pm->seq_len) / 1e9, pm->seq_len);
 	if (prof->elementwise_gbs > 0)
 		snprintf(at + strlen(at), sizeof at - strlen(at), ", other kernels %.1f GB/s",
 			 prof->elementwise_gbs);
@@ -244,7 +245,7 @@ int plan_print_json(const struct st_model *m, const struct st_plan *p,
 		 * kernels without theirs: not charged (0) */
 		cJSON_AddNumberToObject(pf, "attention_gflops",
 					prof->attention_gflops > 0
-						? prof->attention_gflops
+						? profile_attention_rate(prof, pm->seq_len) / 1e9
 						: profile_matmul_rate(prof, pm->width, 0) / 1e9);
 		cJSON_AddNumberToObject(pf, "elementwise_gbs", prof->elementwise_gbs);
 		cJSON_AddNumberToObject(pf, "h2d_gbs", prof->h2d_gbs);

@@ -490,7 +490,7 @@ static int decide_tiers(struct st_trainer *tr, struct tier_choice *ch)
 	}
 	need += acts_total_floats(m, B, T, 0) * sizeof(float);
 	ch->pm = (struct st_plan_model){
-		.n_units = n, .n_layers = m->cfg.n_layers, .width = m->cfg.dim, .w_bytes = ch->wb,
+		.n_units = n, .n_layers = m->cfg.n_layers, .width = m->cfg.dim, .seq_len = T, .w_bytes = ch->wb,
 		.g_bytes = ch->gb, .s_bytes = tr->opt.unit_bytes,
 		.numel = ch->numel, .fwd_flops = ch->flops, .upd_flops = ch->upd_flops,
 		.hook_flops = ch->hook_flops, .fwd_bf16_flops = ch->bf16_flops,
