@@ -989,7 +989,8 @@ Test(offload, profile_measured_within_budgets, .timeout = 120)
 	rc = cu_run(out, sizeof out,
 		    "python3 -c \"import json, sys; p = json.load(open('%s/p.json')); "
 		    "sys.exit(not (p['format'] == 3 and p['matmul_gflops'] > 0 and "
-		    "p['attention_gflops'] > 0 and p['elementwise_gbs'] > 0))\"",
+		    "p['attention_gflops'] > 0 and p['attention_short_gflops'] > 0 and "
+		    "p['matmul_narrow_gflops'] > 0 and p['elementwise_gbs'] > 0))\"",
 		    dir);
 	cr_expect_eq(rc, 0, "a rate missing from the profile measured over 8 MiB arrays");
 	/* the default cache: measured small, then again where budgets allow */
