@@ -201,19 +201,24 @@ static double attention_rate(const struct st_ops *ops, int t, float *a, float *b
 	return f / best_of(3, run_att, &c) / 1e9;
 }
 
+/* A rate measured at x0 (r0) and x1 (r1), x0 < x1: r0 at x0 and below, r1
+ * at x1 and above, geometric in log2(x) between. */
+static double between(double r0, double r1, int x0, int x1, int x)
+{
+	if (x <= x0)
+		return r0;
+	if (x >= x1)
+		return r1;
+	return r0 * pow(r1 / r0, log2((double)x / x0) / log2((double)x1 / x0));
+}
+
 double profile_attention_rate(const struct st_profile *p, int t)
 {
 	const double lng = p->attention_gflops;
 	const double sht = p->attention_short_gflops > 0 ? p->attention_short_gflops : lng;
 	if (!(lng > 0))
 		return 0;
-	if (t <= ST_ATT_T_SHORT)
-		return sht * 1e9;
-	if (t >= ST_ATT_T_LONG)
-		return lng * 1e9;
-	const double f = log2((double)t / ST_ATT_T_SHORT) /
-			 log2((double)ST_ATT_T_LONG / ST_ATT_T_SHORT);
-	return sht * pow(lng / sht, f) * 1e9;
+	return between(sht, lng, ST_ATT_T_SHORT, ST_ATT_T_LONG, t) * 1e9;
 }
 
 /* elementwise_gbs: llama.c's layer forward and backward with the matmuls
@@ -301,13 +306,7 @@ double profile_matmul_rate(const struct st_profile *p, int width, int bf16)
 	}
 	if (!(narrow > 0))
 		narrow = wide;
-	if (width <= ST_LMM_D_NARROW)
-		return narrow * 1e9;
-	if (width >= ST_LMM_D)
-		return wide * 1e9;
-	const double f = log2((double)width / ST_LMM_D_NARROW) /
-			 log2((double)ST_LMM_D / ST_LMM_D_NARROW);
-	return narrow * pow(wide / narrow, f) * 1e9;
+	return between(narrow, wide, ST_LMM_D_NARROW, ST_LMM_D, width) * 1e9;
 }
 
 struct copy_ctx {
