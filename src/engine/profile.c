@@ -160,10 +160,12 @@ int profile_measure_bf16(struct st_profile *p, const struct st_ops *ops, int pro
 
 /* attention_gflops and attention_short_gflops: the forward and backward
  * of b sequences of t tokens (ST_ATT_T_LONG, ST_ATT_T_SHORT), h heads of
- * ATT_HD: up to ATT_TOKENS tokens and 8 heads, fewer where the arrays are
- * small (q, k, v, out from a; dout, dq, dk, dv from b; lse from c). The
- * kernel's rate grows with the length: 135 GFLOP/s at 256 tokens, 171 at
- * 512 and 188 at 2048 on the 2-core Xeon VM. */
+ * ATT_HD: up to ATT_TOKENS tokens and 8 heads (more for more threads),
+ * fewer where the arrays are small: 8 MiB ones hold 2 heads of 2048 tokens,
+ * which read low on more than 2 threads (q, k, v, out from a; dout, dq, dk,
+ * dv from b; lse from c). The kernel's rate grows with the length: 135
+ * GFLOP/s at 256 tokens, 171 at 512 and 188 at 2048 on the 2-core Xeon
+ * VM. */
 enum { ATT_HD = 128, ATT_TOKENS = 2048 };
 
 struct att_ctx {
@@ -180,12 +182,17 @@ static void run_att(void *p)
 				   c->b, c->t, c->h, c->h, ATT_HD);
 }
 
-/* over a, b (big floats each) and lse (big / ATT_HD floats at least); 0
- * where not one head of one sequence fits */
+/* over a, b (big floats each) and lse (big / (4 ATT_HD) floats at least);
+ * 0 where not one head of one sequence fits */
 static double attention_rate(const struct st_ops *ops, int t, float *a, float *b, float *lse,
 			     size_t big)
 {
+	/* at least as many (sequence, head) pairs as threads where they fit:
+	 * the kernels split over them, and a real model's 8 to 64 heads keep
+	 * every thread busy */
 	int nb = t < ATT_TOKENS ? ATT_TOKENS / t : 1, h = 8;
+	while (nb * h < omp_get_max_threads() && h < 64)
+		h *= 2;
 	while (nb > 1 && 4 * (size_t)nb * t * h * ATT_HD > big)
 		nb--;
 	while (h > 1 && 4 * (size_t)nb * t * h * ATT_HD > big)

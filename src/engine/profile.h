@@ -21,7 +21,8 @@
  * attention_gflops         the device's causal attention, forward and
  *                          backward (FLOPs as model_attention_flops counts
  *                          them, the backward's twice the forward's) at
- *                          2048 tokens, 8 heads of 128; 0: not measured (an
+ *                          2048 tokens, 8 heads of 128 (more for more
+ *                          threads, fewer in small arrays); 0: not measured (an
  *                          older profile), the matmul rate at the model's
  *                          width
  * attention_short_gflops   the same at 256 tokens, 8 sequences (the rate
