@@ -10,6 +10,14 @@ if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
 
 s, peers_file = load_json(sys.argv[1], "compare_optim.py"), load_json(sys.argv[2], "compare_optim.py")
 p = peers_file.get("peers", {})
+# both on the CPU (bench/optim, whose JSON names no device) or both on the GPU
+# (bench/optim_cuda names its GPU; optim_peers.py --device cuda says "cuda")
+ours = "cuda" if "device" in s else "cpu"
+theirs = peers_file.get("device", "cpu")
+if ours != theirs:
+    sys.exit(f"compare_optim.py: {sys.argv[2]} measured on {theirs}, {sys.argv[1]} on "
+             f"{'the GPU (bench/optim_cuda)' if ours == 'cuda' else 'the CPU (bench/optim)'}: "
+             "compare runs of one device")
 # the same tensors and threads, or the ratio compares two jobs
 for key in ("params", "threads"):
     if key in s and key in peers_file and s[key] != peers_file[key]:
@@ -19,8 +27,6 @@ for key in ("params", "threads"):
 if "bnb_adamw8bit" in p and s.get("block", 256) != peers_file.get("block", 256):
     sys.exit(f"compare_optim.py: {sys.argv[1]} has block {s['block']}, bitsandbytes "
              f"{peers_file.get('block', 256)}: run bench/optim with --block 256 to compare them")
-if peers_file.get("device", "cpu") != "cpu":
-    sys.exit(f"compare_optim.py: {sys.argv[2]} measured on {peers_file['device']}, bench/optim on the CPU")
 fp32, q8 = s["adamw_fp32"]["params_per_s"], s["adamw_8bit"]["params_per_s"]
 torch_best = max((r["params_per_s"], k) for k, r in p.items() if k.startswith("torch_")) if any(
     k.startswith("torch_") for k in p) else None

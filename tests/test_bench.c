@@ -135,3 +135,38 @@ Test(bench_cli, strata_number_flag_without_value)
 	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
 	cr_expect(strstr(out, "--seq-len needs a value"), "%s", out);
 }
+
+/* bench/compare_optim.py pairs strata's optimizer results with the peers'
+ * of the same device: bench/optim with the CPU peers, bench/optim_cuda
+ * (whose JSON names its GPU) with optim_peers.py --device cuda. It used to
+ * refuse every GPU pair, so scripts/gpu-check's GPU comparison failed. The
+ * files are cut down to the keys the script reads. */
+Test(bench_cli, compare_optim_pairs_one_device)
+{
+	char dir[256];
+	cu_tmpdir(dir, sizeof dir, "compare-optim");
+	const char *ours = "\"adamw_fp32\": {\"params_per_s\": 1e11}, "
+			   "\"adamw_8bit\": {\"params_per_s\": 1.6e11}";
+	const char *peers = "\"peers\": {\"torch_adamw_fused\": {\"params_per_s\": 8e10}}";
+	int rc = cu_run(out, sizeof out,
+			"cd %s && echo '{\"device\": \"NVIDIA H100\", \"params\": 4096, %s}' > gpu.json && "
+			"echo '{\"params\": 4096, \"threads\": 2, %s}' > cpu.json && "
+			"echo '{\"device\": \"cuda\", \"params\": 4096, \"threads\": 2, %s}' > peers-gpu.json && "
+			"echo '{\"device\": \"cpu\", \"params\": 4096, \"threads\": 2, %s}' > peers-cpu.json",
+			dir, ours, ours, peers, peers);
+	cr_assert_eq(rc, 0, "%s", out);
+	const char *script = "python3 bench/compare_optim.py";
+	rc = cu_run(out, sizeof out, "%s %s/gpu.json %s/peers-gpu.json", script, dir, dir);
+	cr_expect_eq(rc, 0, "GPU pair refused: %s", out);
+	cr_expect(strstr(out, "fastest peer (torch_adamw_fused) = 2.00"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s %s/cpu.json %s/peers-cpu.json", script, dir, dir);
+	cr_expect_eq(rc, 0, "CPU pair refused: %s", out);
+	cr_expect(strstr(out, "fastest peer (torch_adamw_fused) = 2.00"), "%s", out);
+	/* across devices: refused, naming both */
+	rc = cu_run(out, sizeof out, "%s %s/gpu.json %s/peers-cpu.json", script, dir, dir);
+	cr_expect_eq(rc, 1, "GPU results against CPU peers: exit %d: %s", rc, out);
+	cr_expect(strstr(out, "measured on cpu") && strstr(out, "on the GPU"), "%s", out);
+	rc = cu_run(out, sizeof out, "%s %s/cpu.json %s/peers-gpu.json", script, dir, dir);
+	cr_expect_eq(rc, 1, "CPU results against GPU peers: exit %d: %s", rc, out);
+	cr_expect(strstr(out, "measured on cuda") && strstr(out, "on the CPU"), "%s", out);
+}
