@@ -243,20 +243,13 @@ Test(store, staged_slabs_keep_their_data)
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		int u = (int)((rng >> 33) % UNITS);
 		enum st_slab_kind kind = kinds[(rng >> 40) % 3];
-		int op = (int)((rng >> 50) % 9);
+		int op = (int)((rng >> 50) % 8);
 		size_t n = bytes[u][kind];
 		if (op == 0) {
 			store_prefetch(&s, u, kind);
 		} else if (op == 1) {
 			store_discard(&s, u, kind);
 			memset(shadow[u][kind], 0, n);
-		} else if (op == 8) {
-			/* written whole before any read: its slot's bytes are the
-			 * caller's to fill, and must reach home like any write */
-			unsigned char *p = store_acquire_as(&s, u, kind, ST_ACCESS_OVERWRITE);
-			fill_random(p, n, rng);
-			memcpy(shadow[u][kind], p, n);
-			store_release(&s, u, kind, 1);
 		} else {
 			int writing = op >= 5;
 			unsigned char *p = store_acquire_as(&s, u, kind,
@@ -576,7 +569,7 @@ Test(offload, plan_disk_reads_match_train, .timeout = 300)
 }
 
 /* Evaluation runs no backward, so swapped activations are dropped, not
- * written out: every staging slot it filled was written home when it was
+ * written out: every zero-filled staging slot was written home when it was
  * handed back (its discard could only cancel the writes not yet started),
  * 0.45 GiB for a whole-val.bin evaluation of the small preset where its two
  * training steps write 0.04. */
@@ -1371,66 +1364,6 @@ Test(offload, bit_identical_plans, .timeout = 300)
 		    dir, RUN, dir);
 	expect_fail("device updates against a placed state", "--place puts them elsewhere", rc);
 }
-/* A swapped layer's forward takes its staging slot unfilled (no read from
- * home, no zero-fill: ST_ACCESS_OVERWRITE), so it must write every
- * activation its backward and the evaluations read. With the slots filled
- * with NaN bytes first ($STRATA_POISON_OVERWRITE), swapping to the host, to
- * disk and a mix with recompute still give in-memory training's bits. */
-Test(offload, swapped_layers_write_all_they_read, .timeout = 300)
-{
-	char dir[256], flags[512];
-	cu_tmpdir(dir, sizeof dir, "poison");
-	cu_setup_run(dir, "");
-	make_deep(dir, "");
-	train_model(dir, "deep", "mem", "--activations keep --device-updates 0");
-	const char *plans[] = {"host", "disk", "ddhhrrkkrhdk --prefetch 1"};
-	const char *names[] = {"host", "disk", "mixed"};
-	setenv("STRATA_POISON_OVERWRITE", "1", 1);
-	for (int i = 0; i < 3; i++) {
-		snprintf(flags, sizeof flags, "--activations %s --offload-dir %s", plans[i], dir);
-		train_model(dir, "deep", names[i], flags);
-		expect_same_run(dir, "mem", names[i], names[i]);
-	}
-	unsetenv("STRATA_POISON_OVERWRITE");
-}
-
-/* The poison is there: a slot taken to overwrite holds NaN bytes under
- * $STRATA_POISON_OVERWRITE, and its data reaches home like any write. */
-Test(store, overwrite_slot_poisoned_when_asked)
-{
-	char d[1][256];
-	make_dirs(d, 1, "poison");
-	const char *dirs[] = {d[0]};
-	setenv("STRATA_POISON_OVERWRITE", "1", 1);
-	struct st_store s;
-	cr_assert_eq(store_init(&s, 3, NULL), ST_OK);
-	unsetenv("STRATA_POISON_OVERWRITE");
-	const size_t n = 3 * 4096;
-	for (int u = 0; u < 3; u++)
-		cr_assert_eq(store_alloc(&s, u, ST_SLAB_A, ST_TIER_DISK, n), ST_OK);
-	struct st_offload_cfg cfg = {.dirs = dirs, .n_dirs = 1, .io_block = 4096, .io_depth = 2};
-	cfg.pool_slots[ST_SLAB_A] = 2;
-	cr_assert_eq(store_start(&s, &cfg), ST_OK);
-	unsigned char want[3 * 4096];
-	for (int u = 0; u < 3; u++) {
-		unsigned char *p = store_acquire_as(&s, u, ST_SLAB_A, ST_ACCESS_OVERWRITE);
-		size_t ff = 0;
-		for (size_t i = 0; i < n; i++)
-			ff += p[i] == 0xff;
-		cr_expect_eq(ff, n, "unit %d: %zu of %zu bytes poisoned", u, ff, n);
-		fill_random(p, n, 77 + (uint64_t)u);
-		store_release(&s, u, ST_SLAB_A, 1);
-	}
-	/* two slots for three slabs: unit 0's was evicted, so this reads home */
-	const unsigned char *p = store_acquire_as(&s, 0, ST_SLAB_A, ST_ACCESS_READ);
-	fill_random(want, n, 77);
-	cr_expect_eq(memcmp(p, want, n), 0, "unit 0's overwritten data did not reach home");
-	store_release(&s, 0, ST_SLAB_A, 0);
-	store_drain(&s);
-	cr_expect_eq(store_ok(&s), ST_OK);
-	store_free(&s);
-}
-
 Test(offload, bit_identical_adamw8bit_tied, .timeout = 300)
 {
 	check_placements("--tied", "--optimizer adamw8bit --quant-min-size 1024");

@@ -73,15 +73,12 @@ void exec_free(struct st_exec *ex)
 /* A swapped layer's activations: a staging slot for its forward (its
  * previous unit writes its input there), handed back dirty after it, so it
  * is written out behind the compute; or dropped unwritten when no backward
- * follows. The forward writes every activation the backward reads
- * (acts_point_layer's arrays), so the slot is taken as it is: no read, no
- * zero-fill. */
+ * follows. */
 static void act_open(struct st_exec *ex, int l)
 {
 	if (l >= ex->model->cfg.n_layers || !is_swapped(ex->act[l]))
 		return;
-	acts_point_layer(&ex->acts, ex->model, l,
-			 store_acquire_as(ex->store, 1 + l, ST_SLAB_A, ST_ACCESS_OVERWRITE), NULL);
+	acts_point_layer(&ex->acts, ex->model, l, store_acquire(ex->store, 1 + l, ST_SLAB_A), NULL);
 }
 
 static void act_close_forward(struct st_exec *ex, int l, int backward)
@@ -90,8 +87,7 @@ static void act_close_forward(struct st_exec *ex, int l, int backward)
 		return;
 	if (backward)
 		store_release(ex->store, 1 + l, ST_SLAB_A, 1);
-	else /* evaluation: nothing written out (a release would queue the slot
-	      * taken unfilled, home lacking its data) */
+	else /* evaluation: nothing written out (it wrote every zero-filled slot) */
 		store_release_discard(ex->store, 1 + l, ST_SLAB_A);
 }
 

@@ -63,8 +63,6 @@ int store_init(struct st_store *s, int n_units, const size_t budgets[ST_TIER__CO
 	}
 	for (int t = 0; t < ST_TIER__COUNT; t++)
 		s->tiers[t].budget = budgets ? budgets[t] : 0;
-	const char *poison = getenv("STRATA_POISON_OVERWRITE");
-	s->poison_overwrite = poison && *poison;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	return ST_OK;
@@ -448,9 +446,8 @@ static int find_slot(struct st_store *s, int kind, int for_prefetch)
 }
 
 /* Locked (the lock may be let go meanwhile): give slot i to slab idx and
- * start its fill; none where the caller will overwrite it (the slot's old
- * bytes stay, and home lacks the data until the caller's dirty release). */
-static void attach(struct st_store *s, int i, int idx, int overwrite)
+ * start its fill. */
+static void attach(struct st_store *s, int i, int idx)
 {
 	struct st_slot *sl = &s->slots[i];
 	if (sl->owner >= 0)
@@ -458,13 +455,6 @@ static void attach(struct st_store *s, int i, int idx, int overwrite)
 	sl->owner = idx;
 	sl->lru = ++s->clock;
 	s->slabs[idx].slot = i;
-	if (overwrite) {
-		s->slabs[idx].zero = 0;
-		sl->unsaved = 1;
-		if (s->poison_overwrite)
-			memset(sl->buf, 0xff, s->slabs[idx].bytes);
-		return;
-	}
 	sl->fetching = 1;
 	if (s->slabs[idx].zero) {
 		/* nothing to read: zero-fill (outside the lock; the slot counts as
@@ -492,7 +482,7 @@ void store_prefetch(struct st_store *s, int unit, enum st_slab_kind kind)
 	if (sl->slot < 0 && !sl->zero) {
 		int i = find_slot(s, idx % ST_SLAB__COUNT, 1);
 		if (i >= 0) {
-			attach(s, i, idx, 0);
+			attach(s, i, idx);
 			s->slots[i].prefetched = 1;
 		}
 	}
@@ -517,7 +507,7 @@ void *store_acquire_as(struct st_store *s, int unit, enum st_slab_kind kind, enu
 	for (;;) {
 		if (sl->slot >= 0) {
 			struct st_slot *st = &s->slots[sl->slot];
-			if (st->fetching || (a != ST_ACCESS_READ && st->writes)) {
+			if (st->fetching || (a == ST_ACCESS_WRITE && st->writes)) {
 				pthread_cond_wait(&s->cv, &s->mu);
 				continue;
 			}
@@ -539,7 +529,7 @@ void *store_acquire_as(struct st_store *s, int unit, enum st_slab_kind kind, enu
 			pthread_cond_wait(&s->cv, &s->mu);
 			continue;
 		}
-		attach(s, i, idx, a == ST_ACCESS_OVERWRITE);
+		attach(s, i, idx);
 	}
 }
 

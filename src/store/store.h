@@ -51,13 +51,8 @@ enum st_slab_kind {
 	ST_SLAB__COUNT
 };
 
-/* What the caller does with an acquired slab. ST_ACCESS_OVERWRITE: it writes
- * every byte it will later read before reading it (a swapped layer's
- * forward fills its activations), so a slot taken for the slab is neither
- * read from home nor zero-filled, and holds stale bytes until written. On
- * the 16-core Xeon the zero-fill, one 40 MiB memset per swapped layer on the
- * compute thread, was 6-9 ms of each such forward. */
-enum st_access { ST_ACCESS_READ, ST_ACCESS_WRITE, ST_ACCESS_OVERWRITE };
+/* What the caller does with an acquired slab. */
+enum st_access { ST_ACCESS_READ, ST_ACCESS_WRITE };
 
 struct st_slab {
 	enum st_tier home;
@@ -122,10 +117,6 @@ struct st_store {
 	int n_slots;
 	struct st_slot *slots;
 	uint64_t clock;        /* lru stamps */
-	/* $STRATA_POISON_OVERWRITE set: a slot taken for ST_ACCESS_OVERWRITE is
-	 * filled with NaN bytes (0xff) first, so a caller that reads what it did
-	 * not write changes its results (tests/test_offload.c checks the bits) */
-	int poison_overwrite;
 	struct st_io io;
 	int io_ready;
 	struct st_queue q_copy, q_disk;
@@ -173,8 +164,7 @@ int store_is_staged(const struct st_store *s, int unit, enum st_slab_kind kind);
 /* Start filling a staged slab's slot ahead of its acquire, if a slot is free. */
 void store_prefetch(struct st_store *s, int unit, enum st_slab_kind kind);
 /* A pointer to the slab's data in its working tier, valid until
- * store_release. ST_ACCESS_WRITE and ST_ACCESS_OVERWRITE wait for earlier
- * write-backs of it to finish. */
+ * store_release. ST_ACCESS_WRITE waits for earlier write-backs of it to finish. */
 void *store_acquire_as(struct st_store *s, int unit, enum st_slab_kind kind, enum st_access a);
 static inline void *store_acquire(struct st_store *s, int unit, enum st_slab_kind kind)
 {
