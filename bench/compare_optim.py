@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """Print strata's optimizer steps against the peers of the same run: the
-JSON of bench/optim and of bench/optim_peers.py."""
+JSON of bench/optim and of bench/optim_peers.py (the CPU), or of
+bench/optim_cuda and of bench/optim_peers.py --device cuda (the GPU)."""
 import sys
 
 from benchutil import load_json
 
 if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
-    sys.exit("usage: bench/compare_optim.py OPTIM.json PEERS.json   (bench/optim --json, bench/optim_peers.py --json of one run)")
+    sys.exit("usage: bench/compare_optim.py OPTIM.json PEERS.json   (bench/optim --json and bench/optim_peers.py "
+             "--json of one run, or bench/optim_cuda --json and bench/optim_peers.py --device cuda --json)")
 
 s, peers_file = load_json(sys.argv[1], "compare_optim.py"), load_json(sys.argv[2], "compare_optim.py")
 p = peers_file.get("peers", {})
 # both on the CPU (bench/optim, whose JSON names no device) or both on the GPU
 # (bench/optim_cuda names its GPU; optim_peers.py --device cuda says "cuda")
+if "device" in s and not s["device"]:  # bench/optim_cuda without a GPU (or built without nvcc)
+    sys.exit(f"compare_optim.py: {sys.argv[1]}: bench/optim_cuda measured nothing (no CUDA device)")
 ours = "cuda" if "device" in s else "cpu"
 theirs = peers_file.get("device", "cpu")
 if ours != theirs:

@@ -169,4 +169,9 @@ Test(bench_cli, compare_optim_pairs_one_device)
 	rc = cu_run(out, sizeof out, "%s %s/cpu.json %s/peers-gpu.json", script, dir, dir);
 	cr_expect_eq(rc, 1, "CPU results against GPU peers: exit %d: %s", rc, out);
 	cr_expect(strstr(out, "measured on cuda") && strstr(out, "on the CPU"), "%s", out);
+	/* bench/optim_cuda where no GPU answered: said, not a traceback */
+	rc = cu_run(out, sizeof out, "echo '{\"device\": null, \"params\": 4096}' > %s/none.json && "
+		    "%s %s/none.json %s/peers-gpu.json", dir, script, dir, dir);
+	cr_expect_eq(rc, 1, "a run that measured nothing: exit %d: %s", rc, out);
+	cr_expect(strstr(out, "measured nothing") && !strstr(out, "Traceback"), "%s", out);
 }
