@@ -1,7 +1,8 @@
 /* bench/optim: throughput of the optimizer kernels on one flat unit of many
  * parameters (128M by default: every array far larger than the caches), fp32
  * AdamW (ops->adamw_step) against 8-bit block-wise AdamW (ops->adamw8_step),
- * both against a memory-bandwidth ceiling measured in the same run.
+ * and SGD with momentum (ops->sgd_step) against 8-bit SGD (ops->sgd8_step),
+ * all against a memory-bandwidth ceiling measured in the same run.
  *
  * usage: optim [--params 134217728] [--block 256] [--reps 5] [--json FILE]
  *
@@ -10,12 +11,15 @@
  *   8-bit:      reads p, g (8 B), writes p (4 B), reads and writes both
  *               1-byte codes (4 B), reads and writes 2 absmax per block
  *                                                          = 16 + 16/block B
+ *   fp32 SGD with momentum: reads p, g, mom, writes p, mom = 20 B
+ *   8-bit SGD:  reads p, g, writes p, reads and writes the codes, and one
+ *               absmax per block                           = 14 + 8/block B
  * Ceiling: the better of two STREAM-like OpenMP loops over three 512 MiB
  * arrays: triad a = b + s*c (12 B counted per element, as STREAM counts it;
  * the store to a also reads a into cache unless the compiler streams it,
  * so this under-counts) and a = a + s*b (12 B, all of them moved). Taking the
  * better one keeps the ratio conservative. Each figure is the best of --reps
- * timed calls after one warm-up call, the four kernels taking turns within
+ * timed calls after one warm-up call, the six kernels taking turns within
  * each rep: measured one after another, a burst of the shared machine's
  * noise landed on one kernel's reps and not the others' (an 8-bit step
  * measured at 340 ms beside fp32 at 0.89 of its ceiling; 174 ms usually). */
@@ -115,8 +119,8 @@ int main(int argc, char **argv)
 	const size_t nb = (n + (size_t)block - 1) / (size_t)block;
 	float *p = xalloc(n * 4), *g = xalloc(n * 4), *m = xalloc(n * 4), *v = xalloc(n * 4);
 	float *x = xalloc(n * 4); /* the ceiling's output: the state stays the optimizers' */
-	uint8_t *mc = xalloc(n), *vc = xalloc(n);
-	float *ma = xalloc(nb * 4), *va = xalloc(nb * 4);
+	uint8_t *mc = xalloc(n), *vc = xalloc(n), *sc = xalloc(n); /* sc: 8-bit SGD's */
+	float *ma = xalloc(nb * 4), *va = xalloc(nb * 4), *sa = xalloc(nb * 4);
 	fill(p, n, 1.0f, 1), fill(g, n, 1e-2f, 2), fill(m, n, 0, 3), fill(v, n, 0, 4);
 	fill(x, n, 0, 5);
 	/* first touched by the threads that step them, as the fp32 arrays are
@@ -125,14 +129,15 @@ int main(int argc, char **argv)
 #pragma omp parallel for schedule(static)
 	for (size_t b = 0; b < nb; b++) {
 		const size_t i0 = b * (size_t)block, len = n - i0 < (size_t)block ? n - i0 : (size_t)block;
-		memset(mc + i0, 0, len), memset(vc + i0, 0, len);
-		ma[b] = va[b] = 0.0f;
+		memset(mc + i0, 0, len), memset(vc + i0, 0, len), memset(sc + i0, 0, len);
+		ma[b] = va[b] = sa[b] = 0.0f;
 	}
 
 	float map_s[256], map_u[256];
 	quantmap_dynamic(map_s, 1);
 	quantmap_dynamic(map_u, 0);
-	double t_triad = 1e30, t_axpy = 1e30, t32 = 1e30, t8 = 1e30;
+	double t_triad = 1e30, t_axpy = 1e30, t32 = 1e30, t8 = 1e30, ts32 = 1e30, ts8 = 1e30;
+	float *mom = m; /* fp32 SGD's momentum: AdamW's m, whose values do not matter here */
 	for (int r = 0; r <= reps; r++) { /* r == 0: warm-up */
 		const int t = r + 1;
 		const float bc1 = (float)(1 - pow(0.9, t)), bc2 = (float)(1 - pow(0.999, t));
@@ -150,9 +155,21 @@ int main(int argc, char **argv)
 		t0 = now();
 		ops->adamw8_step(p, mc, vc, ma, va, g, n, &a8);
 		const double d8 = now() - t0;
+		const struct st_sgd_args as = { .lr = 1e-3f, .momentum = 0.9f, .weight_decay = 0.0f,
+						 .grad_scale = 1.0f, .first_step = r == 0 };
+		const struct st_sgd8_args as8 = { .lr = 1e-3f, .momentum = 0.9f, .weight_decay = 0.0f,
+						  .grad_scale = 1.0f, .first_step = r == 0,
+						  .block = block, .map = map_s };
+		t0 = now();
+		ops->sgd_step(p, mom, g, n, &as);
+		const double ds32 = now() - t0;
+		t0 = now();
+		ops->sgd8_step(p, sc, sa, g, n, &as8);
+		const double ds8 = now() - t0;
 		if (r) {
 			t_triad = fmin(t_triad, d_triad), t_axpy = fmin(t_axpy, d_axpy);
 			t32 = fmin(t32, d32), t8 = fmin(t8, d8);
+			ts32 = fmin(ts32, ds32), ts8 = fmin(ts8, ds8);
 		}
 	}
 	const double gbs_triad = 12.0 * (double)n / t_triad / 1e9;
@@ -206,6 +223,9 @@ int main(int argc, char **argv)
 	const double state32 = 8.0, state8 = 2.0 + 8.0 / block;
 	const double ps32 = (double)n / t32, ps8 = (double)n / t8;
 	const double gb32 = b32 * ps32 / 1e9, gb8 = b8 * ps8 / 1e9;
+	const double bs32 = 20.0, bs8 = 14.0 + 8.0 / block;
+	const double pss32 = (double)n / ts32, pss8 = (double)n / ts8;
+	const double gbs32 = bs32 * pss32 / 1e9, gbs8 = bs8 * pss8 / 1e9;
 	const char *simd = getenv("STRATA_SIMD");
 
 	printf("bench/optim: %zu params (%.0fM), %d threads, block %d, best of %d, "
@@ -220,9 +240,14 @@ int main(int argc, char **argv)
 	       b32, gb32, 100 * gb32 / ceiling, state32);
 	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "adamw 8-bit", 1e3 * t8, ps8, b8,
 	       gb8, 100 * gb8 / ceiling, state8);
+	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "sgd fp32", 1e3 * ts32, pss32,
+	       bs32, gbs32, 100 * gbs32 / ceiling, 4.0);
+	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "sgd 8-bit", 1e3 * ts8, pss8,
+	       bs8, gbs8, 100 * gbs8 / ceiling, 1.0 + 4.0 / block);
 	printf("fp32 GB/s / ceiling = %.2f (target >= 0.8); 8-bit / fp32 params/s = %.2f (target "
 	       ">= 1.5); state %.2f vs %.0f B/param\n",
 	       gb32 / ceiling, ps8 / ps32, state8, state32);
+	printf("SGD with momentum: 8-bit / fp32 params/s = %.2f\n", pss8 / pss32);
 	printf("in cache (%zu params per thread): fp32 %.3e params/s, 8-bit %.3e params/s; bandwidth-bound "
 	       "rates at the ceiling: fp32 %.3e, 8-bit %.3e -> 8-bit is %s-bound here\n",
 	       per, cps32, cps8, ceiling * 1e9 / b32, ceiling * 1e9 / b8,
@@ -242,16 +267,22 @@ int main(int argc, char **argv)
 			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
 			"\"adamw_8bit\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
 			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
+			"\"sgd_fp32\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
+			"\"gbs\": %.3f}, "
+			"\"sgd_8bit\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
+			"\"gbs\": %.3f}, "
 			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f, "
 			"\"in_cache\": {\"params\": %zu, \"params_per_thread\": %zu, \"fp32_params_per_s\": %.4e, "
 			"\"adamw_8bit_params_per_s\": %.4e}}\n",
 			n, threads, block, reps, q8_simd_name(q8_simd_pick()),
 			q8_simd_describe(q8_simd_pick()), gbs_triad, gbs_axpy, ceiling, t32, ps32, b32,
-			gb32, state32, t8, ps8, b8, gb8, state8, gb32 / ceiling, ps8 / ps32, nc, per, cps32,
+			gb32, state32, t8, ps8, b8, gb8, state8, ts32, pss32, bs32, gbs32, ts8, pss8, bs8,
+			gbs8, gb32 / ceiling, ps8 / ps32, nc, per, cps32,
 			cps8);
 		if (cli_close_out(&args, "json", jf) != ST_OK)
 			return 1;
 	}
 	free(p), free(g), free(m), free(v), free(x), free(mc), free(vc), free(ma), free(va);
+	free(sc), free(sa);
 	return 0;
 }

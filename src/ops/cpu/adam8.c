@@ -210,54 +210,6 @@ static void moments_absmax(const struct q8_kernels *q, float *p, float *m, float
 	*av = q->absmax(v, n);
 }
 
-/* Software prefetch, at the start of a block of at most PF_MAX_BLOCK
- * elements at i0, of the lines the step reaches PF_AHEAD elements later: p,
- * g and both moments' codes. At 128M parameters the step ran 18% below its
- * in-cache rate, its memory traffic stalling each block's start instead of
- * flowing under the compute. On the 2-core Xeon VM (2026-11-25,
- * bench/results/optim-20261125-xeon2-prefetch/) it made the step 1.05-1.11x
- * faster at block 256, 1.10-1.15x at 128 and 1.15-1.21x at 64. Blocks
- * above 256 take none: every way of prefetching them tried there (the whole
- * block, or its first 256 elements) made them 2-12% slower. Only a hint: no
- * result depends on it. */
-enum { PF_AHEAD = 512, PF_MAX_BLOCK = 256 };
-
-/* One line toward the core, to be written (PREFETCHW where the CPU has it:
- * the line arrives exclusive) or read (prefetcht2, the best read hint
- * there). Asm statements, since gcc 12 deletes a loop whose body is only
- * __builtin_prefetch calls as dead code. */
-static inline void prefetch_w(const void *a)
-{
-#if defined(__x86_64__) && defined(__PRFCHW__)
-	__asm__ volatile("prefetchw %0" : : "m"(*(const char *)a));
-#elif defined(__x86_64__)
-	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
-#endif
-}
-
-static inline void prefetch_r(const void *a)
-{
-#if defined(__x86_64__)
-	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
-#endif
-}
-
-static inline void prefetch_ahead(const float *p, const float *g, const uint8_t *mc,
-				  const uint8_t *vc, size_t i0, size_t len, size_t n)
-{
-	if (len > PF_MAX_BLOCK || n - i0 <= PF_AHEAD)
-		return;
-	const size_t a = i0 + PF_AHEAD, b = n - a < len ? n : a + len;
-	for (size_t i = a; i < b; i += 16) { /* a 64-byte line of floats */
-		prefetch_w(p + i);
-		prefetch_r(g + i);
-	}
-	for (size_t i = a; i < b; i += 64) {
-		prefetch_w(mc + i);
-		prefetch_w(vc + i);
-	}
-}
-
 void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v_codes,
 			  float *m_absmax, float *v_absmax, const float *g, size_t n,
 			  const struct st_adamw8_args *a)
@@ -289,7 +241,7 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 				}
 			for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 				size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
-				prefetch_ahead(p, g, m_codes, v_codes, b0 + c0, cl, n);
+				q8_prefetch_block(p, g, m_codes, v_codes, b0 + c0, cl, n);
 				q->decode(mb, m_codes + b0 + c0, cl, am_old, lut_m);
 				q->decode(vb, v_codes + b0 + c0, cl, av_old, lut_v);
 				float x, y;

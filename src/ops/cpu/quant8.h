@@ -122,6 +122,56 @@ struct q8_kernels {
 const struct q8_kernels *q8_kernels_get(enum q8_simd s);
 extern const struct q8_kernels q8_kernels_vbmi; /* quant8_vbmi.c */
 
+/* Software prefetch for the fused steps: at the start of a block of at most
+ * Q8_PF_MAX_BLOCK elements at i0, the lines the step reaches Q8_PF_AHEAD
+ * elements later (p, g and the state's codes; vc NULL for one state, as 8-bit
+ * SGD's). At 128M parameters 8-bit AdamW ran 18% below its in-cache rate,
+ * its memory traffic stalling each block's start instead of flowing under
+ * the compute. On the 2-core Xeon VM (2026-11-25,
+ * bench/results/optim-20261125-xeon2-prefetch/) the prefetch made 8-bit
+ * AdamW 7-10% faster at block 256 (10-12% at 128, 17-18% at 64) and 8-bit
+ * SGD 23-25% (21-27%, 18-19%). Blocks above 256 take none: every way of
+ * prefetching them tried there (the whole block, or its first 256 elements)
+ * made 8-bit AdamW 2-12% slower. Only a hint: no result depends on it. */
+enum { Q8_PF_AHEAD = 512, Q8_PF_MAX_BLOCK = 256 };
+
+/* One line toward the core, to be written (PREFETCHW where the CPU has it:
+ * the line arrives exclusive) or read (prefetcht2, the best read hint
+ * there). Asm statements, since gcc 12 deletes a loop whose body is only
+ * __builtin_prefetch calls as dead code. */
+static inline void q8_prefetch_w(const void *a)
+{
+#if defined(__x86_64__) && defined(__PRFCHW__)
+	__asm__ volatile("prefetchw %0" : : "m"(*(const char *)a));
+#elif defined(__x86_64__)
+	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
+#endif
+}
+
+static inline void q8_prefetch_r(const void *a)
+{
+#if defined(__x86_64__)
+	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
+#endif
+}
+
+static inline void q8_prefetch_block(const float *p, const float *g, const uint8_t *mc,
+				     const uint8_t *vc, size_t i0, size_t len, size_t n)
+{
+	if (len > Q8_PF_MAX_BLOCK || n - i0 <= Q8_PF_AHEAD)
+		return;
+	const size_t a = i0 + Q8_PF_AHEAD, b = n - a < len ? n : a + len;
+	for (size_t i = a; i < b; i += 16) { /* a 64-byte line of floats */
+		q8_prefetch_w(p + i);
+		q8_prefetch_r(g + i);
+	}
+	for (size_t i = a; i < b; i += 64) {
+		q8_prefetch_w(mc + i);
+		if (vc)
+			q8_prefetch_w(vc + i);
+	}
+}
+
 /* The fused steps with an explicit variant (ops.h's adamw8_step and
  * sgd8_step use q8_simd_pick()); for the tests. */
 struct st_adamw8_args;

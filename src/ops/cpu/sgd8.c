@@ -62,6 +62,7 @@ void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom
 				}
 			for (size_t c0 = 0; c0 < len; c0 += Q8_CHUNK) {
 				size_t cl = len - c0 < Q8_CHUNK ? len - c0 : Q8_CHUNK;
+				q8_prefetch_block(p, g, mom_codes, NULL, b0 + c0, cl, n);
 				if (!a->first_step)
 					q->decode(mb, mom_codes + b0 + c0, cl, old, lut);
 				sgd_update(p + b0 + c0, mb, g + b0 + c0, cl, a);
