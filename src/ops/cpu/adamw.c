@@ -23,6 +23,27 @@
 /* 1 KiB of sqrt arguments per block: stays in L1 between the three loops. */
 #define ADAMW_BLOCK 256
 
+/* Software prefetch of the four arrays' lines ADAMW_AHEAD elements past the
+ * block at b0, for the same reason as the 8-bit steps' (quant8.h): at 128M
+ * parameters on the 2-core Xeon VM (2026-11-25, bench/results/
+ * optim-20261125-xeon2-prefetch/) it raised the step from 0.88-0.92 to
+ * 0.94-0.98 of bench/optim's bandwidth ceiling. */
+#define ADAMW_AHEAD 512
+
+static inline void prefetch_ahead(const float *p, const float *m, const float *v,
+				  const float *g, size_t b0, size_t len, size_t n)
+{
+	if (n - b0 <= ADAMW_AHEAD)
+		return;
+	const size_t a = b0 + ADAMW_AHEAD, b = n - a < len ? n : a + len;
+	for (size_t i = a; i < b; i += 16) { /* a 64-byte line of floats */
+		cpu_prefetch_w(p + i);
+		cpu_prefetch_w(m + i);
+		cpu_prefetch_w(v + i);
+		cpu_prefetch_r(g + i);
+	}
+}
+
 void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
 		    const struct st_adamw_args *a)
 {
@@ -37,6 +58,7 @@ void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
 		float *restrict pb = p + b0, *restrict mb = m + b0, *restrict vb = v + b0;
 		const float *restrict gb = g + b0;
 		float den[ADAMW_BLOCK];
+		prefetch_ahead(p, m, v, g, b0, len, n);
 		for (size_t i = 0; i < len; i++) {
 			float gi = gb[i] * gs;
 			float pi = pb[i];

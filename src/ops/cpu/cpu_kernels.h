@@ -16,6 +16,28 @@
  * fixed independently of the thread count). */
 #define CPU_PAR_MIN 16384
 
+/* Software prefetch of one line toward the core, to be written (PREFETCHW
+ * where the CPU has it: the line arrives exclusive) or read (prefetcht2, the
+ * better read hint on the 2-core Xeon VM, bench/results/
+ * optim-20261125-xeon2-prefetch/explore.txt). Asm statements, since gcc 12
+ * deletes a loop whose body is only __builtin_prefetch calls as dead code;
+ * nothing on other architectures. Only hints: no result depends on them. */
+static inline void cpu_prefetch_w(const void *a)
+{
+#if defined(__x86_64__) && defined(__PRFCHW__)
+	__asm__ volatile("prefetchw %0" : : "m"(*(const char *)a));
+#elif defined(__x86_64__)
+	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
+#endif
+}
+
+static inline void cpu_prefetch_r(const void *a)
+{
+#if defined(__x86_64__)
+	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
+#endif
+}
+
 /* exp(x) in fp32 that gcc vectorizes inside plain loops (glibc's expf is a
  * scalar call unless -ffast-math, and softmax/sigmoid loops are dominated by
  * it: 16% of attention time, most of xent's). Cody-Waite reduction

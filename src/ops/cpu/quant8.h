@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/cpu/cpu_kernels.h"
+
 /* Run-time instruction-set choice: the best the CPU supports, or the one named
  * by the environment variable STRATA_SIMD=scalar|avx2|avx512|avx512vbmi|tuned
  * (for testing the dispatch paths; a level the CPU lacks falls back to the
@@ -135,26 +137,6 @@ extern const struct q8_kernels q8_kernels_vbmi; /* quant8_vbmi.c */
  * made 8-bit AdamW 2-12% slower. Only a hint: no result depends on it. */
 enum { Q8_PF_AHEAD = 512, Q8_PF_MAX_BLOCK = 256 };
 
-/* One line toward the core, to be written (PREFETCHW where the CPU has it:
- * the line arrives exclusive) or read (prefetcht2, the best read hint
- * there). Asm statements, since gcc 12 deletes a loop whose body is only
- * __builtin_prefetch calls as dead code. */
-static inline void q8_prefetch_w(const void *a)
-{
-#if defined(__x86_64__) && defined(__PRFCHW__)
-	__asm__ volatile("prefetchw %0" : : "m"(*(const char *)a));
-#elif defined(__x86_64__)
-	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
-#endif
-}
-
-static inline void q8_prefetch_r(const void *a)
-{
-#if defined(__x86_64__)
-	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
-#endif
-}
-
 static inline void q8_prefetch_block(const float *p, const float *g, const uint8_t *mc,
 				     const uint8_t *vc, size_t i0, size_t len, size_t n)
 {
@@ -162,13 +144,13 @@ static inline void q8_prefetch_block(const float *p, const float *g, const uint8
 		return;
 	const size_t a = i0 + Q8_PF_AHEAD, b = n - a < len ? n : a + len;
 	for (size_t i = a; i < b; i += 16) { /* a 64-byte line of floats */
-		q8_prefetch_w(p + i);
-		q8_prefetch_r(g + i);
+		cpu_prefetch_w(p + i);
+		cpu_prefetch_r(g + i);
 	}
 	for (size_t i = a; i < b; i += 64) {
-		q8_prefetch_w(mc + i);
+		cpu_prefetch_w(mc + i);
 		if (vc)
-			q8_prefetch_w(vc + i);
+			cpu_prefetch_w(vc + i);
 	}
 }
 
