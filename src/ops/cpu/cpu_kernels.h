@@ -131,9 +131,10 @@ void cpu_scale(float *x, float s, size_t n);
 void cpu_xent_forward_backward(float *dlogits, float *losses, const float *logits,
 			       const int32_t *targets, int n, int v, float scale);
 
-/* 0 keeps cpu_adamw_step on its portable loops where the CPU has AVX-512
- * (the tests compare the two paths bit for bit); 1 by default. */
-extern int cpu_adamw_avx512;
+/* 1 (the default): cpu_adamw_step takes its AVX2 one-pass variant where the
+ * CPU has AVX2; 0: its portable loops. The tests run both and compare them
+ * bit for bit. */
+extern int cpu_adamw_simd;
 void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
 		    const struct st_adamw_args *a);
 void cpu_sgd_step(float *p, float *mom, const float *g, size_t n, const struct st_sgd_args *a);
