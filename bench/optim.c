@@ -224,6 +224,7 @@ int main(int argc, char **argv)
 	const double ps32 = (double)n / t32, ps8 = (double)n / t8;
 	const double gb32 = b32 * ps32 / 1e9, gb8 = b8 * ps8 / 1e9;
 	const double bs32 = 20.0, bs8 = 14.0 + 8.0 / block;
+	const double states32 = 4.0, states8 = 1.0 + 4.0 / block;
 	const double pss32 = (double)n / ts32, pss8 = (double)n / ts8;
 	const double gbs32 = bs32 * pss32 / 1e9, gbs8 = bs8 * pss8 / 1e9;
 	const char *simd = getenv("STRATA_SIMD");
@@ -241,9 +242,9 @@ int main(int argc, char **argv)
 	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "adamw 8-bit", 1e3 * t8, ps8, b8,
 	       gb8, 100 * gb8 / ceiling, state8);
 	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "sgd fp32", 1e3 * ts32, pss32,
-	       bs32, gbs32, 100 * gbs32 / ceiling, 4.0);
+	       bs32, gbs32, 100 * gbs32 / ceiling, states32);
 	printf("%-12s %10.1f %12.3e %9.2f %9.1f %11.0f%% %11.2f\n", "sgd 8-bit", 1e3 * ts8, pss8,
-	       bs8, gbs8, 100 * gbs8 / ceiling, 1.0 + 4.0 / block);
+	       bs8, gbs8, 100 * gbs8 / ceiling, states8);
 	printf("fp32 GB/s / ceiling = %.2f (target >= 0.8); 8-bit / fp32 params/s = %.2f (target "
 	       ">= 1.5); state %.2f vs %.0f B/param\n",
 	       gb32 / ceiling, ps8 / ps32, state8, state32);
@@ -268,16 +269,17 @@ int main(int argc, char **argv)
 			"\"adamw_8bit\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
 			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
 			"\"sgd_fp32\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
-			"\"gbs\": %.3f}, "
+			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
 			"\"sgd_8bit\": {\"step_s\": %.6f, \"params_per_s\": %.4e, \"bytes_per_param\": %.4f, "
-			"\"gbs\": %.3f}, "
+			"\"gbs\": %.3f, \"state_bytes_per_param\": %.4f}, "
+			"\"sgd_speedup_8bit_over_fp32\": %.4f, "
 			"\"fp32_gbs_over_ceiling\": %.4f, \"speedup_8bit_over_fp32\": %.4f, "
 			"\"in_cache\": {\"params\": %zu, \"params_per_thread\": %zu, \"fp32_params_per_s\": %.4e, "
 			"\"adamw_8bit_params_per_s\": %.4e}}\n",
 			n, threads, block, reps, q8_simd_name(q8_simd_pick()),
 			q8_simd_describe(q8_simd_pick()), gbs_triad, gbs_axpy, ceiling, t32, ps32, b32,
-			gb32, state32, t8, ps8, b8, gb8, state8, ts32, pss32, bs32, gbs32, ts8, pss8, bs8,
-			gbs8, gb32 / ceiling, ps8 / ps32, nc, per, cps32,
+			gb32, state32, t8, ps8, b8, gb8, state8, ts32, pss32, bs32, gbs32, states32, ts8,
+			pss8, bs8, gbs8, states8, pss8 / pss32, gb32 / ceiling, ps8 / ps32, nc, per, cps32,
 			cps8);
 		if (cli_close_out(&args, "json", jf) != ST_OK)
 			return 1;

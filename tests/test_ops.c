@@ -1006,14 +1006,16 @@ Test(ops, adamw_paths_equal_the_replay_bit_for_bit)
 			cr_log_warn("AdamW's %s path not checked: this CPU lacks it", names[path]);
 			continue;
 		}
-		cpu_adamw_simd = path;
 		for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
 			for (int wd = 0; wd < 2; wd++) {
 				const size_t n = lens[li];
 				uint64_t seed = 0xad0 + li;
-				float *p = frand(n, 1, &seed), *m = fmalloc(n), *v = fmalloc(n);
+				/* moments mid-run: m signed, v >= 0 */
+				float *p = frand(n, 1, &seed), *m = frand(n, 0.1f, &seed);
+				float *v = frand(n, 0.01f, &seed);
+				for (size_t i = 0; i < n; i++)
+					v[i] = v[i] * v[i];
 				float *rp = fmalloc(n), *rm = fmalloc(n), *rv = fmalloc(n);
-				memset(m, 0, n * sizeof(float)), memset(v, 0, n * sizeof(float));
 				memcpy(rp, p, n * sizeof(float)), memcpy(rm, m, n * sizeof(float));
 				memcpy(rv, v, n * sizeof(float));
 				struct st_adamw_args a = { .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
@@ -1023,7 +1025,7 @@ Test(ops, adamw_paths_equal_the_replay_bit_for_bit)
 					float *g = frand(n, 1, &seed);
 					a.bc1 = (float)(1.0 - pow(a.beta1, step));
 					a.bc2 = (float)(1.0 - pow(a.beta2, step));
-					cpu_adamw_step(p, m, v, g, n, &a);
+					cpu_adamw_step_simd(path, p, m, v, g, n, &a);
 					adamw_replay(rp, rm, rv, g, n, &a);
 					free(g);
 				}
@@ -1035,7 +1037,6 @@ Test(ops, adamw_paths_equal_the_replay_bit_for_bit)
 				free(p), free(m), free(v), free(rp), free(rm), free(rv);
 			}
 	}
-	cpu_adamw_simd = 1;
 }
 
 static void check_sgd(float momentum, size_t n, uint64_t seed)

@@ -21,26 +21,23 @@
 #include <math.h>
 
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/quant8.h" /* q8_simd_pick: STRATA_SIMD=scalar turns the pass off */
 
 /* 1 KiB of sqrt arguments per block: stays in L1 between the three loops. */
 #define ADAMW_BLOCK 256
-
-/* 0: the loops alone, even where the CPU has AVX2 (the tests run both). */
-int cpu_adamw_simd = 1;
 
 /* Software prefetch of the four arrays' lines ADAMW_AHEAD elements past the
  * block at b0, for the same reason as the 8-bit steps' (quant8.h): at 128M
  * parameters on the 2-core Xeon VM (2026-11-25, bench/results/
  * optim-20261125-xeon2-prefetch/explore.txt, trial builds) it raised the
- * three-loop step from about 0.92 to 0.95-0.97 of bench/optim's ceiling. */
+ * three-loop step from 0.92 to 0.95-0.96 of bench/optim's ceiling. */
 #define ADAMW_AHEAD 512
 
 static inline void prefetch_ahead(const float *p, const float *m, const float *v,
 				  const float *g, size_t b0, size_t len, size_t n)
 {
-	if (n - b0 <= ADAMW_AHEAD)
-		return;
-	const size_t a = b0 + ADAMW_AHEAD, b = n - a < len ? n : a + len;
+	size_t a = 0;
+	const size_t b = cpu_prefetch_span(b0, len, n, ADAMW_AHEAD, &a);
 	for (size_t i = a; i < b; i += 16) { /* a 64-byte line of floats */
 		cpu_prefetch_w(p + i);
 		cpu_prefetch_w(m + i);
@@ -56,14 +53,15 @@ struct adamw_consts {
 
 /* One full block in 8-wide AVX2 registers, a single pass: the same fp32
  * operations in the same order as the three loops below, each rounding once
- * (no FMA: the pragma, and the intrinsics are separate multiplies and adds),
- * so the same bits (tests/test_ops.c checks both paths against a scalar
+ * (no FMA: gcc may fuse _mm256_mul_ps into a following _mm256_add_ps as it
+ * would a * b + c, and the file's pragma forbids it here too), so the same
+ * bits (tests/test_ops.c checks both paths against a scalar
  * replay). On the 2-core Xeon VM (2026-11-25, bench/results/
  * optim-20261125-xeon2-prefetch/) the pass and the prefetch took the step
  * from 0.91-0.93 of bench/optim's ceiling to 1.06-1.07, 0.99-1.02x PyTorch's
  * fused AdamW: the three loops' loads, stores and 256-float buffer had kept
  * the compute from hiding under the memory traffic. The same pass in 16-wide
- * AVX-512 registers ran 3-5% slower there than this one, so there is none. */
+ * AVX-512 registers ran 3-4% slower there than this one, so there is none. */
 __attribute__((target("avx2"))) static void adamw_block_avx2(
 	float *restrict pb, float *restrict mb, float *restrict vb, const float *restrict gb,
 	const struct adamw_consts *k)
@@ -90,8 +88,8 @@ __attribute__((target("avx2"))) static void adamw_block_avx2(
 	}
 }
 
-void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
-		    const struct st_adamw_args *a)
+void cpu_adamw_step_simd(int avx2, float *p, float *m, float *v, const float *g, size_t n,
+			 const struct st_adamw_args *a)
 {
 	const float lr = a->lr, b1 = a->beta1, b2 = a->beta2, eps = a->eps;
 	const float gs = a->grad_scale, bc1 = a->bc1, bc2 = a->bc2;
@@ -101,7 +99,7 @@ void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
 	const struct adamw_consts k = {.lr = lr, .b1 = b1, .omb1 = 1.0f - b1, .b2 = b2,
 				       .omb2 = 1.0f - b2, .eps = eps, .gs = gs, .bc1 = bc1,
 				       .bc2 = bc2, .decay = decay};
-	const int avx2 = cpu_adamw_simd && __builtin_cpu_supports("avx2");
+	avx2 = avx2 && __builtin_cpu_supports("avx2");
 #pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN)
 	for (size_t b0 = 0; b0 < n; b0 += ADAMW_BLOCK) {
 		size_t len = n - b0 < ADAMW_BLOCK ? n - b0 : ADAMW_BLOCK;
@@ -128,4 +126,10 @@ void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
 		for (size_t i = 0; i < len; i++)
 			pb[i] -= lr * (mb[i] / bc1) / (den[i] + eps);
 	}
+}
+
+void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
+		    const struct st_adamw_args *a)
+{
+	cpu_adamw_step_simd(q8_simd_pick() != Q8_SCALAR, p, m, v, g, n, a);
 }

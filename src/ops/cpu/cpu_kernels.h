@@ -17,9 +17,10 @@
 #define CPU_PAR_MIN 16384
 
 /* Software prefetch of one line toward the core, to be written (PREFETCHW
- * where the CPU has it: the line arrives exclusive) or read (prefetcht2, the
- * better read hint on the 2-core Xeon VM, bench/results/
- * optim-20261125-xeon2-prefetch/explore.txt). Asm statements, since gcc 12
+ * where the CPU has it: the line arrives exclusive) or read (prefetcht2).
+ * On the 2-core Xeon VM that pair ran 1-3% faster than prefetcht1 for every
+ * line (bench/results/optim-20261125-xeon2-prefetch/explore.txt; the read
+ * hint alone was not compared). Asm statements, since gcc 12
  * deletes a loop whose body is only __builtin_prefetch calls as dead code;
  * nothing on other architectures. Only hints: no result depends on them. */
 static inline void cpu_prefetch_w(const void *a)
@@ -36,6 +37,16 @@ static inline void cpu_prefetch_r(const void *a)
 #if defined(__x86_64__)
 	__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)a));
 #endif
+}
+
+/* The elements [*a, end) that a block of len at i0 prefetches `ahead`
+ * elements on, within n: end is 0 when that lies past n. */
+static inline size_t cpu_prefetch_span(size_t i0, size_t len, size_t n, size_t ahead, size_t *a)
+{
+	if (n - i0 <= ahead)
+		return 0;
+	*a = i0 + ahead;
+	return n - *a < len ? n : *a + len;
 }
 
 /* exp(x) in fp32 that gcc vectorizes inside plain loops (glibc's expf is a
@@ -131,12 +142,13 @@ void cpu_scale(float *x, float s, size_t n);
 void cpu_xent_forward_backward(float *dlogits, float *losses, const float *logits,
 			       const int32_t *targets, int n, int v, float scale);
 
-/* 1 (the default): cpu_adamw_step takes its AVX2 one-pass variant where the
- * CPU has AVX2; 0: its portable loops. The tests run both and compare them
- * bit for bit. */
-extern int cpu_adamw_simd;
 void cpu_adamw_step(float *p, float *m, float *v, const float *g, size_t n,
 		    const struct st_adamw_args *a);
+/* cpu_adamw_step with its AVX2 one-pass variant (avx2, on a CPU that has it)
+ * or its portable loops (!avx2); the same bits either way. cpu_adamw_step
+ * takes the pass unless STRATA_SIMD=scalar. For the tests. */
+void cpu_adamw_step_simd(int avx2, float *p, float *m, float *v, const float *g, size_t n,
+			 const struct st_adamw_args *a);
 void cpu_sgd_step(float *p, float *mom, const float *g, size_t n, const struct st_sgd_args *a);
 
 #endif

@@ -140,9 +140,8 @@ enum { Q8_PF_AHEAD = 512, Q8_PF_MAX_BLOCK = 256 };
 static inline void q8_prefetch_block(const float *p, const float *g, const uint8_t *mc,
 				     const uint8_t *vc, size_t i0, size_t len, size_t n)
 {
-	if (len > Q8_PF_MAX_BLOCK || n - i0 <= Q8_PF_AHEAD)
-		return;
-	const size_t a = i0 + Q8_PF_AHEAD, b = n - a < len ? n : a + len;
+	size_t a = 0;
+	const size_t b = len > Q8_PF_MAX_BLOCK ? 0 : cpu_prefetch_span(i0, len, n, Q8_PF_AHEAD, &a);
 	for (size_t i = a; i < b; i += 16) { /* a 64-byte line of floats */
 		cpu_prefetch_w(p + i);
 		cpu_prefetch_r(g + i);
