@@ -39,7 +39,7 @@ static inline void cpu_prefetch_r(const void *a)
 #endif
 }
 
-/* The elements [*a, end) that a block of len at i0 prefetches `ahead`
+/* The elements [*a, end) that a block of len at i0 <= n prefetches `ahead`
  * elements on, within n: end is 0 when that lies past n. */
 static inline size_t cpu_prefetch_span(size_t i0, size_t len, size_t n, size_t ahead, size_t *a)
 {

@@ -132,9 +132,9 @@ extern const struct q8_kernels q8_kernels_vbmi; /* quant8_vbmi.c */
  * the compute. On the 2-core Xeon VM (2026-11-25,
  * bench/results/optim-20261125-xeon2-prefetch/) the prefetch made 8-bit
  * AdamW 7-10% faster at block 256 (10-12% at 128, 17-18% at 64) and 8-bit
- * SGD 23-25% (21-27%, 18-19%). Blocks above 256 take none: every way of
+ * SGD 23-24% (21-27%, 18-19%). Blocks above 256 take none: every way of
  * prefetching them tried there (the whole block, or its first 256 elements)
- * made 8-bit AdamW 2-12% slower. Only a hint: no result depends on it. */
+ * made 8-bit AdamW 2-13% slower. Only a hint: no result depends on it. */
 enum { Q8_PF_AHEAD = 512, Q8_PF_MAX_BLOCK = 256 };
 
 static inline void q8_prefetch_block(const float *p, const float *g, const uint8_t *mc,
