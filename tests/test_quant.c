@@ -230,7 +230,7 @@ static void check_nearest(const float map[256], const char *name, uint64_t seed)
 	}
 	cr_expect(bad == 0, "%s: quant_nearest wrong on %zu of %zu points", name, bad, n);
 	cr_expect(ties > 10000, "%s: only %d exact midpoints tested", name, ties);
-	/* the kernels' table encoder, absmax 1 (x / 1 == x), every variant */
+	/* the kernels' table encoder, scale 1 (x * 1 == x), every variant */
 	struct q8_lut *lut = xmalloc(sizeof *lut);
 	q8_lut_build(lut, map);
 	enum q8_simd sv[Q8_NSIMD];
@@ -371,9 +371,9 @@ Test(quant, every_short_length_every_variant)
 				cr_assert(y[i] == s[codes[i]] * 0.75f, "%s decode n=%zu: [%zu] = %g",
 					  q8_simd_name(sv[v]), n, i, y[i]);
 			memset(got, 0xee, sizeof got);
-			q->encode(got, x, n, 0.9f, t);
+			q->encode(got, x, n, ops_q8_scale(0.9f), t);
 			for (size_t i = 0; i < n; i++)
-				cr_assert(got[i] == quant_nearest(s, x[i] / 0.9f),
+				cr_assert(got[i] == quant_nearest(s, x[i] * (1.0f / 0.9f)),
 					  "%s encode n=%zu: [%zu] = %d", q8_simd_name(sv[v]), n, i, got[i]);
 			cr_assert(n == MAXN || (got[n] == 0xee && bits_of(y[n]) == 0x7f7f7f7f),
 				  "%s n=%zu: wrote past the end", q8_simd_name(sv[v]), n);
@@ -408,8 +408,9 @@ static void fill(float *x, size_t n, int block, enum dist d, uint64_t *seed)
 /* Worst error of one fp32 value x = map[c] * absmax relative to its block's
  * absmax: half the widest gap between neighbouring entries (the nearest
  * entry is at most that far), or the distance from -1 to map[0] (no -1.0 in
- * the signed map), plus 2^-22 for the roundings of x / absmax (which may pick
- * the other neighbour near a midpoint) and of map[c] * absmax. */
+ * the signed map), plus 2^-22 for the roundings of x * (1 / absmax) (the
+ * reciprocal's and the product's, 2^-23 of |x| together, which may pick the
+ * other neighbour near a midpoint) and of map[c] * absmax (2^-24). */
 static double err_bound(const float map[256])
 {
 	double b = map[0] < 0 ? 1.0 + (double)map[0] : 0.0;
@@ -477,7 +478,7 @@ static void check_blockwise(const float map[256], const char *mname, enum dist d
 			size_t b0 = b * (size_t)block, len = n - b0 < (size_t)block ? n - b0 : (size_t)block;
 			float a = len <= Q8_CHUNK ? q->absmax(x + b0, len) : am[b];
 			same &= a == am[b];
-			q->encode(c2 + b0, x + b0, len, am[b], lut);
+			q->encode(c2 + b0, x + b0, len, ops_q8_scale(am[b]), lut);
 		}
 		cr_expect(same && !memcmp(c2, c, n), "%s encoder differs from quant_blockwise",
 			  q8_simd_name(sv[v]));

@@ -194,9 +194,10 @@ struct st_ops {
 	 *   m_absmax[b] = max |m|, v_absmax[b] = max |v| over the block (new)
 	 *   p = p - step * (m / (sqrt(v) + eps_hat))     [= -lr m^/(sqrt(v^)+eps)]
 	 *   p = p * decay                                 (decoupled decay, after)
-	 *   m_codes = code(m / m_absmax[b]), v_codes = code(v / v_absmax[b])
+	 *   m_codes = code(m * ops_q8_scale(m_absmax[b])), v_codes likewise
 	 * where code() is quant_nearest (nearest entry, exact midpoint -> lower
-	 * index, NaN -> the code of 0) and a zero absmax divides by 1 instead.
+	 * index, NaN -> the code of 0) and ops_q8_scale (below) is the rounded
+	 * reciprocal 1 / absmax (1 for a zero absmax), as in bitsandbytes.
 	 * State with all absmax 0 (e.g. all bytes zero) is m = v = 0. Non-finite
 	 * gradients poison the block's state: skip such steps (bitsandbytes
 	 * zeroes those elements instead). */
@@ -209,7 +210,7 @@ struct st_ops {
 	 *   mom = map[mom_codes] * mom_absmax[b]          (not on the first step)
 	 *   mom = momentum * mom + g'   (mom = g' on the first step)
 	 *   p = p - lr * mom
-	 *   mom_absmax[b] = max |mom|;  mom_codes = code(mom / mom_absmax[b])
+	 *   mom_absmax[b] = max |mom|;  mom_codes = code(mom * ops_q8_scale(mom_absmax[b]))
 	 * mom_codes NULL: no state, p = p - lr * g'. */
 	void (*sgd8_step)(float *p /* (n) */, uint8_t *mom_codes /* (n) */,
 			  float *mom_absmax /* (ceil(n/block)) */, const float *g /* (n) */,
@@ -218,6 +219,24 @@ struct st_ops {
 
 /* The CPU backend's table (always available). */
 const struct st_ops *ops_cpu(void);
+
+/* The factor an 8-bit block's values are multiplied by before their codes are
+ * looked up (optim/quantmap.c's quant_nearest): the fp32 reciprocal
+ * 1 / absmax, as bitsandbytes does. Every encoder (CPU, CUDA, the scalar
+ * reference) takes x * ops_q8_scale(absmax), one rounded product per element,
+ * not the quotient x / absmax: a product costs a fraction of a division, and
+ * the divider bounds the CPU's 8-bit step (bench/q8_stages). absmax 0 gives 1
+ * (an all-zero block keeps the code of 0); an absmax below 2^-128, whose
+ * reciprocal overflows, gives FLT_MAX, so every |x| <= absmax still maps into
+ * [-1, 1]. */
+static inline float ops_q8_scale(float absmax)
+{
+	if (!(absmax > 0.0f))
+		return 1.0f;
+	const float r = 1.0f / absmax;
+	return r < 0x1.fffffep127f ? r : 0x1.fffffep127f;
+}
+
 /* Whether ops multiplies bf16 on a matrix unit here (matmul_bf16_native,
  * for a table that may lack the entries); *impl names the kernel, "none"
  * where there is none. */

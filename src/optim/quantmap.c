@@ -70,9 +70,9 @@ void quant_blockwise(uint8_t *codes, float *absmax, const float *x, size_t n, in
 			amax = a > amax ? a : amax; /* a NaN never wins */
 		}
 		absmax[b] = amax;
-		float div = amax > 0.0f ? amax : 1.0f;
+		const float s = ops_q8_scale(amax);
 		for (size_t i = 0; i < len; i++)
-			codes[b0 + i] = quant_nearest(map, x[b0 + i] / div);
+			codes[b0 + i] = quant_nearest(map, x[b0 + i] * s);
 	}
 }
 

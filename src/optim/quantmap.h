@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/ops.h" /* ops_q8_scale */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,15 +36,15 @@ extern "C" {
 void quantmap_dynamic(float map[256], int is_signed);
 
 /* Index of the map entry nearest to x, by binary search; ties and NaN as in
- * the file comment. x is a value already divided by its block's absmax, so in
+ * the file comment. x is a value already scaled by its block's 1 / absmax, so in
  * [-1, 1] (signed) or [0, 1] (unsigned), but any float gives the nearest. */
 uint8_t quant_nearest(const float map[256], float x);
 
 /* Block-wise quantization of x (n) in blocks of `block` elements, the last one
  * partial when block does not divide n: absmax[b] = max |x| over block b
- * (NaN ignored), codes[i] = quant_nearest(map, x[i] / absmax[b]), with the
- * division by an absmax of 0 replaced by a division by 1 (an all-zero block
- * keeps absmax 0 and the code of 0). absmax has ceil(n / block) entries. */
+ * (NaN ignored), codes[i] = quant_nearest(map, x[i] * ops_q8_scale(absmax[b]))
+ * (an all-zero block keeps absmax 0 and the code of 0). absmax has
+ * ceil(n / block) entries. */
 void quant_blockwise(uint8_t *codes /* (n) */, float *absmax /* (ceil(n/block)) */,
 		     const float *x /* (n) */, size_t n, int block, const float map[256]);
 /* x[i] = map[codes[i]] * absmax[i / block] */

@@ -92,7 +92,7 @@ M = [
 ('Q8', QM, '\tif (x != x) /* NaN */\n\t\tx = 0.0f;\n', '', 'NaN -> code of 0 removed'),
 ('Q9', QM, 'amax = a > amax ? a : amax; /* a NaN never wins */', 'amax = amax >= a ? amax : a;', 'reference absmax lets NaN win'),
 ('Q10', QM, '\t\tfor (size_t i = 0; i < len; i++) {\n\t\t\tfloat a', '\t\tfor (size_t i = 0; i + 1 < len; i++) {\n\t\t\tfloat a', 'reference absmax skips last element of block'),
-('Q11', QM, 'float div = amax > 0.0f ? amax : 1.0f;', 'float div = amax;', 'no divide-by-1 guard for zero block'),
+('Q11', QM, 'const float s = ops_q8_scale(amax);', 'const float s = 1.0f / amax;', 'no guard for a zero block (scale 1/0)'),
 ('Q12', QM, 'x[i] = map[codes[i]] * absmax[i / (size_t)block];', 'x[i] = map[codes[i]] * absmax[(i + 1) / (size_t)block];', 'dequant block index off by one'),
 # ---- quant8.c
 ('L1', Q8, 'for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)\n\t\tif (q8_simd_supported', 'for (int s = Q8_SCALAR; s < Q8_TUNED; s++)\n\t\tif (q8_simd_supported', 'pick never chooses tuned'),
@@ -111,7 +111,7 @@ M = [
 ('L21', Q8, 'for (; i + 8 <= n; i += 8) /* vmaxps', 'for (; i + 8 < n; i += 8) /* vmaxps', 'avx2 absmax loop bound < (tail covers)'),
 ('L22', Q8, 'return q8_hmax_avx512(m, absmax_scalar(x + i, n - i));', 'return q8_hmax_avx512(m, 0.0f);', 'avx512 absmax tail dropped'),
 ('L23', Q8, '\t\tq8_store16_avx2(codes + i, c0, c1);\n\t}\n\tfor (; i < n; i++)', '\t\tq8_store16_avx2(codes + i, c0, c1);\n\t}\n\tfor (; i + 1 < n; i++)', 'avx2 encode tail misses last element'),
-('L24', Q8, 'q8_encode16_avx512(codes + i, _mm512_div_ps(_mm512_loadu_ps(x + i), vdiv), &q);', 'q8_encode16_avx512(codes + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(1.0f / div)), &q);', 'avx512 encode multiplies by reciprocal'),
+('L24', Q8, 'q8_encode16_avx512(codes + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), s), &q);', 'q8_encode16_avx512(codes + i, _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(1.0f / scale)), &q);', 'avx512 encode divides by 1/scale instead of multiplying'),
 ('L25', Q8, 'return s == Q8_AVX512VBMI ? &q8_kernels_vbmi :', 'return s == Q8_AVX512VBMI ? &kernels[2] :', 'vbmi variant silently maps to avx512'),
 # ---- quant8_simd.h
 ('S1', QS, 'return a < 0 ? 0 : a > nb - 1 ? nb - 1 : a;', 'return a < 0 ? 0 : a > nb ? nb - 1 : a;', 'bucket clamp off by one (a==nb escapes)'),
@@ -294,7 +294,7 @@ EQUIVALENT = {
     'Q5': 'the binary search with < instead of <= differs only when x equals an '
           'entry exactly; it then stops one entry lower, and the midpoint test '
           'returns the same code',
-    'Q11': 'without the guard an all-zero block divides by 0: 0/0 is NaN, which '
+    'Q11': 'without the guard an all-zero block scales by 1/0 = inf: 0 * inf is NaN, which '
            'takes the code of 0, as 0 does (a block whose absmax is 0 holds '
            'only zeros and NaNs)',
     'L21': 'the avx2 absmax loop stops 8 values earlier when n % 8 == 0; the '

@@ -248,8 +248,8 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 				moments_absmax(q, p + b0 + c0, mb, vb, g + b0 + c0, cl, &k, &x, &y);
 				if (len <= Q8_CHUNK)
 					am = x, av = y;
-				q->encode(m_codes + b0 + c0, mb, cl, am, lut_m);
-				q->encode(v_codes + b0 + c0, vb, cl, av, lut_v);
+				q->encode(m_codes + b0 + c0, mb, cl, ops_q8_scale(am), lut_m);
+				q->encode(v_codes + b0 + c0, vb, cl, ops_q8_scale(av), lut_v);
 			}
 			m_absmax[b] = am;
 			v_absmax[b] = av;

@@ -2,7 +2,7 @@
  * table, run-time ISA dispatch, and the scalar, AVX2 and AVX-512 versions of
  * decode / absmax / encode. See quant8.h for the contract.
  *
- * Encoding x (already divided by its block's absmax), all variants:
+ * Encoding x (already scaled by its block's 1 / absmax), all variants:
  *   bucket = sign, then |x| < 2^-23, or (binade, top `mbits` mantissa bits)
  *   for 2^-23 <= |x| < 2, or |x| >= 2 (inf, NaN bits land here too)
  *   code   = code[bucket] + (x > bthr[bucket])        (one compare)
@@ -13,8 +13,9 @@
  * bucket. For the dynamic maps (neighbouring entries at least 1.4% of the
  * decade's top apart) mbits = 6 (signed) and 7 (unsigned) give one compare.
  *
- * The variants do the same IEEE operations (one fp32 division x / absmax per
- * element, exact compares, exact products map[c] * absmax) and differ only in
+ * The variants do the same IEEE operations (one fp32 product x * scale per
+ * element, scale = ops_q8_scale(absmax) from the caller, exact compares, exact
+ * products map[c] * absmax) and differ only in
  * width, so their results are bit-identical. Max of |x| is exact and order-
  * independent once NaN is ignored, so the lane order of the reduction does
  * not matter either. */
@@ -72,7 +73,7 @@ static double time_piece(enum q8_simd s, int which, const struct q8_lut *t, floa
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		for (size_t i = 0; i < n; i += 256)
 			if (which)
-				k->encode(c + i, x + i, 256, 0.5f, t);
+				k->encode(c + i, x + i, 256, 2.0f, t);
 			else
 				k->decode(x + i, c + i, 256, 0.5f, t);
 		clock_gettime(CLOCK_MONOTONIC, &b);
@@ -386,12 +387,11 @@ static float absmax_scalar(const float *x, size_t n)
 	return m;
 }
 
-static void encode_scalar(uint8_t *codes, const float *x, size_t n, float absmax,
+static void encode_scalar(uint8_t *codes, const float *x, size_t n, float scale,
 			  const struct q8_lut *t)
 {
-	const float div = absmax > 0.0f ? absmax : 1.0f;
 	for (size_t i = 0; i < n; i++)
-		codes[i] = q8_code(t, x[i] / div);
+		codes[i] = q8_code(t, x[i] * scale);
 }
 
 /* ---- AVX2 ------------------------------------------------------------------------ */
@@ -416,19 +416,18 @@ __attribute__((target("avx2"))) static float absmax_avx2(const float *x, size_t 
 }
 
 __attribute__((target("avx2"))) static void encode_avx2(uint8_t *codes, const float *x, size_t n,
-							float absmax, const struct q8_lut *t)
+							float scale, const struct q8_lut *t)
 {
-	const float div = absmax > 0.0f ? absmax : 1.0f;
-	const __m256 vdiv = _mm256_set1_ps(div);
+	const __m256 s = _mm256_set1_ps(scale);
 	const struct q8_avx2 q = q8_avx2_setup(t);
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16) {
-		__m256i c0 = q8_encode8_avx2(_mm256_div_ps(_mm256_loadu_ps(x + i), vdiv), &q);
-		__m256i c1 = q8_encode8_avx2(_mm256_div_ps(_mm256_loadu_ps(x + i + 8), vdiv), &q);
+		__m256i c0 = q8_encode8_avx2(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), &q);
+		__m256i c1 = q8_encode8_avx2(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), s), &q);
 		q8_store16_avx2(codes + i, c0, c1);
 	}
 	for (; i < n; i++)
-		codes[i] = q8_code(t, x[i] / div);
+		codes[i] = q8_code(t, x[i] * scale);
 }
 
 /* ---- AVX-512 (AVX512F only) -------------------------------------------------------- */
@@ -455,17 +454,16 @@ __attribute__((target("avx512f"))) static float absmax_avx512(const float *x, si
 }
 
 __attribute__((target("avx512f"))) static void encode_avx512(uint8_t *codes, const float *x,
-							     size_t n, float absmax,
+							     size_t n, float scale,
 							     const struct q8_lut *t)
 {
-	const float div = absmax > 0.0f ? absmax : 1.0f;
-	const __m512 vdiv = _mm512_set1_ps(div);
+	const __m512 s = _mm512_set1_ps(scale);
 	const struct q8_avx512 q = q8_avx512_setup(t);
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16)
-		q8_encode16_avx512(codes + i, _mm512_div_ps(_mm512_loadu_ps(x + i), vdiv), &q);
+		q8_encode16_avx512(codes + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), s), &q);
 	for (; i < n; i++)
-		codes[i] = q8_code(t, x[i] / div);
+		codes[i] = q8_code(t, x[i] * scale);
 }
 
 /* ---- table ------------------------------------------------------------------------- */

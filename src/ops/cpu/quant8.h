@@ -117,8 +117,8 @@ struct q8_kernels {
 		       const struct q8_lut *t);
 	/* max |x[i]|, NaN ignored, 0 for n == 0 */
 	float (*absmax)(const float *x, size_t n);
-	/* codes[i] = the code of x[i] / (absmax > 0 ? absmax : 1) */
-	void (*encode)(uint8_t *codes, const float *x, size_t n, float absmax,
+	/* codes[i] = the code of x[i] * scale (scale = ops_q8_scale(absmax), ops.h) */
+	void (*encode)(uint8_t *codes, const float *x, size_t n, float scale,
 		       const struct q8_lut *t);
 };
 const struct q8_kernels *q8_kernels_get(enum q8_simd s);

@@ -37,7 +37,7 @@ Q8_FN int q8_bucket(uint32_t u, int shift, int nb)
 	return a < 0 ? 0 : a > nb - 1 ? nb - 1 : a;
 }
 
-/* the code of x (already divided by its absmax) */
+/* the code of x (already scaled by its block's 1 / absmax) */
 Q8_FN uint8_t q8_code(const struct q8_lut *t, float x)
 {
 	uint32_t bits;
@@ -95,7 +95,7 @@ Q8_FN_AVX2 struct q8_avx2 q8_avx2_setup(const struct q8_lut *t)
 	return q;
 }
 
-/* codes of 8 values already divided by their absmax, as int32 lanes.
+/* codes of 8 values already scaled by their 1 / absmax, as int32 lanes.
  * Bucket: (max(|bits|, base) - base) >> shift, base = 2^-23's bits minus one
  * bucket width, equals q8_bucket's clamp-below; then min with the top. */
 Q8_FN_AVX2 __m256i q8_encode8_avx2(__m256 v, const struct q8_avx2 *q)

@@ -17,9 +17,9 @@
  * and the floats come out in element order.
  *
  * The fp32 operations are the other variants' (quant8.c's header: one IEEE
- * division x / absmax, exact compares, exact products), so the codes and
+ * product x * scale, exact compares, exact products), so the codes and
  * values are the same bits. Maps the register table cannot hold (rok == 0),
- * the lanes whose x / absmax is inf or NaN, and tails under 64 elements take
+ * the lanes whose x * scale is inf or NaN, and tails under 64 elements take
  * the avx512 variant's code. Measured on the 2-core Zen 5 build machine: see
  * the README (bench/q8_stages). */
 #pragma GCC optimize("fp-contract=off")
@@ -125,16 +125,15 @@ VBMI_INLINE __m512i rkey32(__m512i w, const struct rtab *r, __mmask32 *special)
 	return _mm512_srlv_epi16(_mm512_sub_epi16(a, sub), sh);
 }
 
-VBMI static void encode_vbmi(uint8_t *codes, const float *x, size_t n, float absmax,
+VBMI static void encode_vbmi(uint8_t *codes, const float *x, size_t n, float scale,
 			     const struct q8_lut *t)
 {
 	const struct q8_kernels *avx512 = q8_kernels_get(Q8_AVX512);
 	if (!t->rok) {
-		avx512->encode(codes, x, n, absmax, t);
+		avx512->encode(codes, x, n, scale, t);
 		return;
 	}
-	const float div = absmax > 0.0f ? absmax : 1.0f;
-	const __m512 vdiv = _mm512_set1_ps(div);
+	const __m512 vs = _mm512_set1_ps(scale);
 	const struct planes p = planes_load(t->thr_bytes);
 	__m512i ct[8];
 	for (int k = 0; k < 8; k++)
@@ -148,7 +147,7 @@ VBMI static void encode_vbmi(uint8_t *codes, const float *x, size_t n, float abs
 	for (; i + 64 <= n; i += 64) {
 		__m512 y[4];
 		for (int q = 0; q < 4; q++)
-			y[q] = _mm512_div_ps(_mm512_loadu_ps(x + i + 16 * q), vdiv);
+			y[q] = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * q), vs);
 		__mmask32 sp0, sp1;
 		const __m512i k0 = rkey32(_mm512_permutex2var_epi16(_mm512_castps_si512(y[0]), odd,
 								     _mm512_castps_si512(y[1])),
@@ -180,11 +179,11 @@ VBMI static void encode_vbmi(uint8_t *codes, const float *x, size_t n, float abs
 		_mm512_storeu_si512(codes + i, c);
 		for (uint64_t sp = (uint64_t)sp1 << 32 | sp0; sp; sp &= sp - 1) {
 			const int l = __builtin_ctzll(sp);
-			codes[i + (size_t)l] = q8_code(t, x[i + (size_t)l] / div);
+			codes[i + (size_t)l] = q8_code(t, x[i + (size_t)l] * scale);
 		}
 	}
 	if (i < n) /* the last n % 64 values */
-		avx512->encode(codes + i, x + i, n - i, absmax, t);
+		avx512->encode(codes + i, x + i, n - i, scale, t);
 }
 
 const struct q8_kernels q8_kernels_vbmi = { Q8_AVX512VBMI, decode_vbmi, absmax_vbmi, encode_vbmi };

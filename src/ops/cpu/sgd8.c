@@ -68,7 +68,7 @@ void cpu_sgd8_step_simd(enum q8_simd s, float *p, uint8_t *mom_codes, float *mom
 				sgd_update(p + b0 + c0, mb, g + b0 + c0, cl, a);
 				if (len <= Q8_CHUNK)
 					amax = q->absmax(mb, cl);
-				q->encode(mom_codes + b0 + c0, mb, cl, amax, lut);
+				q->encode(mom_codes + b0 + c0, mb, cl, ops_q8_scale(amax), lut);
 			}
 			mom_absmax[b] = amax;
 		}

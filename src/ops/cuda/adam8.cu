@@ -31,6 +31,7 @@
  * struct is host memory (passed by value), and its map pointers are device
  * memory (256 floats each). */
 #include <cuda_runtime.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -55,6 +56,13 @@ __device__ static void q8_load_map(q8_map_smem *s, const float *map)
 		s->thr[k] = k == 255 ? INFINITY
 				     : __double2float_rd(((double)s->map[k] + (double)s->map[k + 1]) * 0.5);
 	__syncthreads();
+}
+
+/* ops_q8_scale (ops.h) on the device: the IEEE reciprocal of a block's
+ * absmax, 1 for absmax 0, FLT_MAX where the reciprocal overflows */
+__device__ static __forceinline__ float q8_scale(float absmax)
+{
+	return absmax > 0.0f ? fminf(__fdiv_rn(1.0f, absmax), FLT_MAX) : 1.0f;
 }
 
 /* number of k in 0..254 with x > thr[k]; NaN -> the code of 0 */
@@ -244,7 +252,7 @@ __global__ void adamw8_kernel(float *p, uint8_t *m_codes, uint8_t *v_codes, floa
 	}
 	am = q8_block_max(am, red); /* its barriers also order pass 1's reads of */
 	av = q8_block_max(av, red); /* the codes before pass 2's writes */
-	const float dm = am > 0.0f ? am : 1.0f, dv = av > 0.0f ? av : 1.0f;
+	const float scale_m = q8_scale(am), scale_v = q8_scale(av);
 
 	for (int i = threadIdx.x; i < len; i += blockDim.x) {
 		float m, v;
@@ -256,8 +264,8 @@ __global__ void adamw8_kernel(float *p, uint8_t *m_codes, uint8_t *v_codes, floa
 		const float d = __fadd_rn(__fsqrt_rn(v), k.eps_hat);
 		const float pi = __fsub_rn(p[b0 + i], __fmul_rn(k.step, __fdiv_rn(m, d)));
 		p[b0 + i] = __fmul_rn(pi, k.decay);
-		m_codes[b0 + i] = q8_code(sm.thr, __fdiv_rn(m, dm));
-		v_codes[b0 + i] = q8_code(sv.thr, __fdiv_rn(v, dv));
+		m_codes[b0 + i] = q8_code(sm.thr, __fmul_rn(m, scale_m));
+		v_codes[b0 + i] = q8_code(sv.thr, __fmul_rn(v, scale_v));
 	}
 	if (threadIdx.x == 0)
 		m_absmax[b] = am, v_absmax[b] = av;
@@ -352,7 +360,7 @@ __device__ static __forceinline__ void adamw8_warp_block(float *p, uint8_t *m_co
 	}
 	am = w8_warp_max(am);
 	av = w8_warp_max(av);
-	const float dm = am > 0.0f ? am : 1.0f, dv = av > 0.0f ? av : 1.0f;
+	const float scale_m = q8_scale(am), scale_v = q8_scale(av);
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
 		const size_t e0 = w8_first(q, h);
@@ -364,8 +372,8 @@ __device__ static __forceinline__ void adamw8_warp_block(float *p, uint8_t *m_co
 			const float d = __fadd_rn(__fsqrt_rn(v[e]), k.eps_hat);
 			const float pi = __fsub_rn(pe[e], __fmul_rn(k.step, __fdiv_rn(m[e], d)));
 			po[j] = __fmul_rn(pi, k.decay);
-			mc[j] = q8_lut_code(lm, __fdiv_rn(m[e], dm));
-			vc[j] = q8_lut_code(lv, __fdiv_rn(v[e], dv));
+			mc[j] = q8_lut_code(lm, __fmul_rn(m[e], scale_m));
+			vc[j] = q8_lut_code(lv, __fmul_rn(v[e], scale_v));
 		}
 		w8_store<FULL>(p, po, e0, n);
 		w8_store<FULL>(m_codes, mc, e0, n);
@@ -437,13 +445,13 @@ __global__ void sgd8_kernel(float *p, uint8_t *mom_codes, float *mom_absmax, con
 		amax = fmaxf(amax, fabsf(m));
 	}
 	amax = q8_block_max(amax, red);
-	const float div = amax > 0.0f ? amax : 1.0f;
+	const float scale = q8_scale(amax);
 	for (int i = threadIdx.x; i < len; i += blockDim.x) {
 		const float m = stashed ? stash[i]
 					: sgd8_mom(&s, a.first_step ? 0 : mom_codes[b0 + i], old,
 						   g[b0 + i], p[b0 + i], a);
 		p[b0 + i] = __fsub_rn(p[b0 + i], __fmul_rn(a.lr, m));
-		mom_codes[b0 + i] = q8_code(s.thr, __fdiv_rn(m, div));
+		mom_codes[b0 + i] = q8_code(s.thr, __fmul_rn(m, scale));
 	}
 	if (threadIdx.x == 0)
 		mom_absmax[b] = amax;
@@ -475,7 +483,7 @@ __device__ static __forceinline__ void sgd8_warp_block(float *p, uint8_t *codes,
 		}
 	}
 	amax = w8_warp_max(amax);
-	const float div = amax > 0.0f ? amax : 1.0f;
+	const float scale = q8_scale(amax);
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
 		const size_t e0 = w8_first(q, h);
@@ -484,7 +492,7 @@ __device__ static __forceinline__ void sgd8_warp_block(float *p, uint8_t *codes,
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			po[j] = __fsub_rn(pe[4 * h + j], __fmul_rn(a.lr, m[4 * h + j]));
-			c[j] = q8_lut_code(l, __fdiv_rn(m[4 * h + j], div));
+			c[j] = q8_lut_code(l, __fmul_rn(m[4 * h + j], scale));
 		}
 		w8_store<FULL>(p, po, e0, n);
 		w8_store<FULL>(codes, c, e0, n);
