@@ -642,9 +642,9 @@ static void check_adam8(int block, size_t n, uint64_t seed)
 	tu_fill_normal(p0, n, 1.0, &seed);
 	enum q8_simd sv[Q8_NSIMD];
 	int ns = simd_list(sv);
-	/* ref, then per variant x {1, 2 threads}, then ops table (STRATA_SIMD) */
-	struct adam_state ref = adam_alloc(n, block, p0), st[2 * Q8_NSIMD + 1];
-	int nst = 2 * ns + 1;
+	/* ref, then per variant x {1, 2, 3 threads}, then ops table (STRATA_SIMD) */
+	struct adam_state ref = adam_alloc(n, block, p0), st[3 * Q8_NSIMD + 1];
+	int nst = 3 * ns + 1;
 	for (int k = 0; k < nst; k++)
 		st[k] = adam_alloc(n, block, p0);
 	int saved = omp_get_max_threads();
@@ -656,8 +656,8 @@ static void check_adam8(int block, size_t n, uint64_t seed)
 			.bc2 = (float)(1.0 - pow(0.999, t)), .block = block, .map_m = s, .map_v = u };
 		adam_replay(&ref, g, n, &a);
 		for (int v = 0; v < ns; v++)
-			for (int th = 1; th <= 2; th++) {
-				struct adam_state *x = &st[2 * v + th - 1];
+			for (int th = 1; th <= 3; th++) {
+				struct adam_state *x = &st[3 * v + th - 1];
 				omp_set_num_threads(th);
 				cpu_adamw8_step_simd(sv[v], x->p, x->mc, x->vc, x->ma, x->va, g, n, &a);
 				cr_expect(adam_same(x, &ref, n, block),
@@ -690,6 +690,11 @@ Test(quant, adamw8_fused_equals_unfused)
 	check_adam8(100, 100 * 61 + 37, 0x75);
 	check_adam8(1000, 1000 * 7 + 999, 0x76);
 	check_adam8(256, 256 * 20 + 65, 0x77); /* a last block of 64 + 1 */
+	/* whole blocks only, pipelined (adam8.c), none after them: split over
+	 * 2 and 3 threads (n >= CPU_PAR_MIN), and two blocks on one thread */
+	check_adam8(256, 256 * 80, 0x78);
+	check_adam8(16, 16 * 2, 0x79);
+	check_adam8(128, 128 * 3 + 16, 0x7a); /* three whole blocks, then 16 */
 }
 
 static void sgd_replay(float *p, uint8_t *mc, float *ma, const float *g, size_t n,

@@ -131,7 +131,7 @@ M = [
 # ---- quant8_vbmi.c
 ('V1', QV, '\tif (i < n)\n\t\tq8_kernels_get(Q8_AVX512)->decode', '\tif (i + 1 < n)\n\t\tq8_kernels_get(Q8_AVX512)->decode', 'vbmi decode: 1-element tail dropped'),
 ('V2', QV, 'for (; i + 64 <= n; i += 64) {\n\t\t__m512i v[4];', 'for (; i + 64 < n; i += 64) {\n\t\t__m512i v[4];', 'vbmi decode loop bound < (tail covers)'),
-('V3', QV, '\tif (!t->rok) {\n\t\tavx512->encode(codes, x, n, absmax, t);\n\t\treturn;\n\t}\n', '', 'vbmi encode: no fallback when register table unusable'),
+('V3', QV, '\tif (!t->rok) {\n\t\tavx512->encode(codes, x, n, scale, t);\n\t\treturn;\n\t}\n', '', 'vbmi encode: no fallback when register table unusable'),
 ('V4', QV, '*special = _mm512_cmpge_epu16_mask(a, _mm512_set1_epi16(0x7f80));', '*special = _mm512_cmpgt_epu16_mask(a, _mm512_set1_epi16(0x7f80));', 'vbmi special-lane test >= -> >'),
 ('V5', QV, 'a = _mm512_min_epu16(_mm512_max_epu16(a, _mm512_set1_epi16(Q8_R_EMIN << 7)),', 'a = _mm512_min_epu16((a),', 'vbmi key: no clamp below EMIN'),
 ('V6', QV, 'const __mmask64 half = _mm512_kunpackd(_mm512_test_epi16_mask(k1, b8),\n\t\t\t\t\t\t       _mm512_test_epi16_mask(k0, b8));', 'const __mmask64 half = _mm512_kunpackd(_mm512_test_epi16_mask(k0, b8),\n\t\t\t\t\t\t       _mm512_test_epi16_mask(k1, b8));', 'vbmi key bit-8 halves swapped'),
@@ -149,14 +149,25 @@ M = [
 ('A6', AD, '\t\txm = q8_absmax1(m[i], xm);\n', '', 'vector passes\' moments tail left out of m absmax'),
 ('A7', AD, 'update(p + i0, m + i0, v + i0, n - i0, k);', 'update(p + i0, m + i0, v + i0, n - i0 - (n > i0), k);', 'vector passes\' tail update misses last element'),
 ('A8', AD, 'if (q->simd >= Q8_AVX512) {', 'if (q->simd > Q8_AVX512) {', 'avx512 variant takes the generic moments path'),
-('A9', AD, '\t\t\tif (len > Q8_CHUNK)\n\t\t\t\tfor', '\t\t\tif (len >= Q8_CHUNK)\n\t\t\t\tfor', 'two-pass path also for len == CHUNK'),
-('A10', AD, '\t\t\t\tif (len <= Q8_CHUNK)\n\t\t\t\t\tam = x, av = y;', '\t\t\t\tif (len < Q8_CHUNK)\n\t\t\t\t\tam = x, av = y;', 'one-pass absmax skipped for len == CHUNK'),
-('A11', AD, '\t\t\t\t\tam = x > am ? x : am;', '\t\t\t\t\tam = x;', 'two-pass m absmax = last chunk only'),
-('A12', AD, '\t\t\tm_absmax[b] = am;', '\t\t\tif (b + 1 < nblocks)\n\t\t\t\tm_absmax[b] = am;', 'last block m absmax not stored'),
+('A9', AD, '\tif (len > Q8_CHUNK)\n\t\tfor', '\tif (len >= Q8_CHUNK)\n\t\tfor', 'two-pass path also for len == CHUNK'),
+('A10', AD, '\t\tif (len <= Q8_CHUNK)\n\t\t\tam = x, av = y;', '\t\tif (len < Q8_CHUNK)\n\t\t\tam = x, av = y;', 'one-pass absmax skipped for len == CHUNK'),
+('A11', AD, '\t\t\tam = x > am ? x : am;', '\t\t\tam = x;', 'two-pass m absmax = last chunk only'),
+('A12', AD, '\tm_absmax[b] = am;\n\tv_absmax[b] = av;\n}', '\tif (b0 + len < n)\n\t\tm_absmax[b] = am;\n\tv_absmax[b] = av;\n}', 'last block m absmax not stored'),
 ('A13', AD, 'nblocks = (n + block - 1) / block;', 'nblocks = n / block;', 'partial last block dropped'),
-('A14', AD, '\t\t\t\tq->decode(vb, v_codes + b0 + c0, cl, av_old, lut_v);\n\t\t\t\tfloat x, y;\n\t\t\t\tmoments_absmax(q, p', '\t\t\t\tq->decode(vb, v_codes + b0 + c0, cl, am_old, lut_v);\n\t\t\t\tfloat x, y;\n\t\t\t\tmoments_absmax(q, p', 'v decoded with m absmax'),
+('A14', AD, '\t\tq->decode(vb, v_codes + b0 + c0, cl, av_old, lut_v);\n\t\tfloat x, y;\n\t\tmoments_absmax(q, p', '\t\tq->decode(vb, v_codes + b0 + c0, cl, am_old, lut_v);\n\t\tfloat x, y;\n\t\tmoments_absmax(q, p', 'v decoded with m absmax'),
 ('A15', AD, '\t\tv[i] = k->b2 * v[i] + k->omb2 * (gi * gi);\n\t}\n}', '\t\tv[i] = k->b2 * v[i] + k->omb2 * gi * gi;\n\t}\n}', 'v update reassociated (scalar path)'),
-('A16', AD, 'xm = _mm512_max_ps(q8_abs_avx512(mi), xm);', 'xm = _mm512_max_ps(xm, q8_abs_avx512(mi));', 'avx512 m absmax lets NaN win'),
+# AP1-AP7 (2026-11-25): the pipelined 8-bit AdamW step (adam8.c's
+# adam8_pipelined and moments_encode_*): each killed by
+# quant::adamw8_fused_equals_unfused when planted by hand at the commit
+# adding them.
+('AP1', AD, '\tif (b_hi > b_lo) {\n\t\tq->encode(pb.mc', '\tif (0) {\n\t\tq->encode(pb.mc', 'pipelined: the last block is never encoded'),
+('AP2', AD, 'q8_encode16_avx512(pb->mc + i, _mm512_mul_ps(_mm512_loadu_ps(pb->m + i), sm), &qm);', 'q8_encode16_avx512(pb->mc + i, _mm512_mul_ps(_mm512_loadu_ps(m + i), sm), &qm);', 'pipelined avx512: encodes the current block\'s m'),
+('AP3', AD, 'pb = (struct adam8_prev){ m_codes + b0, v_codes + b0, m, v, ops_q8_scale(am),\n\t\t\t\t\t  ops_q8_scale(av) };', 'pb = (struct adam8_prev){ m_codes + b0, v_codes + b0, m, v, ops_q8_scale(av),\n\t\t\t\t\t  ops_q8_scale(am) };', 'pipelined: m and v scales swapped'),
+('AP4', AD, 'nwhole * t / nt, nwhole * (t + 1) / nt', 'nwhole * t / nt + (t > 0), nwhole * (t + 1) / nt', 'pipelined: a thread skips its first block'),
+('AP5', AD, 'q8_encode8_avx2(_mm256_mul_ps(_mm256_loadu_ps(pb->v + i + 8), sv), &qv));', 'q8_encode8_avx2(_mm256_mul_ps(_mm256_loadu_ps(pb->v + i + 8), sv), &qm));', 'pipelined avx2: v encoded with the m table'),
+('AP6', AD, '\t\tfirst = nwhole;\n', '\t\tfirst = nwhole - 1;\n', 'the last whole block stepped twice'),
+('AP7', AD, 'float *m = mb[b & 1], *v = vb[b & 1];', 'float *m = mb[0], *v = vb[0];', 'pipelined: one buffer, the previous block overwritten'),
+('A16', AD, '*xm = _mm512_max_ps(q8_abs_avx512(mi), *xm);', '*xm = _mm512_max_ps(*xm, q8_abs_avx512(mi));', 'avx512 m absmax lets NaN win'),
 # ---- sgd8.c
 ('G1', SG, 'const float old = a->first_step ? 0.0f : mom_absmax[b];', 'const float old = mom_absmax[b];', 'first step reads stored absmax'),
 ('G2', SG, '\t\t\tmom[i] = gi;\n', '\t\t\tmom[i] = mu * mom[i] + gi;\n', 'first step reads (uninitialized) momentum'),
