@@ -63,12 +63,12 @@ __attribute__((target("avx512f"))) static void gather_only(uint8_t *out, const f
 	}
 }
 
-/* The divider's throughput, for the floor it puts under both steps: the
- * 8-bit step divides once per element (its update; the encodes multiply by
- * 1 / absmax since 2026-11-25, where they had divided twice) and takes one
- * square root; fp32 AdamW, in PyTorch's order, divides three times. Plain loops that gcc vectorizes at the
- * build's width (exact IEEE division and sqrt: -fno-fast-math keeps them),
- * over values of the moments' sizes, in L1. */
+/* The divider's throughput, for the floor it puts under both steps: the 8-bit
+ * step divides once per element (its update; the encodes multiply by 1 /
+ * absmax since 2026-11-25, where they had divided twice) and takes one square
+ * root; fp32 AdamW, in PyTorch's order, divides three times. Plain loops that
+ * gcc vectorizes at the build's width (exact IEEE division and sqrt:
+ * -fno-fast-math keeps them), over values of the moments' sizes, in L1. */
 __attribute__((noinline)) static void div_loop(float *restrict y, const float *restrict x, size_t n,
 					       float d)
 {

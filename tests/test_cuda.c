@@ -181,9 +181,11 @@ enum a8_path { A8_AUTO, A8_GENERAL };
  * after every step. pad shifts p and g off 16-byte alignment, cpad the code
  * arrays off 4-byte alignment; zero_start
  * starts from all-zero state (m = v = 0) instead of a random one.
- * nonfinite plants NaN and inf gradients (outside the trainer's contract,
+ * nonfinite 1 plants NaN and inf gradients (outside the trainer's contract,
  * which skips such steps, but the absmax must still ignore NaN in every
- * block and the codes stay exact; p is compared with NaN == NaN). */
+ * block and the codes stay exact; p is compared with NaN == NaN); 2 makes
+ * two blocks' moments so small that their absmax is at most 2^-128, where
+ * ops_q8_scale caps the reciprocal at FLT_MAX (tu_tiny_blocks). */
 static void check_adam8_nf(int block, size_t n, size_t pad, size_t cpad, enum a8_path path,
 			   int zero_start, int nonfinite, uint64_t seed)
 {
@@ -212,7 +214,9 @@ static void check_adam8_nf(int block, size_t n, size_t pad, size_t cpad, enum a8
 	float *dmap_u = dup_to_dev(map_u, sizeof map_u, 0, &b[7]);
 	for (int t = 1; t <= 5; t++) {
 		tu_block_grads(g, n, block, &seed);
-		if (nonfinite) { /* a NaN and an inf in the second block, -NaN in the last */
+		if (nonfinite == 2)
+			tu_tiny_blocks(g, n, block, &seed);
+		else if (nonfinite) { /* a NaN and an inf in the second block, -NaN in the last */
 			g[(size_t)block + 3] = NAN;
 			g[(size_t)block + 40] = INFINITY;
 			g[n - 1] = -NAN;
@@ -293,6 +297,15 @@ Test(cuda, adamw8_nonfinite_gradients)
 	check_adam8_nf(256, 256 * 37 + 5, 0, 0, A8_AUTO, 0, 1, 0x39);
 	check_adam8_nf(256, 256 * 37 + 5, 0, 0, A8_GENERAL, 0, 1, 0x3a);
 	check_adam8_nf(4096, 4096 * 3 + 3000, 0, 0, A8_AUTO, 0, 1, 0x3b);
+}
+
+/* Blocks whose moments' absmax is at most 2^-128 (from zero state, so the
+ * moments stay that small): the capped scale, as on the CPU. */
+Test(cuda, adamw8_tiny_moments)
+{
+	need_gpu();
+	check_adam8_nf(256, 256 * 37 + 5, 0, 0, A8_AUTO, 1, 2, 0x3c);
+	check_adam8_nf(256, 256 * 37 + 5, 0, 0, A8_GENERAL, 1, 2, 0x3d);
 }
 
 /* The two ways the kernels find a code (bucket table, binary search) against

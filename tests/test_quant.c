@@ -12,6 +12,7 @@
 #pragma GCC optimize("fp-contract=off")
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -633,7 +634,8 @@ static void adam_replay(struct adam_state *s, const float *g, size_t n,
 	free(m), free(v);
 }
 
-static void check_adam8(int block, size_t n, uint64_t seed)
+/* tiny: tu_tiny_blocks's blocks, whose moments' absmax is at most 2^-128 */
+static void check_adam8_g(int block, size_t n, uint64_t seed, int tiny)
 {
 	float s[256], u[256];
 	quantmap_dynamic(s, 1);
@@ -650,6 +652,8 @@ static void check_adam8(int block, size_t n, uint64_t seed)
 	int saved = omp_get_max_threads();
 	for (int t = 1; t <= 5; t++) {
 		tu_block_grads(g, n, block, &seed);
+		if (tiny)
+			tu_tiny_blocks(g, n, block, &seed);
 		struct st_adamw8_args a = {
 			.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
 			.grad_scale = 0.7f, .bc1 = (float)(1.0 - pow(0.9, t)),
@@ -674,10 +678,20 @@ static void check_adam8(int block, size_t n, uint64_t seed)
 	}
 	/* the state moved: p changed and moments are not all zero */
 	cr_expect(memcmp(ref.p, p0, n * 4) != 0 && ref.ma[0] > 0 && ref.va[0] > 0);
+	if (tiny) /* the capped scale was reached */
+		cr_expect(ref.va[1] > 0 && ref.va[1] <= 0x1p-128f && ref.ma[3] > 0 &&
+				  ref.ma[3] <= 0x1p-128f,
+			  "tiny blocks: v absmax %g, m absmax %g", (double)ref.va[1],
+			  (double)ref.ma[3]);
 	for (int k = 0; k < nst; k++)
 		adam_free(&st[k]);
 	adam_free(&ref);
 	free(p0), free(g);
+}
+
+static void check_adam8(int block, size_t n, uint64_t seed)
+{
+	check_adam8_g(block, n, seed, 0);
 }
 
 Test(quant, adamw8_fused_equals_unfused)
@@ -695,6 +709,31 @@ Test(quant, adamw8_fused_equals_unfused)
 	check_adam8(256, 256 * 80, 0x78);
 	check_adam8(16, 16 * 2, 0x79);
 	check_adam8(128, 128 * 3 + 16, 0x7a); /* three whole blocks, then 16 */
+}
+
+/* ops_q8_scale: the rounded reciprocal, 1 for an absmax of 0 (or NaN), and
+ * FLT_MAX from 2^-128 down, where the reciprocal overflows. */
+Test(quant, scale_edges)
+{
+	cr_expect(ops_q8_scale(0.0f) == 1.0f && ops_q8_scale(-0.0f) == 1.0f);
+	cr_expect(ops_q8_scale(NAN) == 1.0f);
+	cr_expect(ops_q8_scale(2.0f) == 0.5f && ops_q8_scale(3.0f) == 1.0f / 3.0f);
+	cr_expect(ops_q8_scale(INFINITY) == 0.0f);
+	cr_expect(ops_q8_scale(0x1p-128f) == FLT_MAX && ops_q8_scale(1e-45f) == FLT_MAX);
+	const float above = nextafterf(0x1p-128f, 1.0f);
+	cr_expect(ops_q8_scale(above) < FLT_MAX && ops_q8_scale(above) == 1.0f / above,
+		  "just above 2^-128: %a", (double)ops_q8_scale(above));
+	cr_expect(ops_q8_scale(FLT_MIN) == 1.0f / FLT_MIN);
+}
+
+/* Moments whose block absmax is at most 2^-128: 1 / absmax overflows and
+ * ops_q8_scale gives FLT_MAX, in every variant and the replay alike
+ * (pipelined, in parallel, and the per-block path). */
+Test(quant, adamw8_tiny_moments_equal_unfused)
+{
+	check_adam8_g(256, 256 * 80 + 7, 0x7b, 1);
+	check_adam8_g(64, 64 * 9, 0x7c, 1);
+	check_adam8_g(1000, 1000 * 5 + 3, 0x7d, 1);
 }
 
 static void sgd_replay(float *p, uint8_t *mc, float *ma, const float *g, size_t n,

@@ -19,6 +19,7 @@
 #ifndef ST_OPS_H
 #define ST_OPS_H
 
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -226,15 +227,17 @@ const struct st_ops *ops_cpu(void);
  * reference) takes x * ops_q8_scale(absmax), one rounded product per element,
  * not the quotient x / absmax: a product costs a fraction of a division, and
  * the divider bounds the CPU's 8-bit step (bench/q8_stages). absmax 0 gives 1
- * (an all-zero block keeps the code of 0); an absmax below 2^-128, whose
- * reciprocal overflows, gives FLT_MAX, so every |x| <= absmax still maps into
- * [-1, 1]. */
+ * (an all-zero block keeps the code of 0). An absmax of at most 2^-128, whose
+ * reciprocal overflows, gives FLT_MAX: every |x| <= absmax still maps into
+ * [-1, 1], but only onto entries up to absmax * FLT_MAX (0.034 for 1e-40),
+ * so such a block decodes smaller than it was. Moments that small are far
+ * below eps's share of the update. */
 static inline float ops_q8_scale(float absmax)
 {
 	if (!(absmax > 0.0f))
 		return 1.0f;
 	const float r = 1.0f / absmax;
-	return r < 0x1.fffffep127f ? r : 0x1.fffffep127f;
+	return r < FLT_MAX ? r : FLT_MAX;
 }
 
 /* Whether ops multiplies bf16 on a matrix unit here (matmul_bf16_native,

@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 
+#include "ops/ops.h" /* ops_q8_scale */
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

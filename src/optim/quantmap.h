@@ -17,8 +17,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops/ops.h" /* ops_q8_scale */
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,9 +40,10 @@ uint8_t quant_nearest(const float map[256], float x);
 
 /* Block-wise quantization of x (n) in blocks of `block` elements, the last one
  * partial when block does not divide n: absmax[b] = max |x| over block b
- * (NaN ignored), codes[i] = quant_nearest(map, x[i] * ops_q8_scale(absmax[b]))
- * (an all-zero block keeps absmax 0 and the code of 0). absmax has
- * ceil(n / block) entries. */
+ * (NaN ignored), codes[i] = quant_nearest(map, x[i] * s) with s =
+ * ops_q8_scale(absmax[b]) (ops/ops.h: the rounded 1 / absmax; an all-zero
+ * block keeps absmax 0 and the code of 0). absmax has ceil(n / block)
+ * entries. */
 void quant_blockwise(uint8_t *codes /* (n) */, float *absmax /* (ceil(n/block)) */,
 		     const float *x /* (n) */, size_t n, int block, const float map[256]);
 /* x[i] = map[codes[i]] * absmax[i / block] */

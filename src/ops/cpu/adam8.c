@@ -257,10 +257,11 @@ static void moments_absmax(const struct q8_kernels *q, float *p, float *m, float
  * thread's run of whole blocks the encode of block b-1 can wait for the
  * moments loop of block b: one loop does both (moments_encode_*), and the
  * two units work at once. On the 2-core Xeon VM (bench/q8_stages, one
- * thread in cache) the tuned step went from 1.13 to 0.97-0.98 ns per element,
- * and the avx512 one from 1.32-1.36 to 1.19. Same operations on each element,
- * so the same bits (tests/test_quant.c compares every variant with the
- * replay). */
+ * thread in cache) the tuned step went from 1.13 to 0.99 ns per element, and
+ * the avx512 one from 1.34 to 1.20-1.22 (q8-stages.txt in
+ * bench/results/optim-20261125b-xeon2-pipeline/). Same operations on each
+ * element, so the same bits (tests/test_quant.c compares every variant with
+ * the replay). */
 
 /* the block before: its codes, its final moments and their scales */
 struct adam8_prev {
@@ -328,9 +329,9 @@ static adam8_fused_fn adam8_fused_for(const struct q8_kernels *q)
 }
 
 /* Whole blocks b_lo..b_hi-1 of `block` elements (a multiple of 16, at most
- * Q8_PF_MAX_BLOCK), pipelined: block b is decoded, then its moments and update run in
- * one loop with block b-1's encode; the first block's moments run alone and
- * the last block is encoded after the loop. */
+ * Q8_PF_MAX_BLOCK), pipelined: block b is decoded, then its moments and update
+ * run in one loop with block b-1's encode; the first block's moments run alone
+ * and the last block is encoded after the loop. */
 static void adam8_pipelined(const struct q8_kernels *q, adam8_fused_fn fused, float *p,
 			    uint8_t *m_codes, uint8_t *v_codes, float *m_absmax, float *v_absmax,
 			    const float *g, size_t n, size_t block, size_t b_lo, size_t b_hi,
@@ -412,10 +413,10 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 	const struct q8_lut *lut_m = q8_lut_get(a->map_m), *lut_v = q8_lut_get(a->map_v);
 	/* The whole blocks pipelined where the variant has a fused loop, each
 	 * thread a run of consecutive blocks; a partial last block after them.
-	 * Only blocks the prefetch covers (up to 256): from memory, blocks of
-	 * 512 and 1024 ran 15-19% slower pipelined than not on the Xeon VM
-	 * (faster in cache), 2048 level, and prefetching the next block
-	 * brought them only to -4..+5%. */
+	 * Only blocks the prefetch covers (up to 256): at 128M parameters,
+	 * blocks of 512 and 1024 ran 12-19% slower pipelined than not on the
+	 * Xeon VM (faster in cache), 2048 2-4% slower, and prefetching the next
+	 * block made that -8..+5% (pipeline-blocks.txt beside the above). */
 	const adam8_fused_fn fused = adam8_fused_for(q);
 	const size_t nwhole = n / block;
 	size_t first = 0;
