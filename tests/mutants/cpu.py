@@ -38,7 +38,7 @@
 #
 # Q11 is no longer equivalent since 2026-11-25: without ops_q8_scale's cap a
 # block whose absmax is at most 2^-128 scales by inf (killed by
-# quant::adamw8_tiny_moments_equal_unfused).
+# quant::adamw8_tiny_moments_equal_unfused; verify-20261125-q11.log).
 #
 # PL1 PL3 PL7 LE7 OT2-OT5 OT9 were re-pointed on 2026-11-25: their lines had
 # moved on since they were written (wrote, sat_add, host_scratch, the matmul
