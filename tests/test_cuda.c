@@ -253,6 +253,9 @@ static void check_adam8_nf(int block, size_t n, size_t pad, size_t cpad, enum a8
 	}
 	/* the state moved, and no scale is NaN */
 	cr_expect(h.ma[0] > 0 && h.va[0] > 0);
+	if (nonfinite == 2) /* the capped scale was reached */
+		cr_expect(h.va[1] > 0 && h.va[1] <= 0x1p-128f && h.ma[3] > 0 && h.ma[3] <= 0x1p-128f,
+			  "tiny blocks: v absmax %g, m absmax %g", (double)h.va[1], (double)h.ma[3]);
 	for (size_t k = 0; k < nb; k++)
 		cr_expect(!isnan(h.ma[k]) && !isnan(h.va[k]), "block %zu: NaN absmax", k);
 	for (int k = 0; k < 8; k++)

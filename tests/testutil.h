@@ -47,7 +47,7 @@ static inline void tu_block_grads(float *g, size_t n, int block, uint64_t *seed)
 	g[n / 3] = 1e3f;
 }
 /* Two blocks of g replaced by gradients so small that 8-bit AdamW's moments
- * there (beta1 0.9, beta2 0.999, grad_scale <= 1, up to 5 steps from zero)
+ * there (beta1 0.9, beta2 0.999, grad_scale 0.7, up to 5 steps from zero)
  * keep an absmax of at most 2^-128, whose reciprocal overflows fp32
  * (ops_q8_scale's cap): block 1's v = 1e-3 g^2 (g ~ 1e-19) and block 3's
  * m (g ~ 1e-39, subnormal; its v underflows to 0). */

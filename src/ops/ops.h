@@ -231,7 +231,7 @@ const struct st_ops *ops_cpu(void);
  * reciprocal overflows, gives FLT_MAX: every |x| <= absmax still maps into
  * [-1, 1], but only onto entries up to absmax * FLT_MAX (0.034 for 1e-40),
  * so such a block decodes smaller than it was. Moments that small are far
- * below eps's share of the update. */
+ * below the default eps's share of the update. */
 static inline float ops_q8_scale(float absmax)
 {
 	if (!(absmax > 0.0f))

@@ -38,7 +38,8 @@
 #
 # Q11 is no longer equivalent since 2026-11-25: without ops_q8_scale's cap a
 # block whose absmax is at most 2^-128 scales by inf (killed by
-# quant::adamw8_tiny_moments_equal_unfused; verify-20261125-q11.log).
+# quant::adamw8_tiny_moments_equal_unfused; verify-20261125-q11.log). Q13
+# (2026-11-25) drops the cap itself, which only quant::scale_edges sees.
 #
 # PL1 PL3 PL7 LE7 OT2-OT5 OT9 were re-pointed on 2026-11-25: their lines had
 # moved on since they were written (wrote, sat_add, host_scratch, the matmul
@@ -101,7 +102,8 @@ M = [
 ('Q8', QM, '\tif (x != x) /* NaN */\n\t\tx = 0.0f;\n', '', 'NaN -> code of 0 removed'),
 ('Q9', QM, 'amax = a > amax ? a : amax; /* a NaN never wins */', 'amax = amax >= a ? amax : a;', 'reference absmax lets NaN win'),
 ('Q10', QM, '\t\tfor (size_t i = 0; i < len; i++) {\n\t\t\tfloat a', '\t\tfor (size_t i = 0; i + 1 < len; i++) {\n\t\t\tfloat a', 'reference absmax skips last element of block'),
-('Q11', QM, 'const float s = ops_q8_scale(amax);', 'const float s = 1.0f / amax;', 'no guard for a zero block (scale 1/0)'),
+('Q11', QM, 'const float s = ops_q8_scale(amax);', 'const float s = 1.0f / amax;', 'the reference scales by a raw 1/absmax (inf for a zero block or one at most 2^-128)'),
+('Q13', 'src/ops/ops.h', 'return r < FLT_MAX ? r : FLT_MAX;', 'return r;', 'ops_q8_scale without its FLT_MAX cap'),
 ('Q12', QM, 'x[i] = map[codes[i]] * absmax[i / (size_t)block];', 'x[i] = map[codes[i]] * absmax[(i + 1) / (size_t)block];', 'dequant block index off by one'),
 # ---- quant8.c
 ('L1', Q8, 'for (int s = Q8_SCALAR; s < Q8_NSIMD; s++)\n\t\tif (q8_simd_supported', 'for (int s = Q8_SCALAR; s < Q8_TUNED; s++)\n\t\tif (q8_simd_supported', 'pick never chooses tuned'),

@@ -416,7 +416,8 @@ void cpu_adamw8_step_simd(enum q8_simd s, float *p, uint8_t *m_codes, uint8_t *v
 	 * Only blocks the prefetch covers (up to 256): at 128M parameters,
 	 * blocks of 512 and 1024 ran 12-19% slower pipelined than not on the
 	 * Xeon VM (faster in cache), 2048 2-4% slower, and prefetching the next
-	 * block made that -8..+5% (pipeline-blocks.txt beside the above). */
+	 * block made that -8..+5% (bench/results/optim-20261125b-xeon2-pipeline/
+	 * pipeline-blocks.txt). */
 	const adam8_fused_fn fused = adam8_fused_for(q);
 	const size_t nwhole = n / block;
 	size_t first = 0;
